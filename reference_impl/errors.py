@@ -1,0 +1,99 @@
+"""One exception family for the whole package.
+
+Every error carries what a user needs to act on it: the rule id when a packing rule was broken,
+or the location (file, line or row, field) when an input was bad, plus a fix when one is known.
+``str(err)`` is a single readable line, which is what the CLI prints and the MCP server returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SeqpackError(Exception):
+    """Base class of every error raised on purpose by seqpack."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule_id: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        row: int | None = None,
+        field: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rule_id = rule_id
+        self.file = None if file is None else str(file)
+        self.line = line
+        self.row = row
+        self.field = field
+        self.fix = fix
+
+    def location(self) -> str:
+        """``file:line`` / ``file row N`` / ``field 'x'`` parts joined, or '' when unknown."""
+        parts: list[str] = []
+        if self.file is not None:
+            parts.append(self.file if self.line is None else f"{self.file}:{self.line}")
+        elif self.line is not None:
+            parts.append(f"line {self.line}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        if self.field is not None:
+            parts.append(f"field '{self.field}'")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        text = self.message
+        loc = self.location()
+        if loc:
+            text = f"{loc}: {text}"
+        if self.rule_id:
+            text = f"[{self.rule_id}] {text}"
+        if self.fix:
+            text = f"{text} Fix: {self.fix}"
+        return " ".join(text.split("\n"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form used by ``--json`` output and MCP tool errors."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "rule_id": self.rule_id,
+            "file": self.file,
+            "line": self.line,
+            "row": self.row,
+            "field": self.field,
+            "fix": self.fix,
+        }
+
+
+class UsageError(SeqpackError):
+    """A function or command was called with arguments that cannot work."""
+
+
+class ConfigError(SeqpackError):
+    """A configuration could not be loaded: unknown key, wrong type, malformed YAML/JSON."""
+
+
+class ConfigViolationError(SeqpackError):
+    """A configuration loaded fine but breaks one or more packing rules."""
+
+
+class InputError(SeqpackError):
+    """Bad input data: malformed JSONL, missing or wrong-typed field, non-UTF-8 bytes, empty file."""
+
+
+class PackingError(SeqpackError):
+    """Items cannot be packed as asked (e.g. longer than the pack and truncation not requested)."""
+
+
+class ArtifactError(SeqpackError):
+    """A packed artifact is corrupt, foreign, stale or inconsistent with its metadata."""
+
+
+class AlignmentError(SeqpackError):
+    """A THD layout breaks a divisibility requirement (context/sequence parallel alignment)."""

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates ./.venv (if missing) and installs seqpack with its test extra into it.
+# On a CPU machine it installs torch==2.13.0 first when no torch is importable, so that pip takes
+# the local CPU wheel and never resolves a multi-GB CUDA build for the `torch` requirement.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+"$VPY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
+  "$VPY" -m pip install --quiet "torch==2.13.0"
+fi
+"$VPY" -m pip install --quiet -e ".[test]"
+echo "seqpack installed in $(pwd)/.venv" >&2
