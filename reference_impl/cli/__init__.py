@@ -1,0 +1,76 @@
+"""The ``seqpack`` command line: one subcommand module per verb, heavy imports inside ``run``.
+
+Exit codes: 0 success (a config is valid), 1 rule violations (or a failed check), 2 usage or
+input error. Errors are printed as one readable line on stderr, never as a traceback
+(``SEQPACK_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from reference_impl.errors import SeqpackError
+
+#: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
+#: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+COMMANDS: tuple[str, ...] = (
+    "reference_impl.cli.align",
+    "reference_impl.cli.validate",
+    "reference_impl.cli.rules",
+)
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser (imports only the light command modules)."""
+    from reference_impl import __version__
+
+    parser = _Parser(prog="seqpack", description="Sequence packing for Megatron-style fine-tuning.")
+    parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in COMMANDS:
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``seqpack`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    try:
+        return int(args._run(args))
+    except SeqpackError as exc:
+        if os.environ.get("SEQPACK_DEBUG"):
+            raise
+        print(f"seqpack {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"seqpack {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        if os.environ.get("SEQPACK_DEBUG"):
+            raise
+        print(
+            f"seqpack {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(run with SEQPACK_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR

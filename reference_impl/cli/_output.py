@@ -1,0 +1,25 @@
+"""Small helpers shared by the CLI subcommands: the ``--json`` flag and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from reference_impl.textfmt import markdown_table, text_table
+
+table = text_table
+
+__all__ = ["add_json_flag", "markdown_table", "print_json", "table"]
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand accepts ``--json``."""
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def print_json(data: Any) -> None:
+    """Pretty JSON on stdout (keys in insertion order)."""
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,64 @@
+"""``seqpack validate``: check a training config against every packing rule."""
+
+from __future__ import annotations
+
+import argparse
+
+from reference_impl.cli._output import add_json_flag, print_json
+
+NAME = "validate"
+HELP = "validate a training config (YAML/JSON) against the packing rules; exit 1 on violations"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the command's flags."""
+    p.add_argument("config", nargs="?", help="config file (YAML or JSON); omit with --example")
+    p.add_argument("--example", help="validate a bundled example config by name (see --list-examples)")
+    p.add_argument("--list-examples", action="store_true", help="list the bundled example configs")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="dotted override, e.g. --set dataset.enable_in_batch_packing=true (repeatable)",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    add_json_flag(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate and print the report."""
+    from reference_impl.config.validate import validate_config
+    from reference_impl.errors import UsageError
+    from reference_impl.examples import example_path, list_examples
+
+    if args.list_examples:
+        names = list_examples()
+        if args.json:
+            print_json(names)
+        else:
+            print("\n".join(names))
+        return 0
+    if args.example and args.config:
+        raise UsageError("give a config file or --example, not both")
+    source = example_path(args.example) if args.example else args.config
+    if source is None:
+        raise UsageError("give a config file (or --example NAME)")
+    report = validate_config(source, args.overrides)
+    failed = not report.ok or (args.strict and report.warnings)
+    if args.json:
+        print_json(report.to_dict())
+        return 1 if failed else 0
+    status = "VALID" if report.ok else "INVALID"
+    print(
+        f"{status}: {report.rules_checked} rules checked, {len(report.violations)} violation(s), "
+        f"{len(report.warnings)} warning(s) [{source}]"
+    )
+    for f in report.violations:
+        print(f"  error   {f.one_line()}")
+    for f in report.warnings:
+        print(f"  warning {f.one_line()}")
+    r = report.resolved
+    print(
+        f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} pad_seq_to_mult={r['pad_seq_to_mult']} "
+        f"seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
+        f"token_slots_per_step={r['token_slots_per_step']}"
+    )
+    return 1 if failed else 0

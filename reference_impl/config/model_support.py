@@ -1,0 +1,175 @@
+"""Which model families support which packing path, as recorded in Megatron-Bridge's recipes.
+
+One table, used by the ``MODEL-FAMILY-*`` validation rules, the ``check_model_support`` MCP tool
+and the docs. A status is one of:
+
+* ``supported``: the family's recipes use or allow the path;
+* ``opt_out``: a recipe explicitly turns the path off (it is not supported there);
+* ``caveat``: allowed, but with a documented limitation worth knowing before launch;
+* ``unknown``: nothing is recorded; verify with ``seqpack smoke`` before spending GPU hours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reference_impl.errors import UsageError
+
+PATHS: tuple[str, ...] = ("offline", "in_batch", "energon", "global_batch")
+STATUSES: tuple[str, ...] = ("supported", "opt_out", "caveat", "unknown")
+
+
+@dataclass(frozen=True)
+class FamilyEntry:
+    """One model family and its recorded packing support."""
+
+    family: str
+    name: str
+    paths: dict[str, str]
+    notes: dict[str, str]
+    evidence: str
+    aliases: tuple[str, ...] = field(default=())
+
+
+def _entry(family: str, name: str, evidence: str, aliases: tuple[str, ...] = (), **paths: tuple[str, str]) -> FamilyEntry:
+    return FamilyEntry(
+        family=family,
+        name=name,
+        paths={p: s for p, (s, _) in paths.items()},
+        notes={p: n for p, (_, n) in paths.items()},
+        evidence=evidence,
+        aliases=aliases,
+    )
+
+
+_VLM_OFF = ("opt_out", "the recipe turns in-batch packing off explicitly")
+
+FAMILIES: tuple[FamilyEntry, ...] = (
+    _entry(
+        "qwen3_next", "Qwen3-Next (80B-A3B)", "Megatron-Bridge recipes/qwen/h100/qwen3_next.py", ("qwen3-next",),
+        offline=("opt_out", "the SFT recipe disables offline packing; its docstring says packing is not supported"),
+    ),
+    _entry(
+        "glm45", "GLM-4.5", "Megatron-Bridge recipes/glm/h100/glm45.py", ("glm-4.5", "glm4.5"),
+        offline=("opt_out", "SFT and PEFT recipes disable offline packing; documented as not supported"),
+    ),
+    _entry(
+        "deepseek_v4", "DeepSeek-V4", "Megatron-Bridge recipes/deepseek/h100/deepseek_v4.py", ("deepseek-v4",),
+        offline=("opt_out", "the MTP-enabled SFT recipes run unpacked (SBHD)"),
+    ),
+    _entry(
+        "qwen35_vl", "Qwen3.5-VL", "Megatron-Bridge recipes/qwen_vl/h100/qwen35_vl.py", ("qwen3.5-vl",),
+        in_batch=("opt_out", "recipes set enable_in_batch_packing=False (the deferral flag they also set has no effect)"),
+    ),
+    _entry(
+        "gemma3_vl", "Gemma3-VL", "Megatron-Bridge recipes/gemma3_vl/h100/gemma3_vl.py", ("gemma3-vl",),
+        in_batch=("opt_out", "its bidirectional image attention mask cannot be expressed as THD boundaries"),
+    ),
+    _entry(
+        "gemma4_vl", "Gemma4-VL", "Megatron-Bridge recipes/gemma4_vl/h100/gemma4_vl.py", ("gemma4-vl",),
+        in_batch=("caveat", "off by default only because the recipe uses MBS=1; in-batch packing needs MBS>1"),
+    ),
+    _entry("glm45v", "GLM-4.5V", "Megatron-Bridge GLM-4.5V recipe", ("glm-4.5v",), in_batch=_VLM_OFF),
+    _entry("kimi_k25_vl", "Kimi-K2.5-VL", "Megatron-Bridge Kimi-K2.5-VL recipe", ("kimi-k2.5-vl",), in_batch=_VLM_OFF),
+    _entry("ministral3", "Ministral3", "Megatron-Bridge Ministral3 recipe", (), in_batch=_VLM_OFF),
+    _entry(
+        "nemotron_nano_v2_vl", "Nemotron Nano V2 VL", "Megatron-Bridge Nemotron Nano V2 VL recipe", (), in_batch=_VLM_OFF
+    ),
+    _entry("nemotron_omni", "Nemotron Omni", "Megatron-Bridge Nemotron Omni recipe", (), in_batch=_VLM_OFF),
+    _entry("qwen3_omni", "Qwen3-Omni", "Megatron-Bridge Qwen3-Omni recipe", ("qwen3-omni",), in_batch=_VLM_OFF),
+    _entry("exaone45", "EXAONE 4.5", "Megatron-Bridge EXAONE 4.5 recipe", ("exaone-4.5",), in_batch=_VLM_OFF),
+    _entry(
+        "nemotron3_super", "Nemotron-3 Super", "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_super.py",
+        ("nemotron-3-super",),
+        offline=(
+            "caveat",
+            "keeps offline packing on together with MTP=2 and pad_seq_to_mult=1 under TP8+SP; CUDA graphs are off "
+            "because packed SFT passes explicit masks that Mamba graphs cannot take",
+        ),
+    ),
+    _entry(
+        "llava", "LLaVA", "Megatron-Bridge training/llava_step.py", (),
+        offline=("caveat", "packed batches require PP=1 and CP=1 in the LLaVA step"),
+        in_batch=("caveat", "packed batches require PP=1 and CP=1 in the LLaVA step"),
+    ),
+    _entry(
+        "qwen_vl", "Qwen2.5-VL / Qwen3-VL", "Megatron-Bridge models/qwen_vl/data/energon.py", ("qwen3_vl", "qwen25_vl"),
+        in_batch=("supported", "collate-time in-batch packing is supported"),
+        energon=("supported", "the only task encoder with Energon native packing (eager, MBS1, no PP, no CUDA graphs)"),
+    ),
+    _entry(
+        "qwen36_moe", "Qwen3.6-35B-A3B", "Megatron-Bridge packed-sequences docs", ("qwen3.6-35b-a3b",),
+        energon=(
+            "caveat",
+            "functional coverage with eager alltoall EP at TP1/PP1/EP8 with EP overlap disabled; no performance claim",
+        ),
+    ),
+    _entry(
+        "llama3", "Llama 3", "Megatron-Bridge llama3 recipes (pad_seq_to_mult = 2*CP when CP>1)", ("llama", "llama-3"),
+        offline=("supported", "recipes pin pad_seq_to_mult = 2*CP when CP>1"),
+    ),
+    _entry(
+        "gemma3", "Gemma 2/3", "Megatron-Bridge gemma2/gemma3 recipes", ("gemma2",),
+        offline=("supported", "recipes pin pad_seq_to_mult = 2*CP when CP>1"),
+    ),
+    _entry(
+        "gpt_oss", "gpt-oss", "Megatron-Bridge gpt_oss recipes", ("gpt-oss",),
+        offline=("supported", "recipes pin pad_seq_to_mult to 8 or 2*CP"),
+    ),
+    _entry(
+        "megatron_mimo", "MegatronMIMO", "Megatron-Bridge training/megatron_mimo_step.py", ("mimo",),
+        in_batch=("caveat", "packs only at step time (defer_in_batch_packing_to_step required), one whole shard per pack"),
+    ),
+)
+
+_BY_NAME: dict[str, FamilyEntry] = {}
+for _e in FAMILIES:
+    for _key in (_e.family, *_e.aliases):
+        _BY_NAME[_key.lower().replace("-", "_").replace(".", "")] = _e
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace("-", "_").replace(".", "").replace(" ", "_")
+
+
+def find_family(name: str | None) -> FamilyEntry | None:
+    """The table entry for a family id or alias (case, dots and dashes ignored), or None."""
+    if not name:
+        return None
+    return _BY_NAME.get(_normalise(name))
+
+
+@dataclass(frozen=True)
+class ModelSupport:
+    """Answer of :func:`check_model_support`."""
+
+    family: str
+    path: str
+    status: str
+    note: str
+    evidence: str
+    known_family: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def check_model_support(family: str, path: str | None = None) -> list[ModelSupport]:
+    """Recorded support of ``family`` for one packing path (or all four when ``path`` is None)."""
+    if path is not None and path not in PATHS:
+        raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(PATHS)}", field="path")
+    entry = find_family(family)
+    out = []
+    for p in (path,) if path else PATHS:
+        if entry is None:
+            out.append(ModelSupport(family, p, "unknown", "no record for this family; verify with `seqpack smoke`", "", False))
+        elif p in entry.paths:
+            out.append(ModelSupport(entry.family, p, entry.paths[p], entry.notes[p], entry.evidence, True))
+        else:
+            out.append(
+                ModelSupport(entry.family, p, "unknown", "no recipe evidence for this path; verify with `seqpack smoke`",
+                             entry.evidence, True)
+            )
+    return out

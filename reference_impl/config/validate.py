@@ -1,0 +1,126 @@
+"""``validate_config``: run every rule of the registry against a config and report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from reference_impl.config.load import load_config
+from reference_impl.config.resolve import resolve
+from reference_impl.config.rules import RULES, Rule
+from reference_impl.config.schema import TrainingConfig
+from reference_impl.errors import ConfigViolationError
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken rule: which, how bad, what exactly (fields and values), and the fix."""
+
+    rule_id: str
+    severity: str
+    family: str
+    title: str
+    message: str
+    fix: str
+    fields: dict[str, Any]
+    provenance: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+    def one_line(self) -> str:
+        """``[RULE-ID] message. Fix: ...`` for terminals and logs."""
+        return f"[{self.rule_id}] {self.message}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Result of :func:`validate_config`; ``ok`` is false when any error-severity rule is broken."""
+
+    ok: bool
+    violations: list[Finding]
+    warnings: list[Finding]
+    resolved: dict[str, Any]
+    rules_checked: int
+    config: dict[str, Any] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``config`` included, so the report shows what was checked)."""
+        return {
+            "ok": self.ok,
+            "violations": [f.to_dict() for f in self.violations],
+            "warnings": [f.to_dict() for f in self.warnings],
+            "resolved": self.resolved,
+            "rules_checked": self.rules_checked,
+            "config": self.config,
+        }
+
+    @property
+    def rule_ids(self) -> list[str]:
+        """Ids of every broken rule, errors first."""
+        return [f.rule_id for f in self.violations + self.warnings]
+
+    def raise_for_violations(self) -> None:
+        """Raise :class:`ConfigViolationError` listing every error-severity finding."""
+        if self.violations:
+            first = self.violations[0]
+            text = "; ".join(f.one_line() for f in self.violations)
+            raise ConfigViolationError(text, rule_id=first.rule_id)
+
+
+def get_path(cfg: TrainingConfig, path: str) -> Any:
+    """Value at a dotted path (``dataset.dataset_kwargs.pad_to_max_length`` reads into the dict)."""
+    node: Any = cfg
+    for part in path.split("."):
+        if node is None:
+            return None
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        else:
+            node = getattr(node, part, None)
+    return node
+
+
+def _finding(rule: Rule, message: str, cfg: TrainingConfig) -> Finding:
+    return Finding(
+        rule_id=rule.id,
+        severity=rule.severity,
+        family=rule.family,
+        title=rule.title,
+        message=message,
+        fix=rule.fix,
+        fields={p: get_path(cfg, p) for p in rule.fields},
+        provenance=rule.provenance,
+        source=rule.source,
+    )
+
+
+def validate_config(
+    config: TrainingConfig | Mapping[str, Any] | str | Path | None = None,
+    overrides: Iterable[str | tuple[str, Any]] = (),
+    *,
+    rules: Iterable[Rule] = RULES,
+) -> ValidationReport:
+    """Check a config (object, dict, YAML/JSON path or text) against every packing rule."""
+    cfg = config if isinstance(config, TrainingConfig) and not overrides else load_config(config, overrides)
+    resolved = resolve(cfg)
+    errors: list[Finding] = []
+    warnings: list[Finding] = []
+    count = 0
+    for rule in rules:
+        count += 1
+        message = rule.check(resolved)
+        if message is None:
+            continue
+        (errors if rule.severity == "error" else warnings).append(_finding(rule, message, cfg))
+    return ValidationReport(
+        ok=not errors,
+        violations=errors,
+        warnings=warnings,
+        resolved=resolved.summary(),
+        rules_checked=count,
+        config=cfg.to_dict(),
+    )
