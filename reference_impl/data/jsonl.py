@@ -38,7 +38,6 @@ import json
 import logging
 import mmap
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl.data.atomic import atomic_output
 from reference_impl.data.location import RowLocation
 from reference_impl.errors import InputError, UsageError
 
@@ -196,19 +196,9 @@ def cache_paths(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] 
 
 def _save_index(index: LineIndex, target: Path) -> None:
     """Write ``index`` to ``target`` atomically (temporary file in the same folder, then rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"format": INDEX_FORMAT, "fingerprint": index.fingerprint.to_dict()})
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, starts=index.starts, ends=index.ends, lines=index.lines, meta=np.array(meta))
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(target) as fh:
+        np.savez(fh, starts=index.starts, ends=index.ends, lines=index.lines, meta=np.array(meta))
 
 
 def _load_index(target: Path, expected: FileFingerprint) -> LineIndex | None:
