@@ -2,9 +2,10 @@
 for a local Hugging Face ``tokenizer.json``.
 
 Chat rendering returns a :class:`ChatRendering`: the token ids plus, for every token, which
-message *owns* it. An assistant message owns the tokens that are trained when that message is
-trained (its content and its end-of-turn marker, not its role header); tokens owned by nobody
-(``-1``) are scaffolding such as BOS or role headers. Loss modes (``assistant``, ``last_turn``,
+message *owns* it. An assistant message owns exactly the tokens that are trained when that
+message is trained (its content and its end-of-turn marker, not its role header). Other messages
+own their content (the HF adapter also gives them their header, which no loss mode looks at);
+``-1`` marks tokens owned by nobody, such as BOS. Loss modes (``assistant``, ``last_turn``,
 ``full``) are computed from that ownership in :mod:`reference_impl.data.tokenize`.
 
 **Byte tokenizer chat format** (our own, deterministic)::
@@ -22,12 +23,14 @@ variables). The assistant mask is derived by *prefix rendering plus character of
 conversation is rendered once per prefix ``messages[:k]``; message ``k`` spans the characters that
 ``messages[:k+1]`` adds to ``messages[:k]``, and for an assistant message the span starts after
 the generation prompt (``messages[:k]`` rendered with ``add_generation_prompt=True``). The full
-rendering is tokenized once, and each token is owned by the span that contains its first
-character. Limits: (1) the template must be *prefix-stable* (rendering a prefix yields a prefix
-of the full rendering); templates that rewrite earlier turns depending on later ones (e.g. drop
-reasoning from past assistant turns) are refused with an error; (2) a token whose characters
-straddle two spans belongs to the span where it starts; (3) ``{% generation %}`` blocks are not
-supported; (4) rendering is quadratic in the number of turns.
+rendering is tokenized once, and each token is owned by the message span its characters overlap.
+Limits: (1) the template must be *prefix-stable* (rendering a prefix yields a prefix of the full
+rendering); templates that rewrite earlier turns depending on later ones (e.g. drop reasoning
+from past assistant turns) are refused with an error; (2) a token that straddles a span boundary
+goes to the assistant span when it touches one (e.g. a byte-level ``"Ġword"`` that merges the
+header's trailing space with the first answer word is trained), otherwise to the first span it
+overlaps; (3) ``{% generation %}`` blocks are not supported; (4) rendering is quadratic in the
+number of turns.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from reference_impl.data.schemas import Message
-from reference_impl.errors import InputError, UsageError
+from reference_impl.errors import ConfigError, InputError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -321,16 +324,28 @@ class HFTokenizer:
             env.globals["raise_exception"] = raise_exception
             # jinja2's own tojson HTML-escapes; chat templates expect plain JSON
             env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
-            self._template = env.from_string(self.chat_template)
+            try:
+                self._template = env.from_string(self.chat_template)
+            except jinja2.exceptions.TemplateSyntaxError as exc:
+                raise ConfigError(
+                    f"chat_template of {self.name} does not compile (template line {exc.lineno}): {exc.message}",
+                    field="chat_template",
+                ) from None
         return self._template
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_template"] = None  # compiled jinja templates do not pickle; recompiled on use
+        return state
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
         """The chat template's text for ``messages``."""
         import jinja2
 
+        template = self._compiled()
         try:
             return str(
-                self._compiled().render(
+                template.render(
                     messages=[m.to_dict() for m in messages],
                     add_generation_prompt=add_generation_prompt,
                     bos_token=self.bos_token or "",
@@ -344,7 +359,7 @@ class HFTokenizer:
     def apply_chat_template(self, messages: Sequence[Message]) -> ChatRendering:
         """Render, tokenize once, and own tokens by prefix-rendered character spans (module docstring)."""
         full = self.render(messages)
-        # spans[k] = (start, end) characters owned by message k
+        # bounds[k] = (start, end, k): characters owned by message k
         bounds: list[tuple[int, int, int]] = []
         prev = self._prefix(messages, 0, full)
         for k, msg in enumerate(messages):
@@ -359,11 +374,9 @@ class HFTokenizer:
             bounds.append((start, len(cur), k))
             prev = cur
         enc = self.backend.encode(full, add_special_tokens=False)
-        span_starts = [b[0] for b in bounds]
-        owner: list[int] = []
-        for tok_start, _ in enc.offsets:
-            j = bisect_right(span_starts, tok_start) - 1
-            owner.append(bounds[j][2] if j >= 0 and bounds[j][0] <= tok_start < bounds[j][1] else -1)
+        roles = [m.role for m in messages]
+        starts = [a for a, _, _ in bounds]
+        owner = [_owner_of(start, end, bounds, starts, roles) for start, end in enc.offsets]
         return ChatRendering(ids=list(enc.ids), owner=owner, roles=tuple(m.role for m in messages))
 
     def _prefix(self, messages: Sequence[Message], k: int, full: str) -> str:
@@ -382,6 +395,22 @@ class HFTokenizer:
                 fix="use a prefix-stable chat template",
             )
         return text
+
+
+def _owner_of(start: int, end: int, spans: list[tuple[int, int, int]], starts: list[int], roles: list[str]) -> int:
+    """Message owning a token with characters ``[start, end)``: a span it overlaps, an assistant one first."""
+    end = max(end, start + 1)  # zero-width tokens are placed by their start
+    j = max(bisect_right(starts, start) - 1, 0)
+    overlapping = []
+    while j < len(spans) and spans[j][0] < end:
+        a, b, k = spans[j]
+        if start < b:
+            overlapping.append(k)
+        j += 1
+    for k in overlapping:
+        if roles[k] == "assistant":
+            return k
+    return overlapping[0] if overlapping else -1
 
 
 def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None = None) -> Tokenizer:
