@@ -27,6 +27,13 @@ conversation, no assistant turn when the loss mode needs one, fewer than 2 token
 label (``loss_mask[1:]`` all 0, e.g. a chat truncated before its first assistant token), too long
 under ``"reject"``.
 
+**Megatron-Bridge quirks, on purpose not copied.** Q3: Bridge's legacy ``"{input} {output}"``
+template mode emits no loss mask, and offline pre-padding then trains on alignment padding; here
+legacy rows are read as prompt/completion (``prompt_column="input", completion_column="output"``)
+and every sample carries an explicit mask. Q4: Bridge infers a segment's length from its last
+non-EOS token; here the length is explicit (``num_tokens``), and the byte tokenizer's chat
+end-of-turn token is distinct from EOS, so content ending in EOS-valued ids is never shortened.
+
 **Shift** (:func:`to_training_example`): ``tokens = ids[:-1]``, ``labels = ids[1:]``,
 ``loss_mask = mask[1:]`` (the mask is aligned to the labels).
 """
