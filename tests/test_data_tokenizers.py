@@ -171,10 +171,10 @@ def test_hf_tokenizer_pickles(hf_dir):
     assert clone.apply_chat_template(msgs) == tok.apply_chat_template(msgs)
 
 
-def test_hf_missing_extra_names_it(hf_dir, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tokenizers", None)
+def test_hf_missing_extra_names_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
     with pytest.raises(UsageError, match="'hf' extra") as info:
-        load_tokenizer(hf_dir)
+        load_tokenizer(tmp_path)
     assert "seqpack[hf]" in str(info.value)
 
 
