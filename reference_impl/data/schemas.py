@@ -1,0 +1,240 @@
+"""The two input row schemas (prompt/completion and chat) and how to tell them apart.
+
+Prompt/completion rows hold two strings, ``{"prompt": ..., "completion": ...}`` by default (the
+column names are configurable; when a configured column is absent the canonical
+``prompt``/``completion`` names are accepted as a fallback, as Megatron-Bridge does).
+
+Chat rows hold a list of turns under exactly one of these keys:
+
+* ``messages`` or ``conversation``: ``[{"role": ..., "content": ...}, ...]``;
+* ``conversations`` (ShareGPT): ``[{"from": ..., "value": ...}, ...]`` with an optional top-level
+  ``"system"`` string, which becomes a leading system message. ShareGPT speaker names map to roles:
+  ``human``/``user`` -> user, ``gpt``/``assistant`` -> assistant, ``system``, ``tool``/``observation``
+  -> tool.
+
+Schema objects only *extract and check* fields; turning text into tokens is
+:mod:`reference_impl.data.tokenize`. A missing or wrong-typed field raises
+:class:`~reference_impl.errors.InputError` naming the field (``completion``,
+``messages[3].content``, ...); wrap calls in :func:`reference_impl.data.location.at_row` to add
+the file and line.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from reference_impl.errors import ConfigError, InputError
+
+SchemaKind = Literal["prompt_completion", "chat"]
+CHAT_KEYS: tuple[str, ...] = ("messages", "conversation", "conversations")
+PC_LOSS_MODES: tuple[str, ...] = ("completion", "full")
+CHAT_LOSS_MODES: tuple[str, ...] = ("assistant", "last_turn", "full")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+SHAREGPT_ROLES: dict[str, str] = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "tool": "tool",
+    "observation": "tool",
+}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn after normalization: a role from :data:`ROLES` and its text."""
+
+    role: str
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``{"role", "content"}`` form chat templates expect."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class PromptCompletionSchema:
+    """How to read and supervise a prompt/completion row.
+
+    ``prompt_template`` must contain the ``{prompt}`` placeholder and no other field. The
+    ``separator`` is put in front of the completion (its leading space is dropped for tokenizers
+    that are not space-sensitive). ``strip_whitespace`` strips ASCII spaces (only ``" "``) from
+    both ends of both values. ``loss_mode="completion"`` trains on the completion (separator
+    included) and EOS; ``"full"`` trains on every token. An empty completion is a rejected sample
+    unless ``allow_empty_completion``.
+    """
+
+    prompt_column: str = "prompt"
+    completion_column: str = "completion"
+    prompt_template: str = "{prompt}"
+    separator: str = " "
+    loss_mode: str = "completion"
+    strip_whitespace: bool = True
+    add_bos: bool = False
+    add_eos: bool = True
+    allow_empty_completion: bool = False
+
+    kind = "prompt_completion"
+
+    def __post_init__(self) -> None:
+        if self.loss_mode not in PC_LOSS_MODES:
+            raise ConfigError(
+                f"unknown loss_mode {self.loss_mode!r} for prompt/completion; choose one of {', '.join(PC_LOSS_MODES)}",
+                field="loss_mode",
+            )
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_template) if f is not None}
+        except ValueError as exc:
+            raise ConfigError(f"prompt_template is not a valid format string: {exc}", field="prompt_template") from None
+        if fields != {"prompt"}:
+            raise ConfigError(
+                f"prompt_template must use the single placeholder {{prompt}}, found {sorted(fields) or 'none'}",
+                field="prompt_template",
+            )
+        for name in ("prompt_column", "completion_column"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"{name} must be a non-empty string", field=name)
+
+    def _field(self, row: dict[str, Any], column: str, canonical: str) -> str:
+        key = column if column in row else canonical if canonical in row else None
+        if key is None:
+            raise InputError(f"missing field {column!r} (row keys: {sorted(row)})", field=column)
+        value = row[key]
+        if not isinstance(value, str):
+            raise InputError(f"field must be a string, got {type(value).__name__}", field=key)
+        return value.strip(" ") if self.strip_whitespace else value
+
+    def extract(self, row: dict[str, Any]) -> tuple[str, str]:
+        """``(prompt_text, completion)``: the prompt already put through ``prompt_template``."""
+        present = [k for k in CHAT_KEYS if k in row]
+        if present:
+            raise InputError(
+                f"row carries the chat key {present[0]!r}; it is a chat row, not prompt/completion",
+                field=present[0],
+                fix="use ChatSchema for this file",
+            )
+        prompt = self._field(row, self.prompt_column, "prompt")
+        completion = self._field(row, self.completion_column, "completion")
+        return self.prompt_template.format(prompt=prompt), completion
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (used in cache keys and manifests)."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class ChatSchema:
+    """How to read and supervise a chat row.
+
+    ``loss_mode``: ``"assistant"`` trains every assistant turn, ``"last_turn"`` only the last
+    assistant turn, ``"full"`` every token. ``roles`` lists the accepted roles for
+    ``messages``/``conversation`` rows.
+    """
+
+    loss_mode: str = "assistant"
+    roles: tuple[str, ...] = ROLES
+
+    kind = "chat"
+
+    def __post_init__(self) -> None:
+        if self.loss_mode not in CHAT_LOSS_MODES:
+            raise ConfigError(
+                f"unknown loss_mode {self.loss_mode!r} for chat; choose one of {', '.join(CHAT_LOSS_MODES)}",
+                field="loss_mode",
+            )
+
+    def extract(self, row: dict[str, Any]) -> list[Message]:
+        """The row's turns as :class:`Message` objects (ShareGPT ``system`` first when present)."""
+        present = [k for k in CHAT_KEYS if k in row]
+        if not present:
+            raise InputError(f"chat row needs one of {', '.join(CHAT_KEYS)} (row keys: {sorted(row)})", field="messages")
+        if len(present) > 1:
+            raise InputError(f"chat row has several conversation keys {present}; keep exactly one", field=present[1])
+        key = present[0]
+        turns = row[key]
+        if not isinstance(turns, list):
+            raise InputError(f"must be a list of turns, got {type(turns).__name__}", field=key)
+        if key == "conversations":
+            return self._sharegpt(row, turns)
+        out: list[Message] = []
+        for i, turn in enumerate(turns):
+            role = _turn_str(turn, key, i, "role")
+            if role not in self.roles:
+                raise InputError(f"unknown role {role!r}; expected one of {', '.join(self.roles)}", field=f"{key}[{i}].role")
+            out.append(Message(role, _turn_str(turn, key, i, "content")))
+        return out
+
+    def _sharegpt(self, row: dict[str, Any], turns: list[Any]) -> list[Message]:
+        out: list[Message] = []
+        if "system" in row and row["system"] is not None:
+            if not isinstance(row["system"], str):
+                raise InputError(f"must be a string, got {type(row['system']).__name__}", field="system")
+            if row["system"]:
+                out.append(Message("system", row["system"]))
+        for i, turn in enumerate(turns):
+            speaker = _turn_str(turn, "conversations", i, "from")
+            role = SHAREGPT_ROLES.get(speaker)
+            if role is None:
+                raise InputError(
+                    f"unknown speaker {speaker!r}; expected one of {', '.join(SHAREGPT_ROLES)}",
+                    field=f"conversations[{i}].from",
+                )
+            out.append(Message(role, _turn_str(turn, "conversations", i, "value")))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (used in cache keys and manifests)."""
+        return {"kind": self.kind, "loss_mode": self.loss_mode, "roles": list(self.roles)}
+
+
+Schema = PromptCompletionSchema | ChatSchema
+
+
+def _turn_str(turn: Any, key: str, i: int, name: str) -> str:
+    if not isinstance(turn, dict):
+        raise InputError(f"turn must be an object, got {type(turn).__name__}", field=f"{key}[{i}]")
+    if name not in turn:
+        raise InputError(f"missing {name!r} (turn keys: {sorted(turn)})", field=f"{key}[{i}].{name}")
+    value = turn[name]
+    if not isinstance(value, str):
+        what = "null" if value is None else type(value).__name__
+        raise InputError(f"must be a string, got {what}", field=f"{key}[{i}].{name}")
+    return value
+
+
+def detect_schema(
+    row: dict[str, Any], *, prompt_column: str = "prompt", completion_column: str = "completion"
+) -> SchemaKind:
+    """Tell whether ``row`` is a chat row or a prompt/completion row; :class:`InputError` if neither or both."""
+    if not isinstance(row, dict):
+        raise InputError(f"a row must be a JSON object, got {type(row).__name__}")
+    chat = [k for k in CHAT_KEYS if k in row]
+    pc = prompt_column in row and completion_column in row
+    if chat and pc:
+        raise InputError(
+            f"row has both chat key {chat[0]!r} and {prompt_column!r}/{completion_column!r}; cannot tell its schema",
+            field=chat[0],
+        )
+    if chat:
+        return "chat"
+    if pc:
+        return "prompt_completion"
+    hint = ""
+    if "input" in row and "output" in row:
+        hint = " (legacy {input, output} rows: use PromptCompletionSchema(prompt_column='input', completion_column='output'))"
+    raise InputError(
+        f"row is neither chat (needs one of {', '.join(CHAT_KEYS)}) nor prompt/completion "
+        f"(needs {prompt_column!r} and {completion_column!r}); row keys: {sorted(row)}{hint}"
+    )
+
+
+def default_schema(kind: str) -> Schema:
+    """The default schema object for ``"prompt_completion"`` or ``"chat"``."""
+    if kind == "prompt_completion":
+        return PromptCompletionSchema()
+    if kind == "chat":
+        return ChatSchema()
+    raise ConfigError(f"unknown schema kind {kind!r}; choose prompt_completion or chat", field="schema")
