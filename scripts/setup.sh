@@ -13,5 +13,5 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   "$VPY" -m pip install --quiet "torch==2.13.0"
 fi
-"$VPY" -m pip install --quiet -e ".[test]"
+"$VPY" -m pip install --quiet -e ".[test,hf]"
 echo "seqpack installed in $(pwd)/.venv" >&2
