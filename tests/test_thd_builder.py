@@ -232,6 +232,12 @@ def test_valid_length_marks_materialised_padding():
     assert as_list(batch["padding_mask"]) == [[False] * 6 + [True] * 2]
 
 
+def test_valid_length_may_be_a_0d_tensor():
+    batch = build_thd_batch([row([1, 2, 0], valid_length=torch.tensor(2))])
+    assert as_list(batch["cu_seqlens_q"]) == [0, 2]
+    assert as_list(batch["cu_seqlens_q_padded"]) == [0, 3]
+
+
 def test_valid_length_zero_is_allowed():
     batch = build_thd_batch([row([1, 2]), row([0, 0], valid_length=0)])
     assert as_list(batch["cu_seqlens_q"]) == [0, 2, 2]

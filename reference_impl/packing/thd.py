@@ -207,10 +207,12 @@ def build_thd_batch(
     array_keys = [k for k in first if k not in ("valid_length", "attention_mask")]
     for key in CORE_ROW_KEYS:
         if key not in first:
-            hint = " (rename input_ids to tokens)" if key == "tokens" and "input_ids" in first else ""
+            hint = ""
+            if key == "tokens" and "input_ids" in first:
+                hint = " (rename input_ids to tokens)"
             raise PackingError(f"row is missing required key '{key}'{hint}", row=0, field=key)
     for key in array_keys:
-        if key == "padding_mask" or (key in RESERVED_KEYS and key not in ("position_ids", *CORE_ROW_KEYS)):
+        if key in RESERVED_KEYS and key not in ("position_ids", *CORE_ROW_KEYS):
             raise UsageError(
                 f"rows may not carry '{key}': the builder computes it", row=0, field=key,
                 fix="drop the key; use valid_length to mark materialised padding",
@@ -268,6 +270,10 @@ def build_thd_batch(
                     row=i, field="attention_mask",
                 )
         v = row.get("valid_length", u)
+        if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim == 0 and v.dtype not in (
+            torch.bool, np.bool_
+        ):
+            v = v.item()
         if not _is_int(v) or not 0 <= int(v) <= u:
             raise PackingError(
                 f"valid_length must be an integer in [0, {u}], got {v!r}", row=i,
@@ -353,14 +359,19 @@ def build_thd_batch(
     )
     for i, a in enumerate(columns["loss_mask"]):
         if a.dtype.kind not in "biuf":
-            raise PackingError(f"expected numeric values, got dtype {a.dtype}", row=i, field="loss_mask")
+            raise PackingError(
+                f"expected numeric values, got dtype {a.dtype}", row=i, field="loss_mask"
+            )
     loss_mask = place(columns["loss_mask"], 0, np.float32)
 
     # Position ids: restart at 0 for every physical segment and keep counting through gaps.
     seg_index = np.repeat(np.arange(len(rows)), physical)
     within = np.arange(int(physical.sum())) - np.repeat(starts, physical)
     if "position_ids" in columns:
-        given = [_as_integer(a, row=i, key="position_ids") for i, a in enumerate(columns["position_ids"])]
+        given = [
+            _as_integer(a, row=i, key="position_ids")
+            for i, a in enumerate(columns["position_ids"])
+        ]
         last = np.array([int(a[-1]) for a in given], dtype=np.int64)
         # gap position j (>= u_i) continues as last_i + 1 + (j - u_i)
         counting = within + (last + 1 - lengths)[seg_index]
@@ -416,7 +427,7 @@ def build_thd_batch(
 
 
 def padding_mask_from_lengths(starts: np.ndarray, logical: np.ndarray, width: int) -> np.ndarray:
-    """Bool ``[width]`` mask, False on ``[starts[i], starts[i] + logical[i])`` and True elsewhere."""
+    """Bool ``[width]`` mask: False on ``[starts[i], starts[i] + logical[i])``, True elsewhere."""
     starts = np.asarray(starts, dtype=np.int64)
     logical = np.asarray(logical, dtype=np.int64)
     mask = np.ones(width, dtype=bool)

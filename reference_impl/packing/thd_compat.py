@@ -9,8 +9,8 @@ Forms handled here:
   arrays, ``max_seqlen_*`` int32 ``[B, 1]`` (``[B]`` with ``pad_cu_seqlens``), int64 loss mask,
   ``token_count``, ``attention_mask=None`` -- :func:`to_bridge_offline_batch` /
   :func:`from_bridge_offline_batch`;
-* the legacy key names (``cu_seqlens``, ``cu_seqlens_unpadded``, ``*_argmin``, ``max_seqlen``, ``-1``
-  sentinels) -- :func:`to_legacy_batch` / :func:`from_legacy_batch`;
+* the legacy key names (``cu_seqlens``, ``cu_seqlens_unpadded``, ``*_argmin``, ``max_seqlen``,
+  ``-1`` sentinels) -- :func:`to_legacy_batch` / :func:`from_legacy_batch`;
 * stored packed rows (packed Parquet / ``.npy``) -> a batch, the way Bridge's offline collate does
   it -- :func:`collate_stored_rows` (Bridge form) and :func:`collate_stored_row_canonical`;
 * a right-padded ``[B, S]`` batch -> one THD row (Bridge's in-batch collators) --
@@ -77,7 +77,9 @@ LEGACY_KEYS: tuple[str, ...] = (
     "max_seqlen",
 )
 
-_ROW_TENSOR_KEYS: tuple[str, ...] = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask")
+_ROW_TENSOR_KEYS: tuple[str, ...] = (
+    "tokens", "labels", "loss_mask", "position_ids", "padding_mask"
+)
 _CANONICAL_DTYPES: dict[str, torch.dtype] = {
     "tokens": torch.int64,
     "labels": torch.int64,
@@ -142,11 +144,15 @@ def _assemble(
 def _one_value(value: Any, *, field: str) -> int:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise UsageError(f"expected exactly one value, got shape {tuple(value.shape)}", field=field)
+            raise UsageError(
+                f"expected exactly one value, got shape {tuple(value.shape)}", field=field
+            )
         return int(value.reshape(-1)[0].item())
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
-    raise UsageError(f"expected an int or a one-element tensor, got {type(value).__name__}", field=field)
+    raise UsageError(
+        f"expected an int or a one-element tensor, got {type(value).__name__}", field=field
+    )
 
 
 def _extra_keys(batch: Mapping[str, Any]) -> list[str]:
@@ -184,7 +190,9 @@ def to_bridge_offline_batch(
     sequence in ``cu_seqlens_q``.
     """
     if isinstance(batches, Mapping) or len(batches) == 0:
-        raise UsageError("batches must be a non-empty sequence of canonical batches", field="batches")
+        raise UsageError(
+            "batches must be a non-empty sequence of canonical batches", field="batches"
+        )
     if token_counts is not None and len(token_counts) != len(batches):
         raise UsageError(
             f"token_counts has {len(token_counts)} entries for {len(batches)} batches",
@@ -210,7 +218,9 @@ def to_bridge_offline_batch(
 
     loss = stack("loss_mask")
     if not torch.equal(loss, loss.round()):
-        raise UsageError("Bridge's int64 loss_mask cannot hold fractional weights", field="loss_mask")
+        raise UsageError(
+            "Bridge's int64 loss_mask cannot hold fractional weights", field="loss_mask"
+        )
     out: dict[str, Any] = {
         "tokens": stack("tokens"),
         "labels": stack("labels"),
@@ -229,7 +239,8 @@ def to_bridge_offline_batch(
     out["attention_mask"] = None
     if emit_padded_keys:
         cu = np.stack([_extend_repeat(lg, size) for lg, _ in arrays])
-        cu_padded = torch.from_numpy(np.stack([_extend_repeat(ph, size) for _, ph in arrays]).astype(np.int32))
+        physical = np.stack([_extend_repeat(ph, size) for _, ph in arrays])
+        cu_padded = torch.from_numpy(physical.astype(np.int32))
     else:
         cu = np.stack([_extend_repeat(ph, size) for _, ph in arrays])
         cu_padded = None
@@ -276,13 +287,17 @@ def from_bridge_offline_batch(
     cu_q = batch["cu_seqlens_q"].detach().cpu().numpy().astype(np.int64)
     padded = batch.get("cu_seqlens_q_padded")
     cu_p = None if padded is None else padded.detach().cpu().numpy().astype(np.int64)
-    if cu_q.ndim != 2 or cu_q.shape[0] != num_rows or (cu_p is not None and cu_p.shape != cu_q.shape):
+    same_shape = cu_p is None or cu_p.shape == cu_q.shape
+    if cu_q.ndim != 2 or cu_q.shape[0] != num_rows or not same_shape:
         raise UsageError(
-            f"boundary arrays must be [B, N] with B={num_rows} and equal shapes", field="cu_seqlens_q"
+            f"boundary arrays must be [B, N] with B={num_rows} and equal shapes",
+            field="cu_seqlens_q",
         )
     max_t = batch.get("max_seqlen_q")
     if not isinstance(max_t, torch.Tensor) or max_t.numel() != num_rows:
-        raise UsageError(f"max_seqlen_q must hold one value per row ({num_rows})", field="max_seqlen_q")
+        raise UsageError(
+            f"max_seqlen_q must hold one value per row ({num_rows})", field="max_seqlen_q"
+        )
     max_values = max_t.reshape(-1).tolist()
     pad = batch.get("padding_mask")
     known = set(BRIDGE_OFFLINE_KEYS)
@@ -319,7 +334,11 @@ def from_bridge_offline_batch(
             logical = physical
         if trim_trailing_empty:
             keep = logical.size
-            while keep > 2 and logical[keep - 1] == logical[keep - 2] and physical[keep - 1] == physical[keep - 2]:
+            while (
+                keep > 2
+                and logical[keep - 1] == logical[keep - 2]
+                and physical[keep - 1] == physical[keep - 2]
+            ):
                 keep -= 1
             logical, physical = logical[:keep], physical[:keep]
         if mask is None:
@@ -381,7 +400,8 @@ def _trim_legacy(values: Any, argmin: Any, *, field: str) -> np.ndarray:
     if arr.ndim == 2:
         if arr.shape[0] != 1:
             raise UsageError(
-                f"legacy packed batches must have micro-batch size 1, got shape {arr.shape}", field=field
+                f"legacy packed batches must have micro-batch size 1, got shape {arr.shape}",
+                field=field,
             )
         arr = arr[0]
     if arr.ndim != 1:
@@ -397,7 +417,9 @@ def _trim_legacy(values: Any, argmin: Any, *, field: str) -> np.ndarray:
         if negative.size:
             arr = arr[: negative[0]]
     if arr.size < 2 or np.any(arr < 0):
-        raise UsageError(f"no usable boundaries left after trimming sentinels: {arr.tolist()}", field=field)
+        raise UsageError(
+            f"no usable boundaries left after trimming sentinels: {arr.tolist()}", field=field
+        )
     return arr
 
 
@@ -432,7 +454,9 @@ def from_legacy_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
     if mask_t is not None:
         mask = mask_t.detach().cpu().numpy().astype(bool).reshape(-1)
         if mask.size != width:
-            raise UsageError(f"padding_mask has {mask.size} entries for width {width}", field="padding_mask")
+            raise UsageError(
+                f"padding_mask has {mask.size} entries for width {width}", field="padding_mask"
+            )
     if physical[0] != 0 or np.any(np.diff(physical) < 0) or physical[-1] != width:
         raise UsageError(
             f"physical boundaries {physical.tolist()} must rise from 0 to the width {width}",
@@ -456,7 +480,10 @@ def from_legacy_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
         mask = padding_mask_from_lengths(physical[:-1], np.diff(logical), width)
     rows["padding_mask"] = torch.from_numpy(mask.copy()).unsqueeze(0)
     max_value = batch.get("max_seqlen")
-    max_seqlen = int(np.diff(physical).max()) if max_value is None else _one_value(max_value, field="max_seqlen")
+    if max_value is None:
+        max_seqlen = int(np.diff(physical).max())
+    else:
+        max_seqlen = _one_value(max_value, field="max_seqlen")
     ignored = set(LEGACY_KEYS) | set(_ROW_TENSOR_KEYS) | {"attention_mask"}
     if batch.get("attention_mask") is not None:
         raise UsageError("expected attention_mask=None in a THD batch", field="attention_mask")
@@ -493,7 +520,9 @@ def static_shape_from_metadata(
     values: dict[str, list[int]] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping):
-            raise ArtifactError(f"metadata entry {i} is a {type(entry).__name__}, not an object", row=i)
+            raise ArtifactError(
+                f"metadata entry {i} is a {type(entry).__name__}, not an object", row=i
+            )
         for key in ("max_samples_per_bin", "dataset_max_seqlen", "min_packed_seqlen"):
             value = entry.get(key)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
@@ -574,8 +603,13 @@ def stored_row_segments(
     segments = []
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         tokens = ids[start : end - 1]
-        loss = stored_loss[start : end - 1] if answer_only_loss else (tokens != eos_id).astype(np.int64)
-        segment: dict[str, Any] = {"tokens": tokens, "labels": ids[start + 1 : end], "loss_mask": loss}
+        if answer_only_loss:
+            loss = stored_loss[start : end - 1]
+        else:
+            loss = (tokens != eos_id).astype(np.int64)
+        segment: dict[str, Any] = {
+            "tokens": tokens, "labels": ids[start + 1 : end], "loss_mask": loss
+        }
         if pad_seq_to_mult > 1:
             real = np.flatnonzero(tokens != eos_id)
             segment["valid_length"] = int(real[-1]) + 1 if real.size else 0
@@ -640,7 +674,9 @@ def _build_stored(
         where = f"stored row {row_index}"
         if err.row is not None:
             where += f", segment {err.row}"
-        raise type(err)(f"{where}: {err.message}", row=row_index, field=err.field, fix=err.fix) from err
+        raise type(err)(
+            f"{where}: {err.message}", row=row_index, field=err.field, fix=err.fix
+        ) from err
 
 
 def collate_stored_rows(
@@ -661,7 +697,8 @@ def collate_stored_rows(
     (:func:`stored_row_segments`), the common width is ``L = pack_size`` with
     ``pad_to_max_length``, else the longest row rounded up to ``pad_seq_length_to_mult`` and capped
     at ``pack_size``; each row goes through ``build_thd_batch`` (``slack="pad_sequence"``,
-    pad token and pad label ``eos_id``), and :func:`to_bridge_offline_batch` stacks the rows
+    pad token and pad label ``eos_id`` as in Bridge's offline collate, where the in-batch path
+    pads labels with -100, quirk Q6), and :func:`to_bridge_offline_batch` stacks the rows
     (padded keys iff ``pad_seq_to_mult > 1``). With ``pad_cu_seqlens`` the boundary arrays get the
     static size and ``max_seqlen`` the static value of :func:`static_shape_from_metadata`.
 
@@ -728,7 +765,9 @@ def collate_stored_row_canonical(
                           pad_to_max_length=pad_to_max_length,
                           pad_seq_length_to_mult=pad_seq_length_to_mult)
     static = static_shape_from_metadata(pack_metadata, width) if pad_cu_seqlens else None
-    return _build_stored(segments, row_index=row_index, width=width, m=m, eos_id=eos_id, static=static)
+    return _build_stored(
+        segments, row_index=row_index, width=width, m=m, eos_id=eos_id, static=static
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -791,7 +830,8 @@ def right_padded_to_thd(
             )
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
             raise UsageError(
-                f"expected a tensor of shape {shape}, got {getattr(value, 'shape', type(value).__name__)}",
+                f"expected a tensor of shape {shape}, "
+                f"got {getattr(value, 'shape', type(value).__name__)}",
                 field=key,
             )
         arrays[key] = value.detach().cpu().numpy()
@@ -818,7 +858,8 @@ def right_padded_to_thd(
             row=int(empty[0]), field=token_key,
         )
     rows = [
-        {key: arr[i, : int(n)] for key, arr in arrays.items()} for i, n in enumerate(lengths.tolist())
+        {key: arr[i, : int(n)] for key, arr in arrays.items()}
+        for i, n in enumerate(lengths.tolist())
     ]
     return build_thd_batch(
         rows,
