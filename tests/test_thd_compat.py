@@ -228,6 +228,15 @@ def test_item30_legacy_template_loss_on_alignment_padding_is_kept():
     assert L(b["loss_mask"][0][pad]) == [1, 1, 1]
 
 
+def test_q2_stored_row_longer_than_the_pack_fits_by_runtime_tokens():
+    # 18 stored tokens in 2 segments -> 16 runtime tokens: exactly one pack of 16
+    row = {"input_ids": list(range(1, 10)) + list(range(11, 20)), "seq_start_id": [0, 9],
+           "loss_mask": [1] * 18}
+    b = collate_stored_rows([row], pack_size=16, pad_seq_to_mult=1, eos_id=0, pad_to_max_length=True)
+    assert L(b["tokens"]) == [list(range(1, 9)) + list(range(11, 19))]
+    assert L(b["cu_seqlens_q"]) == [[0, 8, 16]] and not b["padding_mask"].any()
+
+
 def test_q4_content_ending_in_eos_shortens_the_logical_length():
     # the second input token 0 may be a real end-of-turn id equal to eos: it counts as padding
     row = {"input_ids": [5, 6, 0, 0, 0], "seq_start_id": [0], "loss_mask": [1, 1, 1, 0, 0]}
