@@ -126,3 +126,18 @@ def test_every_documented_upstream_rule_is_covered():
               32, 33, 34, 35, 36, 37, 40, 41, 42, 43, 54, 55, 56, 57}
     covered = {int(m) for r in RULES for m in re.findall(r"\bV(\d+)\b", r.source)}
     assert wanted <= covered, sorted(wanted - covered)
+
+
+def test_check_rules_raises_only_for_selected_rules():
+    from reference_impl.config.validate import check_rules
+    from reference_impl.errors import UsageError
+
+    cfg = [("dataset.enable_in_batch_packing", True), ("train.micro_batch_size", 1)]
+    from reference_impl.config import load_config
+
+    loaded = load_config(None, cfg)
+    with pytest.raises(ConfigViolationError, match=r"\[PACK-IN-BATCH-MBS\]"):
+        check_rules(loaded, ["PACK-IN-BATCH-MBS"])
+    assert check_rules(loaded, ["PACK-OFFLINE-MBS1"]) == []
+    with pytest.raises(UsageError, match="unknown rule id"):
+        check_rules(loaded, ["NOPE"])

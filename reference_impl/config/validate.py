@@ -124,3 +124,26 @@ def validate_config(
         rules_checked=count,
         config=cfg.to_dict(),
     )
+
+
+def check_rules(
+    config: TrainingConfig | Mapping[str, Any] | str | Path | None,
+    rule_ids: Iterable[str],
+) -> list[Finding]:
+    """Run only the named rules; raise :class:`ConfigViolationError` if an error-severity one fires.
+
+    Packing paths call this at construction time so that, e.g., the in-batch loader rejects
+    ``dataloader_type=batch`` with exactly the registry's rule id, message and fix. Returns the
+    warning findings (for the caller to log).
+    """
+    from reference_impl.config.rules import RULES_BY_ID
+    from reference_impl.errors import UsageError
+
+    selected = []
+    for rule_id in rule_ids:
+        if rule_id not in RULES_BY_ID:
+            raise UsageError(f"unknown rule id {rule_id!r}")
+        selected.append(RULES_BY_ID[rule_id])
+    report = validate_config(config, rules=selected)
+    report.raise_for_violations()
+    return report.warnings
