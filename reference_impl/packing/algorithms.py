@@ -1,0 +1,728 @@
+"""Bin packing of sequence lengths into packs of a fixed token capacity.
+
+``pack_lengths`` assigns every item (a sequence length) to a pack ("bin") with one of five
+classic online/offline rules. Each rule has exactly its textbook meaning; the fast code paths
+only change how the answer is computed, never which answer comes out:
+
+``best_fit_decreasing`` (default)
+    Items sorted by length, longest first; equal lengths keep input order (stable sort).
+    Each item goes to the feasible bin with the least remaining space; among equally full
+    bins the one opened first wins. No feasible bin: a new bin is opened at the end.
+``first_fit_decreasing``
+    Same order; each item goes to the earliest-opened feasible bin.
+``first_fit``
+    Input order; earliest-opened feasible bin.
+``first_fit_shuffle``
+    The packable items in a random order drawn with ``numpy.random.default_rng(seed)``
+    (``rng.permutation``), then first fit. The global numpy RNG is never used.
+``next_fit``
+    Input order; only the most recently opened bin is considered.
+
+A bin is *feasible* for an item when the item fits in its remaining space and, when
+``max_seqs_per_pack`` is set, the bin holds fewer than that many items. Zero-length items fit
+any bin that still has room for one more item.
+
+How it is fast: BFD and FFD process all items of one distinct length in a single vectorised
+step. With items taken longest first, a bin that receives an item of length ``L`` keeps
+receiving items of that length until its free space drops below ``L`` (or it is full), so one
+step reduces to "walk the candidate bins in rule order and hand each ``min(free // L, room)``
+items". BFD keeps its bins bucketed by free space (one bucket per free-space level), FFD keeps
+bins in opening order in blocks with a per-block maximum of the free space. Python work is
+proportional to the number of distinct lengths and buckets touched, not to the number of items.
+First fit in input or shuffled order has no such structure; it walks a max segment tree over
+bins once per item (O(n log n)). Next fit is a single linear pass.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from reference_impl.errors import InputError, PackingError, UsageError
+
+logger = logging.getLogger(__name__)
+
+ALGORITHMS: tuple[str, ...] = (
+    "best_fit_decreasing",
+    "first_fit_decreasing",
+    "first_fit_shuffle",
+    "first_fit",
+    "next_fit",
+)
+OVERSIZE_POLICIES: tuple[str, ...] = ("error", "report", "truncate")
+
+# Best fit keeps one counter per free-space level, so its memory grows with the capacity.
+MAX_BFD_CAPACITY = 1 << 22
+# Bins per block in the first-fit-decreasing block index.
+_FFD_BLOCK = 256
+
+
+# --------------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------------
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr, dtype=np.int64)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """The outcome of one packing run.
+
+    Assignment, two equivalent forms:
+
+    * ``bin_ids[i]``: the bin of item ``i`` (int64), ``-1`` when the item was left out
+      (only oversize items under ``oversize="report"``);
+    * CSR: ``order[offsets[b]:offsets[b + 1]]`` are the items of bin ``b`` in the order the
+      algorithm placed them. Bins are numbered in the order they were opened.
+
+    ``bin_sums[b]`` is the number of tokens in bin ``b`` (truncated items count as
+    ``capacity``). ``oversize`` lists every item longer than ``capacity``; ``truncated`` lists
+    those that were packed as ``capacity`` tokens (policy ``"truncate"``). Under ``"report"``
+    the oversize items are exactly the items with ``bin_ids == -1``.
+    """
+
+    bin_ids: np.ndarray
+    order: np.ndarray
+    offsets: np.ndarray
+    bin_sums: np.ndarray
+    capacity: int
+    algorithm: str
+    seed: int
+    max_seqs_per_pack: int | None
+    oversize_policy: str
+    oversize: np.ndarray
+    truncated: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("bin_ids", "order", "offsets", "bin_sums", "oversize", "truncated"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    # -- sizes -----------------------------------------------------------------------------
+    @property
+    def num_items(self) -> int:
+        """Number of input items (packed or not)."""
+        return int(self.bin_ids.shape[0])
+
+    @property
+    def num_packed(self) -> int:
+        """Number of items placed in a bin."""
+        return int(self.order.shape[0])
+
+    @property
+    def num_bins(self) -> int:
+        """Number of bins (packs)."""
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def bin_counts(self) -> np.ndarray:
+        """Items per bin (int64, one entry per bin)."""
+        return np.diff(self.offsets)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens placed in bins (truncated items count as ``capacity``)."""
+        return int(self.bin_sums.sum())
+
+    # -- quality ---------------------------------------------------------------------------
+    @property
+    def efficiency(self) -> float:
+        """Packed tokens / (bins x capacity); 0.0 when there is no bin."""
+        if self.num_bins == 0:
+            return 0.0
+        return self.total_tokens / (self.num_bins * self.capacity)
+
+    @property
+    def lower_bound(self) -> int:
+        """ceil(packed tokens / capacity): no packing of these items uses fewer bins."""
+        return -(-self.total_tokens // self.capacity)
+
+    @property
+    def max_items_per_bin(self) -> int:
+        """Largest number of items in one bin (0 without bins)."""
+        return int(self.bin_counts.max()) if self.num_bins else 0
+
+    @property
+    def min_bin_fill(self) -> int:
+        """Fewest tokens in one bin (0 without bins)."""
+        return int(self.bin_sums.min()) if self.num_bins else 0
+
+    # -- views -----------------------------------------------------------------------------
+    def bins(self) -> list[list[int]]:
+        """Item indices per bin, bins in opening order, items in placement order."""
+        order = self.order.tolist()
+        offs = self.offsets.tolist()
+        return [order[offs[b] : offs[b + 1]] for b in range(len(offs) - 1)]
+
+    def stats(self) -> dict[str, Any]:
+        """Scalar summary (JSON-able)."""
+        nb = self.num_bins
+        return {
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "capacity": self.capacity,
+            "max_seqs_per_pack": self.max_seqs_per_pack,
+            "oversize_policy": self.oversize_policy,
+            "num_items": self.num_items,
+            "num_packed": self.num_packed,
+            "num_bins": nb,
+            "total_tokens": self.total_tokens,
+            "efficiency": self.efficiency,
+            "lower_bound": self.lower_bound,
+            "bins_over_lower_bound": nb - self.lower_bound,
+            "max_items_per_bin": self.max_items_per_bin,
+            "mean_items_per_bin": (self.num_packed / nb) if nb else 0.0,
+            "min_bin_fill": self.min_bin_fill,
+            "num_oversize": int(self.oversize.shape[0]),
+            "num_truncated": int(self.truncated.shape[0]),
+        }
+
+    def to_dict(self, include_assignment: bool = False) -> dict[str, Any]:
+        """Stats plus the oversize/truncated item lists; per-item and per-bin arrays on request."""
+        out = self.stats()
+        out["oversize"] = self.oversize.tolist()
+        out["truncated"] = self.truncated.tolist()
+        if include_assignment:
+            out["bin_ids"] = self.bin_ids.tolist()
+            out["order"] = self.order.tolist()
+            out["offsets"] = self.offsets.tolist()
+            out["bin_sums"] = self.bin_sums.tolist()
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def as_length_array(lengths: Sequence[int] | np.ndarray, *, field: str = "lengths") -> np.ndarray:
+    """Validate ``lengths`` (1-D, integer, non-negative) and return it as an int64 array."""
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise UsageError(f"{field} must be one-dimensional, got shape {arr.shape}", field=field)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise InputError(
+            f"{field} must hold integers, got dtype {arr.dtype}",
+            field=field,
+            fix="pass token counts as ints",
+        )
+    arr = arr.astype(np.int64, copy=False)
+    if int(arr.min()) < 0:
+        bad = int(np.flatnonzero(arr < 0)[0])
+        raise InputError(
+            f"{field}[{bad}] is {int(arr[bad])}; lengths must be >= 0", row=bad, field=field
+        )
+    return arr
+
+
+def pack_lengths(
+    lengths: Sequence[int] | np.ndarray,
+    capacity: int,
+    algorithm: str = "best_fit_decreasing",
+    *,
+    seed: int = 0,
+    max_seqs_per_pack: int | None = None,
+    oversize: str = "error",
+) -> PackResult:
+    """Pack items of the given lengths into bins of ``capacity`` tokens.
+
+    ``algorithm`` is one of ``ALGORITHMS`` (module docstring gives the exact rules);
+    ``seed`` drives ``first_fit_shuffle`` only; ``max_seqs_per_pack`` caps items per bin.
+    Items longer than ``capacity``: ``oversize="error"`` raises ``PackingError``,
+    ``"report"`` leaves them out (listed in ``result.oversize``), ``"truncate"`` packs them
+    as ``capacity`` tokens (listed in ``result.truncated``). Same inputs -> same bins.
+    """
+    arr = as_length_array(lengths)
+    if not _is_int(capacity) or capacity < 1:
+        raise UsageError(f"capacity must be an integer >= 1, got {capacity!r}", field="capacity")
+    capacity = int(capacity)
+    if algorithm not in ALGORITHMS:
+        raise UsageError(
+            f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
+            field="algorithm",
+        )
+    if max_seqs_per_pack is not None and (not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1):
+        raise UsageError(
+            f"max_seqs_per_pack must be None or an integer >= 1, got {max_seqs_per_pack!r}",
+            field="max_seqs_per_pack",
+        )
+    if oversize not in OVERSIZE_POLICIES:
+        raise UsageError(
+            f"unknown oversize policy {oversize!r}; choose one of {', '.join(OVERSIZE_POLICIES)}",
+            field="oversize",
+        )
+    if not _is_int(seed) or seed < 0:
+        raise UsageError(f"seed must be an integer >= 0, got {seed!r}", field="seed")
+    if algorithm == "best_fit_decreasing" and capacity > MAX_BFD_CAPACITY:
+        raise UsageError(
+            f"best_fit_decreasing keeps one counter per free-space level and supports capacities "
+            f"up to {MAX_BFD_CAPACITY}, got {capacity}",
+            field="capacity",
+            fix="use algorithm='first_fit_decreasing' for larger packs",
+        )
+    cap_m = None if max_seqs_per_pack is None else int(max_seqs_per_pack)
+
+    n = int(arr.shape[0])
+    over = np.flatnonzero(arr > capacity)
+    truncated = np.zeros(0, dtype=np.int64)
+    keep: np.ndarray | None = None  # items to pack when not all of them
+    work = arr
+    if over.size:
+        first = int(over[0])
+        if oversize == "error":
+            raise PackingError(
+                f"{over.size} item(s) longer than the pack capacity {capacity}; the first is "
+                f"item {first} with length {int(arr[first])}",
+                row=first,
+                field="lengths",
+                fix="raise the capacity, or pass oversize='report' (leave them out) or "
+                "oversize='truncate' (pack them cut to the capacity)",
+            )
+        if oversize == "report":
+            keep = np.flatnonzero(arr <= capacity)
+            work = arr[keep]
+            logger.warning("left %d item(s) longer than %d out of every bin", over.size, capacity)
+        else:
+            work = np.minimum(arr, capacity)
+            truncated = over
+            logger.warning("packing %d item(s) longer than %d cut to the capacity", over.size, capacity)
+
+    proc, proc_bins, proc_ranks, nbins = _run(work, capacity, algorithm, seed, cap_m)
+    m = int(work.shape[0])
+    counts = np.bincount(proc_bins, minlength=nbins).astype(np.int64, copy=False)
+    offsets = np.zeros(nbins + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    order_local = np.empty(m, dtype=np.int64)
+    order_local[offsets[proc_bins] + proc_ranks] = proc
+    bins_local = np.empty(m, dtype=np.int64)
+    bins_local[proc] = proc_bins
+    bin_sums = np.bincount(proc_bins, weights=work[proc], minlength=nbins).astype(np.int64)
+    if keep is None:
+        bin_ids = bins_local
+        order = order_local
+    else:
+        bin_ids = np.full(n, -1, dtype=np.int64)
+        bin_ids[keep] = bins_local
+        order = keep[order_local]
+    return PackResult(
+        bin_ids=bin_ids,
+        order=order,
+        offsets=offsets,
+        bin_sums=bin_sums,
+        capacity=capacity,
+        algorithm=algorithm,
+        seed=int(seed),
+        max_seqs_per_pack=cap_m,
+        oversize_policy=oversize,
+        oversize=over,
+        truncated=truncated,
+    )
+
+
+def _run(
+    lengths: np.ndarray, capacity: int, algorithm: str, seed: int, max_seqs: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Dispatch to a core.
+
+    Returns, per processing step ``t``: the item placed (``proc[t]``), its bin and its rank
+    inside that bin (how many items the bin held before), plus the number of bins.
+    """
+    n = int(lengths.shape[0])
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy(), 0
+    if algorithm == "best_fit_decreasing":
+        return _best_fit_decreasing(lengths, capacity, max_seqs)
+    if algorithm == "first_fit_decreasing":
+        return _first_fit_decreasing(lengths, capacity, max_seqs)
+    if algorithm == "next_fit":
+        return _next_fit(lengths, capacity, max_seqs)
+    if algorithm == "first_fit":
+        sequence = np.arange(n, dtype=np.int64)
+    else:  # first_fit_shuffle
+        sequence = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    bins, ranks, nbins = first_fit_in_order(lengths[sequence], capacity, max_seqs)
+    return sequence, bins, ranks, nbins
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+def decreasing_order(lengths: np.ndarray) -> np.ndarray:
+    """Item indices sorted by length, longest first, ties in input order (a stable sort)."""
+    n = int(lengths.shape[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    top = int(lengths.max())
+    if top < (1 << 16):
+        # A stable argsort of a 16-bit key is a radix sort in numpy: O(n).
+        key = (top - lengths).astype(np.uint16)
+    else:
+        key = top - lengths
+    return np.argsort(key, kind="stable").astype(np.int64, copy=False)
+
+
+def _length_groups(lengths: np.ndarray) -> tuple[np.ndarray, list[int], list[int]]:
+    """Decreasing order plus, per distinct length (longest first), its value and run length."""
+    order = decreasing_order(lengths)
+    hist = np.bincount(lengths)
+    distinct = np.flatnonzero(hist)[::-1]
+    return order, distinct.tolist(), hist[distinct].tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# Best fit decreasing: bins bucketed by free-space level
+# --------------------------------------------------------------------------------------------
+
+
+def _best_fit_decreasing(
+    lengths: np.ndarray, capacity: int, max_seqs: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    n = int(lengths.shape[0])
+    cap = capacity
+    order, values, runs = _length_groups(lengths)
+    min_len = values[-1]  # a bin with less free space than this is never read again
+    count = np.zeros(n, dtype=np.int64)  # items per bin (at most n bins)
+    iota = np.arange(n + 1, dtype=np.int64)
+    # Bins that can still take items, filed by free-space level: ``buckets[f]`` is a list of
+    # sorted id arrays (merged when the level is read), ``sizes[f]`` their total size and
+    # ``nonempty`` the sorted list of levels holding bins.
+    buckets: dict[int, list[np.ndarray]] = {}
+    sizes = [0] * (cap + 1)
+    nonempty: list[int] = []
+    rec = _Placements()
+    nbins = 0
+
+    for length, k in zip(values, runs):
+        need = k
+        pending: list[tuple[int, np.ndarray]] = []  # (level, sorted ids) to file after the step
+        first = bisect.bisect_left(nonempty, length)
+        j = first
+        # Levels are visited from the tightest fit up; each is emptied except possibly the last.
+        while need > 0 and j < len(nonempty):
+            f = nonempty[j]
+            j += 1
+            parts = buckets.pop(f)
+            ids = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+            sizes[f] = 0
+            before = count[ids]
+            q_level = f // length if length else need
+            if max_seqs is None:
+                if ids.shape[0] * q_level <= need:
+                    count[ids] = before + q_level
+                    rec.add(ids, q_level, before)
+                    pending.append((f - q_level * length, ids))
+                    need -= ids.shape[0] * q_level
+                    continue
+                full, r = divmod(need, q_level)
+                if full:
+                    used = ids[:full]
+                    count[used] = before[:full] + q_level
+                    rec.add(used, q_level, before[:full])
+                    pending.append((f - q_level * length, used))
+                if r:
+                    used = ids[full : full + 1]
+                    count[used] = before[full : full + 1] + r
+                    rec.add(used, r, before[full : full + 1])
+                    pending.append((f - r * length, used))
+                    full += 1
+                pending.append((f, ids[full:]))
+                need = 0
+                continue
+            q = np.minimum(q_level, max_seqs - before)
+            cq = np.cumsum(q)
+            total = int(cq[-1])
+            if total <= need:
+                used, qu, bef = ids, q, before
+                need -= total
+                partial = False
+            else:
+                cut = int(np.searchsorted(cq, need)) + 1
+                used, qu, bef = ids[:cut], q[:cut].copy(), before[:cut]
+                qu[-1] -= int(cq[cut - 1]) - need
+                partial = bool(qu[-1] < q[cut - 1])
+                pending.append((f, ids[cut:]))
+                need = 0
+            newc = bef + qu
+            count[used] = newc
+            rec.add(used, qu, bef)
+            alive = newc < max_seqs
+            if partial:
+                alive[-1] = False
+                if newc[-1] < max_seqs:
+                    pending.append((f - int(qu[-1]) * length, used[-1:]))
+            pending.append((f - q_level * length, used[alive]))
+        del nonempty[first:j]
+        if need > 0:
+            # Every existing bin is too full: open new bins, each taking as many as fit.
+            per_new = cap // length if length else need
+            if max_seqs is not None:
+                per_new = min(per_new, max_seqs)
+            nb, r = divmod(need, per_new)
+            if nb:
+                new = iota[nbins : nbins + nb]
+                count[nbins : nbins + nb] = per_new
+                rec.add(new, per_new, 0)
+                if max_seqs is None or per_new < max_seqs:
+                    pending.append((cap - per_new * length, new))
+                nbins += nb
+            if r:
+                new = iota[nbins : nbins + 1]
+                count[nbins] = r
+                rec.add(new, r, 0)
+                pending.append((cap - r * length, new))
+                nbins += 1
+        for level, ids in pending:
+            if level < min_len or ids.shape[0] == 0:
+                continue
+            if sizes[level]:
+                buckets[level].append(ids)
+            else:
+                buckets[level] = [ids]
+                bisect.insort(nonempty, level)
+            sizes[level] += ids.shape[0]
+    proc_bins, proc_ranks = rec.assemble(n)
+    return order, proc_bins, proc_ranks, nbins
+
+
+class _Placements:
+    """Placements recorded in processing order as (bins, items per bin, items already in bin)."""
+
+    def __init__(self) -> None:
+        self.bins: list[np.ndarray] = []
+        self.takes: list[np.ndarray | int] = []
+        self.before: list[np.ndarray | int] = []
+
+    def add(self, bins: np.ndarray, take: np.ndarray | int, before: np.ndarray | int) -> None:
+        self.bins.append(bins)
+        self.takes.append(take)
+        self.before.append(before)
+
+    def assemble(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bin and rank of each of the ``n`` processing steps, in processing order."""
+        if not self.bins:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty.copy()
+        sizes = [b.shape[0] for b in self.bins]
+        bins = np.concatenate(self.bins)
+        takes = np.concatenate(
+            [np.full(s, t, dtype=np.int64) if isinstance(t, int) else t for s, t in zip(sizes, self.takes)]
+        )
+        before = np.concatenate(
+            [np.full(s, t, dtype=np.int64) if isinstance(t, int) else t for s, t in zip(sizes, self.before)]
+        )
+        starts = np.cumsum(takes) - takes
+        proc_bins = np.repeat(bins, takes)
+        proc_ranks = np.repeat(before - starts, takes)
+        proc_ranks += np.arange(n, dtype=np.int64)
+        return proc_bins, proc_ranks
+
+
+# --------------------------------------------------------------------------------------------
+# First fit decreasing: bins in opening order, grouped in blocks with a per-block max
+# --------------------------------------------------------------------------------------------
+
+
+def _first_fit_decreasing(
+    lengths: np.ndarray, capacity: int, max_seqs: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    n = int(lengths.shape[0])
+    cap = capacity
+    order, values, runs = _length_groups(lengths)
+    width_b = _FFD_BLOCK
+    nblk = -(-n // width_b)
+    # ``free[b]``: free space of bin b; bins not opened yet read ``cap`` (the leftmost of them
+    # is "open a new bin"), bins that reached ``max_seqs`` read -1. ``bmax`` is the per-block
+    # maximum, so blocks without a candidate are skipped.
+    free = np.full(nblk * width_b, cap, dtype=np.int64)
+    count = np.zeros(nblk * width_b, dtype=np.int64)
+    bmax = np.full(nblk, cap, dtype=np.int64)
+    lane = np.arange(width_b, dtype=np.int64)
+    iota = np.arange(n + 1, dtype=np.int64)
+    rec = _Placements()
+    nbins = 0
+    for length, k in zip(values, runs):
+        need = k
+        opened_blocks = -(-nbins // width_b)
+        cand = np.flatnonzero(bmax[:opened_blocks] >= length)
+        start, width = 0, 1
+        while need > 0 and start < cand.shape[0]:
+            blks = cand[start : start + width]
+            start += width
+            width *= 4
+            if blks.shape[0] == 1:  # one block: work on a view, no index arrays
+                base = int(blks[0]) * width_b
+                window = free[base : base + width_b]
+                offs = np.flatnonzero(window >= length)
+                sel = offs + base
+                fsel = window[offs]
+            else:
+                base = -1
+                idx = (blks[:, None] * width_b + lane).ravel()
+                fr = free[idx]
+                ok = fr >= length
+                sel = idx[ok]
+                fsel = fr[ok]
+            before = count[sel]
+            q = fsel // length if length else np.full(sel.shape[0], need, dtype=np.int64)
+            if max_seqs is not None:
+                np.minimum(q, max_seqs - before, out=q)
+            cq = np.cumsum(q)
+            total = int(cq[-1])
+            if total > need:
+                cut = int(np.searchsorted(cq, need)) + 1
+                sel, q, fsel, before = sel[:cut], q[:cut].copy(), fsel[:cut], before[:cut]
+                q[-1] -= int(cq[cut - 1]) - need
+                total = need
+            rec.add(sel, q, before)
+            newc = before + q
+            count[sel] = newc
+            nf = fsel - q * length
+            if max_seqs is not None:
+                nf[newc >= max_seqs] = -1
+            free[sel] = nf
+            if base >= 0:
+                bmax[blks] = window.max()
+            else:
+                bmax[blks] = free[idx].reshape(-1, width_b).max(axis=1)
+            top = int(sel[-1]) + 1
+            if top > nbins:
+                nbins = top
+            need -= total
+        if need > 0:
+            # No opened bin has room: open new bins, each taking as many as fit.
+            per_new = cap // length if length else need
+            if max_seqs is not None:
+                per_new = min(per_new, max_seqs)
+            nb, r = divmod(need, per_new)
+            first = nbins
+            if nb:
+                rec.add(iota[nbins : nbins + nb], per_new, 0)
+                count[nbins : nbins + nb] = per_new
+                full = max_seqs is not None and per_new >= max_seqs
+                free[nbins : nbins + nb] = -1 if full else cap - per_new * length
+                nbins += nb
+            if r:
+                rec.add(iota[nbins : nbins + 1], r, 0)
+                count[nbins] = r
+                free[nbins] = -1 if max_seqs is not None and r >= max_seqs else cap - r * length
+                nbins += 1
+            b0 = first // width_b
+            b1 = -(-nbins // width_b)
+            bmax[b0:b1] = free[b0 * width_b : b1 * width_b].reshape(-1, width_b).max(axis=1)
+    proc_bins, proc_ranks = rec.assemble(n)
+    return order, proc_bins, proc_ranks, nbins
+
+
+# --------------------------------------------------------------------------------------------
+# First fit in a given order: one max-segment-tree walk per item
+# --------------------------------------------------------------------------------------------
+
+
+def first_fit_in_order(
+    lengths: np.ndarray | Sequence[int],
+    capacity: int,
+    max_seqs: int | None = None,
+    *,
+    oversize_singletons: bool = False,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """First fit over items in the given order: returns (bin per item, rank in bin, #bins).
+
+    Each item goes to the earliest-opened bin with enough free space (and, with
+    ``max_seqs``, fewer than that many items); otherwise a new bin opens. With
+    ``oversize_singletons`` an item longer than ``capacity`` opens a bin of its own that
+    never takes another item (Megatron-Bridge's behaviour); otherwise such an item raises
+    ``PackingError``. A max segment tree over bins finds each bin in O(log n).
+    """
+    items = lengths.tolist() if isinstance(lengths, np.ndarray) else [int(x) for x in lengths]
+    n = len(items)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), 0
+    size = 1 << max(0, (n - 1).bit_length())
+    # Leaves are bins; a bin not opened yet has the full capacity free, so the tree walk
+    # lands on "open a new bin" by itself. A closed bin reads -1.
+    tree = [capacity] * (2 * size)
+    counts = [0] * size
+    limit = n + 1 if max_seqs is None else max_seqs
+    seq_bins = [0] * n
+    seq_ranks = [0] * n
+    nbins = 0
+    for t, length in enumerate(items):
+        if length > capacity:
+            if not oversize_singletons:
+                raise PackingError(f"item of length {length} exceeds the capacity {capacity}")
+            b = nbins
+            node = b + size
+            free_after = -1
+        else:
+            node = 1
+            while node < size:
+                node <<= 1
+                if tree[node] < length:
+                    node += 1
+            b = node - size
+            free_after = tree[node] - length
+        c = counts[b]
+        seq_ranks[t] = c
+        c += 1
+        counts[b] = c
+        if c >= limit:
+            free_after = -1
+        seq_bins[t] = b
+        if b >= nbins:
+            nbins = b + 1
+        tree[node] = free_after
+        node >>= 1
+        while node:
+            left = tree[2 * node]
+            right = tree[2 * node + 1]
+            top = left if left > right else right
+            if tree[node] == top:
+                break
+            tree[node] = top
+            node >>= 1
+    return np.asarray(seq_bins, dtype=np.int64), np.asarray(seq_ranks, dtype=np.int64), nbins
+
+
+# --------------------------------------------------------------------------------------------
+# Next fit: one pass
+# --------------------------------------------------------------------------------------------
+
+
+def _next_fit(
+    lengths: np.ndarray, capacity: int, max_seqs: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    n = int(lengths.shape[0])
+    limit = n + 1 if max_seqs is None else max_seqs
+    bins = [0] * n
+    ranks = [0] * n
+    b = -1
+    used = capacity + 1  # forces a bin to open for the first item
+    c = 0
+    for i, length in enumerate(lengths.tolist()):
+        if used + length > capacity or c >= limit:
+            b += 1
+            used = 0
+            c = 0
+        bins[i] = b
+        ranks[i] = c
+        used += length
+        c += 1
+    proc = np.arange(n, dtype=np.int64)
+    return proc, np.asarray(bins, dtype=np.int64), np.asarray(ranks, dtype=np.int64), b + 1

@@ -1,0 +1,396 @@
+"""Reproduce Megatron-Bridge's offline packing strategy exactly.
+
+Bridge's offline preparation packs *lengths*, then hands out samples:
+
+1. histogram of runtime lengths (``len(input_ids) - 1``); samples longer than the tokenizer
+   budget ``max_seq_length`` are dropped (here: returned in ``skipped``, never lost silently);
+2. the histogram expanded to an ascending list of lengths;
+3. ``first_fit_shuffle`` only: that list shuffled with numpy's legacy Mersenne-Twister stream;
+4. first fit (``first_fit_decreasing``: stable sort longest first, then first fit) -> bins of
+   lengths; a length over the pack size gets a bin of its own;
+5. fill: for every length ``0..pack_size`` in ascending order with at least one sample, one
+   ``permutation`` of that length's samples (dataset order); each bin, in order, takes for
+   each of its lengths the *last* remaining sample of that length.
+
+Bridge seeds the global legacy RNG once (``np.random.seed(seed)``) before step 3 and restores
+the caller's state after step 5, so steps 3 and 5 draw from one stream. Here that stream is a
+private ``numpy.random.RandomState(seed)``: it yields exactly the same numbers (same legacy
+seeding, same shuffle and permutation algorithms) and the global RNG is never touched, so
+there is nothing to save or restore. Pass the same ``RandomState`` object to
+``bridge_packing_strategy`` and ``bridge_fill_assignment`` (``bridge_pack_samples`` does).
+
+The metadata dict has Bridge's six keys, in Bridge's order, with its float arithmetic and
+Python ``round(x, 2)``; ``bridge_pack_metadata`` is reusable by any offline pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from reference_impl.errors import PackingError, UsageError
+from reference_impl.packing.algorithms import as_length_array, first_fit_in_order, pack_lengths
+
+logger = logging.getLogger(__name__)
+
+BRIDGE_ALGORITHMS: tuple[str, ...] = ("first_fit_shuffle", "first_fit_decreasing", "first_fit")
+BRIDGE_METADATA_KEYS: tuple[str, ...] = (
+    "dataset_max_seqlen",
+    "max_samples_per_bin",
+    "packing_factor",
+    "packing_efficiency",
+    "pack_size",
+    "min_packed_seqlen",
+)
+
+
+def bridge_rng(seed: int) -> np.random.RandomState:
+    """The legacy stream Bridge draws from after ``np.random.seed(seed)``, as a private object."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise UsageError(f"seed must be an integer in [0, 2**32), got {seed!r}", field="seed")
+    return np.random.RandomState(int(seed))
+
+
+def _as_rng(rng: np.random.RandomState | int) -> np.random.RandomState:
+    if isinstance(rng, np.random.RandomState):
+        return rng
+    return bridge_rng(rng)
+
+
+def _check_pack_size(pack_size: int) -> int:
+    if not isinstance(pack_size, (int, np.integer)) or isinstance(pack_size, bool) or pack_size < 1:
+        raise UsageError(f"pack_size must be an integer >= 1, got {pack_size!r}", field="pack_size")
+    return int(pack_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Histogram
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BridgeHistogram:
+    """Runtime-length histogram as Bridge builds it.
+
+    ``histogram[L]`` counts the kept samples of runtime length ``L`` (``0..max_seq_length``);
+    ``buckets[L]`` lists their indices in dataset order; ``skipped`` lists the samples longer
+    than ``max_seq_length`` that Bridge drops.
+    """
+
+    histogram: list[int]
+    buckets: dict[int, list[int]]
+    skipped: list[int]
+    max_seq_length: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (bucket keys become strings)."""
+        return {
+            "histogram": list(self.histogram),
+            "buckets": {str(k): list(v) for k, v in self.buckets.items()},
+            "skipped": list(self.skipped),
+            "max_seq_length": self.max_seq_length,
+        }
+
+
+def bridge_histogram(runtime_lengths: Sequence[int] | np.ndarray, max_seq_length: int) -> BridgeHistogram:
+    """Histogram of runtime lengths over ``0..max_seq_length``; longer samples are skipped."""
+    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
+    if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 0:
+        raise UsageError(
+            f"max_seq_length must be an integer >= 0, got {max_seq_length!r}", field="max_seq_length"
+        )
+    s = int(max_seq_length)
+    skipped = np.flatnonzero(lengths > s)
+    if skipped.size:
+        logger.warning(
+            "skipping %d sample(s) longer than the maximum sequence length %d (first: sample %d)",
+            skipped.size,
+            s,
+            int(skipped[0]),
+        )
+    kept = np.flatnonzero(lengths <= s)
+    order = kept[np.argsort(lengths[kept], kind="stable")]
+    hist = np.bincount(lengths[kept], minlength=s + 1)
+    buckets: dict[int, list[int]] = {}
+    start = 0
+    for length in np.flatnonzero(hist).tolist():
+        stop = start + int(hist[length])
+        buckets[length] = order[start:stop].tolist()
+        start = stop
+    return BridgeHistogram(
+        histogram=hist.tolist(), buckets=buckets, skipped=skipped.tolist(), max_seq_length=s
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Bin assignment
+# --------------------------------------------------------------------------------------------
+
+
+def bridge_assign(
+    lengths: Sequence[int] | np.ndarray,
+    pack_size: int,
+    algorithm: str = "first_fit",
+    *,
+    rng: np.random.RandomState | int | None = None,
+) -> list[list[int]]:
+    """Bridge's bin assignment of a list of lengths: bins of item indices, in placement order.
+
+    ``first_fit`` keeps the given order, ``first_fit_decreasing`` sorts longest first (ties
+    keep input order), ``first_fit_shuffle`` shuffles with ``rng`` (a ``RandomState`` or a
+    seed). An item longer than ``pack_size`` gets a bin of its own, as in Bridge.
+    """
+    pack_size = _check_pack_size(pack_size)
+    arr = as_length_array(lengths)
+    if algorithm not in BRIDGE_ALGORITHMS:
+        raise UsageError(
+            f"unknown Bridge packing algorithm {algorithm!r}; choose one of {', '.join(BRIDGE_ALGORITHMS)}",
+            field="algorithm",
+        )
+    n = int(arr.shape[0])
+    if n == 0:
+        return []
+    if algorithm == "first_fit_decreasing" and int(arr.max()) <= pack_size:
+        return pack_lengths(arr, pack_size, "first_fit_decreasing").bins()
+    if algorithm == "first_fit_shuffle":
+        if rng is None:
+            raise UsageError(
+                "first_fit_shuffle needs rng (a numpy RandomState, or a seed)",
+                field="rng",
+                fix="pass rng=bridge_rng(seed) and reuse it for bridge_fill_assignment",
+            )
+        sequence = list(range(n))
+        _as_rng(rng).shuffle(sequence)
+        seq = np.asarray(sequence, dtype=np.int64)
+    elif algorithm == "first_fit_decreasing":
+        seq = np.argsort(-arr, kind="stable").astype(np.int64)
+    else:
+        seq = np.arange(n, dtype=np.int64)
+    bins, ranks, nbins = first_fit_in_order(arr[seq], pack_size, oversize_singletons=True)
+    counts = np.bincount(bins, minlength=nbins)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    flat = np.empty(n, dtype=np.int64)
+    flat[offsets[bins] + ranks] = seq
+    flat_list = flat.tolist()
+    offs = offsets.tolist()
+    return [flat_list[offs[b] : offs[b + 1]] for b in range(nbins)]
+
+
+def bridge_pack_metadata(
+    bin_sums: Sequence[int] | np.ndarray,
+    bin_counts: Sequence[int] | np.ndarray,
+    pack_size: int,
+    dataset_max_seqlen: int,
+) -> dict[str, int | float]:
+    """Bridge's pack metadata (six keys, Bridge's order) from per-bin token sums and counts.
+
+    ``packing_factor`` = samples / bins and ``packing_efficiency`` = mean bin sum / pack_size
+    x 100, both with Python float arithmetic in Bridge's operation order and ``round(x, 2)``.
+    """
+    sums = [int(x) for x in np.asarray(bin_sums).tolist()]
+    counts = [int(x) for x in np.asarray(bin_counts).tolist()]
+    pack_size = _check_pack_size(pack_size)
+    if len(sums) != len(counts):
+        raise UsageError(
+            f"bin_sums and bin_counts differ in length ({len(sums)} vs {len(counts)})",
+            field="bin_counts",
+        )
+    if not sums:
+        raise PackingError("no bins: Bridge's metadata is undefined for an empty packing")
+    nbins = len(sums)
+    packing_factor = sum(counts) / nbins
+    packing_efficiency = sum(sums) / nbins / pack_size * 100
+    return {
+        "dataset_max_seqlen": int(dataset_max_seqlen),
+        "max_samples_per_bin": max(counts),
+        "packing_factor": round(packing_factor, 2),
+        "packing_efficiency": round(packing_efficiency, 2),
+        "pack_size": pack_size,
+        "min_packed_seqlen": min(sums),
+    }
+
+
+def bridge_packing_strategy(
+    histogram: Sequence[int],
+    pack_size: int,
+    algorithm: str = "first_fit_shuffle",
+    *,
+    rng: np.random.RandomState | int | None = None,
+) -> tuple[list[list[int]], dict[str, int | float]]:
+    """Bins of lengths plus Bridge's metadata, from a histogram of runtime lengths.
+
+    The histogram is expanded to an ascending list of lengths and packed with ``algorithm``
+    (``rng`` feeds ``first_fit_shuffle``). Lengths over ``pack_size`` get bins of their own,
+    as in Bridge, and a warning; ``bridge_fill_assignment`` rejects such bins.
+    """
+    hist = as_length_array(histogram, field="histogram")
+    pack_size = _check_pack_size(pack_size)
+    if int(hist.sum()) == 0:
+        raise PackingError("the histogram is empty: there is nothing to pack", field="histogram")
+    lengths = np.repeat(np.arange(hist.shape[0], dtype=np.int64), hist)
+    over = int((lengths > pack_size).sum())
+    if over:
+        logger.warning(
+            "%d length(s) exceed the pack size %d and get bins of their own (Bridge's fill "
+            "step cannot place them)",
+            over,
+            pack_size,
+        )
+    index_bins = bridge_assign(lengths, pack_size, algorithm, rng=rng)
+    flat = lengths.tolist()
+    bins = [[flat[i] for i in b] for b in index_bins]
+    metadata = bridge_pack_metadata(
+        [sum(b) for b in bins], [len(b) for b in bins], pack_size, int(lengths.max())
+    )
+    return bins, metadata
+
+
+# --------------------------------------------------------------------------------------------
+# Fill
+# --------------------------------------------------------------------------------------------
+
+
+def bridge_fill_assignment(
+    sample_lengths: Sequence[int] | np.ndarray,
+    bins: Sequence[Sequence[int]],
+    rng: np.random.RandomState | int,
+) -> list[list[int]]:
+    """Which sample lands where: bins of lengths -> bins of sample indices, Bridge's way.
+
+    ``sample_lengths[i]`` is sample ``i``'s runtime length. For each length present, in
+    ascending order, one ``rng.permutation`` reorders that length's samples (dataset order);
+    each bin then takes, per length slot, the last remaining sample of that length. ``rng``
+    must be the stream the strategy used (for ``first_fit_shuffle``); a seed starts a fresh
+    one (exact for ``first_fit_decreasing``, which draws nothing). Raises ``PackingError`` when
+    the bins and the samples do not match one to one.
+    """
+    lengths = as_length_array(sample_lengths, field="sample_lengths")
+    rs = _as_rng(rng)
+    order = np.argsort(lengths, kind="stable")
+    present = np.flatnonzero(np.bincount(lengths)) if lengths.size else np.zeros(0, np.int64)
+    hist = np.bincount(lengths) if lengths.size else np.zeros(0, np.int64)
+    max_slot = max((max(b) for b in bins if len(b)), default=-1)
+    # Bridge only materialises lengths up to the pack size; the largest slot any bin asks for
+    # plays that role here (larger lengths could never be placed anyway).
+    stacks: dict[int, list[int]] = {}
+    start = 0
+    for length in present.tolist():
+        stop = start + int(hist[length])
+        if length <= max_slot:
+            bucket = order[start:stop]
+            stacks[length] = bucket[rs.permutation(bucket.shape[0])].tolist()
+        start = stop
+    out: list[list[int]] = []
+    for b, slots in enumerate(bins):
+        row: list[int] = []
+        for length in slots:
+            stack = stacks.get(int(length))
+            if not stack:
+                raise PackingError(
+                    f"bin {b} has a slot of length {int(length)} but no sample of that length is left",
+                    row=b,
+                    field="bins",
+                )
+            row.append(stack.pop())
+        out.append(row)
+    left = sorted(i for stack in stacks.values() for i in stack)
+    unplaced = left + np.flatnonzero(lengths > max_slot).tolist()
+    if unplaced:
+        raise PackingError(
+            f"{len(unplaced)} sample(s) have no slot in the bins (first: sample {min(unplaced)})",
+            row=min(unplaced),
+            field="sample_lengths",
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BridgePack:
+    """Bridge's offline pack of a dataset, reproduced.
+
+    ``bins`` are Bridge's assignments (lengths per bin); ``sample_bins`` the sample indices
+    per packed row, in row order; ``skipped`` the samples Bridge drops for being longer than
+    ``max_seq_length``.
+    """
+
+    bins: list[list[int]]
+    sample_bins: list[list[int]]
+    metadata: dict[str, int | float]
+    skipped: list[int]
+    pack_size: int
+    max_seq_length: int
+    algorithm: str
+    seed: int
+
+    def to_dict(self, include_bins: bool = False) -> dict[str, Any]:
+        """JSON-able summary; the per-bin lists only when asked."""
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "pack_size": self.pack_size,
+            "max_seq_length": self.max_seq_length,
+            "num_bins": len(self.bins),
+            "num_samples": sum(len(b) for b in self.sample_bins),
+            "skipped": list(self.skipped),
+            "metadata": dict(self.metadata),
+        }
+        if include_bins:
+            out["bins"] = [list(b) for b in self.bins]
+            out["sample_bins"] = [list(b) for b in self.sample_bins]
+        return out
+
+
+def bridge_pack_samples(
+    runtime_lengths: Sequence[int] | np.ndarray,
+    pack_size: int,
+    *,
+    seed: int,
+    algorithm: str = "first_fit_shuffle",
+    max_seq_length: int | None = None,
+) -> BridgePack:
+    """Per-sample runtime lengths -> Bridge's packed rows (sample indices), exactly.
+
+    Runs histogram, strategy and fill on one ``RandomState(seed)`` stream, as Bridge does
+    between its ``np.random.seed(seed)`` and the restore. ``max_seq_length`` (default:
+    ``pack_size``) is the histogram cut-off; samples above it are reported in ``skipped``.
+    Raises ``PackingError`` when a kept sample is longer than ``pack_size`` (Bridge would fail
+    in its fill step) or when nothing is left to pack.
+    """
+    pack_size = _check_pack_size(pack_size)
+    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
+    s = pack_size if max_seq_length is None else int(max_seq_length)
+    rs = bridge_rng(seed)
+    hist = bridge_histogram(lengths, s)
+    kept = np.flatnonzero(lengths <= s)
+    too_long = kept[lengths[kept] > pack_size]
+    if too_long.size:
+        first = int(too_long[0])
+        raise PackingError(
+            f"{too_long.size} sample(s) are longer than the pack size {pack_size} but within "
+            f"max_seq_length {s}; the first is sample {first} with length {int(lengths[first])}",
+            row=first,
+            field="runtime_lengths",
+            fix="use max_seq_length <= pack_size",
+        )
+    bins, metadata = bridge_packing_strategy(hist.histogram, pack_size, algorithm, rng=rs)
+    local = bridge_fill_assignment(lengths[kept], bins, rs)
+    kept_list = kept.tolist()
+    sample_bins = [[kept_list[i] for i in row] for row in local]
+    return BridgePack(
+        bins=bins,
+        sample_bins=sample_bins,
+        metadata=metadata,
+        skipped=hist.skipped,
+        pack_size=pack_size,
+        max_seq_length=s,
+        algorithm=algorithm,
+        seed=int(seed),
+    )
