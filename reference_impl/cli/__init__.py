@@ -21,6 +21,8 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.align",
     "reference_impl.cli.validate",
     "reference_impl.cli.rules",
+    "reference_impl.cli.pack",
+    "reference_impl.cli.inspect_cmd",
 )
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2

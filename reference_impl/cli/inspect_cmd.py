@@ -1,0 +1,61 @@
+"""``seqpack inspect``: integrity, statistics and topology fitness of packed Parquet."""
+
+from __future__ import annotations
+
+import argparse
+
+from reference_impl.cli._output import add_json_flag, print_json
+
+NAME = "inspect"
+HELP = "check a packed Parquet artifact (ours or Megatron-Bridge's) and whether it fits a TP/CP/SP topology"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the command's flags."""
+    p.add_argument("path", help="packed Parquet file, glob or directory")
+    p.add_argument("--tp", type=int, default=None)
+    p.add_argument("--cp", type=int, default=None)
+    p.add_argument("--sp", action="store_true")
+    p.add_argument("--eval-cp", type=int, default=None)
+    p.add_argument("--pack-size", type=int, default=None, help="needed for artifacts without a seqpack manifest")
+    p.add_argument("--eos-id", type=int, default=None, help="EOS id (real-token counts of foreign artifacts)")
+    p.add_argument("--fixed-width", action="store_true", help="the run uses pad_to_max_length")
+    add_json_flag(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Inspect; exit 1 when integrity issues are found or the topology does not fit."""
+    from reference_impl.inspect import Topology, inspect_packed_dataset
+
+    topo = None
+    if args.tp is not None or args.cp is not None or args.sp or args.eval_cp is not None:
+        topo = Topology(tp=args.tp or 1, cp=args.cp or 1, sp=args.sp, eval_cp=args.eval_cp)
+    report = inspect_packed_dataset(
+        args.path, topo, pack_size=args.pack_size, eos_id=args.eos_id, pad_to_max_length=args.fixed_width or None
+    )
+    failed = not report.ok or (report.topology is not None and not report.topology["usable"])
+    if args.json:
+        print_json(report.to_dict())
+        return 1 if failed else 0
+    s = report.stats
+    print(f"{'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in {len(report.files)} file(s)")
+    print(
+        f"  packing efficiency {s['packing_efficiency']:.2%} (real tokens {s['real_token_efficiency']:.2%}), "
+        f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}"
+    )
+    spp = s["sequences_per_pack"]
+    print(f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
+          f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}")
+    for issue in report.issues:
+        print(f"  issue [{issue['check']}] row {issue['row']}: {issue['message']}")
+    if report.issue_count > len(report.issues):
+        print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+    if report.topology is not None:
+        t = report.topology
+        al = t["alignment"]
+        verdict = "usable" if t["usable"] else "NOT usable"
+        print(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: {verdict} "
+              f"(needs multiples of {al['pad_seq_to_mult']})")
+        for reason in t["reasons"]:
+            print(f"    - {reason}")
+    return 1 if failed else 0

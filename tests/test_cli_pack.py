@@ -1,0 +1,40 @@
+"""seqpack pack / inspect end to end through the CLI."""
+
+import json
+
+from reference_impl.cli import main
+from reference_impl.data import demo_path
+
+
+def test_pack_then_inspect(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["pack", str(demo_path("prompt_completion")), "--out", str(out), "--pack-size", "4096",
+                 "--cp", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    train = res["files"]["training"]
+    assert "pad_seq_to_mult4" in res["root"]
+    acc = res["splits"]["training"]["accounting"]
+    assert acc["rows_in"] == acc["packed"] + acc["skipped_total"]
+    assert main(["inspect", train, "--cp", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("OK:") and "usable" in text
+    assert main(["inspect", train, "--tp", "4", "--cp", "2", "--sp", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["topology"]["usable"] is False
+
+
+def test_pack_text_output_and_reuse(tmp_path, capsys):
+    args = ["pack", str(demo_path("chat")), "--out", str(tmp_path), "--pack-size", "4096", "--no-progress"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("wrote") and "training" in first
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("reused")
+
+
+def test_pack_errors_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "completion": "b"}\n{oops\n')
+    assert main(["pack", str(bad), "--out", str(tmp_path / "o"), "--pack-size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2" in err and len(err.strip().splitlines()) == 1
