@@ -279,3 +279,16 @@ def test_blend_manifest_errors(tmp_path):
     bad.write_text(json.dumps([-1, "a.jsonl"]))
     with pytest.raises(InputError, match="positive number"):
         prepare_packed_dataset(bad, tmp_path / "o", pack_size=64)
+
+
+def test_sample_lengths_matches_the_pipeline(write_jsonl, tmp_path):
+    from reference_impl.packing.offline import sample_lengths
+
+    rows = _rows(60) + [{"prompt": "p", "completion": ""}]
+    path = write_jsonl(rows)
+    got = sample_lengths(path, max_seq_length=128)
+    assert got.account["rows_in"] == 61 and got.account["skipped"]["empty_completion"]["count"] == 1
+    expected = [len(tokenize_row(r, PromptCompletionSchema(), TOK, max_length=129).input_ids) - 1 for r in rows[:60]]
+    assert got.lengths.tolist() == expected
+    res = prepare_packed_dataset(path, tmp_path / "o", pack_size=128)
+    assert res.manifest["splits"]["training"]["aligned_tokens"] == int(got.lengths.sum())

@@ -507,6 +507,60 @@ def _pack_split(
     return rows, meta, summary
 
 
+@dataclass(frozen=True)
+class SampleLengths:
+    """Runtime lengths (ids minus one, before alignment) of every usable sample of one input."""
+
+    lengths: np.ndarray
+    truncated: int
+    account: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (without the per-sample array)."""
+        lengths = self.lengths
+        return {
+            "samples": int(lengths.size),
+            "tokens": int(lengths.sum()),
+            "mean": float(lengths.mean()) if lengths.size else 0.0,
+            "max": int(lengths.max()) if lengths.size else 0,
+            "truncated": self.truncated,
+            "accounting": self.account,
+        }
+
+
+def sample_lengths(
+    inputs: str | os.PathLike[str],
+    *,
+    max_seq_length: int,
+    schema: Any = None,
+    tokenizer: Any = None,
+    truncation: str = "right",
+    num_workers: int = 1,
+) -> SampleLengths:
+    """Tokenize a JSONL file (or blend) with the offline pipeline's rules and return runtime lengths.
+
+    Used to plan pack lengths from real data without writing packs; rejected rows are counted in
+    ``account`` exactly as the pipeline would count them.
+    """
+    from reference_impl.data.tokenizers import load_tokenizer
+
+    tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) else load_tokenizer(tokenizer)
+    streams = _resolve_inputs(inputs, 0, None)
+    stream = streams.get("training") or next(iter(streams.values()))
+    if schema is None:
+        schema = _detect(stream)
+    account = SplitAccount(rows_in=len(stream))
+    parts = []
+    for part in _tokenize_stream(stream, schema, tok, max_seq_length + 1, truncation, num_workers, False):
+        parts.append(np.diff(part.offsets) - 1)
+        account.truncated += int(part.truncated.sum())
+        for _, reason, where in part.rejected:
+            account.skip(reason, where)
+    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    account.packed = int(lengths.size)
+    return SampleLengths(lengths=lengths, truncated=account.truncated, account=account.to_dict())
+
+
 def prepare_packed_dataset(
     inputs: str | os.PathLike[str] | Mapping[str, Any],
     out_root: str | os.PathLike[str],
@@ -628,6 +682,8 @@ __all__ = [
     "bridge_metadata",
     "find_manifest",
     "fingerprint",
+    "SampleLengths",
     "prepare_packed_dataset",
+    "sample_lengths",
 ]
 
