@@ -174,7 +174,8 @@ def main() -> None:
         for mbs in args.mbs
         for topo in ({}, {"tensor_model_parallel_size": 4, "context_parallel_size": 2, "sequence_parallel": True})
     ]
-    lheader = f"{'schema':17} {'mbs':>3} {'m':>2} {'rows':>5} {'seconds':>7} {'rows/s':>8} {'Mtok/s':>7} {'pad share':>9}"
+    lheader = (f"{'schema':17} {'mbs':>3} {'m':>2} {'rows':>5} {'seconds':>7} {'rows/s':>8} {'Mtok/s':>7} "
+               f"{'pad share':>9}")
     lines += ["", "lazy in-batch loader (read + parse + tokenize + collate, 0 workers)", lheader, "-" * len(lheader)]
     for r in loaders:
         lines.append(

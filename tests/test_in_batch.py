@@ -363,7 +363,9 @@ def test_scan_accounts_for_every_row(tmp_path):
     ds = SFTJsonlDataset(p, seq_length=16)
     scan = scan_rows(ds)
     assert scan.usable.tolist() == [0, 2, 3]
-    assert [(r.row, r.line, r.reason) for r in scan.rejected] == [(1, 2, "empty_completion"), (4, 5, "empty_completion")]
+    assert [(r.row, r.line, r.reason) for r in scan.rejected] == [
+        (1, 2, "empty_completion"), (4, 5, "empty_completion")
+    ]
     assert scan.usable.size + len(scan.rejected) == scan.rows == 5
     assert (scan.truncated_rows, scan.truncated_tokens) == (1, 62 - 16)
     d = scan.to_dict()
@@ -391,7 +393,9 @@ def test_collator_pickles():
     assert (clone.pad_seq_to_mult, clone.width) == (4, 64)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [(dict(seq_length=1), "seq_length"), (dict(seq_length=8, truncation="x"), "truncation")])
+@pytest.mark.parametrize(
+    "kwargs, pattern", [(dict(seq_length=1), "seq_length"), (dict(seq_length=8, truncation="x"), "truncation")]
+)
 def test_bad_dataset_arguments(kwargs, pattern):
     with pytest.raises(UsageError, match=pattern):
         SFTJsonlDataset(demo_path("chat"), **kwargs)

@@ -54,7 +54,8 @@ from reference_impl.data import (
     tokenize_row,
 )
 from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema, Schema
-from reference_impl.data.tokenize import TRUNCATION_POLICIES
+from reference_impl.data.location import RowLocation
+from reference_impl.data.tokenize import TRUNCATION_POLICIES, TokenizedSample
 from reference_impl.data.tokenizers import Tokenizer
 from reference_impl.errors import ArtifactError, UsageError
 
@@ -128,12 +129,14 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.file)
 
-    def tokenize(self, i: int) -> Any:
+    def tokenize(self, i: int) -> TokenizedSample:
         """Row ``i`` as a :class:`~reference_impl.data.tokenize.TokenizedSample` (before the shift).
 
         Raises InputError (malformed row) or SampleRejected, both naming file, line and row.
         """
-        location = self.file.location(i)
+        return self._tokenize_at(self.file.location(i))
+
+    def _tokenize_at(self, location: RowLocation) -> TokenizedSample:
         return tokenize_row(
             self.file.row(location.row),
             self.schema,
@@ -144,15 +147,15 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         )
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        sample = self.tokenize(i)
-        row = self.file.location(i).row
+        location = self.file.location(i)
+        sample = self._tokenize_at(location)
+        row = location.row
         if sample.truncated and not self._warned_truncation:
             self._warned_truncation = True
             log.warning(
                 "%s:%d (row %d): %d ids cut to seq_length=%d by truncation=%r; further truncations "
                 "are listed in each batch's pack_info.truncated_rows",
-                self.path, self.file.line_number(row), row, sample.original_length,
-                self.seq_length, self.truncation,
+                self.path, location.line, row, sample.original_length, self.seq_length, self.truncation,
             )
         example = to_training_example(sample)
         return {
