@@ -1,0 +1,432 @@
+"""Runtime in-batch packing: each micro-batch of MBS JSONL rows becomes one canonical THD row.
+
+The JSONL stays on disk. Per DataLoader step, a micro-batch sampler
+(:mod:`reference_impl.packing.samplers`) picks MBS row indices, the lazy dataset
+(:class:`~reference_impl.packing.sft_dataset.SFTJsonlDataset`) reads, parses and tokenizes only
+those rows, and :class:`InBatchPackingCollator` hands them to
+:func:`reference_impl.packing.thd.build_thd_batch`, the one builder of canonical batches.
+
+Layout of one packed row (``m`` = alignment multiple, ``u_i`` = row lengths):
+
+* row ``i`` occupies ``ceil(u_i / m) * m`` positions; the gap after its real tokens holds the pad
+  token, label ``-100``, loss 0, and position ids that keep counting;
+* ``cu_seqlens_q/kv`` are the real-token boundaries; ``cu_seqlens_*_padded`` the physical ones,
+  present only when some gap (or width slack) was inserted;
+* width: the sum of the aligned lengths (emergent width, the default, as Bridge's text
+  collators), or with ``pad_to_max_length`` a fixed ``width`` (default ``seq_length``, as
+  Bridge's row packer). The slack ``width - sum(aligned)`` goes into the **last** sequence's
+  physical segment (Bridge's in-batch behaviour; ``max_seqlen`` may grow to that segment), and
+  rows whose aligned lengths do not fit raise a PackingError naming them. Each row must itself
+  be at most ``seq_length`` tokens.
+
+Every row's loss mask is copied unchanged (prompt/completion and chat semantics come from the
+tokenization), so a row's labels and mask inside a packed batch equal those of the row alone.
+Extra keys on each batch: ``row_indices`` (dataset rows, in order), ``token_count`` (real tokens
+per row) and ``pack_info`` (:class:`PackInfo`: padding accounting and truncated rows).
+
+The alignment multiple comes from :func:`reference_impl.alignment.derive_alignment` for the
+configured topology (train and eval CP); :func:`build_in_batch_loader` derives it from the config
+and runs the rule registry's in-batch checks (``check_rules``) before building anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from reference_impl.alignment import Alignment, derive_alignment, round_up
+from reference_impl.config import TrainingConfig, load_config
+from reference_impl.config.validate import check_rules
+from reference_impl.errors import AlignmentError, PackingError, SeqpackError, UsageError
+from reference_impl.packing.samplers import (
+    CyclicMicroBatchSampler,
+    SingleMicroBatchSampler,
+    make_micro_batch_sampler,
+)
+from reference_impl.packing.sft_dataset import RowScan, SFTJsonlDataset, scan_rows
+from reference_impl.packing.thd import SLACK_MODES, build_thd_batch
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "IN_BATCH_DATASET_KINDS",
+    "IN_BATCH_RULE_IDS",
+    "CyclicMicroBatchSampler",
+    "InBatchPackingCollator",
+    "PackInfo",
+    "PaddingTotals",
+    "RowScan",
+    "SFTJsonlDataset",
+    "SingleMicroBatchSampler",
+    "alignment_for_config",
+    "build_in_batch_loader",
+    "make_micro_batch_sampler",
+    "scan_rows",
+]
+
+#: Registry rules the loader builder enforces (in this order) before it builds anything.
+IN_BATCH_RULE_IDS: tuple[str, ...] = (
+    "PACK-EXCLUSIVE-OFFLINE-IN-BATCH",
+    "PACK-EXCLUSIVE-GLOBAL-BATCH",
+    "PACK-IN-BATCH-DATASET-KIND",
+    "PACK-IN-BATCH-MBS",
+    "PACK-IN-BATCH-DATALOADER",
+    "TOPO-WORLD-DIVISIBLE",
+    "SEQ-LENGTH-MATCH",
+    "CP-SEQ-DIVISIBLE",
+    "ALIGN-SEQ-LENGTH",
+    "PACK-IN-BATCH-MULTIPLE-OVERRIDDEN",
+)
+
+#: Dataset kinds whose rows are JSONL text samples this loader can read.
+IN_BATCH_DATASET_KINDS: tuple[str, ...] = ("gpt_sft", "direct_hf")
+
+_ROW_KEYS = ("tokens", "labels", "loss_mask")
+
+
+def _collator_words(message: str) -> str:
+    """The builder's argument names in a message, as the collator calls them."""
+    return message.replace("max_row_length", "seq_length").replace("max_length", "width")
+
+
+@dataclass(frozen=True)
+class PackInfo:
+    """Padding accounting of one packed micro-batch.
+
+    ``rows``: dataset row indices in packing order (positions in the micro-batch when the items
+    carry no ``row_index``); ``lengths``: real tokens per row; ``aligned_lengths``: the lengths
+    rounded up to ``pad_seq_to_mult``; ``width``: positions of the packed row.
+    ``alignment_padding = sum(aligned) - sum(lengths)`` and ``width_padding = width -
+    sum(aligned)`` (fixed-width slack). ``truncated_rows``: rows cut by the tokenization policy.
+    """
+
+    rows: tuple[int, ...]
+    lengths: tuple[int, ...]
+    aligned_lengths: tuple[int, ...]
+    pad_seq_to_mult: int
+    width: int
+    truncated_rows: tuple[int, ...] = ()
+
+    @property
+    def real_tokens(self) -> int:
+        """Real (non-padding) positions."""
+        return sum(self.lengths)
+
+    @property
+    def alignment_padding(self) -> int:
+        """Positions added to round each row up to the alignment multiple."""
+        return sum(self.aligned_lengths) - self.real_tokens
+
+    @property
+    def width_padding(self) -> int:
+        """Positions added to reach a fixed width (0 with the emergent width)."""
+        return self.width - sum(self.aligned_lengths)
+
+    @property
+    def padding_share(self) -> float:
+        """Share of the width that is padding."""
+        return 1.0 - self.real_tokens / self.width
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, derived counts included."""
+        return {
+            **asdict(self),
+            "rows": list(self.rows),
+            "lengths": list(self.lengths),
+            "aligned_lengths": list(self.aligned_lengths),
+            "truncated_rows": list(self.truncated_rows),
+            "real_tokens": self.real_tokens,
+            "alignment_padding": self.alignment_padding,
+            "width_padding": self.width_padding,
+            "padding_share": self.padding_share,
+        }
+
+
+@dataclass
+class PaddingTotals:
+    """Running totals over packed micro-batches (feed it each batch's ``pack_info``)."""
+
+    batches: int = 0
+    rows: int = 0
+    real_tokens: int = 0
+    alignment_padding: int = 0
+    width_padding: int = 0
+    truncated_rows: int = 0
+    max_width: int = 0
+
+    def add(self, info: PackInfo) -> None:
+        """Count one micro-batch."""
+        self.batches += 1
+        self.rows += len(info.rows)
+        self.real_tokens += info.real_tokens
+        self.alignment_padding += info.alignment_padding
+        self.width_padding += info.width_padding
+        self.truncated_rows += len(info.truncated_rows)
+        self.max_width = max(self.max_width, info.width)
+
+    @property
+    def positions(self) -> int:
+        """All positions of the counted batches (real + padding)."""
+        return self.real_tokens + self.alignment_padding + self.width_padding
+
+    @property
+    def padding_share(self) -> float:
+        """Share of all positions that is padding (0.0 when nothing was counted)."""
+        return 0.0 if not self.positions else 1.0 - self.real_tokens / self.positions
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, derived counts included."""
+        return {**asdict(self), "positions": self.positions, "padding_share": self.padding_share}
+
+
+class InBatchPackingCollator:
+    """Collate MBS tokenized rows into one canonical THD micro-batch (see the module docstring).
+
+    Give the alignment either as ``alignment`` (an :class:`~reference_impl.alignment.Alignment`
+    from ``derive_alignment``) or as ``pad_seq_to_mult``, not both. ``seq_length`` bounds every
+    row. ``pad_to_max_length`` fixes the packed width to ``width`` (default ``seq_length``; must
+    be a multiple of the alignment); ``slack`` chooses where the extra width goes (the default
+    ``"last_segment"`` is Bridge's in-batch behaviour, ``"pad_sequence"`` the offline one).
+
+    Items are mappings with 1-D ``tokens``, ``labels`` and ``loss_mask`` (already shifted) and
+    optionally ``row_index`` and ``truncated`` (as :class:`SFTJsonlDataset` returns them).
+    Errors name the dataset row (``row``) when they concern one row.
+    """
+
+    def __init__(
+        self,
+        pad_seq_to_mult: int | None = None,
+        *,
+        alignment: Alignment | None = None,
+        seq_length: int,
+        pad_to_max_length: bool = False,
+        width: int | None = None,
+        slack: str = "last_segment",
+        pad_token_id: int = 0,
+        label_pad_id: int = -100,
+    ) -> None:
+        if (pad_seq_to_mult is None) == (alignment is None):
+            raise UsageError(
+                "give the alignment once: either alignment=derive_alignment(...) or pad_seq_to_mult",
+                field="pad_seq_to_mult",
+            )
+        if alignment is not None:
+            if not isinstance(alignment, Alignment):
+                raise UsageError(
+                    f"alignment must come from derive_alignment, got {type(alignment).__name__}",
+                    field="alignment",
+                )
+            pad_seq_to_mult = alignment.pad_seq_to_mult
+        if isinstance(pad_seq_to_mult, bool) or not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
+            raise UsageError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
+                             field="pad_seq_to_mult")
+        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
+            raise UsageError(f"seq_length must be a positive integer, got {seq_length!r}", field="seq_length")
+        if slack not in SLACK_MODES:
+            raise UsageError(f"unknown slack mode {slack!r}; choose one of {', '.join(SLACK_MODES)}",
+                             field="slack")
+        if width is not None and not pad_to_max_length:
+            raise UsageError("width only applies with pad_to_max_length=True", field="width")
+        if pad_to_max_length:
+            width = seq_length if width is None else width
+            if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+                raise UsageError(f"width must be a positive integer, got {width!r}", field="width")
+            if width % pad_seq_to_mult:
+                raise AlignmentError(
+                    f"fixed width {width} is not a multiple of the alignment {pad_seq_to_mult}",
+                    field="width",
+                    fix=f"use a width that divides by {pad_seq_to_mult}, e.g. "
+                        f"{round_up(width, pad_seq_to_mult)}",
+                )
+        self.pad_seq_to_mult = pad_seq_to_mult
+        self.alignment = alignment
+        self.seq_length = seq_length
+        self.pad_to_max_length = bool(pad_to_max_length)
+        self.width = width
+        self.slack = slack
+        self.pad_token_id = pad_token_id
+        self.label_pad_id = label_pad_id
+
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if isinstance(items, Mapping) or not isinstance(items, Sequence) or len(items) == 0:
+            raise UsageError("a micro-batch must be a non-empty list of rows", field="items")
+        rows: list[dict[str, Any]] = []
+        row_ids: list[int] = []
+        truncated: list[int] = []
+        for pos, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise UsageError(f"each row must be a mapping, got {type(item).__name__}", row=pos)
+            rid = item.get("row_index", pos)
+            missing = [k for k in _ROW_KEYS if k not in item]
+            if missing:
+                raise PackingError(f"row is missing {missing}", row=int(rid), field=missing[0])
+            rows.append({k: item[k] for k in _ROW_KEYS})
+            row_ids.append(int(rid))
+            if item.get("truncated"):
+                truncated.append(int(rid))
+        try:
+            batch = build_thd_batch(
+                rows,
+                pad_seq_to_mult=self.pad_seq_to_mult,
+                max_length=self.width if self.pad_to_max_length else None,
+                max_row_length=self.seq_length,
+                pad_to_max_length=self.pad_to_max_length,
+                slack=self.slack,
+                pad_token_id=self.pad_token_id,
+                label_pad_id=self.label_pad_id,
+            )
+        except SeqpackError as err:
+            too_wide = err.field == "max_length"  # the builder's name for the fixed width
+            raise type(err)(
+                f"micro-batch of rows {row_ids}: {_collator_words(err.message)}",
+                row=None if err.row is None else row_ids[err.row],
+                field="width" if too_wide else err.field,
+                fix=err.fix or (
+                    "raise the width (e.g. micro_batch_size * seq_length) or set pad_to_max_length=False"
+                    if too_wide else None
+                ),
+            ) from err
+        lengths = [len(r["tokens"]) for r in rows]  # the builder checked: 1-D, non-empty
+        aligned = tuple(round_up(u, self.pad_seq_to_mult) for u in lengths)
+        info = PackInfo(
+            rows=tuple(row_ids),
+            lengths=tuple(lengths),
+            aligned_lengths=aligned,
+            pad_seq_to_mult=self.pad_seq_to_mult,
+            width=int(batch["tokens"].shape[1]),
+            truncated_rows=tuple(truncated),
+        )
+        batch["row_indices"] = list(row_ids)
+        batch["token_count"] = list(lengths)
+        batch["pack_info"] = info
+        return batch
+
+    def __repr__(self) -> str:
+        fixed = f", width={self.width}" if self.pad_to_max_length else ""
+        return (
+            f"InBatchPackingCollator(pad_seq_to_mult={self.pad_seq_to_mult}, "
+            f"seq_length={self.seq_length}{fixed})"
+        )
+
+
+def alignment_for_config(cfg: TrainingConfig) -> Alignment:
+    """``derive_alignment`` for the config's TP / CP / SP and evaluation CP."""
+    m = cfg.model
+    return derive_alignment(
+        m.tensor_model_parallel_size, m.context_parallel_size, m.sequence_parallel,
+        cfg.dist.eval_context_parallel_size,
+    )
+
+
+def build_in_batch_loader(
+    cfg: TrainingConfig | Mapping[str, Any] | str | os.PathLike[str],
+    source: str | os.PathLike[str] | SFTJsonlDataset,
+    *,
+    dp_rank: int = 0,
+    consumed_samples: int = 0,
+    tokenizer: Any = None,
+    schema: Any = None,
+    truncation: str = "right",
+    row_scan: RowScan | None = None,
+    width: int | None = None,
+    num_workers: int | None = None,
+    drop_last: bool | None = None,
+    pin_memory: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> torch.utils.data.DataLoader:
+    """Build the in-batch packing DataLoader for ``cfg`` over the JSONL file ``source``.
+
+    Runs the registry rules :data:`IN_BATCH_RULE_IDS` first (``ConfigViolationError`` with the
+    rule id, message and fix when one is broken; warnings are logged), then wires the lazy
+    dataset, the micro-batch sampler of ``cfg``'s dataloader type (DP size from the config, rank
+    ``dp_rank``, resuming at ``consumed_samples``, seed ``dataset.seed``) and the collator with
+    the alignment derived from the topology, ``seq_length`` and ``pad_to_max_length`` of the
+    config. ``source`` may be a ready :class:`SFTJsonlDataset` (then ``tokenizer``, ``schema``,
+    ``truncation`` and ``cache_dir`` must be left unset). ``row_scan`` (from :func:`scan_rows`)
+    restricts sampling to the usable rows. ``num_workers`` and ``drop_last`` default to the
+    config's values.
+    """
+    cfg = load_config(cfg)
+    if not cfg.dataset.enable_in_batch_packing:
+        raise UsageError(
+            "the config does not enable in-batch packing", field="dataset.enable_in_batch_packing",
+            fix="set dataset.enable_in_batch_packing=true",
+        )
+    for finding in check_rules(cfg, IN_BATCH_RULE_IDS):
+        log.warning("%s", finding.one_line())
+    if cfg.dataset.kind not in IN_BATCH_DATASET_KINDS:
+        raise UsageError(
+            f"dataset.kind={cfg.dataset.kind!r} is not read from JSONL by this loader; "
+            f"use one of {', '.join(IN_BATCH_DATASET_KINDS)}",
+            field="dataset.kind",
+        )
+    from reference_impl.config.resolve import resolve
+
+    dp_size = resolve(cfg).dp
+    if dp_size is None:  # TOPO-WORLD-DIVISIBLE reports this first; kept for direct callers
+        raise UsageError("the data-parallel size is undefined for this topology", field="dist.world_size")
+    alignment = alignment_for_config(cfg)
+    seq_length = cfg.seq_length
+
+    if isinstance(source, SFTJsonlDataset):
+        given = {"tokenizer": tokenizer, "schema": schema, "cache_dir": cache_dir}
+        clash = [k for k, v in given.items() if v is not None] + (["truncation"] if truncation != "right" else [])
+        if clash:
+            raise UsageError(f"{clash} cannot be applied to a ready dataset; set them when building it",
+                             field=clash[0])
+        if source.seq_length != seq_length:
+            raise UsageError(
+                f"the dataset tokenizes to seq_length={source.seq_length} but the config has {seq_length}",
+                field="seq_length",
+            )
+        dataset = source
+    else:
+        dataset = SFTJsonlDataset(
+            source, seq_length=seq_length, tokenizer=tokenizer, schema=schema,
+            truncation=truncation, cache_dir=cache_dir,
+        )
+    indices = None
+    if row_scan is not None:
+        row_scan.check_matches(dataset)
+        if row_scan.usable.size == 0:
+            raise PackingError("every row of the file was rejected; nothing to train on",
+                               file=dataset.path)
+        indices = row_scan.usable
+
+    sampler = make_micro_batch_sampler(
+        cfg.dataloader_type,
+        None if indices is not None else len(dataset),
+        micro_batch_size=cfg.train.micro_batch_size,
+        consumed_samples=consumed_samples,
+        data_parallel_rank=dp_rank,
+        data_parallel_size=dp_size,
+        drop_last=cfg.dataset.drop_last if drop_last is None else drop_last,
+        seed=cfg.dataset.seed,
+        indices=indices,
+    )
+    collator = InBatchPackingCollator(
+        alignment=alignment,
+        seq_length=seq_length,
+        pad_to_max_length=cfg.pad_to_max_length,
+        width=width,
+        pad_token_id=dataset.tokenizer.pad_id,
+    )
+    workers = cfg.dataset.num_workers if num_workers is None else num_workers
+    log.info(
+        "in-batch loader: %r, %s sampler (MBS %d, DP rank %d of %d), %r, %d worker(s)",
+        dataset, cfg.dataloader_type, cfg.train.micro_batch_size, dp_rank, dp_size, collator, workers,
+    )
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collator,
+        num_workers=workers,
+        pin_memory=pin_memory,
+    )
+

@@ -1,0 +1,187 @@
+"""What the in-batch loader produces for a file: the first batches' layout and their padding.
+
+:func:`inspect_in_batch` is the library function behind ``seqpack batches --mode in-batch`` (and
+the matching MCP tool): it builds the real loader (so the registry rules, the alignment derivation
+and the collator are exactly the training ones) and summarises the first ``num_batches``
+micro-batches. :func:`in_batch_config` turns command-line style settings into a
+:class:`~reference_impl.config.TrainingConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_impl.config import TrainingConfig, load_config
+from reference_impl.errors import UsageError
+from reference_impl.packing.in_batch import (
+    PackInfo,
+    PaddingTotals,
+    alignment_for_config,
+    build_in_batch_loader,
+)
+from reference_impl.packing.sft_dataset import SFTJsonlDataset
+
+__all__ = ["BatchSummary", "InBatchReport", "in_batch_config", "inspect_in_batch"]
+
+
+def in_batch_config(
+    *,
+    micro_batch_size: int,
+    seq_length: int,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    eval_cp: int | None = None,
+    dataloader_type: str = "single",
+    seed: int = 1234,
+    pad_to_max_length: bool = False,
+    kind: str = "gpt_sft",
+) -> TrainingConfig:
+    """A GPT-SFT in-batch config for one data-parallel rank of the given topology.
+
+    The world size is the smallest that fits the train and eval model-parallel groups with one
+    data-parallel replica, so every rule about the topology sees a consistent config.
+    """
+    for name, value in (("tp", tp), ("cp", cp), ("eval_cp", eval_cp or 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+    world = math.lcm(tp * cp, tp * (eval_cp or cp))
+    data: dict[str, Any] = {
+        "model": {
+            "seq_length": seq_length,
+            "tensor_model_parallel_size": tp,
+            "context_parallel_size": cp,
+            "sequence_parallel": sp,
+        },
+        "dataset": {
+            "kind": kind,
+            "seq_length": seq_length,
+            "seed": seed,
+            "enable_in_batch_packing": True,
+            "dataloader_type": dataloader_type,
+            "dataset_kwargs": {"pad_to_max_length": pad_to_max_length},
+        },
+        "train": {"micro_batch_size": micro_batch_size, "global_batch_size": micro_batch_size},
+        "dist": {"world_size": world, "eval_context_parallel_size": eval_cp},
+    }
+    return load_config(data)
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """One packed micro-batch: its :class:`PackInfo` plus the boundary arrays it carries."""
+
+    step: int
+    info: PackInfo
+    cu_seqlens: list[int]
+    cu_seqlens_padded: list[int] | None
+    max_seqlen: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "step": self.step,
+            **self.info.to_dict(),
+            "cu_seqlens": self.cu_seqlens,
+            "cu_seqlens_padded": self.cu_seqlens_padded,
+            "max_seqlen": self.max_seqlen,
+        }
+
+
+@dataclass(frozen=True)
+class InBatchReport:
+    """Result of :func:`inspect_in_batch`; ``totals`` covers the batches shown."""
+
+    file: str
+    rows: int
+    schema: dict[str, Any]
+    tokenizer: str
+    seq_length: int
+    micro_batch_size: int
+    dataloader_type: str
+    alignment: dict[str, Any]
+    pad_to_max_length: bool
+    width: int | None
+    steps_per_pass: int
+    batches: list[BatchSummary]
+    totals: PaddingTotals = field(default_factory=PaddingTotals)
+    mode: str = "in-batch"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "mode": self.mode,
+            "file": self.file,
+            "rows": self.rows,
+            "schema": self.schema,
+            "tokenizer": self.tokenizer,
+            "seq_length": self.seq_length,
+            "micro_batch_size": self.micro_batch_size,
+            "dataloader_type": self.dataloader_type,
+            "alignment": self.alignment,
+            "pad_to_max_length": self.pad_to_max_length,
+            "width": self.width,
+            "steps_per_pass": self.steps_per_pass,
+            "batches": [b.to_dict() for b in self.batches],
+            "totals": self.totals.to_dict(),
+        }
+
+
+def inspect_in_batch(
+    path: str | os.PathLike[str],
+    cfg: TrainingConfig,
+    *,
+    num_batches: int = 3,
+    tokenizer: Any = None,
+    schema: Any = None,
+    truncation: str = "right",
+    width: int | None = None,
+) -> InBatchReport:
+    """Build the in-batch loader for ``cfg`` on ``path`` (rank 0) and summarise its first batches.
+
+    The last incomplete micro-batch is kept (``drop_last=False``) so a small file shows every row;
+    no worker processes are started.
+    """
+    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1:
+        raise UsageError(f"num_batches must be a positive integer, got {num_batches!r}", field="num_batches")
+    loader = build_in_batch_loader(
+        cfg, path, tokenizer=tokenizer, schema=schema, truncation=truncation, width=width,
+        num_workers=0, drop_last=False,
+    )
+    dataset: SFTJsonlDataset = loader.dataset
+    totals = PaddingTotals()
+    batches: list[BatchSummary] = []
+    for step, batch in enumerate(loader):
+        if step >= num_batches:
+            break
+        info: PackInfo = batch["pack_info"]
+        totals.add(info)
+        padded = batch.get("cu_seqlens_q_padded")
+        batches.append(
+            BatchSummary(
+                step=step,
+                info=info,
+                cu_seqlens=batch["cu_seqlens_q"].tolist(),
+                cu_seqlens_padded=None if padded is None else padded.tolist(),
+                max_seqlen=int(batch["max_seqlen_q"]),
+            )
+        )
+    collator = loader.collate_fn
+    return InBatchReport(
+        file=dataset.path,
+        rows=len(dataset),
+        schema=dataset.schema.to_dict(),
+        tokenizer=dataset.tokenizer.name,
+        seq_length=dataset.seq_length,
+        micro_batch_size=cfg.train.micro_batch_size,
+        dataloader_type=cfg.dataloader_type,
+        alignment=alignment_for_config(cfg).to_dict(),
+        pad_to_max_length=collator.pad_to_max_length,
+        width=collator.width,
+        steps_per_pass=len(loader),
+        batches=batches,
+        totals=totals,
+    )
