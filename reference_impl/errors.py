@@ -51,7 +51,7 @@ class SeqpackError(Exception):
         loc = self.location()
         if loc:
             text = f"{loc}: {text}"
-        if self.rule_id:
+        if self.rule_id and not text.startswith(f"[{self.rule_id}]"):
             text = f"[{self.rule_id}] {text}"
         if self.fix:
             text = f"{text} Fix: {self.fix}"

@@ -141,3 +141,11 @@ def test_check_rules_raises_only_for_selected_rules():
     assert check_rules(loaded, ["PACK-OFFLINE-MBS1"]) == []
     with pytest.raises(UsageError, match="unknown rule id"):
         check_rules(loaded, ["NOPE"])
+
+
+def test_violation_error_names_each_rule_once():
+    report = validate_config(None, [("dataset.enable_in_batch_packing", True), ("train.micro_batch_size", 1),
+                                    ("dataset.dataloader_type", "single")])
+    with pytest.raises(ConfigViolationError) as info:
+        report.raise_for_violations()
+    assert str(info.value).count("[PACK-IN-BATCH-MBS]") == 1
