@@ -538,28 +538,31 @@ class _Placements:
         bins = np.concatenate(self.bins)
         takes = _expand(self.takes, sizes)
         before = _expand(self.before, sizes)
-        lens = np.repeat(np.asarray(self.lengths, dtype=np.int64), sizes)
         # item j of a record entry (bin b, take t) lands at offsets[b] + before + j
-        first_step = takes.cumsum() - takes
-        pos = (offsets[bins] + before - first_step).repeat(takes)
+        pos = offsets[bins]
+        pos += before
+        first_step = takes.cumsum()
+        first_step -= takes
+        pos -= first_step
+        pos = pos.repeat(takes)
         pos += np.arange(n, dtype=np.int64)
         csr = np.empty(n, dtype=np.int64)
         csr[pos] = order
         bin_ids = np.empty(n, dtype=np.int64)
         bin_ids[order] = bins.repeat(takes)
-        bin_sums = np.bincount(bins, weights=takes * lens, minlength=nbins).astype(np.int64)
+        tokens = np.repeat(np.asarray(self.lengths, dtype=np.int64), sizes)
+        tokens *= takes
+        bin_sums = np.bincount(bins, weights=tokens, minlength=nbins).astype(np.int64)
         return bin_ids, csr, offsets, bin_sums
 
 
 def _expand(values: list[np.ndarray | int], sizes: list[int]) -> np.ndarray:
     """Concatenate per-record values, a scalar standing for ``size`` copies of itself."""
-    scalars = [v if isinstance(v, int) else 0 for v in values]
-    out = np.repeat(np.asarray(scalars, dtype=np.int64), sizes)
-    pos = 0
-    for v, size in zip(values, sizes):
-        if not isinstance(v, int):
-            out[pos : pos + size] = v
-        pos += size
+    is_array = [not isinstance(v, int) for v in values]
+    out = np.repeat(np.asarray([0 if a else v for a, v in zip(is_array, values)], dtype=np.int64), sizes)
+    arrays = [v for a, v in zip(is_array, values) if a]
+    if arrays:
+        out[np.repeat(np.asarray(is_array), sizes)] = np.concatenate(arrays)
     return out
 
 
