@@ -182,7 +182,8 @@ def test_max_seqs_per_pack_caps_every_algorithm():
     for algorithm in ALGORITHMS:
         res = pack_lengths(lengths, 100, algorithm, max_seqs_per_pack=3)
         assert [len(b) for b in res.bins()] == [3, 3, 1], algorithm
-    assert pack_lengths([0, 0, 0], 5, "best_fit_decreasing", max_seqs_per_pack=1).bins() == [[0], [1], [2]]
+    zeros = pack_lengths([0, 0, 0], 5, "best_fit_decreasing", max_seqs_per_pack=1)
+    assert zeros.bins() == [[0], [1], [2]]
 
 
 def test_shuffle_uses_its_own_generator_and_is_deterministic():
@@ -218,7 +219,12 @@ def test_decreasing_order_is_stable_for_wide_lengths():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize(
     ("mix", "capacity", "max_seqs"),
-    [("lognormal", 4096, None), ("bimodal", 2048, 7), ("uniform", 1024, None), ("lognormal", 8192, 40)],
+    [
+        ("lognormal", 4096, None),
+        ("bimodal", 2048, 7),
+        ("uniform", 1024, None),
+        ("lognormal", 8192, 40),
+    ],
 )
 def test_fast_matches_reference_on_length_mixes(algorithm, mix, capacity, max_seqs):
     lengths = sample_lengths(mix, 1200, seed=capacity, min_len=1, max_len=min(capacity, 4096))
@@ -252,13 +258,16 @@ def test_vectorised_ffd_matches_item_by_item_first_fit_at_scale():
 
 
 @pytest.mark.parametrize("algorithm", ["best_fit_decreasing", "first_fit_decreasing"])
-def test_fast_matches_reference_with_wide_lengths(algorithm):
-    # lengths beyond 16 bits take the generic sort path
-    lengths = np.random.default_rng(2).integers(0, 100_000, size=400)
+@pytest.mark.parametrize("capacity", [100_000, 1_500_000])
+def test_fast_matches_reference_with_wide_lengths(algorithm, capacity):
+    # beyond 16 bits the generic stable sort is used, beyond 20 bits run-length grouping
+    lengths = np.random.default_rng(2).integers(0, capacity, size=400)
+    lengths[::7] = capacity // 3  # a repeated value
+    expected = slow_pack(lengths, capacity, algorithm)
     for path in FFD_PATHS:
         with ffd_path(path):
-            res = pack_lengths(lengths, 100_000, algorithm)
-        assert res.bins() == slow_pack(lengths, 100_000, algorithm)
+            res = pack_lengths(lengths, capacity, algorithm)
+        assert res.bins() == expected
 
 
 @settings(max_examples=120, deadline=None)
@@ -271,11 +280,18 @@ def test_fast_matches_reference_with_wide_lengths(algorithm):
     seed=st.integers(0, 3),
 )
 def test_properties_and_reference_agreement(lengths, capacity, algorithm, max_seqs, oversize, seed):
-    expected = slow_pack(lengths, capacity, algorithm, seed=seed, max_seqs=max_seqs, oversize=oversize)
+    expected = slow_pack(
+        lengths, capacity, algorithm, seed=seed, max_seqs=max_seqs, oversize=oversize
+    )
     for path in FFD_PATHS:
         with ffd_path(path):
             res = pack_lengths(
-                lengths, capacity, algorithm, seed=seed, max_seqs_per_pack=max_seqs, oversize=oversize
+                lengths,
+                capacity,
+                algorithm,
+                seed=seed,
+                max_seqs_per_pack=max_seqs,
+                oversize=oversize,
             )
         check_invariants(res, lengths, capacity, max_seqs)
         assert res.bins() == expected
@@ -385,5 +401,6 @@ def test_result_is_frozen_and_serialisable():
     assert d["num_bins"] == 2 and d["lower_bound"] == 2 and d["max_items_per_bin"] == 2
     assert d["bins_over_lower_bound"] == 0 and d["min_bin_fill"] == 2 and d["efficiency"] == 10 / 16
     full = json.loads(json.dumps(res.to_dict(include_assignment=True)))
-    assert full["order"] == [1, 0, 2] and full["bin_ids"] == [0, 0, 1] and full["bin_sums"] == [8, 2]
+    assert full["order"] == [1, 0, 2] and full["bin_ids"] == [0, 0, 1]
+    assert full["bin_sums"] == [8, 2]
     assert res.offsets.tolist() == [0, 2, 3] and res.bin_counts.tolist() == [2, 1]

@@ -261,7 +261,9 @@ def pack_lengths(
             f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
             field="algorithm",
         )
-    if max_seqs_per_pack is not None and (not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1):
+    if max_seqs_per_pack is not None and (
+        not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1
+    ):
         raise UsageError(
             f"max_seqs_per_pack must be None or an integer >= 1, got {max_seqs_per_pack!r}",
             field="max_seqs_per_pack",
@@ -305,7 +307,9 @@ def pack_lengths(
         else:
             work = np.minimum(arr, capacity)
             truncated = over
-            logger.warning("packing %d item(s) longer than %d cut to the capacity", over.size, capacity)
+            logger.warning(
+                "packing %d item(s) longer than %d cut to the capacity", over.size, capacity
+            )
 
     bins_local, order_local, offsets, bin_sums = _run(work, capacity, algorithm, seed, cap_m)
     if keep is None:
@@ -339,7 +343,8 @@ def _run(
     """Dispatch to a core; returns bin per item, CSR order and offsets, and tokens per bin."""
     n = int(lengths.shape[0])
     if n == 0:
-        return _layout_from_steps(lengths, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+        empty = np.zeros(0, dtype=np.int64)
+        return _layout_from_steps(lengths, empty, empty, empty, 0)
     if algorithm == "best_fit_decreasing":
         return _best_fit_decreasing(lengths, capacity, max_seqs)
     if algorithm == "first_fit_decreasing":
@@ -394,9 +399,14 @@ def decreasing_order(lengths: np.ndarray) -> np.ndarray:
 def _length_groups(lengths: np.ndarray) -> tuple[np.ndarray, list[int], list[int]]:
     """Decreasing order plus, per distinct length (longest first), its value and run length."""
     order = decreasing_order(lengths)
-    hist = np.bincount(lengths)
-    distinct = np.flatnonzero(hist)[::-1]
-    return order, distinct.tolist(), hist[distinct].tolist()
+    if int(lengths.max()) < (1 << 20):
+        hist = np.bincount(lengths)
+        distinct = np.flatnonzero(hist)[::-1]
+        return order, distinct.tolist(), hist[distinct].tolist()
+    ranked = lengths[order]  # huge lengths: run-length encode the sorted values instead
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    runs = np.diff(np.r_[starts, ranked.shape[0]])
+    return order, ranked[starts].tolist(), runs.tolist()
 
 
 # --------------------------------------------------------------------------------------------
@@ -523,7 +533,9 @@ class _Placements:
         self.before: list[np.ndarray | int] = []
         self.lengths: list[int] = []
 
-    def add(self, bins: np.ndarray, take: np.ndarray | int, before: np.ndarray | int, length: int) -> None:
+    def add(
+        self, bins: np.ndarray, take: np.ndarray | int, before: np.ndarray | int, length: int
+    ) -> None:
         self.bins.append(bins)
         self.takes.append(take)
         self.before.append(before)
@@ -559,7 +571,8 @@ class _Placements:
 def _expand(values: list[np.ndarray | int], sizes: list[int]) -> np.ndarray:
     """Concatenate per-record values, a scalar standing for ``size`` copies of itself."""
     is_array = [not isinstance(v, int) for v in values]
-    out = np.repeat(np.asarray([0 if a else v for a, v in zip(is_array, values)], dtype=np.int64), sizes)
+    scalars = np.asarray([0 if a else v for a, v in zip(is_array, values)], dtype=np.int64)
+    out = np.repeat(scalars, sizes)
     arrays = [v for a, v in zip(is_array, values) if a]
     if arrays:
         out[np.repeat(np.asarray(is_array), sizes)] = np.concatenate(arrays)
