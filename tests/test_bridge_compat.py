@@ -165,7 +165,9 @@ def test_matches_global_rng_emulation(algorithm, seed):
     lengths = np.minimum(rng.lognormal(np.log(60), 0.9, size=300).astype(np.int64), 400).tolist()
     pack_size = 256
     exp_bins, exp_rows = emulate_bridge(lengths, pack_size, seed, algorithm)
-    pack = bridge_pack_samples(lengths, pack_size, seed=seed, algorithm=algorithm, max_seq_length=pack_size)
+    pack = bridge_pack_samples(
+        lengths, pack_size, seed=seed, algorithm=algorithm, max_seq_length=pack_size
+    )
     assert pack.bins == exp_bins
     assert pack.sample_bins == exp_rows
     assert pack.skipped == [i for i, n in enumerate(lengths) if n > pack_size]
@@ -185,7 +187,8 @@ def test_strategy_and_fill_share_one_stream():
     assert rows == exp_rows
     # for first_fit_decreasing the strategy draws nothing, so a seed is enough for the fill
     bins_d, _ = bridge_packing_strategy(hist.histogram, 10, "first_fit_decreasing")
-    assert bridge_fill_assignment(lengths, bins_d, 42) == emulate_bridge(lengths, 10, 42, "first_fit_decreasing")[1]
+    _, exp_rows_d = emulate_bridge(lengths, 10, 42, "first_fit_decreasing")
+    assert bridge_fill_assignment(lengths, bins_d, 42) == exp_rows_d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +223,17 @@ def test_fill_rejects_mismatched_bins_and_samples():
     with pytest.raises(PackingError, match="no slot") as err:
         bridge_fill_assignment([4, 4, 6], [[4, 4]], 0)
     assert err.value.row == 2
+
+
+def test_oversize_lengths_get_own_bins_but_cannot_be_filled_within_pack_size():
+    # lengths 2 and 5, pack size 3: Bridge's strategy gives 5 a bin of its own ...
+    bins, meta = bridge_packing_strategy([0, 0, 1, 0, 0, 1], 3, "first_fit_decreasing")
+    assert bins == [[5], [2]] and meta["dataset_max_seqlen"] == 5
+    # ... and its fill step cannot place it (Bridge fails there with a KeyError)
+    with pytest.raises(PackingError, match="longer than the pack size 3") as err:
+        bridge_fill_assignment([2, 5], bins, 0, pack_size=3)
+    assert err.value.row == 0
+    assert bridge_fill_assignment([2, 5], bins, 0) == [[1], [0]]
 
 
 def test_samples_over_pack_size_are_reported_or_rejected():

@@ -6,6 +6,7 @@ item, written to be obviously correct rather than fast.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from reference_impl.data.length_mixes import sample_lengths
 from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.packing import algorithms
 from reference_impl.packing.algorithms import (
     ALGORITHMS,
     MAX_BFD_CAPACITY,
@@ -61,6 +63,20 @@ def slow_pack(lengths, capacity, algorithm, *, seed=0, max_seqs=None, oversize="
         free[b] -= size[i]
         count[b] += 1
     return bins
+
+
+@contextlib.contextmanager
+def ffd_path(path: str):
+    """Force first_fit_decreasing onto its vectorised or its per-item path."""
+    saved = algorithms._FFD_ITEMS_PER_LENGTH
+    algorithms._FFD_ITEMS_PER_LENGTH = 0 if path == "vectorised" else 10**9
+    try:
+        yield
+    finally:
+        algorithms._FFD_ITEMS_PER_LENGTH = saved
+
+
+FFD_PATHS = ("vectorised", "per_item")
 
 
 def check_invariants(res: PackResult, lengths, capacity, max_seqs=None) -> None:
@@ -118,7 +134,9 @@ def check_invariants(res: PackResult, lengths, capacity, max_seqs=None) -> None:
     ],
 )
 def test_bridge_oracle_cases(algorithm, lengths, capacity, expected):
-    assert pack_lengths(lengths, capacity, algorithm).bins() == expected
+    for path in FFD_PATHS:
+        with ffd_path(path):
+            assert pack_lengths(lengths, capacity, algorithm).bins() == expected
 
 
 def test_first_fit_random_lengths_respect_capacity():
@@ -164,7 +182,8 @@ def test_max_seqs_per_pack_caps_every_algorithm():
     for algorithm in ALGORITHMS:
         res = pack_lengths(lengths, 100, algorithm, max_seqs_per_pack=3)
         assert [len(b) for b in res.bins()] == [3, 3, 1], algorithm
-    assert pack_lengths([0, 0, 0], 5, "best_fit_decreasing", max_seqs_per_pack=1).bins() == [[0], [1], [2]]
+    zeros = pack_lengths([0, 0, 0], 5, "best_fit_decreasing", max_seqs_per_pack=1)
+    assert zeros.bins() == [[0], [1], [2]]
 
 
 def test_shuffle_uses_its_own_generator_and_is_deterministic():
@@ -200,22 +219,55 @@ def test_decreasing_order_is_stable_for_wide_lengths():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize(
     ("mix", "capacity", "max_seqs"),
-    [("lognormal", 4096, None), ("bimodal", 2048, 7), ("uniform", 1024, None), ("lognormal", 8192, 40)],
+    [
+        ("lognormal", 4096, None),
+        ("bimodal", 2048, 7),
+        ("uniform", 1024, None),
+        ("lognormal", 8192, 40),
+    ],
 )
 def test_fast_matches_reference_on_length_mixes(algorithm, mix, capacity, max_seqs):
     lengths = sample_lengths(mix, 1200, seed=capacity, min_len=1, max_len=min(capacity, 4096))
     lengths[::17] = 0  # zero-length items go wherever the rule sends them
-    res = pack_lengths(lengths, capacity, algorithm, seed=4, max_seqs_per_pack=max_seqs)
-    assert res.bins() == slow_pack(lengths, capacity, algorithm, seed=4, max_seqs=max_seqs)
-    check_invariants(res, lengths, capacity, max_seqs)
+    expected = slow_pack(lengths, capacity, algorithm, seed=4, max_seqs=max_seqs)
+    for path in FFD_PATHS:
+        with ffd_path(path):
+            res = pack_lengths(lengths, capacity, algorithm, seed=4, max_seqs_per_pack=max_seqs)
+        assert res.bins() == expected, path
+        check_invariants(res, lengths, capacity, max_seqs)
+
+
+@pytest.mark.parametrize("max_seqs", [None, 3])
+def test_decreasing_fits_match_reference_with_many_bins(max_seqs):
+    # thousands of open bins: FFD scans many blocks (growing windows), BFD many levels
+    lengths = sample_lengths("uniform", 6000, seed=9, min_len=1, max_len=4096)
+    for algorithm in ("best_fit_decreasing", "first_fit_decreasing"):
+        with ffd_path("vectorised"):
+            res = pack_lengths(lengths, 4096, algorithm, max_seqs_per_pack=max_seqs)
+        assert res.bins() == slow_pack(lengths, 4096, algorithm, max_seqs=max_seqs), algorithm
+
+
+def test_vectorised_ffd_matches_item_by_item_first_fit_at_scale():
+    lengths = sample_lengths("uniform", 40_000, seed=1, max_len=4096)
+    order = decreasing_order(lengths)
+    bins, _, nbins = first_fit_in_order(lengths[order], 4096, 5)
+    with ffd_path("vectorised"):
+        res = pack_lengths(lengths, 4096, "first_fit_decreasing", max_seqs_per_pack=5)
+    assert res.num_bins == nbins
+    assert res.bin_ids[order].tolist() == bins.tolist()
 
 
 @pytest.mark.parametrize("algorithm", ["best_fit_decreasing", "first_fit_decreasing"])
-def test_fast_matches_reference_with_wide_lengths(algorithm):
-    # lengths beyond 16 bits take the generic sort path
-    lengths = np.random.default_rng(2).integers(0, 100_000, size=400)
-    res = pack_lengths(lengths, 100_000, algorithm)
-    assert res.bins() == slow_pack(lengths, 100_000, algorithm)
+@pytest.mark.parametrize("capacity", [100_000, 1_500_000])
+def test_fast_matches_reference_with_wide_lengths(algorithm, capacity):
+    # beyond 16 bits the generic stable sort is used, beyond 20 bits run-length grouping
+    lengths = np.random.default_rng(2).integers(0, capacity, size=400)
+    lengths[::7] = capacity // 3  # a repeated value
+    expected = slow_pack(lengths, capacity, algorithm)
+    for path in FFD_PATHS:
+        with ffd_path(path):
+            res = pack_lengths(lengths, capacity, algorithm)
+        assert res.bins() == expected
 
 
 @settings(max_examples=120, deadline=None)
@@ -228,12 +280,21 @@ def test_fast_matches_reference_with_wide_lengths(algorithm):
     seed=st.integers(0, 3),
 )
 def test_properties_and_reference_agreement(lengths, capacity, algorithm, max_seqs, oversize, seed):
-    res = pack_lengths(
-        lengths, capacity, algorithm, seed=seed, max_seqs_per_pack=max_seqs, oversize=oversize
+    expected = slow_pack(
+        lengths, capacity, algorithm, seed=seed, max_seqs=max_seqs, oversize=oversize
     )
-    check_invariants(res, lengths, capacity, max_seqs)
-    expected = slow_pack(lengths, capacity, algorithm, seed=seed, max_seqs=max_seqs, oversize=oversize)
-    assert res.bins() == expected
+    for path in FFD_PATHS:
+        with ffd_path(path):
+            res = pack_lengths(
+                lengths,
+                capacity,
+                algorithm,
+                seed=seed,
+                max_seqs_per_pack=max_seqs,
+                oversize=oversize,
+            )
+        check_invariants(res, lengths, capacity, max_seqs)
+        assert res.bins() == expected
 
 
 @settings(max_examples=40, deadline=None)
@@ -244,7 +305,8 @@ def test_properties_and_reference_agreement(lengths, capacity, algorithm, max_se
 def test_many_repeated_lengths_match_reference(lengths, max_seqs):
     # long runs of equal lengths exercise the bulk steps (one step per distinct length)
     for algorithm in ("best_fit_decreasing", "first_fit_decreasing"):
-        res = pack_lengths(lengths, 34, algorithm, max_seqs_per_pack=max_seqs)
+        with ffd_path("vectorised"):
+            res = pack_lengths(lengths, 34, algorithm, max_seqs_per_pack=max_seqs)
         assert res.bins() == slow_pack(lengths, 34, algorithm, max_seqs=max_seqs)
 
 
@@ -339,5 +401,6 @@ def test_result_is_frozen_and_serialisable():
     assert d["num_bins"] == 2 and d["lower_bound"] == 2 and d["max_items_per_bin"] == 2
     assert d["bins_over_lower_bound"] == 0 and d["min_bin_fill"] == 2 and d["efficiency"] == 10 / 16
     full = json.loads(json.dumps(res.to_dict(include_assignment=True)))
-    assert full["order"] == [1, 0, 2] and full["bin_ids"] == [0, 0, 1] and full["bin_sums"] == [8, 2]
+    assert full["order"] == [1, 0, 2] and full["bin_ids"] == [0, 0, 1]
+    assert full["bin_sums"] == [8, 2]
     assert res.offsets.tolist() == [0, 2, 3] and res.bin_counts.tolist() == [2, 1]

@@ -28,9 +28,13 @@ receiving items of that length until its free space drops below ``L`` (or it is 
 step reduces to "walk the candidate bins in rule order and hand each ``min(free // L, room)``
 items". BFD keeps its bins bucketed by free space (one bucket per free-space level), FFD keeps
 bins in opening order in blocks with a per-block maximum of the free space. Python work is
-proportional to the number of distinct lengths and buckets touched, not to the number of items.
+proportional to the number of distinct lengths and buckets touched, not to the number of items
+(FFD switches to the per-item tree below when there are few items per distinct length).
 First fit in input or shuffled order has no such structure; it walks a max segment tree over
 bins once per item (O(n log n)). Next fit is a single linear pass.
+
+The result is returned as ``PackResult``: a bin id per item plus a CSR layout (items grouped
+by bin in placement order), per-bin token sums and summary statistics.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ OVERSIZE_POLICIES: tuple[str, ...] = ("error", "report", "truncate")
 MAX_BFD_CAPACITY = 1 << 22
 # Bins per block in the first-fit-decreasing block index.
 _FFD_BLOCK = 256
+# First fit decreasing costs about one vectorised step (~25 us) per distinct length, or ~2 us
+# per item with the segment tree; below this many items per distinct length the tree wins.
+_FFD_ITEMS_PER_LENGTH = 12
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +261,9 @@ def pack_lengths(
             f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
             field="algorithm",
         )
-    if max_seqs_per_pack is not None and (not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1):
+    if max_seqs_per_pack is not None and (
+        not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1
+    ):
         raise UsageError(
             f"max_seqs_per_pack must be None or an integer >= 1, got {max_seqs_per_pack!r}",
             field="max_seqs_per_pack",
@@ -298,18 +307,11 @@ def pack_lengths(
         else:
             work = np.minimum(arr, capacity)
             truncated = over
-            logger.warning("packing %d item(s) longer than %d cut to the capacity", over.size, capacity)
+            logger.warning(
+                "packing %d item(s) longer than %d cut to the capacity", over.size, capacity
+            )
 
-    proc, proc_bins, proc_ranks, nbins = _run(work, capacity, algorithm, seed, cap_m)
-    m = int(work.shape[0])
-    counts = np.bincount(proc_bins, minlength=nbins).astype(np.int64, copy=False)
-    offsets = np.zeros(nbins + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    order_local = np.empty(m, dtype=np.int64)
-    order_local[offsets[proc_bins] + proc_ranks] = proc
-    bins_local = np.empty(m, dtype=np.int64)
-    bins_local[proc] = proc_bins
-    bin_sums = np.bincount(proc_bins, weights=work[proc], minlength=nbins).astype(np.int64)
+    bins_local, order_local, offsets, bin_sums = _run(work, capacity, algorithm, seed, cap_m)
     if keep is None:
         bin_ids = bins_local
         order = order_local
@@ -332,30 +334,47 @@ def pack_lengths(
     )
 
 
+_Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # bin_ids, order, offsets, bin_sums
+
+
 def _run(
     lengths: np.ndarray, capacity: int, algorithm: str, seed: int, max_seqs: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Dispatch to a core.
-
-    Returns, per processing step ``t``: the item placed (``proc[t]``), its bin and its rank
-    inside that bin (how many items the bin held before), plus the number of bins.
-    """
+) -> _Layout:
+    """Dispatch to a core; returns bin per item, CSR order and offsets, and tokens per bin."""
     n = int(lengths.shape[0])
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty.copy(), empty.copy(), 0
+        return _layout_from_steps(lengths, empty, empty, empty, 0)
     if algorithm == "best_fit_decreasing":
         return _best_fit_decreasing(lengths, capacity, max_seqs)
     if algorithm == "first_fit_decreasing":
         return _first_fit_decreasing(lengths, capacity, max_seqs)
     if algorithm == "next_fit":
-        return _next_fit(lengths, capacity, max_seqs)
+        bins, ranks, nbins = _next_fit(lengths, capacity, max_seqs)
+        return _layout_from_steps(lengths, np.arange(n, dtype=np.int64), bins, ranks, nbins)
     if algorithm == "first_fit":
         sequence = np.arange(n, dtype=np.int64)
     else:  # first_fit_shuffle
         sequence = np.random.default_rng(seed).permutation(n).astype(np.int64)
     bins, ranks, nbins = first_fit_in_order(lengths[sequence], capacity, max_seqs)
-    return sequence, bins, ranks, nbins
+    return _layout_from_steps(lengths, sequence, bins, ranks, nbins)
+
+
+def _layout_from_steps(
+    lengths: np.ndarray, proc: np.ndarray, bins: np.ndarray, ranks: np.ndarray, nbins: int
+) -> _Layout:
+    """Layout from per-step placements: step ``t`` put item ``proc[t]`` into ``bins[t]`` as
+    that bin's ``ranks[t]``-th item."""
+    m = int(proc.shape[0])
+    counts = np.bincount(bins, minlength=nbins).astype(np.int64, copy=False)
+    offsets = np.zeros(nbins + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    order = np.empty(m, dtype=np.int64)
+    order[offsets[bins] + ranks] = proc
+    bin_ids = np.empty(m, dtype=np.int64)
+    bin_ids[proc] = bins
+    bin_sums = np.bincount(bins, weights=lengths[proc], minlength=nbins).astype(np.int64)
+    return bin_ids, order, offsets, bin_sums
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,9 +399,14 @@ def decreasing_order(lengths: np.ndarray) -> np.ndarray:
 def _length_groups(lengths: np.ndarray) -> tuple[np.ndarray, list[int], list[int]]:
     """Decreasing order plus, per distinct length (longest first), its value and run length."""
     order = decreasing_order(lengths)
-    hist = np.bincount(lengths)
-    distinct = np.flatnonzero(hist)[::-1]
-    return order, distinct.tolist(), hist[distinct].tolist()
+    if int(lengths.max()) < (1 << 20):
+        hist = np.bincount(lengths)
+        distinct = np.flatnonzero(hist)[::-1]
+        return order, distinct.tolist(), hist[distinct].tolist()
+    ranked = lengths[order]  # huge lengths: run-length encode the sorted values instead
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    runs = np.diff(np.r_[starts, ranked.shape[0]])
+    return order, ranked[starts].tolist(), runs.tolist()
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,7 +416,7 @@ def _length_groups(lengths: np.ndarray) -> tuple[np.ndarray, list[int], list[int
 
 def _best_fit_decreasing(
     lengths: np.ndarray, capacity: int, max_seqs: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> _Layout:
     n = int(lengths.shape[0])
     cap = capacity
     order, values, runs = _length_groups(lengths)
@@ -425,7 +449,7 @@ def _best_fit_decreasing(
             if max_seqs is None:
                 if ids.shape[0] * q_level <= need:
                     count[ids] = before + q_level
-                    rec.add(ids, q_level, before)
+                    rec.add(ids, q_level, before, length)
                     pending.append((f - q_level * length, ids))
                     need -= ids.shape[0] * q_level
                     continue
@@ -433,12 +457,12 @@ def _best_fit_decreasing(
                 if full:
                     used = ids[:full]
                     count[used] = before[:full] + q_level
-                    rec.add(used, q_level, before[:full])
+                    rec.add(used, q_level, before[:full], length)
                     pending.append((f - q_level * length, used))
                 if r:
                     used = ids[full : full + 1]
                     count[used] = before[full : full + 1] + r
-                    rec.add(used, r, before[full : full + 1])
+                    rec.add(used, r, before[full : full + 1], length)
                     pending.append((f - r * length, used))
                     full += 1
                 pending.append((f, ids[full:]))
@@ -460,7 +484,7 @@ def _best_fit_decreasing(
                 need = 0
             newc = bef + qu
             count[used] = newc
-            rec.add(used, qu, bef)
+            rec.add(used, qu, bef, length)
             alive = newc < max_seqs
             if partial:
                 alive[-1] = False
@@ -477,14 +501,14 @@ def _best_fit_decreasing(
             if nb:
                 new = iota[nbins : nbins + nb]
                 count[nbins : nbins + nb] = per_new
-                rec.add(new, per_new, 0)
+                rec.add(new, per_new, 0, length)
                 if max_seqs is None or per_new < max_seqs:
                     pending.append((cap - per_new * length, new))
                 nbins += nb
             if r:
                 new = iota[nbins : nbins + 1]
                 count[nbins] = r
-                rec.add(new, r, 0)
+                rec.add(new, r, 0, length)
                 pending.append((cap - r * length, new))
                 nbins += 1
         for level, ids in pending:
@@ -496,41 +520,63 @@ def _best_fit_decreasing(
                 buckets[level] = [ids]
                 bisect.insort(nonempty, level)
             sizes[level] += ids.shape[0]
-    proc_bins, proc_ranks = rec.assemble(n)
-    return order, proc_bins, proc_ranks, nbins
+    return rec.layout(order, count, nbins)
 
 
 class _Placements:
-    """Placements recorded in processing order as (bins, items per bin, items already in bin)."""
+    """Bulk placements in processing order: records of (bins, items each takes, items each
+    bin held before, item length)."""
 
     def __init__(self) -> None:
         self.bins: list[np.ndarray] = []
         self.takes: list[np.ndarray | int] = []
         self.before: list[np.ndarray | int] = []
+        self.lengths: list[int] = []
 
-    def add(self, bins: np.ndarray, take: np.ndarray | int, before: np.ndarray | int) -> None:
+    def add(
+        self, bins: np.ndarray, take: np.ndarray | int, before: np.ndarray | int, length: int
+    ) -> None:
         self.bins.append(bins)
         self.takes.append(take)
         self.before.append(before)
+        self.lengths.append(length)
 
-    def assemble(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Bin and rank of each of the ``n`` processing steps, in processing order."""
-        if not self.bins:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty.copy()
+    def layout(self, order: np.ndarray, counts: np.ndarray, nbins: int) -> _Layout:
+        """Final layout; ``order`` is the processing order, ``counts`` the items per bin."""
+        n = int(order.shape[0])
+        offsets = np.zeros(nbins + 1, dtype=np.int64)
+        np.cumsum(counts[:nbins], out=offsets[1:])
         sizes = [b.shape[0] for b in self.bins]
         bins = np.concatenate(self.bins)
-        takes = np.concatenate(
-            [np.full(s, t, dtype=np.int64) if isinstance(t, int) else t for s, t in zip(sizes, self.takes)]
-        )
-        before = np.concatenate(
-            [np.full(s, t, dtype=np.int64) if isinstance(t, int) else t for s, t in zip(sizes, self.before)]
-        )
-        starts = np.cumsum(takes) - takes
-        proc_bins = np.repeat(bins, takes)
-        proc_ranks = np.repeat(before - starts, takes)
-        proc_ranks += np.arange(n, dtype=np.int64)
-        return proc_bins, proc_ranks
+        takes = _expand(self.takes, sizes)
+        before = _expand(self.before, sizes)
+        # item j of a record entry (bin b, take t) lands at offsets[b] + before + j
+        pos = offsets[bins]
+        pos += before
+        first_step = takes.cumsum()
+        first_step -= takes
+        pos -= first_step
+        pos = pos.repeat(takes)
+        pos += np.arange(n, dtype=np.int64)
+        csr = np.empty(n, dtype=np.int64)
+        csr[pos] = order
+        bin_ids = np.empty(n, dtype=np.int64)
+        bin_ids[order] = bins.repeat(takes)
+        tokens = np.repeat(np.asarray(self.lengths, dtype=np.int64), sizes)
+        tokens *= takes
+        bin_sums = np.bincount(bins, weights=tokens, minlength=nbins).astype(np.int64)
+        return bin_ids, csr, offsets, bin_sums
+
+
+def _expand(values: list[np.ndarray | int], sizes: list[int]) -> np.ndarray:
+    """Concatenate per-record values, a scalar standing for ``size`` copies of itself."""
+    is_array = [not isinstance(v, int) for v in values]
+    scalars = np.asarray([0 if a else v for a, v in zip(is_array, values)], dtype=np.int64)
+    out = np.repeat(scalars, sizes)
+    arrays = [v for a, v in zip(is_array, values) if a]
+    if arrays:
+        out[np.repeat(np.asarray(is_array), sizes)] = np.concatenate(arrays)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -538,71 +584,75 @@ class _Placements:
 # --------------------------------------------------------------------------------------------
 
 
-def _first_fit_decreasing(
-    lengths: np.ndarray, capacity: int, max_seqs: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _first_fit_decreasing(lengths: np.ndarray, capacity: int, max_seqs: int | None) -> _Layout:
     n = int(lengths.shape[0])
     cap = capacity
     order, values, runs = _length_groups(lengths)
+    if n < _FFD_ITEMS_PER_LENGTH * len(values):
+        # few items per distinct length: first fit over the sorted items, item by item
+        bins, ranks, nbins = first_fit_in_order(lengths[order], cap, max_seqs)
+        return _layout_from_steps(lengths, order, bins, ranks, nbins)
     width_b = _FFD_BLOCK
     nblk = -(-n // width_b)
-    # ``free[b]``: free space of bin b; bins not opened yet read ``cap`` (the leftmost of them
-    # is "open a new bin"), bins that reached ``max_seqs`` read -1. ``bmax`` is the per-block
-    # maximum, so blocks without a candidate are skipped.
-    free = np.full(nblk * width_b, cap, dtype=np.int64)
+    # ``free[b]``: free space of bin b; -1 for bins not opened yet and for bins holding
+    # ``max_seqs`` items. ``bmax`` is the per-block maximum, so blocks without a candidate
+    # are skipped. New bins are opened (in order) only once no opened bin has room.
+    free = np.full(nblk * width_b, -1, dtype=np.int64)
     count = np.zeros(nblk * width_b, dtype=np.int64)
-    bmax = np.full(nblk, cap, dtype=np.int64)
+    bmax = np.full(nblk, -1, dtype=np.int64)
     lane = np.arange(width_b, dtype=np.int64)
     iota = np.arange(n + 1, dtype=np.int64)
+    top_of = np.maximum.reduce
     rec = _Placements()
     nbins = 0
     for length, k in zip(values, runs):
         need = k
         opened_blocks = -(-nbins // width_b)
-        cand = np.flatnonzero(bmax[:opened_blocks] >= length)
-        start, width = 0, 1
+        cand = (bmax[:opened_blocks] >= length).nonzero()[0]
+        # few candidate blocks: take them all at once; else grow the window geometrically
+        start, width = 0, (cand.shape[0] if cand.shape[0] <= 8 else 2)
         while need > 0 and start < cand.shape[0]:
-            blks = cand[start : start + width]
-            start += width
-            width *= 4
-            if blks.shape[0] == 1:  # one block: work on a view, no index arrays
-                base = int(blks[0]) * width_b
+            # Candidate bins of the next blocks, in opening order.
+            if width == 1:  # one block: work on a view, no index arrays
+                blk = int(cand[start])
+                base = blk * width_b
                 window = free[base : base + width_b]
-                offs = np.flatnonzero(window >= length)
+                offs = (window >= length).nonzero()[0]
                 sel = offs + base
                 fsel = window[offs]
             else:
-                base = -1
+                blk = -1
+                blks = cand[start : start + width]
                 idx = (blks[:, None] * width_b + lane).ravel()
                 fr = free[idx]
                 ok = fr >= length
                 sel = idx[ok]
                 fsel = fr[ok]
+            start += width
+            width *= 4
+            # Each takes min(free // L, room) items, in order, until ``need`` is met.
             before = count[sel]
             q = fsel // length if length else np.full(sel.shape[0], need, dtype=np.int64)
             if max_seqs is not None:
                 np.minimum(q, max_seqs - before, out=q)
-            cq = np.cumsum(q)
+            cq = q.cumsum()
             total = int(cq[-1])
             if total > need:
-                cut = int(np.searchsorted(cq, need)) + 1
-                sel, q, fsel, before = sel[:cut], q[:cut].copy(), fsel[:cut], before[:cut]
+                cut = int(cq.searchsorted(need)) + 1
+                sel, q, fsel, before = sel[:cut], q[:cut], fsel[:cut], before[:cut]
                 q[-1] -= int(cq[cut - 1]) - need
                 total = need
-            rec.add(sel, q, before)
+            rec.add(sel, q, before, length)
             newc = before + q
             count[sel] = newc
             nf = fsel - q * length
             if max_seqs is not None:
                 nf[newc >= max_seqs] = -1
             free[sel] = nf
-            if base >= 0:
-                bmax[blks] = window.max()
+            if blk >= 0:
+                bmax[blk] = top_of(window)
             else:
-                bmax[blks] = free[idx].reshape(-1, width_b).max(axis=1)
-            top = int(sel[-1]) + 1
-            if top > nbins:
-                nbins = top
+                bmax[blks] = top_of(free[idx].reshape(-1, width_b), axis=1)
             need -= total
         if need > 0:
             # No opened bin has room: open new bins, each taking as many as fit.
@@ -612,21 +662,20 @@ def _first_fit_decreasing(
             nb, r = divmod(need, per_new)
             first = nbins
             if nb:
-                rec.add(iota[nbins : nbins + nb], per_new, 0)
+                rec.add(iota[nbins : nbins + nb], per_new, 0, length)
                 count[nbins : nbins + nb] = per_new
                 full = max_seqs is not None and per_new >= max_seqs
                 free[nbins : nbins + nb] = -1 if full else cap - per_new * length
                 nbins += nb
             if r:
-                rec.add(iota[nbins : nbins + 1], r, 0)
+                rec.add(iota[nbins : nbins + 1], r, 0, length)
                 count[nbins] = r
                 free[nbins] = -1 if max_seqs is not None and r >= max_seqs else cap - r * length
                 nbins += 1
             b0 = first // width_b
             b1 = -(-nbins // width_b)
-            bmax[b0:b1] = free[b0 * width_b : b1 * width_b].reshape(-1, width_b).max(axis=1)
-    proc_bins, proc_ranks = rec.assemble(n)
-    return order, proc_bins, proc_ranks, nbins
+            bmax[b0:b1] = top_of(free[b0 * width_b : b1 * width_b].reshape(-1, width_b), axis=1)
+    return rec.layout(order, count, nbins)
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,7 +756,7 @@ def first_fit_in_order(
 
 def _next_fit(
     lengths: np.ndarray, capacity: int, max_seqs: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, int]:
     n = int(lengths.shape[0])
     limit = n + 1 if max_seqs is None else max_seqs
     bins = [0] * n
@@ -724,5 +773,4 @@ def _next_fit(
         ranks[i] = c
         used += length
         c += 1
-    proc = np.arange(n, dtype=np.int64)
-    return proc, np.asarray(bins, dtype=np.int64), np.asarray(ranks, dtype=np.int64), b + 1
+    return np.asarray(bins, dtype=np.int64), np.asarray(ranks, dtype=np.int64), b + 1

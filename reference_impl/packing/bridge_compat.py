@@ -95,12 +95,15 @@ class BridgeHistogram:
         }
 
 
-def bridge_histogram(runtime_lengths: Sequence[int] | np.ndarray, max_seq_length: int) -> BridgeHistogram:
+def bridge_histogram(
+    runtime_lengths: Sequence[int] | np.ndarray, max_seq_length: int
+) -> BridgeHistogram:
     """Histogram of runtime lengths over ``0..max_seq_length``; longer samples are skipped."""
     lengths = as_length_array(runtime_lengths, field="runtime_lengths")
     if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 0:
         raise UsageError(
-            f"max_seq_length must be an integer >= 0, got {max_seq_length!r}", field="max_seq_length"
+            f"max_seq_length must be an integer >= 0, got {max_seq_length!r}",
+            field="max_seq_length",
         )
     s = int(max_seq_length)
     skipped = np.flatnonzero(lengths > s)
@@ -147,7 +150,8 @@ def bridge_assign(
     arr = as_length_array(lengths)
     if algorithm not in BRIDGE_ALGORITHMS:
         raise UsageError(
-            f"unknown Bridge packing algorithm {algorithm!r}; choose one of {', '.join(BRIDGE_ALGORITHMS)}",
+            f"unknown Bridge packing algorithm {algorithm!r}; choose one of "
+            f"{', '.join(BRIDGE_ALGORITHMS)}",
             field="algorithm",
         )
     n = int(arr.shape[0])
@@ -257,6 +261,8 @@ def bridge_fill_assignment(
     sample_lengths: Sequence[int] | np.ndarray,
     bins: Sequence[Sequence[int]],
     rng: np.random.RandomState | int,
+    *,
+    pack_size: int | None = None,
 ) -> list[list[int]]:
     """Which sample lands where: bins of lengths -> bins of sample indices, Bridge's way.
 
@@ -264,25 +270,33 @@ def bridge_fill_assignment(
     ascending order, one ``rng.permutation`` reorders that length's samples (dataset order);
     each bin then takes, per length slot, the last remaining sample of that length. ``rng``
     must be the stream the strategy used (for ``first_fit_shuffle``); a seed starts a fresh
-    one (exact for ``first_fit_decreasing``, which draws nothing). Raises ``PackingError`` when
-    the bins and the samples do not match one to one.
+    one (exact for ``first_fit_decreasing``, which draws nothing). With ``pack_size``, slots
+    longer than it are refused as in Bridge. Raises ``PackingError`` when the bins and the
+    samples do not match one to one.
     """
     lengths = as_length_array(sample_lengths, field="sample_lengths")
     rs = _as_rng(rng)
-    order = np.argsort(lengths, kind="stable")
-    present = np.flatnonzero(np.bincount(lengths)) if lengths.size else np.zeros(0, np.int64)
-    hist = np.bincount(lengths) if lengths.size else np.zeros(0, np.int64)
     max_slot = max((max(b) for b in bins if len(b)), default=-1)
-    # Bridge only materialises lengths up to the pack size; the largest slot any bin asks for
-    # plays that role here (larger lengths could never be placed anyway).
+    if pack_size is not None and max_slot > pack_size:
+        where = next(i for i, b in enumerate(bins) if len(b) and max(b) == max_slot)
+        raise PackingError(
+            f"bin {where} has a slot of length {max_slot}, longer than the pack size {pack_size}",
+            row=where,
+            field="bins",
+        )
+    # Bridge permutes every length bucket up to the pack size; the largest slot any bin asks
+    # for plays that role here (a longer sample could never be placed anyway).
+    order = np.argsort(lengths, kind="stable")
+    ranked = lengths[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if ranked.size else ranked
+    stops = np.r_[starts[1:], ranked.shape[0]]
     stacks: dict[int, list[int]] = {}
-    start = 0
-    for length in present.tolist():
-        stop = start + int(hist[length])
-        if length <= max_slot:
-            bucket = order[start:stop]
-            stacks[length] = bucket[rs.permutation(bucket.shape[0])].tolist()
-        start = stop
+    for start, stop in zip(starts.tolist(), stops.tolist()):
+        length = int(ranked[start])
+        if length > max_slot:
+            break
+        bucket = order[start:stop]
+        stacks[length] = bucket[rs.permutation(stop - start)].tolist()
     out: list[list[int]] = []
     for b, slots in enumerate(bins):
         row: list[int] = []
@@ -290,14 +304,15 @@ def bridge_fill_assignment(
             stack = stacks.get(int(length))
             if not stack:
                 raise PackingError(
-                    f"bin {b} has a slot of length {int(length)} but no sample of that length is left",
+                    f"bin {b} has a slot of length {int(length)} but no sample of that "
+                    "length is left",
                     row=b,
                     field="bins",
                 )
             row.append(stack.pop())
         out.append(row)
-    left = sorted(i for stack in stacks.values() for i in stack)
-    unplaced = left + np.flatnonzero(lengths > max_slot).tolist()
+    unplaced = sorted(i for stack in stacks.values() for i in stack)
+    unplaced += np.flatnonzero(lengths > max_slot).tolist()
     if unplaced:
         raise PackingError(
             f"{len(unplaced)} sample(s) have no slot in the bins (first: sample {min(unplaced)})",
@@ -381,7 +396,7 @@ def bridge_pack_samples(
             fix="use max_seq_length <= pack_size",
         )
     bins, metadata = bridge_packing_strategy(hist.histogram, pack_size, algorithm, rng=rs)
-    local = bridge_fill_assignment(lengths[kept], bins, rs)
+    local = bridge_fill_assignment(lengths[kept], bins, rs, pack_size=pack_size)
     kept_list = kept.tolist()
     sample_bins = [[kept_list[i] for i in row] for row in local]
     return BridgePack(
