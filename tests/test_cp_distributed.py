@@ -39,7 +39,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
         str(ROOT / "tests" / "distributed" / "cp_worker.py"), "--out", str(out),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     wall = time.perf_counter() - started
@@ -83,7 +84,11 @@ def test_distributed_reduction_matches_pure_prediction(reports: list[dict]) -> N
 
 @pytest.mark.parametrize(
     "setting",
-    ["per_token=False,avg_in_collective=False", "per_token=False,avg_in_collective=True", "per_token=True,avg_in_collective=True"],
+    [
+        "per_token=False,avg_in_collective=False",
+        "per_token=False,avg_in_collective=True",
+        "per_token=True,avg_in_collective=True",
+    ],
 )
 def test_other_reductions_differ_from_cp1(reports: list[dict], setting: str) -> None:
     for r in reports:

@@ -144,7 +144,8 @@ def _simulated_cp_grads(model: TinyGPT, batch: dict, cp: int, per_token: bool, a
     mask = batch["loss_mask"][0]
     losses = token_cross_entropy(logits, batch["labels"][0], mask)
     pieces = cp_rank_pieces(losses, mask, batch.get("cu_seqlens_q_padded", batch["cu_seqlens_q"]), cp)
-    weights = reduction_weights([[float(n)] for _, n in pieces], calculate_per_token_loss=per_token, average_in_collective=avg)
+    counts = [[float(n)] for _, n in pieces]
+    weights = reduction_weights(counts, calculate_per_token_loss=per_token, average_in_collective=avg)
     objective = sum(w[0] * s for w, (s, _) in zip(weights, pieces))
     return _grads_of(model, objective), float(objective), [float(n) for _, n in pieces]
 

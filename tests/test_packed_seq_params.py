@@ -122,7 +122,11 @@ def test_item78_two_rows_rejected_with_mbs1_message() -> None:
         ({"cu_seqlens_q": t([0, 5, 3])}, "cu_seqlens_q", "entry 2 is 3 after 5"),
         ({"cu_seqlens_q": torch.tensor([0.0, 3.0])}, "cu_seqlens_q", "integers"),
         ({"cu_seqlens_q": t([0, 3, 8]), "cu_seqlens_q_padded": t([0, 4])}, "cu_seqlens_q_padded", "3 entries"),
-        ({"cu_seqlens_q": t([0, 3, 8]), "cu_seqlens_q_padded": t([0, 4, 8])}, "cu_seqlens_q_padded", "sequence 1 has 5"),
+        (
+            {"cu_seqlens_q": t([0, 3, 8]), "cu_seqlens_q_padded": t([0, 4, 8])},
+            "cu_seqlens_q_padded",
+            "sequence 1 has 5",
+        ),
         ({"cu_seqlens_q": t([0, 3, 8]), "max_seqlen_q": 4}, "max_seqlen_q", "longest physical sequence has 5"),
         ({"tokens": torch.zeros(1, 4)}, "cu_seqlens_q", "no sequence boundaries"),
     ],

@@ -235,3 +235,27 @@ def test_config_and_input_checks() -> None:
     model = TinyGPT(TinyGPTConfig(vocab_size=8, hidden_size=8, num_heads=2, ffn_hidden_size=8), seed=0)
     with pytest.raises(UsageError, match="token ids"):
         model(torch.tensor([9]), torch.tensor([0]), torch.ones(1, 1, dtype=torch.bool))
+
+
+# --- optional GPU backend (Megatron-Core + Transformer Engine) ---------------------------------
+
+
+def test_te_status_reports_what_is_missing() -> None:
+    from reference_impl.training.te_backend import te_status
+
+    status = te_status()
+    assert status.ready == (not status.missing)
+    assert status.ready == (torch.cuda.is_available() and status.transformer_engine is not None)
+    if not torch.cuda.is_available():
+        assert "a CUDA device" in status.missing
+    assert status.to_dict()["torch"] == torch.__version__
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_te_partition_kernel_matches_ours() -> None:
+    pytest.importorskip("transformer_engine_torch")
+    from reference_impl.training.te_backend import compare_partition_indices
+
+    rows = compare_partition_indices([([0, 8, 12, 16], 2), ([0, 4, 12, 24], 2), ([0, 8, 24], 4)])
+    assert len(rows) == 8 and all(r["equal"] for r in rows)

@@ -209,7 +209,8 @@ def thd_layout(batch: Mapping[str, Any], *, total_tokens: int | None = None) -> 
     if short.numel():
         i = int(short[0, 0].item())
         raise InputError(
-            f"sequence {i} has {real_lengths[i].item()} real tokens but only {physical_lengths[i].item()} physical slots",
+            f"sequence {i} has {real_lengths[i].item()} real tokens "
+            f"but only {physical_lengths[i].item()} physical slots",
             field=physical_field,
         )
     if total_tokens is None:

@@ -1,10 +1,11 @@
 """Context-parallel forward/backward of one packed micro-batch (one process per CP rank).
 
-Each rank holds its ``2*CP``-chunk slice of the row (:func:`~reference_impl.training.context_parallel.slice_thd_batch_for_cp`,
-boundaries still global), computes queries, keys and values for its own tokens, gathers keys and
-values from the CP group, and attends with the mask built from the global positions of its
-queries and of the gathered keys. Gradients are then reduced over ``grad_group`` (the
-data-parallel x context-parallel group; the CP group when DP is 1) with the chosen loss
+Each rank holds its ``2*CP``-chunk slice of the row
+(:func:`~reference_impl.training.context_parallel.slice_thd_batch_for_cp`, boundaries still
+global), computes queries, keys and values for its own tokens, gathers keys and values from the
+CP group, and attends with the mask built from the global positions of its queries and of the
+gathered keys. Gradients are then reduced over ``grad_group`` (the data-parallel x
+context-parallel group; the CP group when DP is 1) with the chosen loss
 reduction, so with per-token loss the result equals the CP=1 run.
 """
 
@@ -102,13 +103,16 @@ def cp_step(
     grad_group = group if grad_group is None else grad_group
     tokens = _row(local_batch, "tokens")
     layout = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp_size)
-    indices = [thd_partition_indices(layout.physical, cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)]
+    indices = [
+        thd_partition_indices(layout.physical, cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)
+    ]
     queries = indices[cp_rank]
     keys = torch.cat(indices) if exchange_kv else queries
     mask = attention_mask(layout, queries, keys, mode)
 
     model.zero_grad(set_to_none=True)
-    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=KVExchange(group) if exchange_kv else None)
+    exchange = KVExchange(group) if exchange_kv else None
+    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange)
     loss_mask = _row(local_batch, "loss_mask")
     losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
     loss_sum, count = masked_loss_pieces(losses, loss_mask)

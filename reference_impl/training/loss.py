@@ -199,7 +199,11 @@ def reduce_loss_pieces(
 
 
 def backward_loss(
-    loss_sum: torch.Tensor, token_count: torch.Tensor | float, *, calculate_per_token_loss: bool, num_microbatches: int = 1
+    loss_sum: torch.Tensor,
+    token_count: torch.Tensor | float,
+    *,
+    calculate_per_token_loss: bool,
+    num_microbatches: int = 1,
 ) -> torch.Tensor:
     """The scalar one micro-batch back-propagates: ``s`` (per-token) or ``s / max(n, 1) / M`` (mean)."""
     if calculate_per_token_loss:

@@ -105,7 +105,8 @@ def main() -> None:
                 "sequence_sum_vs_cp1": max(
                     abs(a.loss_sum - b.loss_sum) for a, b in zip(res.sequences, ref.sequences)
                 ),
-                "sequence_count_equal": [a.token_count for a in res.sequences] == [b.token_count for b in ref.sequences],
+                "sequence_count_equal": [a.token_count for a in res.sequences]
+                == [b.token_count for b in ref.sequences],
                 "local_token_count": res.local_token_count,
                 "rank_token_counts": [row[0] for row in res.reduction.token_counts],
                 "weights": [row[0] for row in res.reduction.weights],
