@@ -1,0 +1,115 @@
+"""The packing smoke test: every check passes on the real paths, and each can fail (negative controls)."""
+
+import json
+
+import pytest
+
+from reference_impl.cli import main
+from reference_impl.errors import UsageError
+from reference_impl.smoke import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
+
+
+def _status(report):
+    return {c.name: c.passed for c in report.checks}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("path", ["offline", "in_batch"])
+def test_default_smoke_passes_every_check_including_cp(path):
+    report = run_packing_smoke_test(path, size="tiny")
+    assert [c.name for c in report.checks] == list(CHECK_NAMES)
+    assert all(c.passed is True for c in report.checks), [(c.name, c.message) for c in report.checks]
+    eq = report.check("packed_equals_unpacked").value
+    assert eq["sequences"] == report.data["samples"] > 0 and eq["max_grad_diff"] < 1e-9
+    cp = report.check("cp_matches_cp1").value
+    assert cp["cp"] == 2 and cp["max_grad_diff"] < 1e-9
+    assert report.check("no_cross_sequence_leakage").value["min_own_logit_change"] > 0
+
+
+@pytest.mark.parametrize("path", ["offline", "in_batch"])
+def test_attention_without_boundaries_fails_equivalence_and_leakage(path):
+    report = run_packing_smoke_test(path, size="tiny", cp_check=False, faults=["no_boundaries"])
+    status = _status(report)
+    assert status["packed_equals_unpacked"] is False and status["no_cross_sequence_leakage"] is False
+    assert status["samples_exactly_once"] is True and not report.ok
+    assert report.check("no_cross_sequence_leakage").value["max_other_logit_change"] > 1e-6
+    assert "cu_seqlens" in report.check("packed_equals_unpacked").fix
+
+
+def test_shifted_loss_mask_fails():
+    report = run_packing_smoke_test("offline", size="tiny", cp_check=False, faults=["shift_loss_mask"])
+    status = _status(report)
+    assert status["packed_equals_unpacked"] is False
+    assert status["samples_exactly_once"] is False
+
+
+def test_dropped_sample_fails_exactly_once_and_token_count():
+    report = run_packing_smoke_test("in_batch", size="tiny", cp_check=False, faults=["drop_sample"])
+    status = _status(report)
+    assert status["samples_exactly_once"] is False and status["loss_tokens_preserved"] is False
+    assert report.check("samples_exactly_once").value["missing"] > 0
+
+
+def test_positions_that_do_not_restart_fail():
+    report = run_packing_smoke_test("offline", size="tiny", cp_check=False, faults=["no_position_reset"])
+    assert _status(report)["position_ids_restart"] is False
+
+
+@pytest.mark.distributed
+def test_wrong_alignment_for_cp_fails_the_cp_check_with_the_rule():
+    cfg = json.loads(json.dumps(DEFAULT_CONFIGS["offline"]))
+    cfg["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] = 1
+    report = run_packing_smoke_test("offline", cfg, size="tiny")
+    cp = report.check("cp_matches_cp1")
+    assert cp.passed is False and cp.rule_id == "PACK-OFFLINE-PAD-MULT-TOPOLOGY"
+    assert "divisible" in cp.message or "multiple" in cp.message
+    config = report.check("config_valid")
+    assert config.passed is False and "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in config.value
+
+
+@pytest.mark.distributed
+def test_mean_loss_reduction_under_cp_differs_from_cp1():
+    report = run_packing_smoke_test("in_batch", size="tiny", cp_max_batches=1,
+                                    overrides=["model.calculate_per_token_loss=false"])
+    assert report.check("config_valid").rule_id == "CP-FT-PER-TOKEN-LOSS"
+    cp = report.check("cp_matches_cp1")
+    assert cp.passed is False and cp.value["max_grad_diff"] > 1e-6
+
+
+def test_cp1_config_skips_cp_check():
+    report = run_packing_smoke_test("offline", size="tiny",
+                                    overrides=["model.context_parallel_size=1", "dist.world_size=1",
+                                               "dataset.offline_packing_specs.pad_seq_to_mult=1"])
+    assert report.check("cp_matches_cp1").passed is None and report.ok
+
+
+def test_argument_errors():
+    with pytest.raises(UsageError, match="unknown packing path"):
+        run_packing_smoke_test("bogus")
+    with pytest.raises(UsageError, match="unknown fault"):
+        run_packing_smoke_test("offline", faults=["nope"])
+    with pytest.raises(UsageError, match="does not turn on the offline path"):
+        run_packing_smoke_test("offline", DEFAULT_CONFIGS["in_batch"])
+
+
+def test_user_config_file_and_data(tmp_path, write_jsonl):
+    rows = [{"prompt": f"question {i}", "completion": "answer " * (1 + i % 5)} for i in range(10)]
+    data = write_jsonl(rows)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "model: {seq_length: 128}\n"
+        "dataset: {seq_length: 128, enable_offline_packing: true,\n"
+        "          offline_packing_specs: {packed_sequence_size: 128, pad_seq_to_mult: 1}}\n"
+    )
+    report = run_packing_smoke_test("offline", str(cfg), data, size="medium")
+    assert report.ok and report.data["samples"] == 10 and report.data["rows"] == 10
+
+
+def test_cli_json_and_exit_codes(capsys):
+    assert main(["smoke", "--path", "in_batch", "--size", "tiny", "--no-cp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["reports"][0]["path"] == "in_batch"
+    assert main(["smoke", "--path", "offline", "--size", "tiny", "--no-cp",
+                 "--set", "dataset.offline_packing_specs.pad_seq_to_mult=2"]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL" in text and "config_valid" in text
