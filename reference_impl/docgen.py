@@ -1,0 +1,104 @@
+"""Generated documentation: every page whose content comes from a registry or table in the code.
+
+``python -m reference_impl.docgen`` rewrites them; ``python -m reference_impl.docgen --check``
+exits 1 when one is stale (the test-suite runs the same comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from reference_impl.textfmt import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SKILL_DIR = ROOT / "skills" / "megatron-sequence-packing"
+
+
+def model_support_markdown() -> str:
+    """The model-family support table (one row per family, one column per packing path)."""
+    from reference_impl.config.model_support import FAMILIES, PATHS
+
+    rows = []
+    for entry in FAMILIES:
+        cells = []
+        for path in PATHS:
+            status = entry.paths.get(path, "unknown")
+            cells.append(status if status == "unknown" else f"**{status}**: {entry.notes[path]}")
+        rows.append([f"`{entry.family}` ({entry.name})", *cells, entry.evidence])
+    return markdown_table(["family", *PATHS, "evidence"], rows)
+
+
+def model_support_document() -> str:
+    """docs/model-support.md and the skill's reference page."""
+    return (
+        "# Model-family support for packing\n\n"
+        "Generated from the model-support table in the code (`seqpack rules`, the `check_model_support` MCP tool\n"
+        "and the `MODEL-FAMILY-*` validation rules read the same table); do not edit by hand.\n\n"
+        "Status: **supported** (recipes use or allow the path), **opt_out** (a recipe turns it off; validation\n"
+        "reports an error), **caveat** (allowed with a documented limitation; validation warns), **unknown**\n"
+        "(nothing recorded: run the packing smoke test before spending GPU hours).\n\n"
+        f"{model_support_markdown()}\n"
+    )
+
+
+def skill_rules_document() -> str:
+    """The skill's reference page of rules (same registry, self-contained header)."""
+    from reference_impl.config.rules_doc import rules_markdown
+
+    return (
+        "# Packing rules\n\n"
+        "Every rule `seqpack validate` checks, generated from the rule registry. Read this page when a validation\n"
+        "finding needs more context than its message, or to answer which settings a packing path requires.\n"
+        "Provenance: upstream (Megatron-Bridge or Megatron-Core rejects it), documented (stated by the packing docs,\n"
+        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n\n"
+        f"{rules_markdown()}"
+    )
+
+
+def _rules_document() -> str:
+    from reference_impl.config.rules_doc import rules_document
+
+    return rules_document()
+
+
+#: Repository-relative path -> function producing its full text.
+GENERATED: dict[str, Callable[[], str]] = {
+    "docs/rules.md": _rules_document,
+    "docs/model-support.md": model_support_document,
+    "skills/megatron-sequence-packing/references/rules.md": skill_rules_document,
+    "skills/megatron-sequence-packing/references/model-support.md": model_support_document,
+}
+
+
+def stale() -> list[str]:
+    """Generated files whose committed text differs from what the code produces."""
+    out = []
+    for rel, make in GENERATED.items():
+        path = ROOT / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != make():
+            out.append(rel)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (default) or check the generated pages."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated page is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        bad = stale()
+        for rel in bad:
+            print(f"stale: {rel}", file=sys.stderr)
+        return 1 if bad else 0
+    for rel, make in GENERATED.items():
+        path = ROOT / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(make(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
