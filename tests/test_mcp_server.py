@@ -474,6 +474,21 @@ async def test_stdio_subprocess(root: Path, tmp_path: Path):
     assert "seqpack MCP server" in log and f"roots: {root}" in log  # logs go to stderr
 
 
+def _post_status(port: int, host: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, headers={
+        "Host": host, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -506,6 +521,8 @@ async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
             assert r.is_error is True and OUTSIDE_TEXT in r.content[0].text
             uris = {str(x.uri) for x in (await c.list_resources()).resources}
             assert {"seqpack://rules.md", "seqpack://rules.json"} <= uris
+        # DNS-rebinding protection: a request naming a foreign host is refused
+        assert await anyio.to_thread.run_sync(_post_status, port, "evil.example") == 421
     finally:
         proc.terminate()
         proc.wait(timeout=10)
