@@ -94,7 +94,9 @@ def serve(
     import anyio
 
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
     allowed = AllowedRoots.from_args(roots)
     server = build_server(allowed)
     log.info("seqpack MCP server %s (%s); roots: %s", __version__, transport, allowed.describe())

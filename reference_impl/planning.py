@@ -321,7 +321,9 @@ def _simulate(
     if gbs is not None:
         steps, full = packs / gbs, packs // gbs
         if packs < gbs:
-            notes.append(f"{packs} pack(s) fill less than one global batch of {gbs}: under one optimizer step per epoch")
+            notes.append(
+                f"{packs} pack(s) fill less than one global batch of {gbs}: under one optimizer step per epoch"
+            )
     return PlanRow(
         pack_len=pack_len,
         global_batch_size=gbs,
@@ -361,10 +363,16 @@ def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
     best = max(r.token_efficiency for r in pool)
     tied = [r for r in pool if r.token_efficiency >= best - TIE_TOLERANCE]
     pick = max(tied, key=lambda r: r.pack_len)
-    text = f"pack_len {pick.pack_len} (global batch size {pick.global_batch_size}): token efficiency {pick.token_efficiency:.1%}"
+    text = (
+        f"pack_len {pick.pack_len} (global batch size {pick.global_batch_size}): "
+        f"token efficiency {pick.token_efficiency:.1%}"
+    )
     others = [r.pack_len for r in tied if r is not pick]
     if others:
-        text += f", tied with {', '.join(map(str, others))} within {TIE_TOLERANCE * 100:g} points, so the longer pack wins"
+        text += (
+            f", tied with {', '.join(map(str, others))} within {TIE_TOLERANCE * 100:g} points, "
+            "so the longer pack wins"
+        )
     if not whole:
         text += "; every valid candidate truncates or drops some samples, consider a longer pack length"
     elif len(whole) < len(valid):

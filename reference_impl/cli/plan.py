@@ -28,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--lengths", type=_int_list, help="sample lengths, comma-separated (e.g. 900,300,1500)")
     p.add_argument("--n", type=int, default=100_000, help="samples drawn from --mix (default 100000)")
     p.add_argument("--max-len", type=int, default=4096, help="longest sample --mix draws (default 4096)")
-    p.add_argument("--candidates", type=_int_list, default=None, help="pack lengths to compare (default 2048,4096,8192)")
+    p.add_argument(
+        "--candidates", type=_int_list, default=None, help="pack lengths to compare (default 2048,4096,8192)"
+    )
     p.add_argument("--token-slots", type=int, default=65536, help="token slots per optimizer step (default 65536)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel size (default 1)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size, to derive the alignment")

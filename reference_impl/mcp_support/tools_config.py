@@ -143,7 +143,10 @@ def register_config_tools(server: MCPServer, roots: AllowedRoots) -> None:
         """
         from reference_impl.config.rules import RULES
 
-        rules = [r for r in RULES if (family is None or r.family == family) and (severity is None or r.severity == severity)]
+        rules = [
+            r for r in RULES
+            if (family is None or r.family == family) and (severity is None or r.severity == severity)
+        ]
         return {  # type: ignore[return-value]
             "families": dict(FAMILIES),
             "count": len(rules),

@@ -58,8 +58,9 @@ def register_packing_tools(server: MCPServer, roots: AllowedRoots) -> None:
                              Field(description="sample counts by length, e.g. {\"512\": 1200, \"3000\": 40}")] = None,
         jsonl_path: Annotated[str | None, Field(description="a JSONL file (or blend manifest) inside an allowed "
                                                 "root, tokenized like pack_dataset does", max_length=4096)] = None,
-        candidates: Annotated[list[PackLen], Field(min_length=1, max_length=16,
-                                                   description="pack lengths to compare")] = [2048, 4096, 8192],  # noqa: B006
+        candidates: Annotated[
+            list[PackLen], Field(min_length=1, max_length=16, description="pack lengths to compare")
+        ] = [2048, 4096, 8192],  # noqa: B006 - the SDK copies validated arguments per call
         token_slots: Annotated[int, Field(ge=1, le=1 << 40, description="token slots per optimizer step")] = 65536,
         dp: Annotated[int, Field(ge=1, le=1 << 20, description="data-parallel size")] = 1,
         tp: TP = None,
@@ -227,7 +228,9 @@ def register_packing_tools(server: MCPServer, roots: AllowedRoots) -> None:
 
     @server.tool(title="Inspect packed Parquet (integrity, stats, topology fit)", annotations=READ_ONLY)
     def inspect_packed_dataset(
-        path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside a root")],
+        path: Annotated[
+            PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside a root")
+        ],
         tp: TP = None,
         cp: CP = None,
         sp: SP = False,
