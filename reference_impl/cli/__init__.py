@@ -23,8 +23,10 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.rules",
     "reference_impl.cli.pack",
     "reference_impl.cli.inspect_cmd",
-    "reference_impl.cli.smoke",
     "reference_impl.cli.batches",
+    "reference_impl.cli.plan",
+    "reference_impl.cli.smoke",
+    "reference_impl.cli.mcp",
 )
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2

@@ -1,0 +1,41 @@
+"""``seqpack mcp``: run the MCP server (stdio by default, or streamable HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "mcp"
+HELP = "run the MCP server for coding agents (stdio, or streamable HTTP on 127.0.0.1)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the command's flags."""
+    p.add_argument(
+        "--root", action="append", default=None, metavar="DIR",
+        help="directory tools may read and write (repeatable; default: the current directory)",
+    )
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (default) or streamable HTTP")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default 8765)")
+    p.add_argument("--lifetime", type=float, default=None, metavar="SECONDS",
+                   help="HTTP only: stop by itself after this many seconds (tests, CI); a stdio server "
+                   "stops when its client closes stdin")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until the client disconnects, the process is interrupted, or --lifetime passes."""
+    from reference_impl.errors import UsageError
+
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.lifetime is not None and args.lifetime <= 0:
+        raise UsageError(f"--lifetime must be positive, got {args.lifetime}")
+    if args.lifetime is not None and args.transport != "http":
+        raise UsageError("--lifetime applies to --transport http (a stdio server stops when its client closes stdin)")
+    from reference_impl.mcp_server import serve
+
+    try:
+        serve(args.root, transport=args.transport, port=args.port, lifetime_s=args.lifetime)
+    except NotADirectoryError as exc:
+        raise UsageError(str(exc), fix="pass existing directories to --root") from None
+    return 0

@@ -1,0 +1,133 @@
+"""The seqpack MCP server: the library's verbs as MCP tools, the skill and rules as resources, two prompts.
+
+Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Every tool calls the same library function
+as the CLI and the Python API and returns that result's ``to_dict()`` as structured content.
+
+Security model:
+
+* every file path argument is resolved (symlinks followed) and must lie inside an allowed root
+  (``--root``, repeatable; default: the working directory); relative paths are relative to the
+  first root;
+* no tool runs a shell command or evaluates user text; only ``pack_dataset`` writes, and only
+  inside a root;
+* stdout carries the protocol only (stdio); logs go to stderr; HTTP binds 127.0.0.1 only.
+
+Parts live in :mod:`reference_impl.mcp_support`; a long-running tool (progress, time limit,
+cancellation) uses :func:`reference_impl.mcp_support.jobs.run_job`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+from mcp.server.mcpserver import MCPServer
+
+from reference_impl import __version__
+from reference_impl.mcp_support.content import find_skill_dir, register_prompts, register_resources
+from reference_impl.mcp_support.hints import READ_ONLY
+from reference_impl.mcp_support.outputs import ServerInfoOut
+from reference_impl.mcp_support.roots import AllowedRoots
+from reference_impl.mcp_support.tools_config import register_config_tools
+from reference_impl.mcp_support.tools_packing import register_packing_tools
+
+log = logging.getLogger("reference_impl.mcp")
+
+SERVER_NAME = "seqpack"
+HEAVY_MODULES = ("torch", "pyarrow", "megatron.core", "megatron.energon")
+INSTRUCTIONS = (
+    "Sequence packing for Megatron-style fine-tuning. Compute instead of guessing: derive_alignment for "
+    "pad_seq_to_mult, plan_pack_length to choose a pack length, validate_config before launching, "
+    "explain_rule for a rule id in an error. File paths must lie inside the allowed roots (server_info "
+    "lists them)."
+)
+_AUTO = object()
+
+
+def build_server(
+    roots: AllowedRoots | list[str | os.PathLike[str]] | None = None,
+    *,
+    skill_dir: Path | None | object = _AUTO,
+) -> MCPServer:
+    """The server with every tool, resource and prompt registered.
+
+    ``roots``: allowed directories (default: the working directory). ``skill_dir``: the skill
+    bundle to serve as resources (default: found next to the package; None: serve none).
+    """
+    allowed = roots if isinstance(roots, AllowedRoots) else AllowedRoots.from_args([os.fspath(r) for r in roots or []])
+    skill = find_skill_dir() if skill_dir is _AUTO else skill_dir
+    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+    register_config_tools(server, allowed)
+    register_packing_tools(server, allowed)
+
+    @server.tool(title="Server info: allowed roots and loaded modules", annotations=READ_ONLY)
+    def server_info() -> ServerInfoOut:
+        """Version, the allowed roots (every path argument must lie inside one), the skill bundle
+        directory served as resources, and which heavy modules this server process has loaded."""
+        return {
+            "name": SERVER_NAME,
+            "version": __version__,
+            "roots": [str(r) for r in allowed.roots],
+            "skill_dir": str(skill) if skill is not None else None,
+            "heavy_modules_loaded": {m: m in sys.modules for m in HEAVY_MODULES},
+        }
+
+    register_resources(server, skill)  # type: ignore[arg-type]
+    register_prompts(server)
+    return server
+
+
+def serve(
+    roots: list[str] | None = None,
+    *,
+    transport: Literal["stdio", "http"] = "stdio",
+    port: int = 8765,
+    lifetime_s: float | None = None,
+) -> None:
+    """Run the server until the client disconnects (stdio) or the process is interrupted.
+
+    ``lifetime_s`` (HTTP only) stops the server by itself after that many seconds.
+    """
+    import anyio
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
+    allowed = AllowedRoots.from_args(roots)
+    server = build_server(allowed)
+    log.info("seqpack MCP server %s (%s); roots: %s", __version__, transport, allowed.describe())
+    if transport == "stdio":
+        anyio.run(server.run_stdio_async)
+    else:
+        anyio.run(_serve_http, server, port, lifetime_s)
+
+
+async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None) -> None:
+    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on), logs through ``logging``."""
+    import anyio
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
+    http = uvicorn.Server(config)
+
+    async def stop_later(seconds: float) -> None:
+        await anyio.sleep(seconds)
+        log.info("lifetime of %g s is over; stopping", seconds)
+        http.should_exit = True  # uvicorn finishes open requests and shuts down
+
+    async with anyio.create_task_group() as tg:
+        if lifetime_s is not None:
+            tg.start_soon(stop_later, lifetime_s)
+        await http.serve()
+        tg.cancel_scope.cancel()
+
+
+if __name__ == "__main__":  # python -m reference_impl.mcp_server [--root DIR ...]
+    from reference_impl.cli import main
+
+    raise SystemExit(main(["mcp", *sys.argv[1:]]))

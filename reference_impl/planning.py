@@ -1,0 +1,501 @@
+"""``plan_pack_length``: pick a pack length by simulating packing at equal token slots per step.
+
+Every candidate pack length ``P`` gets the same number of token slots per optimizer step, so its
+global batch size is ``token_slots / P`` packed rows (micro batch size 1). For each candidate the
+plan reports:
+
+* **validity**, with reasons: ``token_slots`` divisible by ``P``; the global batch size divisible
+  by DP and at least DP (rule ``BATCH-GBS-DIVISIBLE``); ``P`` a multiple of ``pad_seq_to_mult``
+  (rule ``PACK-OFFLINE-WIDTH-ALIGNED``);
+* **simulated packing** of the lengths exactly as the offline pipeline treats them: a sample may
+  hold at most ``cap = floor(P / m) * m`` tokens (``m = pad_seq_to_mult``); a longer one is cut to
+  ``cap`` (``truncation="right"``/``"left"``) or left out (``"reject"``), and every kept length is
+  rounded up to a multiple of ``m`` before bin packing with
+  :func:`reference_impl.packing.algorithms.pack_lengths`;
+* packs, the lower bound ``ceil(aligned tokens / P)``, packing efficiency (aligned tokens per
+  slot), token efficiency (real tokens kept per slot), the padding waste split into alignment
+  padding and pack-tail padding, the most and mean sequences per pack, and optimizer steps per
+  epoch (``packs / global batch size``).
+
+Lengths are *runtime* lengths: the tokens a sample occupies in a pack (for JSONL input, the
+tokenized ids minus one, counted by :func:`reference_impl.packing.offline.sample_lengths`).
+
+The recommendation rule is :data:`RECOMMENDATION_RULE`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from reference_impl.alignment import DEFAULT_PACK_LENGTHS, equal_slot_candidates
+from reference_impl.errors import InputError, UsageError
+
+#: Two candidates whose token efficiencies differ by at most this much are tied.
+TIE_TOLERANCE = 0.005
+#: Planning expands every length into memory; beyond this many samples, plan on a subsample.
+MAX_PLAN_SAMPLES = 50_000_000
+#: Per-sample cap used when tokenizing a JSONL for planning: large enough never to truncate.
+_UNBOUNDED = 1 << 40
+
+TRUNCATION_POLICIES: tuple[str, ...] = ("right", "left", "reject")
+
+RECOMMENDATION_RULE = (
+    "Among the valid candidates, those that keep every sample whole are preferred (when there is "
+    "any); the highest token efficiency (real tokens per token slot) wins, candidates within "
+    f"{TIE_TOLERANCE * 100:g} percentage points of the best count as tied, and a tie goes to the "
+    "longest pack length (the documented starting point is 8K)."
+)
+
+
+@dataclass(frozen=True)
+class LengthSummary:
+    """What the plan was computed on."""
+
+    source: str
+    num_samples: int
+    total_tokens: int
+    min: int
+    mean: float
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    details: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate pack length of the equal-token-slot table."""
+
+    pack_len: int
+    global_batch_size: int | None
+    token_slots: int
+    valid: bool
+    reasons: list[str]
+    sample_cap: int
+    too_long: int
+    truncated: int
+    rejected: int
+    tokens_lost: int
+    packed_samples: int
+    packs: int
+    lower_bound: int
+    packs_over_lower_bound: int
+    packing_efficiency: float
+    token_efficiency: float
+    padding_waste_share: float
+    alignment_padding_share: float
+    tail_padding_share: float
+    max_seqs_in_pack: int
+    mean_seqs_per_pack: float
+    steps_per_epoch: float | None
+    full_steps_per_epoch: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Result of :func:`plan_pack_length`: the table, the recommendation and its reason."""
+
+    rows: list[PlanRow]
+    recommended_pack_len: int | None
+    recommendation: str
+    rule: str
+    lengths: LengthSummary
+    token_slots: int
+    dp: int
+    pad_seq_to_mult: int
+    algorithm: str
+    seed: int
+    max_seqs_per_pack: int | None
+    truncation: str
+
+    def row(self, pack_len: int) -> PlanRow:
+        """The row of one candidate pack length."""
+        for r in self.rows:
+            if r.pack_len == pack_len:
+                return r
+        raise UsageError(f"pack length {pack_len} is not a candidate of this plan", field="pack_len")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (the same dict the CLI prints with ``--json`` and the MCP tool returns)."""
+        return {
+            "recommended_pack_len": self.recommended_pack_len,
+            "recommendation": self.recommendation,
+            "rule": self.rule,
+            "rows": [r.to_dict() for r in self.rows],
+            "lengths": self.lengths.to_dict(),
+            "token_slots": self.token_slots,
+            "dp": self.dp,
+            "pad_seq_to_mult": self.pad_seq_to_mult,
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "max_seqs_per_pack": self.max_seqs_per_pack,
+            "truncation": self.truncation,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------------
+
+
+def _int_value(value: Any) -> int | None:
+    """``value`` as an int when it is an integer (or a string of digits), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def lengths_from_histogram(histogram: Mapping[Any, Any] | Iterable[Sequence[Any]]) -> np.ndarray:
+    """Expand ``{length: count}`` (or ``[(length, count), ...]``) into lengths, ascending.
+
+    Keys may be ints or strings of digits (JSON objects have string keys).
+    """
+    items = list(histogram.items()) if isinstance(histogram, Mapping) else list(histogram)
+    lengths, counts = [], []
+    for k, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise InputError(f"histogram entry {k} must be a (length, count) pair, got {item!r}", field="histogram")
+        length, count = _int_value(item[0]), _int_value(item[1])
+        if length is None or length < 1:
+            raise InputError(f"histogram length {item[0]!r} must be an integer >= 1", field=f"histogram[{item[0]!r}]")
+        if count is None or count < 0:
+            raise InputError(
+                f"histogram count for length {length} must be an integer >= 0, got {item[1]!r}",
+                field=f"histogram[{item[0]!r}]",
+            )
+        lengths.append(length)
+        counts.append(count)
+    if len(set(lengths)) != len(lengths):
+        raise InputError("histogram lists a length twice", field="histogram")
+    total = sum(counts)
+    if total > MAX_PLAN_SAMPLES:
+        raise UsageError(
+            f"the histogram holds {total} samples; planning supports up to {MAX_PLAN_SAMPLES}",
+            field="histogram",
+            fix="scale the counts down (the plan depends on the length distribution, not its size)",
+        )
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    values = np.asarray(lengths, dtype=np.int64)[order]
+    reps = np.asarray(counts, dtype=np.int64)[order]
+    return np.repeat(values, reps)
+
+
+def _as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    from reference_impl.packing.algorithms import as_length_array
+
+    arr = as_length_array(lengths)
+    if arr.size > MAX_PLAN_SAMPLES:
+        raise UsageError(f"{arr.size} lengths given; planning supports up to {MAX_PLAN_SAMPLES}", field="lengths")
+    zero = np.flatnonzero(arr < 1)
+    if zero.size:
+        raise InputError(f"lengths[{int(zero[0])}] is 0; every sample holds at least one token", row=int(zero[0]),
+                         field="lengths")
+    return arr
+
+
+def _summary(arr: np.ndarray, source: str, details: dict[str, Any] | None) -> LengthSummary:
+    if arr.size == 0:
+        raise InputError(f"no sample to plan with ({source} is empty)", field=source)
+
+    def q(x: float) -> int:
+        return int(np.quantile(arr, x, method="inverted_cdf"))
+
+    return LengthSummary(
+        source=source,
+        num_samples=int(arr.size),
+        total_tokens=int(arr.sum()),
+        min=int(arr.min()),
+        mean=float(arr.mean()),
+        p50=q(0.5),
+        p90=q(0.9),
+        p99=q(0.99),
+        max=int(arr.max()),
+        details=details,
+    )
+
+
+def _load_lengths(
+    lengths: Sequence[int] | np.ndarray | None,
+    histogram: Mapping[Any, Any] | Iterable[Sequence[Any]] | None,
+    jsonl: str | os.PathLike[str] | None,
+    schema: Any,
+    tokenizer: Any,
+) -> tuple[np.ndarray, LengthSummary]:
+    given = [name for name, v in (("lengths", lengths), ("histogram", histogram), ("jsonl", jsonl)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            f"give exactly one of lengths, histogram or jsonl (got {', '.join(given) or 'none'})",
+            fix="pass a list of sample lengths, a {length: count} histogram, or a JSONL path",
+        )
+    if jsonl is not None:
+        from reference_impl.packing.offline import sample_lengths
+
+        found = sample_lengths(jsonl, max_seq_length=_UNBOUNDED, schema=schema, tokenizer=tokenizer)
+        arr = np.asarray(found.lengths, dtype=np.int64)
+        details = {"path": str(jsonl), "accounting": found.account}
+        return arr, _summary(arr, "jsonl", details)
+    if histogram is not None:
+        arr = lengths_from_histogram(histogram)
+        return arr, _summary(arr, "histogram", None)
+    arr = _as_lengths(lengths)  # type: ignore[arg-type]
+    return arr, _summary(arr, "lengths", None)
+
+
+# ------------------------------------------------------------------------------------------------
+# One candidate
+# ------------------------------------------------------------------------------------------------
+
+
+def _validity(pack_len: int, token_slots: int, dp: int, m: int) -> tuple[int | None, list[str]]:
+    slot = equal_slot_candidates(token_slots, (pack_len,), dp)[0]
+    reasons = []
+    gbs: int | None = slot.global_batch_size or None
+    if not slot.valid:
+        rule = "" if gbs is None else "[BATCH-GBS-DIVISIBLE] "
+        reasons.append(rule + slot.reason)
+    if pack_len % m:
+        reasons.append(
+            f"[PACK-OFFLINE-WIDTH-ALIGNED] pack_len {pack_len} is not a multiple of pad_seq_to_mult={m}"
+        )
+    return gbs, reasons
+
+
+def _simulate(
+    arr: np.ndarray,
+    pack_len: int,
+    token_slots: int,
+    dp: int,
+    m: int,
+    truncation: str,
+    algorithm: str,
+    seed: int,
+    max_seqs_per_pack: int | None,
+) -> PlanRow:
+    from reference_impl.packing.algorithms import pack_lengths
+
+    gbs, reasons = _validity(pack_len, token_slots, dp, m)
+    cap = (pack_len // m) * m
+    over = arr > cap
+    too_long = int(over.sum())
+    if truncation == "reject":
+        kept = arr[~over]
+        rejected, truncated = too_long, 0
+        tokens_lost = int(arr[over].sum())
+    else:
+        kept = np.minimum(arr, cap)
+        rejected, truncated = 0, too_long
+        tokens_lost = int((arr[over] - cap).sum())
+    aligned = -(-kept // m) * m
+    notes: list[str] = []
+    if too_long:
+        verb = "left out" if truncation == "reject" else f"cut to {cap} tokens"
+        notes.append(f"{too_long} sample(s) longer than {cap} tokens would be {verb}")
+    if aligned.size:
+        result = pack_lengths(aligned, pack_len, algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack)
+        packs, lower = result.num_bins, result.lower_bound
+        max_in_pack = result.max_items_per_bin
+    else:
+        packs = lower = max_in_pack = 0
+        notes.append("no sample fits this pack length")
+    slots = packs * pack_len
+    real, padded = int(kept.sum()), int(aligned.sum())
+    steps = full = None
+    if gbs is not None:
+        steps, full = packs / gbs, packs // gbs
+        if packs < gbs:
+            notes.append(
+                f"{packs} pack(s) fill less than one global batch of {gbs}: under one optimizer step per epoch"
+            )
+    return PlanRow(
+        pack_len=pack_len,
+        global_batch_size=gbs,
+        token_slots=token_slots,
+        valid=not reasons,
+        reasons=reasons,
+        sample_cap=cap,
+        too_long=too_long,
+        truncated=truncated,
+        rejected=rejected,
+        tokens_lost=tokens_lost,
+        packed_samples=int(kept.size),
+        packs=packs,
+        lower_bound=lower,
+        packs_over_lower_bound=packs - lower,
+        packing_efficiency=padded / slots if slots else 0.0,
+        token_efficiency=real / slots if slots else 0.0,
+        padding_waste_share=(slots - real) / slots if slots else 0.0,
+        alignment_padding_share=(padded - real) / slots if slots else 0.0,
+        tail_padding_share=(slots - padded) / slots if slots else 0.0,
+        max_seqs_in_pack=max_in_pack,
+        mean_seqs_per_pack=kept.size / packs if packs else 0.0,
+        steps_per_epoch=steps,
+        full_steps_per_epoch=full,
+        notes=notes,
+    )
+
+
+def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
+    """Apply :data:`RECOMMENDATION_RULE`: the recommended pack length (or None) and why."""
+    valid = [r for r in rows if r.valid]
+    if not valid:
+        why = "; ".join(f"{r.pack_len}: {', '.join(r.reasons)}" for r in rows)
+        return None, f"no candidate is valid ({why})"
+    whole = [r for r in valid if r.too_long == 0]
+    pool = whole or valid
+    best = max(r.token_efficiency for r in pool)
+    tied = [r for r in pool if r.token_efficiency >= best - TIE_TOLERANCE]
+    pick = max(tied, key=lambda r: r.pack_len)
+    text = (
+        f"pack_len {pick.pack_len} (global batch size {pick.global_batch_size}): "
+        f"token efficiency {pick.token_efficiency:.1%}"
+    )
+    others = [r.pack_len for r in tied if r is not pick]
+    if others:
+        text += (
+            f", tied with {', '.join(map(str, others))} within {TIE_TOLERANCE * 100:g} points, "
+            "so the longer pack wins"
+        )
+    if not whole:
+        text += "; every valid candidate truncates or drops some samples, consider a longer pack length"
+    elif len(whole) < len(valid):
+        skipped = [r.pack_len for r in valid if r.too_long]
+        text += f"; {', '.join(map(str, skipped))} would cut or drop samples"
+    return pick.pack_len, text
+
+
+# ------------------------------------------------------------------------------------------------
+# The verb
+# ------------------------------------------------------------------------------------------------
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+    return int(value)
+
+
+def alignment_multiple(
+    pad_seq_to_mult: int | None = None, tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None
+) -> int:
+    """The per-sequence multiple to plan with: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
+
+    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``).
+    """
+    from reference_impl.alignment import derive_alignment
+
+    derived = derive_alignment(tp, cp, sp, eval_cp)
+    if pad_seq_to_mult is None:
+        return derived.pad_seq_to_mult
+    pad = _positive("pad_seq_to_mult", pad_seq_to_mult)
+    if pad % derived.pad_seq_to_mult:
+        raise UsageError(
+            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
+            rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
+            field="pad_seq_to_mult",
+            fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
+        )
+    return pad
+
+
+def plan_pack_length(
+    lengths: Sequence[int] | np.ndarray | None = None,
+    *,
+    histogram: Mapping[Any, Any] | Iterable[Sequence[Any]] | None = None,
+    jsonl: str | os.PathLike[str] | None = None,
+    candidates: Sequence[int] = DEFAULT_PACK_LENGTHS,
+    token_slots: int = 65536,
+    dp: int = 1,
+    pad_seq_to_mult: int = 1,
+    algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+    max_seqs_per_pack: int | None = None,
+    truncation: str = "right",
+    schema: Any = None,
+    tokenizer: Any = None,
+) -> PackPlan:
+    """Equal-token-slot table of candidate pack lengths with simulated packing and a recommendation.
+
+    Give exactly one of ``lengths`` (runtime lengths), ``histogram`` (``{length: count}``) or
+    ``jsonl`` (a JSONL file or blend manifest, tokenized with ``schema``/``tokenizer`` like the
+    offline pipeline). See the module docstring for every column and :data:`RECOMMENDATION_RULE`.
+
+    >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
+    8
+    """
+    token_slots = _positive("token_slots", token_slots)
+    dp = _positive("dp", dp)
+    m = _positive("pad_seq_to_mult", pad_seq_to_mult)
+    if truncation not in TRUNCATION_POLICIES:
+        raise UsageError(
+            f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}", field="truncation"
+        )
+    from reference_impl.packing.algorithms import ALGORITHMS
+
+    if algorithm not in ALGORITHMS:
+        raise UsageError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
+                         field="algorithm")
+    if max_seqs_per_pack is not None:
+        max_seqs_per_pack = _positive("max_seqs_per_pack", max_seqs_per_pack)
+    cands = [_positive("candidates", c) for c in candidates]
+    if not cands:
+        raise UsageError("give at least one candidate pack length", field="candidates")
+    if len(set(cands)) != len(cands):
+        raise UsageError(f"candidate pack lengths repeat: {cands}", field="candidates")
+    small = [c for c in cands if c < m]
+    if small:
+        raise UsageError(
+            f"candidate pack length {small[0]} is smaller than pad_seq_to_mult={m}; no sample would fit",
+            field="candidates",
+        )
+    arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer)
+    rows = [
+        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack)
+        for c in sorted(cands)
+    ]
+    pick, text = recommend(rows)
+    return PackPlan(
+        rows=rows,
+        recommended_pack_len=pick,
+        recommendation=text,
+        rule=RECOMMENDATION_RULE,
+        lengths=summary,
+        token_slots=token_slots,
+        dp=dp,
+        pad_seq_to_mult=m,
+        algorithm=algorithm,
+        seed=int(seed),
+        max_seqs_per_pack=max_seqs_per_pack,
+        truncation=truncation,
+    )
+
+
+__all__ = [
+    "MAX_PLAN_SAMPLES",
+    "RECOMMENDATION_RULE",
+    "TIE_TOLERANCE",
+    "LengthSummary",
+    "alignment_multiple",
+    "PackPlan",
+    "PlanRow",
+    "lengths_from_histogram",
+    "plan_pack_length",
+    "recommend",
+]
