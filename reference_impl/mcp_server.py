@@ -33,6 +33,7 @@ from reference_impl.mcp_support.outputs import ServerInfoOut
 from reference_impl.mcp_support.roots import AllowedRoots
 from reference_impl.mcp_support.tools_config import register_config_tools
 from reference_impl.mcp_support.tools_packing import register_packing_tools
+from reference_impl.mcp_support.tools_smoke import register_smoke_tools
 
 log = logging.getLogger("reference_impl.mcp")
 
@@ -62,6 +63,7 @@ def build_server(
     server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
     register_config_tools(server, allowed)
     register_packing_tools(server, allowed)
+    register_smoke_tools(server, allowed)
 
     @server.tool(title="Server info: allowed roots and loaded modules", annotations=READ_ONLY)
     def server_info() -> ServerInfoOut:

@@ -357,7 +357,10 @@ def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str) -> tuple[Check, Check]:
+def _equivalence(
+    model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
+    notify: Callable[[str, float], None] = lambda stage, fraction: None,
+) -> tuple[Check, Check]:
     import torch
 
     from reference_impl.training.packed_seq_params import to_packed_seq_params
@@ -371,6 +374,7 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
     unmatched = 0
     leak_max, own_min, leak_tested = 0.0, float("inf"), 0
     for n, batch in enumerate(batches):
+        notify(f"forward/backward batch {n + 1}/{len(batches)}", 0.3 + 0.4 * n / max(len(batches), 1))
         view = _batch_from_params(batch, to_packed_seq_params(batch))
         packed = reference_step(model, view, mode=mode)
         total_alone = None
@@ -570,7 +574,7 @@ def run_packing_smoke_test(
         torch.manual_seed(seed)
         model = TinyGPT(TinyGPTConfig(vocab_size=ByteTokenizer().vocab_size), seed=seed)
         mode = "causal" if "no_boundaries" in faults else "thd"
-        checks.extend(_equivalence(model, pb, batches, mode))
+        checks.extend(_equivalence(model, pb, batches, mode, notify))
         timings["equivalence_s"] = time.perf_counter() - t0
         if cp_check:
             notify("context parallel", 0.7)

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = {
     "derive_alignment", "validate_config", "explain_rule", "list_rules", "check_model_support",
     "plan_pack_length", "simulate_packing", "pack_dataset", "inspect_packed_dataset", "server_info",
+    "run_packing_smoke_test",
 }
 OUTSIDE_TEXT = "outside the allowed roots"
 

@@ -249,3 +249,29 @@ class ServerInfoOut(TypedDict):
     roots: list[str]
     skill_dir: str | None
     heavy_modules_loaded: dict[str, bool]
+
+
+@with_config(_OPEN)
+class SmokeCheckOut(TypedDict):
+    """One smoke-test check: passed (true/false) or skipped (null), with the measured value."""
+
+    name: str
+    passed: bool | None
+    value: Any
+    threshold: Any
+    message: str
+    fix: str | None
+    rule_id: str | None
+
+
+@with_config(_OPEN)
+class SmokeOut(TypedDict):
+    """Packing smoke test report: ok is false when any check failed."""
+
+    path: str
+    ok: bool
+    checks: list[SmokeCheckOut]
+    config: dict[str, Any]
+    data: dict[str, Any]
+    timings: dict[str, float]
+    faults: list[str]
