@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.plan",
     "reference_impl.cli.smoke",
     "reference_impl.cli.mcp",
+    "reference_impl.cli.demo_data",
 )
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2

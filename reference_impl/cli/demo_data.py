@@ -1,0 +1,29 @@
+"""``seqpack demo-data``: print the path of the bundled demo JSONL (for examples and first runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+from reference_impl.cli._output import add_json_flag, print_json
+
+NAME = "demo-data"
+HELP = "print the path of a bundled demo JSONL file (prompt_completion or chat, 2000 rows each)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the command's flags."""
+    p.add_argument("schema", nargs="?", default="prompt_completion", choices=("prompt_completion", "chat"))
+    add_json_flag(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the path (or, with --json, the path and row count)."""
+    from reference_impl.data import demo_path
+    from reference_impl.data.jsonl import JsonlFile
+
+    path = demo_path(args.schema)
+    if args.json:
+        print_json({"schema": args.schema, "path": str(path), "rows": len(JsonlFile(path))})
+    else:
+        print(path)
+    return 0
