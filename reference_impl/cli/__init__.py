@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.rules",
     "reference_impl.cli.pack",
     "reference_impl.cli.inspect_cmd",
+    "reference_impl.cli.energon_prepare",
 )
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2

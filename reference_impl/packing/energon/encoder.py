@@ -37,6 +37,7 @@ from megatron.energon import Cooker, DefaultTaskEncoder, stateless
 
 from reference_impl.alignment import round_up
 from reference_impl.data.location import RowLocation, at_row
+from reference_impl.data.rejections import SampleRejected
 from reference_impl.data.schemas import PromptCompletionSchema, ChatSchema
 from reference_impl.data.tokenize import to_training_example, tokenize_row
 from reference_impl.data.tokenizers import Tokenizer
@@ -52,7 +53,14 @@ VISUAL_KEYS: tuple[str, ...] = ("pixel_values", "num_patches")
 
 
 def _name_sample(err: SeqpackError, key: str) -> SeqpackError:
-    """Put ``sample <key>:`` in front of an error's message (once)."""
+    """Put ``sample <key>:`` in front of an error's message (once).
+
+    A :class:`SampleRejected` becomes a plain :class:`InputError` (same message and location):
+    torch re-creates a worker's exception from its message alone, which a rejection, needing a
+    reason too, does not survive.
+    """
+    if isinstance(err, SampleRejected):
+        err = InputError(err.message, file=err.file, line=err.line, row=err.row, field=err.field, fix=err.fix)
     prefix = f"sample {key}: "
     if not err.message.startswith(prefix):
         err.message = prefix + err.message
