@@ -3,7 +3,8 @@
 * :func:`get_train_dataset` / :func:`get_val_dataset` run the registry's Energon rules
   (:data:`ENERGON_RULE_IDS`, via ``check_rules``) first, then build energon's pipeline with a
   :class:`~reference_impl.packing.energon.encoder.PackingTaskEncoder`: micro-batch size 1,
-  ``packing_buffer_size`` from the config, ``WorkerConfig(rank=dp_rank, world_size=DP size,
+  ``packing_buffer_size`` from the config (candidate samples per worker, so resident buffers
+  hold about ``num_workers * packing_buffer_size`` encoded samples), ``WorkerConfig(rank=dp_rank, world_size=DP size,
   num_workers, seed_offset=dataset.seed)`` and error handlers that re-raise (energon's default
   handler logs and *skips* failing samples, packs or whole buffers).
   Train streams are infinite by default (``repeat=True``, what Megatron-Bridge uses); pass
@@ -511,7 +512,9 @@ def iter_energon_batches(
                 work_dir = tmp.name
             root = Path(work_dir) / "energon"
             prepare_energon_dataset(data, root, overwrite=True)
-        kwargs = dict(dp_rank=dp_rank, num_workers=num_workers, tokenizer=tokenizer, schema=schema, split_part=split_part)
+        kwargs = dict(
+            dp_rank=dp_rank, num_workers=num_workers, tokenizer=tokenizer, schema=schema, split_part=split_part
+        )
         if split_part == "val":
             packed = get_val_dataset(cfg, root, **kwargs)
         else:

@@ -215,7 +215,8 @@ def prepare_energon_dataset(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise UsageError(
-            "output directory already exists", file=str(out), fix="choose a new --out or pass overwrite=True (--overwrite)"
+            "output directory already exists", file=str(out),
+            fix="choose a new --out or pass overwrite=True (--overwrite)",
         )
     jf = JsonlFile(src, use_cache=False)
     n = len(jf)
