@@ -67,7 +67,10 @@ def keys_of(batches):
     return [k for b in batches for k in b["sample_keys"]]
 
 
-@pytest.mark.parametrize("num_workers,aggressive", [(0, True), (2, True), (2, False)])
+@pytest.mark.parametrize(
+    "num_workers,aggressive",
+    [(0, True), pytest.param(2, True, marks=pytest.mark.slow), pytest.param(2, False, marks=pytest.mark.slow)],
+)
 def test_mid_epoch_restore_continues_identically(root, tmp_path, num_workers, aggressive):
     a = make(root, num_workers=num_workers, aggressive=aggressive)
     it = iter(a)
@@ -93,6 +96,7 @@ def test_mid_epoch_restore_continues_identically(root, tmp_path, num_workers, ag
     assert json.loads(json.dumps(loaded.to_dict()))["settings"]["num_workers"] == num_workers
 
 
+@pytest.mark.slow
 def test_infinite_stream_restores_identically(root, tmp_path):
     a = make(root, num_workers=2, repeat=True, shuffle_buffer_size=16)
     it = iter(a)
@@ -144,6 +148,7 @@ def test_save_in_the_final_flush_window_is_refused(root):
         a.save_state()
 
 
+@pytest.mark.slow
 def test_duplicates_from_an_end_of_epoch_state_are_detected(root):
     a = make(root, num_workers=2)
     seen = list(a)[:-1]  # everything but the last pack: inside the final-flush window
