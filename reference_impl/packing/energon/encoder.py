@@ -1,0 +1,227 @@
+"""``PackingTaskEncoder``: an energon ``TaskEncoder`` that packs samples online, per worker.
+
+Energon calls the hooks in this order inside every dataloader worker (energon.md section 2):
+
+* :meth:`encode_sample` once per sample: tokenize the row with the data layer
+  (:func:`reference_impl.data.tokenize_row`), expand the image marker to one placeholder token
+  per patch, apply the next-token shift (:func:`reference_impl.data.to_training_example`) and
+  compute the aligned length ``ceil(L / m) * m`` (``m`` = the topology's ``pad_seq_to_mult``).
+  A sample whose aligned length exceeds ``seq_length`` raises :class:`PackingError` naming the
+  sample key, file, line and lengths; nothing is truncated.
+* :meth:`select_samples_to_pack` once per full buffer of ``packing_buffer_size`` encoded samples
+  (and once more for the partial buffer at the end of a finite stream): first-fit decreasing on
+  aligned lengths with capacity ``seq_length``
+  (:func:`reference_impl.packing.algorithms.pack_lengths`), mapped back to the sample objects.
+  The groups always partition the buffer (checked), so energon never drops a sample.
+* :meth:`pack_selected_samples` once per group: wrap it (empty restore key; energon sets it).
+* :meth:`batch` once per pack (micro-batch size 1): one canonical THD row via
+  :func:`reference_impl.packing.thd.build_thd_batch`, plus ``sample_keys``, and for media
+  datasets ``pixel_values`` (float32 ``[sum patches, patch_dim]`` in segment order) and
+  ``num_patches`` (int64 ``[n]``, per sequence).
+
+``encode_sample``, ``pack_selected_samples`` and ``batch`` are ``@stateless`` (their output
+depends on the input only), which lets energon rebuild buffered samples and whole packs from
+restore keys; ``select_samples_to_pack`` is deterministic, because energon replays it after a
+restore.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from megatron.energon import Cooker, DefaultTaskEncoder, stateless
+
+from reference_impl.alignment import round_up
+from reference_impl.data.location import RowLocation, at_row
+from reference_impl.data.rejections import SampleRejected
+from reference_impl.data.schemas import PromptCompletionSchema, ChatSchema
+from reference_impl.data.tokenize import to_training_example, tokenize_row
+from reference_impl.data.tokenizers import Tokenizer
+from reference_impl.errors import InputError, PackingError, SeqpackError, UsageError
+from reference_impl.packing.algorithms import pack_lengths
+from reference_impl.packing.energon.media import DEFAULT_MARKER, expand_placeholders
+from reference_impl.packing.energon.samples import EncodedSample, PackedGroup, RowSample, cook_row_sample
+from reference_impl.packing.thd import build_thd_batch
+
+#: Keys :meth:`PackingTaskEncoder.batch` adds next to the canonical THD keys.
+BOOKKEEPING_KEYS: tuple[str, ...] = ("__key__", "__restore_key__", "sample_keys")
+VISUAL_KEYS: tuple[str, ...] = ("pixel_values", "num_patches")
+
+
+def _name_sample(err: SeqpackError, key: str) -> SeqpackError:
+    """Put ``sample <key>:`` in front of an error's message (once).
+
+    A :class:`SampleRejected` becomes a plain :class:`InputError` (same message and location):
+    torch re-creates a worker's exception from its message alone, which a rejection, needing a
+    reason too, does not survive.
+    """
+    if isinstance(err, SampleRejected):
+        err = InputError(err.message, file=err.file, line=err.line, row=err.row, field=err.field, fix=err.fix)
+    prefix = f"sample {key}: "
+    if not err.message.startswith(prefix):
+        err.message = prefix + err.message
+        err.args = (err.message,)
+    return err
+
+
+class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict]):
+    """Energon online packing into canonical THD micro-batches (module docstring).
+
+    ``seq_length`` is the pack capacity (physical tokens per row), ``pad_seq_to_mult`` the
+    per-sequence alignment. Media: ``patch_dim`` (None for a text-only dataset), ``marker`` (the
+    text that marks the image) and ``image_token_id`` (default: ``tokenizer.vocab_size``, an id
+    just past the text vocabulary). ``pad_to_max_length`` makes every row exactly
+    ``seq_length`` wide (the slack goes to the last sequence, as in-batch packing does).
+    """
+
+    cookers = [Cooker(cook_row_sample)]
+
+    def __init__(
+        self,
+        *,
+        seq_length: int,
+        tokenizer: Tokenizer,
+        schema: PromptCompletionSchema | ChatSchema,
+        pad_seq_to_mult: int = 1,
+        pad_to_max_length: bool = False,
+        patch_dim: int | None = None,
+        marker: str = DEFAULT_MARKER,
+        image_token_id: int | None = None,
+        label_pad_id: int = -100,
+    ) -> None:
+        super().__init__()
+        for name, value in (("seq_length", seq_length), ("pad_seq_to_mult", pad_seq_to_mult)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+        if pad_to_max_length and seq_length % pad_seq_to_mult:
+            raise UsageError(
+                f"pad_to_max_length needs seq_length={seq_length} divisible by pad_seq_to_mult={pad_seq_to_mult}",
+                field="seq_length",
+            )
+        self.seq_length = seq_length
+        self.pad_seq_to_mult = pad_seq_to_mult
+        self.pad_to_max_length = bool(pad_to_max_length)
+        self.tokenizer = tokenizer
+        self.schema = schema
+        self.patch_dim = patch_dim
+        self.marker = marker
+        self.image_token_id = int(tokenizer.vocab_size if image_token_id is None else image_token_id)
+        self.label_pad_id = label_pad_id
+        self.pad_token_id = int(getattr(tokenizer, "pad_id", 0) or 0)
+        self._marker_ids = None if patch_dim is None else np.asarray(tokenizer.encode(marker), dtype=np.int64)
+        if self._marker_ids is not None and self._marker_ids.size == 0:
+            raise UsageError(f"marker {marker!r} encodes to no token", field="marker")
+
+    # -- per sample ---------------------------------------------------------------------------
+    def aligned(self, length: int) -> int:
+        """Physical length of a sample of ``length`` tokens: rounded up to ``pad_seq_to_mult``."""
+        return round_up(length, self.pad_seq_to_mult)
+
+    @stateless
+    def encode_sample(self, sample: RowSample) -> EncodedSample:
+        """Tokenize, expand the image marker, shift, measure; reject a sample that cannot fit."""
+        src = sample.source or {}
+        loc = RowLocation(file=src.get("file"), line=src.get("line"), row=src.get("row"))
+        try:
+            with at_row(loc):
+                return self._encode(sample)
+        except SeqpackError as err:
+            raise _name_sample(err, sample.__key__) from None
+
+    def _encode(self, sample: RowSample) -> EncodedSample:
+        tok = tokenize_row(sample.row, self.schema, self.tokenizer, max_length=sys.maxsize, truncation="reject")
+        ids, mask = tok.input_ids, tok.loss_mask
+        patches = sample.patches
+        n_patches = 0 if patches is None else int(patches.shape[0])
+        if self._marker_ids is not None:
+            if patches is not None and (patches.ndim != 2 or patches.shape[1] != self.patch_dim):
+                raise InputError(
+                    f"image patches have shape {list(patches.shape)}; expected [n, {self.patch_dim}]", field="image"
+                )
+            ids, mask = expand_placeholders(ids, mask, self._marker_ids, n_patches, self.image_token_id)
+        elif n_patches:
+            raise UsageError("the sample has an image but the encoder was built without media (patch_dim=None)")
+        example = to_training_example(dataclasses.replace(tok, input_ids=ids, loss_mask=mask))
+        length = int(example.tokens.shape[0])
+        aligned = self.aligned(length)
+        if aligned > self.seq_length:
+            raise PackingError(
+                f"aligned sequence length {aligned} ({length} tokens rounded up to a multiple of "
+                f"{self.pad_seq_to_mult}) exceeds seq_length={self.seq_length}; samples are never truncated",
+                field="seq_length",
+                fix="raise seq_length, or shorten or drop this row in the source data",
+            )
+        return EncodedSample.derive_from(
+            sample,
+            tokens=example.tokens,
+            labels=example.labels,
+            loss_mask=example.loss_mask,
+            length=length,
+            aligned_length=aligned,
+            patches=patches,
+            source=dict(sample.source or {}),
+        )
+
+    # -- packing ------------------------------------------------------------------------------
+    def select_samples_to_pack(self, samples: list[EncodedSample]) -> list[list[EncodedSample]]:
+        """First-fit decreasing on aligned lengths; the groups partition ``samples`` exactly."""
+        if not samples:
+            return []
+        lengths = np.fromiter((s.aligned_length for s in samples), dtype=np.int64, count=len(samples))
+        bins = pack_lengths(lengths, self.seq_length, "first_fit_decreasing").bins()
+        placed = sorted(i for b in bins for i in b)
+        if placed != list(range(len(samples))):
+            raise PackingError(
+                f"packing selection does not partition the buffer of {len(samples)} samples "
+                f"(placed {len(placed)}, distinct {len(set(placed))})"
+            )
+        return [[samples[i] for i in b] for b in bins]
+
+    @stateless
+    def pack_selected_samples(self, samples: list[EncodedSample]) -> PackedGroup:
+        """Wrap one group; its restore key starts empty and energon fills it in."""
+        if not samples:
+            raise PackingError("cannot pack an empty group")
+        return PackedGroup(
+            __key__=",".join(s.__key__ for s in samples),
+            __restore_key__=(),
+            __subflavors__=None,
+            samples=list(samples),
+        )
+
+    @stateless
+    def batch(self, packs: list[PackedGroup]) -> dict[str, Any]:
+        """One pack (micro-batch size 1) -> one canonical THD micro-batch plus bookkeeping keys."""
+        if len(packs) != 1:
+            raise PackingError(
+                f"Energon online packing needs micro_batch_size=1 (one pack per micro-batch), got {len(packs)} packs",
+                rule_id="PACK-ENERGON-MBS1",
+            )
+        return self.thd_batch(packs[0].samples)
+
+    def thd_batch(self, samples: Sequence[EncodedSample]) -> dict[str, Any]:
+        """The micro-batch of one group (also usable without energon, e.g. in tests)."""
+        rows = [{"tokens": s.tokens, "labels": s.labels, "loss_mask": s.loss_mask} for s in samples]
+        out = build_thd_batch(
+            rows,
+            pad_seq_to_mult=self.pad_seq_to_mult,
+            max_length=self.seq_length,
+            pad_to_max_length=self.pad_to_max_length,
+            pad_token_id=self.pad_token_id,
+            label_pad_id=self.label_pad_id,
+        )
+        if self.patch_dim is not None:
+            parts = [s.patches for s in samples if s.patches is not None]
+            pixels = np.concatenate(parts) if parts else np.zeros((0, self.patch_dim), dtype=np.float32)
+            out["pixel_values"] = torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
+            out["num_patches"] = torch.tensor(
+                [0 if s.patches is None else int(s.patches.shape[0]) for s in samples], dtype=torch.int64
+            )
+        out["sample_keys"] = [s.__key__ for s in samples]
+        out["__key__"] = ",".join(out["sample_keys"])
+        out["__restore_key__"] = ()
+        return out

@@ -1,0 +1,402 @@
+"""JSONL (text, or text plus small image-patch arrays) -> WebDataset tar shards -> a prepared
+Energon dataset, written atomically.
+
+Layout of the output directory ``DIR``::
+
+    DIR/shards/train-00000.tar ...     samples of the train split, ``shard_size`` per shard
+    DIR/shards/val-00000.tar ...       samples of the val split (when ``val_fraction`` > 0)
+    DIR/.nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid}   written by energon
+    DIR/.nv-meta/dataset.yaml          written here: a crude dataset, decoded by our cooker
+    DIR/seqpack_energon.json           our manifest (source, counts, media, fingerprint)
+
+One sample per input row. Its key is ``row<index>`` (the 0-based row index in the JSONL, zero
+padded), its members are adjacent in the tar: ``<key>.json`` holds ``{"row": <the row>, "source":
+{"file", "line", "row"}}`` and, for a media sample, ``<key>.patches.npy`` holds the float32
+``[n_patches, patch_dim]`` image. Media come either inline (a row field ``image_patches``, moved
+into the ``.npy`` member; the row's text must already carry the marker) or, with a
+:class:`~reference_impl.packing.energon.media.MediaSpec`, from the seeded synthetic generator,
+which also puts the marker into the text.
+
+Split: ``round(rows * val_fraction)`` rows (at least one when the fraction is positive) go to
+``val``, chosen with ``numpy.random.default_rng(split_seed)``; both splits keep input order.
+
+Atomicity: everything is written under a temporary sibling directory that is renamed to ``DIR``
+at the end; a failure removes it, so ``DIR`` is either absent, the previous dataset, or complete.
+Tar members carry fixed metadata (mtime 0, uid/gid 0), so the same input and options give
+byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference_impl import __version__
+from reference_impl.data.atomic import atomic_output
+from reference_impl.data.location import at_row
+from reference_impl.errors import InputError, UsageError
+from reference_impl.packing.energon.media import (
+    INLINE_PATCHES_FIELD,
+    MediaSpec,
+    as_patch_array,
+    insert_marker,
+    synthetic_patches,
+)
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "seqpack_energon.json"
+FORMAT = "seqpack-energon/1"
+SPLITS: tuple[str, ...] = ("train", "val")
+DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
+SHARD_DIR = "shards"
+
+
+@dataclass(frozen=True)
+class PreparedEnergonDataset:
+    """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
+
+    ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon.
+    """
+
+    root: Path
+    samples: dict[str, int]
+    shards: dict[str, list[str]]
+    schema: str
+    media: dict[str, Any] | None
+    fingerprint: str
+    manifest: dict[str, Any] = field(repr=False)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary."""
+        return {
+            "root": str(self.root),
+            "samples": dict(self.samples),
+            "shards": {k: list(v) for k, v in self.shards.items()},
+            "schema": self.schema,
+            "media": self.media,
+            "fingerprint": self.fingerprint,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(payload)
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    tf.addfile(info, io.BytesIO(payload))
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _val_rows(n: int, val_fraction: float, split_seed: int) -> np.ndarray:
+    if val_fraction <= 0:
+        return np.zeros(0, dtype=np.int64)
+    n_val = max(1, int(round(n * val_fraction)))
+    if n_val >= n:
+        raise UsageError(
+            f"val_fraction={val_fraction} leaves no training row out of {n}", field="val_fraction",
+            fix="use a smaller --val-fraction",
+        )
+    rng = np.random.default_rng(split_seed)
+    return np.sort(rng.choice(n, size=n_val, replace=False)).astype(np.int64)
+
+
+def _check_args(shard_size: int, val_fraction: float) -> None:
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise UsageError(f"shard_size must be a positive integer, got {shard_size!r}", field="shard_size")
+    if not isinstance(val_fraction, (int, float)) or not 0.0 <= float(val_fraction) < 1.0:
+        raise UsageError(f"val_fraction must be in [0, 1), got {val_fraction!r}", field="val_fraction")
+
+
+class _ShardWriter:
+    """Writes ``<split>-NNNNN.tar`` files of ``shard_size`` samples and hashes them."""
+
+    def __init__(self, root: Path, split: str, shard_size: int) -> None:
+        self.root, self.split, self.shard_size = root, split, shard_size
+        self.names: list[str] = []
+        self.sha256: dict[str, str] = {}
+        self._tf: tarfile.TarFile | None = None
+        self._buf: io.BytesIO | None = None
+        self._count = 0
+
+    def add(self, key: str, members: list[tuple[str, bytes]]) -> None:
+        if self._tf is None or self._count == self.shard_size:
+            self._close()
+            self._buf = io.BytesIO()
+            self._tf = tarfile.open(fileobj=self._buf, mode="w", format=tarfile.USTAR_FORMAT)
+            self.names.append(f"{SHARD_DIR}/{self.split}-{len(self.names):05d}.tar")
+            self._count = 0
+        for part, payload in members:
+            _tar_add(self._tf, f"{key}.{part}", payload)
+        self._count += 1
+
+    def _close(self) -> None:
+        if self._tf is None:
+            return
+        self._tf.close()
+        data = self._buf.getvalue()  # type: ignore[union-attr]
+        name = self.names[-1]
+        (self.root / name).write_bytes(data)
+        self.sha256[name] = hashlib.sha256(data).hexdigest()
+        self._tf = self._buf = None
+
+    def close(self) -> None:
+        self._close()
+
+
+def _energon_prepare(tmp: Path, shards: dict[str, list[str]]) -> None:
+    """Index the shards with energon and write split.yaml and dataset.yaml."""
+    from megatron.energon import BaseWebdatasetFactory
+
+    tars = [name for split in SPLITS for name in shards.get(split, [])]
+    # energon brace-expands the patterns (and drops backslashes) before compiling them as regexes
+    patterns = [(split, f"^{SHARD_DIR}/{split}-[0-9]+[.]tar$") for split in SPLITS if shards.get(split)]
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):  # energon prints progress lines; keep stdout clean
+        BaseWebdatasetFactory.prepare_dataset(
+            tmp, tars, split_parts_patterns=patterns, shuffle_seed=None, workers=1
+        )
+    if captured.getvalue().strip():
+        log.debug("energon prepare: %s", captured.getvalue().strip())
+    (tmp / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML)
+
+
+def dataset_fingerprint(manifest: dict[str, Any]) -> str:
+    """sha256 over the manifest's content (everything but the fingerprint and the timing)."""
+    body = {k: v for k, v in manifest.items() if k not in ("fingerprint", "created_by", "seconds")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def prepare_energon_dataset(
+    input_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    media: MediaSpec | None = None,
+    shard_size: int = 1000,
+    val_fraction: float = 0.0,
+    split_seed: int = 1234,
+    overwrite: bool = False,
+) -> PreparedEnergonDataset:
+    """Turn a JSONL file into a prepared Energon dataset in ``out_dir`` (module docstring).
+
+    ``media``: attach seeded synthetic images to rows that carry no inline ``image_patches``.
+    Raises :class:`InputError` (file, line, field) for a bad row, :class:`UsageError` for bad
+    arguments or an existing ``out_dir`` without ``overwrite``.
+    """
+    import megatron.energon  # noqa: F401 - imported before the clock starts (a one-off ~2 s)
+
+    from reference_impl.data.jsonl import JsonlFile, file_fingerprint
+    from reference_impl.data.schemas import detect_schema
+
+    started = time.perf_counter()
+    _check_args(shard_size, val_fraction)
+    src = Path(input_path)
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise UsageError(
+            "output directory already exists", file=str(out),
+            fix="choose a new --out or pass overwrite=True (--overwrite)",
+        )
+    jf = JsonlFile(src, use_cache=False)
+    n = len(jf)
+    val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
+    width = max(8, len(str(n - 1)))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / SHARD_DIR).mkdir(parents=True)
+    try:
+        writers = {split: _ShardWriter(tmp, split, shard_size) for split in SPLITS}
+        counts = {split: 0 for split in SPLITS}
+        schema_kind: str | None = None
+        patch_dim: int | None = media.patch_dim if media is not None else None
+        n_media = n_inline = 0
+        source_file = str(src.resolve())
+        try:
+            for i in range(n):
+                loc = jf.location(i)
+                with at_row(loc):
+                    row = jf.row(i)
+                    kind = detect_schema(row)
+                    if schema_kind is None:
+                        schema_kind = kind
+                    elif kind != schema_kind:
+                        raise InputError(f"row is {kind} but the file started with {schema_kind} rows")
+                    patches = None
+                    if INLINE_PATCHES_FIELD in row:
+                        row = dict(row)
+                        patches = as_patch_array(row.pop(INLINE_PATCHES_FIELD))
+                        n_inline += 1
+                    elif media is not None:
+                        patches = synthetic_patches(media, i)
+                        if patches is not None:
+                            row = insert_marker(row, media.marker)
+                    if patches is not None:
+                        if patch_dim is None:
+                            patch_dim = int(patches.shape[1])
+                        elif patches.shape[1] != patch_dim:
+                            raise InputError(
+                                f"image patches have dimension {patches.shape[1]}, earlier ones {patch_dim}",
+                                field=INLINE_PATCHES_FIELD,
+                            )
+                        n_media += 1
+                doc = {"row": row, "source": {"file": source_file, "line": loc.line, "row": i}}
+                members = [("json", json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))]
+                if patches is not None:
+                    members.append(("patches.npy", _npy_bytes(patches)))
+                split = "val" if i in val_rows else "train"
+                writers[split].add(f"row{i:0{width}d}", members)
+                counts[split] += 1
+        finally:
+            jf.close()
+            for w in writers.values():
+                w.close()
+        shards = {split: writers[split].names for split in SPLITS}
+        _energon_prepare(tmp, shards)
+        media_info = None
+        if n_media:
+            media_info = {
+                "marker": media.marker if media is not None else MediaSpec().marker,
+                "patch_dim": patch_dim,
+                "samples_with_media": n_media,
+                "inline": n_inline,
+                "synthetic": media.to_dict() if media is not None else None,
+            }
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "created_by": f"seqpack {__version__}",
+            "source": {"file": source_file, "rows": n, "fingerprint": file_fingerprint(src).to_dict()},
+            "schema": schema_kind,
+            "key_format": f"row{{index:0{width}d}}",
+            "options": {"shard_size": shard_size, "val_fraction": float(val_fraction), "split_seed": split_seed},
+            "splits": {split: {"samples": counts[split], "shards": shards[split]} for split in SPLITS if counts[split]},
+            "shard_sha256": {k: v for w in writers.values() for k, v in w.sha256.items()},
+            "media": media_info,
+        }
+        manifest["fingerprint"] = dataset_fingerprint(manifest)
+        with atomic_output(tmp / MANIFEST_NAME) as fh:
+            fh.write((json.dumps(manifest, indent=2) + "\n").encode())
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result = _result(out, manifest, time.perf_counter() - started)
+    log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
+    return result
+
+
+def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> PreparedEnergonDataset:
+    splits = manifest["splits"]
+    return PreparedEnergonDataset(
+        root=root,
+        samples={s: int(v["samples"]) for s, v in splits.items()},
+        shards={s: list(v["shards"]) for s, v in splits.items()},
+        schema=manifest["schema"],
+        media=manifest.get("media"),
+        fingerprint=manifest["fingerprint"],
+        manifest=manifest,
+        seconds=seconds,
+    )
+
+
+def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
+    """Read and check the manifest of a dataset made by :func:`prepare_energon_dataset`.
+
+    Raises :class:`~reference_impl.errors.ArtifactError` when it is missing, of another format,
+    or does not match its own fingerprint.
+    """
+    from reference_impl.errors import ArtifactError
+
+    root = Path(root)
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise ArtifactError(
+            "not a seqpack Energon dataset (no manifest)", file=str(path),
+            fix="prepare it with `seqpack energon-prepare INPUT.jsonl --out DIR`",
+        )
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read the manifest: {exc}", file=str(path)) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(f"manifest format is not {FORMAT}", file=str(path))
+    if manifest.get("fingerprint") != dataset_fingerprint(manifest):
+        raise ArtifactError("manifest content does not match its fingerprint (edited or corrupt)", file=str(path))
+    if not (root / ".nv-meta" / "split.yaml").is_file():
+        raise ArtifactError("energon metadata (.nv-meta/split.yaml) is missing", file=str(root))
+    return _result(root, manifest)
+
+
+# ------------------------------------------------------------------------------------------------
+# A small synthetic VLM dataset
+# ------------------------------------------------------------------------------------------------
+
+_WORDS: tuple[str, ...] = (
+    "red", "cat", "sits", "on", "a", "blue", "mat", "near", "the", "old", "tree", "river", "bright",
+    "window", "small", "boat", "under", "cloud", "green", "field", "two", "birds", "fly", "over", "hill",
+)
+
+
+def synthetic_vlm_rows(
+    n: int,
+    *,
+    seed: int,
+    media: MediaSpec | None = None,
+    min_words: int = 2,
+    max_words: int = 10,
+) -> list[dict[str, Any]]:
+    """``n`` short prompt/completion rows, each with inline image patches when ``media`` draws one.
+
+    Texts are random word sequences (``min_words``..``max_words`` words) drawn with
+    ``numpy.random.default_rng(seed)``; images come from :func:`synthetic_patches` with ``media``
+    (default: ``MediaSpec(seed=seed, patch_dim=8, min_patches=1, max_patches=12,
+    probability=0.5)``), and the prompt of a row with an image starts with the marker.
+    """
+    if media is None:
+        media = MediaSpec(seed=seed, patch_dim=8, min_patches=1, max_patches=12, probability=0.5)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        prompt = " ".join(rng.choice(_WORDS, int(rng.integers(min_words, max_words + 1))).tolist())
+        completion = " ".join(rng.choice(_WORDS, int(rng.integers(min_words, max_words + 1))).tolist())
+        row: dict[str, Any] = {"id": f"vlm-{i:05d}", "prompt": prompt, "completion": completion}
+        patches = synthetic_patches(media, i)
+        if patches is not None:
+            row = insert_marker(row, media.marker)
+            row[INLINE_PATCHES_FIELD] = patches.tolist()
+        rows.append(row)
+    return rows
+
+
+def write_synthetic_vlm_jsonl(
+    path: str | os.PathLike[str], n: int = 64, *, seed: int, media: MediaSpec | None = None
+) -> Path:
+    """Write :func:`synthetic_vlm_rows` as JSONL (atomically) and return the path."""
+    rows = synthetic_vlm_rows(n, seed=seed, media=media)
+    with atomic_output(path) as fh:
+        for row in rows:
+            fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
+    return Path(path)
