@@ -75,8 +75,38 @@ DEFAULT_CONFIGS: dict[str, dict[str, Any]] = {
         "train": {"micro_batch_size": 4, "global_batch_size": 8},
         "dist": {"world_size": 2},
     },
+    "energon": {
+        "model": {"seq_length": 128, "context_parallel_size": 2, "calculate_per_token_loss": True},
+        "dataset": {"kind": "energon", "seq_length": 128, "packing_buffer_size": 8, "micro_batch_size": 1},
+        "train": {"micro_batch_size": 1, "global_batch_size": 8},
+        "dist": {"world_size": 2},
+    },
 }
-DEFAULT_DATA = {"offline": "prompt_completion", "in_batch": "chat"}
+
+
+def _demo(schema: str) -> Callable[[Path, int, int], Path]:
+    def make(scratch: Path, rows: int, seed: int) -> Path:
+        from reference_impl.data import demo_path
+
+        return demo_path(schema)
+
+    return make
+
+
+def _synthetic_short_rows(scratch: Path, rows: int, seed: int) -> Path:
+    """Short text rows (Energon never truncates, so every sample must fit seq_length)."""
+    from reference_impl.packing.energon.media import MediaSpec
+    from reference_impl.packing.energon.prepare import write_synthetic_vlm_jsonl
+
+    return write_synthetic_vlm_jsonl(scratch / "synthetic.jsonl", rows, seed=seed, media=MediaSpec(probability=0.0))
+
+
+#: Default data per path: a function (scratch dir, rows, seed) -> JSONL path.
+DEFAULT_DATA: dict[str, Callable[[Path, int, int], Path]] = {
+    "offline": _demo("prompt_completion"),
+    "in_batch": _demo("chat"),
+    "energon": _synthetic_short_rows,
+}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -217,10 +247,23 @@ def _in_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
     return PathBatches(batches, samples, rows, rejected, {"micro_batches": len(batches)})
 
 
+def _energon_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
+    from reference_impl.data import ByteTokenizer
+    from reference_impl.packing.energon.loader import iter_energon_batches
+
+    tok = ByteTokenizer()
+    schema = _schema_for(jsonl)
+    micro = list(iter_energon_batches(cfg, jsonl, tokenizer=tok, schema=schema, work_dir=workdir / "energon"))
+    samples, rows, rejected = _reference_samples(jsonl, schema, tok, sys.maxsize, truncation="reject")
+    return PathBatches([m.batch for m in micro], samples, rows, rejected,
+                       {"packs": len(micro), "packing_buffer_size": cfg.dataset.packing_buffer_size})
+
+
 #: Path name -> adapter building batches from (config, JSONL path, scratch dir). Other paths register here.
 PATHS: dict[str, Callable[[Any, Path, Path], PathBatches]] = {
     "offline": _offline_batches,
     "in_batch": _in_batch_batches,
+    "energon": _energon_batches,
 }
 
 
@@ -539,7 +582,7 @@ def run_packing_smoke_test(
     import torch
 
     from reference_impl.config import load_config
-    from reference_impl.data import ByteTokenizer, demo_path
+    from reference_impl.data import ByteTokenizer
     from reference_impl.training.model import TinyGPT, TinyGPTConfig
 
     if path not in PATHS:
@@ -558,7 +601,7 @@ def run_packing_smoke_test(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         scratch = Path(tmp)
-        source = Path(data) if data is not None else demo_path(DEFAULT_DATA.get(path, "prompt_completion"))
+        source = Path(data) if data is not None else DEFAULT_DATA[path](scratch, SIZES[size], seed)
         jsonl = _subset(source, SIZES[size], scratch)
         checks = [_config_check(cfg)]
         notify("build batches", 0.1)

@@ -14,7 +14,7 @@ def _status(report):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("path", ["offline", "in_batch"])
+@pytest.mark.parametrize("path", ["offline", "in_batch", "energon"])
 def test_default_smoke_passes_every_check_including_cp(path):
     report = run_packing_smoke_test(path, size="tiny")
     assert [c.name for c in report.checks] == list(CHECK_NAMES)
@@ -26,7 +26,7 @@ def test_default_smoke_passes_every_check_including_cp(path):
     assert report.check("no_cross_sequence_leakage").value["min_own_logit_change"] > 0
 
 
-@pytest.mark.parametrize("path", ["offline", "in_batch"])
+@pytest.mark.parametrize("path", ["offline", "in_batch", "energon"])
 def test_attention_without_boundaries_fails_equivalence_and_leakage(path):
     report = run_packing_smoke_test(path, size="tiny", cp_check=False, faults=["no_boundaries"])
     status = _status(report)
