@@ -64,12 +64,31 @@ def _rules_document() -> str:
     return rules_document()
 
 
+GUIDE_MARKER = "<!-- generated from "
+
+#: Per-path guides: written once, in the skill's references (self-contained for agents), and
+#: published under docs/ as generated copies.
+GUIDES: tuple[str, ...] = ("offline", "in-batch", "energon", "global-batch", "context-parallel", "cuda-graphs")
+
+
+def _guide(name: str) -> Callable[[], str]:
+    def make() -> str:
+        source = SKILL_DIR / "references" / f"{name}.md"
+        rel = source.relative_to(ROOT)
+        return f"{GUIDE_MARKER}{rel}; edit that file, then run python -m reference_impl.docgen -->\n" + source.read_text(
+            encoding="utf-8"
+        )
+
+    return make
+
+
 #: Repository-relative path -> function producing its full text.
 GENERATED: dict[str, Callable[[], str]] = {
     "docs/rules.md": _rules_document,
     "docs/model-support.md": model_support_document,
     "skills/megatron-sequence-packing/references/rules.md": skill_rules_document,
     "skills/megatron-sequence-packing/references/model-support.md": model_support_document,
+    **{f"docs/{name}.md": _guide(name) for name in GUIDES if (SKILL_DIR / "references" / f"{name}.md").is_file()},
 }
 
 

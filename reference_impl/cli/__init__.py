@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.energon_prepare",
     "reference_impl.cli.smoke",
     "reference_impl.cli.mcp",
+    "reference_impl.cli.install_skill",
     "reference_impl.cli.demo_data",
 )
 
@@ -74,6 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"seqpack {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         print(f"seqpack {args.command}: interrupted", file=sys.stderr)
         return 130

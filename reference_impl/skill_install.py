@@ -1,0 +1,100 @@
+"""Install the agent skill where a client looks for it, and say how to register the MCP server.
+
+Clients read skills from ``<base>/.claude/skills/<name>/`` (Claude Code) and
+``<base>/.agents/skills/<name>/`` (Codex and the cross-client convention), where ``<base>`` is a
+project directory or the user's home. The bundle is copied as real files (client plugin installs
+drop symlinks) into a temporary sibling and renamed into place, so a failed install leaves nothing
+half-copied; an existing installation is replaced only with ``force``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reference_impl.errors import UsageError
+
+SKILL_NAME = "megatron-sequence-packing"
+CLIENT_DIRS = {"claude": ".claude/skills", "codex": ".agents/skills", "agents": ".agents/skills"}
+
+
+@dataclass(frozen=True)
+class SkillInstall:
+    """Where the skill went, what was copied, and the MCP registration command for the client."""
+
+    client: str
+    source: str
+    destination: str
+    files: int
+    replaced: bool
+    mcp_command: str
+    mcp_note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def _registration(client: str, root: Path) -> tuple[str, str]:
+    server = [sys.executable, "-m", "reference_impl", "mcp", "--root", str(root)]
+    cmd = shlex.join(server)
+    if client == "claude":
+        return (f"claude mcp add --scope project seqpack -- {cmd}",
+                "run it in the project; Claude Code writes .mcp.json")
+    if client == "codex":
+        return f"codex mcp add seqpack -- {cmd}", "Codex writes ~/.codex/config.toml"
+    return cmd, "register this stdio command with your MCP client"
+
+
+def install_skill(
+    client: str,
+    *,
+    project: str | os.PathLike[str] | None = None,
+    user: bool = False,
+    force: bool = False,
+    source: str | os.PathLike[str] | None = None,
+) -> SkillInstall:
+    """Copy the skill bundle for ``client`` (claude, codex or agents) into a project or the user's home."""
+    from reference_impl.mcp_support.content import find_skill_dir
+
+    if client not in CLIENT_DIRS:
+        raise UsageError(f"unknown client {client!r}; choose one of {', '.join(CLIENT_DIRS)}", field="client")
+    if user and project is not None:
+        raise UsageError("give --user or --project, not both")
+    src = Path(source) if source is not None else find_skill_dir()
+    if src is None or not (src / "SKILL.md").is_file():
+        raise UsageError(
+            "the skill bundle was not found next to the package",
+            fix="run from a seqpack source checkout installed with pip install -e .",
+        )
+    base = Path.home() if user else Path(project or ".").resolve()
+    if not base.is_dir():
+        raise UsageError("the project directory does not exist", file=str(base))
+    dest = base / CLIENT_DIRS[client] / SKILL_NAME
+    if dest.resolve() == src.resolve():
+        raise UsageError("the destination is the skill source itself", file=str(dest))
+    replaced = dest.exists() or dest.is_symlink()
+    if replaced and not force:
+        raise UsageError("the skill is already installed there", file=str(dest), fix="pass --force to replace it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{SKILL_NAME}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if replaced:
+            if dest.is_symlink() or dest.is_file():
+                dest.unlink()
+            else:
+                shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = sum(1 for p in dest.rglob("*") if p.is_file())
+    command, note = _registration(client, base if not user else Path.cwd())
+    return SkillInstall(client, str(src), str(dest), files, replaced, command, note)
