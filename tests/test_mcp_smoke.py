@@ -74,3 +74,18 @@ async def test_smoke_tool_time_limit_cancellation_and_roots(root: Path, tmp_path
         assert result.is_error is True and "outside the allowed roots" in result.content[0].text
         result = await c.call_tool("derive_alignment", {"cp": 2})
         assert result.structured_content["pad_seq_to_mult"] == 4
+
+
+@pytest.mark.anyio
+async def test_inspect_refuses_a_manifest_that_links_outside_the_roots(root: Path, tmp_path: Path):
+    from reference_impl.packing.parquet import write_packed_parquet
+
+    packs = root / "packs"
+    write_packed_parquet([{"input_ids": [1, 2, 3], "loss_mask": [1, 1, 0], "seq_start_id": [0]}],
+                         packs / "training_8.idx.parquet")
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    (packs / "seqpack_manifest.json").symlink_to(secret)
+    async with Client(build_server([root], skill_dir=None)) as c:
+        result = await c.call_tool("inspect_packed_dataset", {"path": "packs/training_8.idx.parquet", "pack_size": 8})
+        assert result.is_error is True and "outside the allowed roots" in result.content[0].text

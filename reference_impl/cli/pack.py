@@ -43,29 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_flag(p)
 
 
-def _schema(args: argparse.Namespace):  # noqa: ANN202 - returns a schema object or None
-    from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema
-
-    if args.schema == "chat":
-        return ChatSchema(loss_mode=args.loss_mode or "assistant")
-    if args.schema == "prompt_completion" or args.prompt_column != "prompt" or args.completion_column != "completion":
-        return PromptCompletionSchema(
-            prompt_column=args.prompt_column,
-            completion_column=args.completion_column,
-            loss_mode=args.loss_mode or "completion",
-        )
-    if args.loss_mode:
-        from reference_impl.errors import UsageError
-
-        raise UsageError("--loss-mode needs --schema prompt_completion or chat")
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     """Pack and print where the packs went and how every row was accounted for."""
     import sys
 
     from reference_impl.alignment import derive_alignment
+    from reference_impl.data.schemas import schema_from_options
     from reference_impl.packing.offline import prepare_packed_dataset
 
     multiple = args.pad_seq_to_mult or derive_alignment(args.tp, args.cp, args.sp, args.eval_cp).pad_seq_to_mult
@@ -76,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
         pack_size=args.pack_size,
         pad_seq_to_mult=multiple,
         max_seq_length=args.max_seq_length,
-        schema=_schema(args),
+        schema=schema_from_options(
+            args.schema, prompt_column=args.prompt_column, completion_column=args.completion_column,
+            loss_mode=args.loss_mode,
+        ),
         tokenizer=args.tokenizer,
         truncation=args.truncation,
         algorithm=args.algorithm,

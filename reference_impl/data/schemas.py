@@ -238,3 +238,28 @@ def default_schema(kind: str) -> Schema:
     if kind == "chat":
         return ChatSchema()
     raise ConfigError(f"unknown schema kind {kind!r}; choose prompt_completion or chat", field="schema")
+
+
+def schema_from_options(
+    kind: str = "auto",
+    *,
+    prompt_column: str = "prompt",
+    completion_column: str = "completion",
+    loss_mode: str | None = None,
+) -> Schema | None:
+    """The schema object for command-line style options; None means "detect from the first row".
+
+    ``kind`` is ``auto``, ``prompt_completion`` or ``chat``; custom column names imply
+    prompt/completion; a ``loss_mode`` needs an explicit kind.
+    """
+    if kind == "chat":
+        return ChatSchema(loss_mode=loss_mode or "assistant")
+    if kind == "prompt_completion" or prompt_column != "prompt" or completion_column != "completion":
+        return PromptCompletionSchema(
+            prompt_column=prompt_column, completion_column=completion_column, loss_mode=loss_mode or "completion"
+        )
+    if kind != "auto":
+        raise ConfigError(f"unknown schema kind {kind!r}; choose auto, prompt_completion or chat", field="schema")
+    if loss_mode:
+        raise ConfigError("a loss mode needs an explicit schema (prompt_completion or chat)", field="loss_mode")
+    return None

@@ -6,7 +6,6 @@ torch never.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -194,7 +193,7 @@ def register_packing_tools(server: MCPServer, roots: AllowedRoots) -> None:
         carries a fingerprint of the inputs and options: the same call again reuses it. Every
         input row is accounted for per split (packed, truncated, skipped by reason).
         """
-        from reference_impl.cli.pack import _schema
+        from reference_impl.data.schemas import schema_from_options
         from reference_impl.packing.offline import prepare_packed_dataset
 
         multiple = _multiple(pad_seq_to_mult, tp, cp, sp, eval_cp)
@@ -206,8 +205,8 @@ def register_packing_tools(server: MCPServer, roots: AllowedRoots) -> None:
         out = roots.resolve(output_dir, field="output_dir", must_exist=False, kind="dir")
         tokenizer = roots.resolve(tokenizer_path, field="tokenizer_path", kind="file") if tokenizer_path else None
         with tool_errors():
-            schema_obj = _schema(SimpleNamespace(schema=schema, prompt_column=prompt_column,
-                                                 completion_column=completion_column, loss_mode=loss_mode))
+            schema_obj = schema_from_options(schema, prompt_column=prompt_column,
+                                             completion_column=completion_column, loss_mode=loss_mode)
             result = prepare_packed_dataset(
                 inputs,  # type: ignore[arg-type]
                 out,
@@ -254,6 +253,9 @@ def register_packing_tools(server: MCPServer, roots: AllowedRoots) -> None:
             files = resolve_parquet_paths(target)
         for f in files:
             roots.check_resolved(f, field="path")
+        manifest = files[0].parent / "seqpack_manifest.json"  # read by inspect when present
+        if manifest.exists():
+            roots.check_resolved(manifest, field="path")
         topo = None
         if tp is not None or cp is not None or sp or eval_cp is not None:
             topo = Topology(tp=tp or 1, cp=cp or 1, sp=sp, eval_cp=eval_cp)
