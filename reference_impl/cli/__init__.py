@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.inspect_cmd",
     "reference_impl.cli.smoke",
     "reference_impl.cli.batches",
+    "reference_impl.cli.eval",
 )
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2
