@@ -56,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--check", action="store_true", help="only check that the committed files are current (exit 1 if not)")
     add_json_flag(b)
 
+    ex = sub.add_parser("export", help="write the tasks in the plain agentskills.io shape (evals.json + files/)")
+    ex.add_argument("--out", required=True, help="folder to write, e.g. skills/megatron-sequence-packing/evals")
+    ex.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
+    ex.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
+    add_json_flag(ex)
+
     ls = sub.add_parser("list", help="list the tasks")
     ls.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
     ls.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
@@ -154,11 +160,25 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.tasks import export_agentskills, load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    tasks = dataset.select(None, args.bucket)
+    target = export_agentskills(dataset, args.out, tasks)
+    if args.json:
+        print_json({"evals_json": str(target), "tasks": len(tasks)})
+    else:
+        print(f"wrote {len(tasks)} task(s) to {target}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the eval subcommand."""
     from reference_impl.errors import UsageError
 
-    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "list": _list}
+    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list}
     if not getattr(args, "eval_command", None):
-        raise UsageError("give an eval subcommand: run, score, report, build or list (see seqpack eval --help)")
+        raise UsageError("give an eval subcommand: run, score, report, build, export or list "
+                         "(see seqpack eval --help)")
     return handlers[args.eval_command](args)

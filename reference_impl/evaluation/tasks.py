@@ -254,7 +254,35 @@ def load_tasks(path: str | os.PathLike[str] | None = None) -> Dataset:
     return Dataset(tasks=tasks, root=file.parent, skill_name=doc.get("skill_name", SKILL_NAME))
 
 
+AGENTSKILLS_KEYS: tuple[str, ...] = ("id", "prompt", "expected_output", "assertions", "files", "expected_skill",
+                                     "expected_script")
+
+
+def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks: list[Task] | None = None) -> Path:
+    """Write ``out_dir/evals.json`` in the plain agentskills.io shape and copy the task files beside it.
+
+    This is the form a skill bundle ships as ``evals/evals.json`` (SkillEvaluator Tier 3 reads it);
+    the seqpack-only keys (checks, coverage, ground truth) stay in ``evals/tasks.json``.
+    """
+    import shutil
+
+    out = Path(out_dir)
+    chosen = dataset.tasks if tasks is None else tasks
+    doc = {"skill_name": dataset.skill_name,
+           "evals": [{k: t.to_dict()[k] for k in AGENTSKILLS_KEYS} for t in chosen]}
+    out.mkdir(parents=True, exist_ok=True)
+    for t in chosen:
+        for rel in t.files:
+            dest = out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dataset.root / rel, dest)
+    target = out / "evals.json"
+    target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return target
+
+
 __all__ = [
+    "AGENTSKILLS_KEYS",
     "BUCKETS",
     "CLI_COMMANDS",
     "Dataset",
@@ -267,5 +295,6 @@ __all__ = [
     "Task",
     "default_evals_dir",
     "dumps",
+    "export_agentskills",
     "load_tasks",
 ]
