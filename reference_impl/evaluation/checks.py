@@ -152,15 +152,15 @@ def recommends(key: str, value: Any) -> str:
     # ``--set KEY=V`` is a command line echoing the input, not advice, hence the look-behind
     verb = r"(?<![-\w])(?:set|use|keep|choose|pick|change\s+\S+\s+to|raise\s+\S+\s+to|lower\s+\S+\s+to)"
     return (
-        f"{REGEX_PREFIX}(?:{verb}\\s+{k}\\s*(?:=|:|to)\\s*['\"]?{v}"
-        f"|{k}\\s+(?:should|must)\\s+be\\s+(?:set\\s+to\\s+)?['\"]?{v})"
+        f"{REGEX_PREFIX}(?:{verb}\\s+{k}\\s*(?:=|:|to)\\s*{v}"
+        f"|{k}\\s+(?:should|must)\\s+be\\s+(?:set\\s+to\\s+)?{v})"
     )
 
 
 def asserts(key: str, value: Any) -> str:
     """Forbidden claim: ``KEY = V`` / ``KEY: V`` / ``KEY is V`` with V the whole value (not ``2*CP``)."""
     return (
-        f"{REGEX_PREFIX}{_key_re(key)}\\s*(?:=|:|is|should be|must be|to)\\s*['\"]?{_value_re(value)}"
+        f"{REGEX_PREFIX}{_key_re(key)}\\s*(?:=|:|is|should be|must be|to)\\s*{_value_re(value)}"
         r"(?!\s?[*x×/]\s?\w)"
     )
 

@@ -167,8 +167,14 @@ def _llava(f: Finding, r: ValidationReport) -> list[Fact]:
 
 
 def _num_epochs(f: Finding, r: ValidationReport) -> list[Fact]:
+    remove = "re:(?:remove|unset|drop|delete)[^\\n]{0,30}num_epochs"
+    if r.resolved["packing_path"] in ("in_batch", "global_batch"):
+        # these paths refuse the batch dataloader, so only dropping num_epochs fixes it
+        return [Fact(remove, "train.num_epochs needs dataloader_type=batch, which this packing path refuses: remove "
+                             "num_epochs and size the run with train_iters.",
+                     (recommends("dataset.dataloader_type", "batch"),))]
     return [Fact(
-        any_of(states("dataset.dataloader_type", "batch"), "re:(?:remove|unset|drop|delete)[^\\n]{0,30}num_epochs"),
+        any_of(states("dataset.dataloader_type", "batch"), remove),
         "train.num_epochs needs a GPT-SFT dataset with dataloader_type=batch; otherwise remove num_epochs.",
     )]
 

@@ -31,7 +31,7 @@ from reference_impl.evaluation.checks import (
 )
 from reference_impl.evaluation.dataset import GenContext, make_task
 from reference_impl.evaluation.facts import Fact, facts_for
-from reference_impl.evaluation.render import config_yaml, without_comments
+from reference_impl.evaluation.render import config_yaml, sentence, without_comments
 
 DATA_ROWS = 40
 PACK_SIZE = 1024
@@ -125,7 +125,7 @@ def _review_task(
     findings = report.violations + (report.warnings if warnings else [])
     ctx.add(make_task(
         task_id, "contextual", prompt,
-        "Problems found: " + " ".join(f"{f.message}." for f in findings) + " Fixes: " + " ".join(sentences),
+        "Problems found: " + " ".join(sentence(f.message) for f in findings) + " Fixes: " + " ".join(sentences),
         [f"Finds the problem checked by {f.rule_id} ({f.title})" for f in findings]
         + ["Gives corrected values for every problem"],
         checks,
@@ -711,7 +711,7 @@ def _corrupt_artifact_task(ctx: GenContext) -> None:
         f"{PACK_SIZE}, no seqpack manifest). Is it safe to train on? If not, which rows are affected and why?",
         f"Not safe: rows {', '.join(str(r) for r in bad)} have loss_mask = 1 on the last stored token of a "
         "segment; that token has no label inside its segment (the mask is rolled), so the loss would train on a "
-        "target from the next sequence. Fix the packer and rewrite the file.",
+        "target outside its own sequence. Fix the packer and rewrite the file.",
         [f"Finds the loss_mask problem in rows {bad}", "Explains the last token of a segment has no label"],
         checks, script="seqpack inspect", files=files, paths=["offline"], topics=["inspection", "diagnosis"],
         truth={"issues": rep.issues, "issue_count": rep.issue_count},

@@ -26,7 +26,7 @@ from reference_impl.evaluation.checks import (
 )
 from reference_impl.evaluation.dataset import GenContext, make_task
 from reference_impl.evaluation.facts import Fact, facts_for, facts_for_rule
-from reference_impl.evaluation.render import config_yaml, topology_words
+from reference_impl.evaluation.render import config_yaml, sentence, topology_words
 
 PAD = "dataset.offline_packing_specs.pad_seq_to_mult"
 
@@ -402,7 +402,8 @@ def _scenario_tasks(ctx: GenContext) -> None:
             f"implicit-{slug}",
             "implicit",
             f"{story}\n\n```yaml\n{text}```",
-            "No. " + " ".join(f"{f.message}." for f in report.violations + report.warnings if f.rule_id in graded)
+            ("This config is rejected: " if report.violations else "This config passes with a warning: ")
+            + " ".join(sentence(f.message) for f in report.violations + report.warnings if f.rule_id in graded)
             + " " + " ".join(sentences),
             [f"Identifies the problem checked by {rid}: {get_rule(rid).title}" for rid in graded]  # type: ignore[union-attr]
             + ["Gives the concrete fix"],
