@@ -317,3 +317,13 @@ def test_export_agentskills_shape(tmp_path, capsys):
     assert all(e["expected_skill"] is None for e in doc["evals"])
     shipped = [f for e in doc["evals"] for f in e["files"]]
     assert shipped and all((tmp_path / "ev" / f).is_file() for f in shipped)
+
+
+def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
+    """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
+    agent = f"{sys.executable} {FIX / 'fake_agent.py'} --oracle {ROOT / 'evals' / 'tasks.json'}"
+    run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    scores = score_run(tmp_path / "r")
+    imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
+    assert imperfect == {}
+    assert scores.summary["passed"] == len(dataset.tasks)

@@ -180,7 +180,8 @@ def run_agent(argv: Sequence[str], prompt: str, cwd: Path, *, timeout: float, en
     started = time.monotonic()
     try:
         proc = subprocess.Popen(list(argv), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                                stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", env=env,
+                                start_new_session=True)
     except FileNotFoundError:
         raise UsageError(f"agent command not found: {argv[0]}", field="agent_cmd") from None
     except PermissionError:
