@@ -120,6 +120,18 @@ def test_forbidden_checks_do_not_fire_on_the_task_input(dataset):
             assert run_checks([], t.forbidden, normalise(text)).forbidden_found == {}, t.id
 
 
+def test_implicit_prompts_do_not_name_the_topic(dataset):
+    named = re.compile(r"(?<![\w])pack(?:s|ed|ing)?\b|seqpack|\bskill\b|sequence packing", re.I)
+    for t in (t for t in dataset.tasks if t.bucket == "implicit"):
+        prose = t.prompt.split("```")[0]  # the YAML snippet may hold field names
+        assert not named.search(prose), (t.id, named.search(prose).group(0))
+
+
+def test_explicit_prompts_name_the_skill_or_tool(dataset):
+    for t in (t for t in dataset.tasks if t.bucket == "explicit"):
+        assert re.search(r"seqpack|sequence packing skill|packing skill", t.prompt, re.I), t.id
+
+
 def test_near_misses_forbid_packing_advice(dataset):
     for t in (t for t in dataset.tasks if t.bucket == "near_miss"):
         assert any("pad_seq_to_mult" in c for c in t.forbidden), t.id
@@ -171,3 +183,11 @@ def test_error_logs_are_what_seqpack_prints_for_the_shipped_inputs(dataset, tmp_
         assert capture_cli(argv, work).log() == text, t.id
         replayed += 1
     assert replayed >= 5
+
+
+def test_docs_state_the_real_counts(dataset):
+    text = (ROOT / "docs" / "evals.md").read_text()
+    counts = Counter(t.bucket for t in dataset.tasks)
+    assert f"`evals/tasks.json` holds {len(dataset.tasks)} tasks" in text
+    for bucket in BUCKETS:
+        assert re.search(rf"^\| `{bucket}` \| {counts[bucket]} \|", text, re.M), bucket

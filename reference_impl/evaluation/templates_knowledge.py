@@ -93,7 +93,7 @@ def _alignment_tasks(ctx: GenContext) -> None:
             f"We fine-tune with Megatron-Bridge and concatenate several SFT samples into each {seq}-token row "
             f"ahead of time. The job runs with tensor parallel {tp}, context parallel {cp} and sequence "
             f"parallelism {'enabled' if sp else 'disabled'}. Every sample is padded before it goes into a row: "
-            f"what should offline_packing_specs.pad_seq_to_mult be, and why that number?",
+            f"what should pad_seq_to_mult be, and why that number?",
             f"Set pad_seq_to_mult = {al.pad_seq_to_mult}: {al.explanation}.",
             [f"States pad_seq_to_mult = {al.pad_seq_to_mult}",
              "Derives it from the CP and TP/SP multiples rather than a fixed default"],
@@ -333,8 +333,8 @@ SCENARIOS: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
     ("full-iteration-graph", "Capturing the whole training iteration as one local CUDA graph: anything in the "
      "config that blocks it?",
      {"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]}, ("CUDA-GRAPH-NAN-CHECK",)),
-    ("both-packings", "Someone enabled both the pre-built packed dataset and runtime concatenation of rows in the "
-     "same fine-tuning config. Which one wins?",
+    ("both-packings", "Someone enabled both the pre-built dataset of concatenated rows and runtime concatenation of "
+     "rows in the same fine-tuning config. Which one wins?",
      {"dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 2048,
       "model.seq_length": 2048, "dataset.enable_in_batch_packing": True},
      ("PACK-EXCLUSIVE-OFFLINE-IN-BATCH",)),
@@ -347,28 +347,28 @@ SCENARIOS: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
      {"dataset.kind": "pretrain", "dataset.enable_in_batch_packing": True, "dataset.dataloader_type": "single",
       "train.micro_batch_size": 4},
      ("PACK-IN-BATCH-DATASET-KIND",)),
-    ("energon-mbs2", "Qwen-VL fine-tuning on Energon WebDataset shards with a 16-sample packing buffer per worker; "
-     "we would like two packs per micro-batch. Will it run?",
+    ("energon-mbs2", "Qwen-VL fine-tuning on Energon WebDataset shards with a 16-sample buffer per worker that merges "
+     "samples into one sequence; we would like two merged sequences per micro-batch. Will it run?",
      {"model.family": "qwen_vl", "dataset.kind": "energon", "dataset.packing_buffer_size": 16,
       "model.calculate_per_token_loss": True, "train.micro_batch_size": 2, "dataset.micro_batch_size": 2},
      ("PACK-ENERGON-MBS1",)),
-    ("energon-encoder", "We want Energon's per-worker packing buffer for a Nemotron Omni model using its own task "
-     "encoder. Supported?",
+    ("energon-encoder", "We want Energon's per-worker buffer that merges samples into one sequence, for a Nemotron "
+     "Omni model using its own task encoder. Supported?",
      {"dataset.kind": "energon", "dataset.packing_buffer_size": 16, "model.calculate_per_token_loss": True,
       "dataset.task_encoder": "nemotron_omni"},
      ("PACK-ENERGON-TASK-ENCODER",)),
-    ("global-no-capacity", "We want packs formed across the whole global batch every step (balanced over DP "
-     "ranks) for 8K SFT. What is missing from this config?",
+    ("global-no-capacity", "We want samples regrouped into long sequences across the whole global batch every "
+     "step (balanced over DP ranks) for 8K SFT. What is missing from this config?",
      {"dataset.enable_global_batch_packing": True, "dataset.dataloader_type": "single",
       "model.calculate_per_token_loss": True, "model.seq_length": 8192},
      ("PACK-GLOBAL-MAX-SEQLEN-REQUIRED",)),
-    ("global-capacity-cp2", "Global-batch packing with context parallel 2 for 16K samples, 4096 tokens per "
-     "DP*CP rank. Will every sample fit?",
+    ("global-capacity-cp2", "Samples are regrouped across the global batch every step, with context parallel 2, "
+     "16K samples and 4096 tokens per DP*CP rank. Will every sample fit?",
      {"dataset.enable_global_batch_packing": True, "dataset.dataloader_type": "single",
       "model.calculate_per_token_loss": True, "model.context_parallel_size": 2, "model.seq_length": 16384,
       "model.max_seqlen_per_dp_cp_rank": 4096, "dist.world_size": 2},
      ("PACK-GLOBAL-CAPACITY",)),
-    ("glm45-offline", "Fine-tuning GLM-4.5 with pre-built packed rows to cut padding. Any known issue?",
+    ("glm45-offline", "Fine-tuning GLM-4.5 on pre-built rows of concatenated samples to cut padding. Any known issue?",
      {"model.family": "glm45", "dataset.enable_offline_packing": True,
       "dataset.offline_packing_specs.packed_sequence_size": 4096, "model.seq_length": 4096},
      ("MODEL-FAMILY-OPT-OUT",)),
