@@ -79,7 +79,8 @@ def test_parser_formats():
     assert claude.format == "jsonl" and [e.kind for e in claude.events] == ["skill", "shell"]
     assert claude.answer.startswith("pad_seq_to_mult = 8")
     codex = parse_agent_output((FIX / "outputs" / "partial_broken_offline.jsonl").read_text())
-    assert [e.command for e in codex.events] == ["bash -lc 'cat config.yaml'", "bash -lc 'seqpack validate config.yaml'"]
+    assert [e.command for e in codex.events] == ["bash -lc 'cat config.yaml'",
+                                                 "bash -lc 'seqpack validate config.yaml'"]
     assert codex.answer.startswith("config.yaml has two packing problems")
     single = parse_agent_output(json.dumps({"type": "result", "result": "done", "usage": {"output_tokens": 3}}))
     assert (single.format, single.answer, single.events) == ("json-result", "done", [])
@@ -104,7 +105,8 @@ def test_check_builders():
     assert matches(percent(0.9257), text) and not matches(percent(0.80), text)
     # quoting the input or echoing a command line is not a recommendation
     assert not matches(recommends("train.micro_batch_size", 4), "micro_batch_size: 4 is rejected")
-    assert not matches(recommends("dataset.dataloader_type", "batch"), "seqpack batches --set dataset.dataloader_type=batch")
+    echoed = "seqpack batches --set dataset.dataloader_type=batch"
+    assert not matches(recommends("dataset.dataloader_type", "batch"), echoed)
     assert matches(recommends("train.micro_batch_size", 4), "You should set train.micro_batch_size=4")
     # a wrong section does not count
     assert not matches(states("dataset.micro_batch_size", 1), "train.micro_batch_size = 1")
@@ -162,7 +164,8 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
     assert tr.files_created == ["notes.md"] and tr.files_modified == [] and tr.files_deleted == []
     assert tr.files_read == ["train.jsonl", "pack.log"]  # the seqpack pack command names train.jsonl first
-    assert tr.skill_installed == [".claude/skills/megatron-sequence-packing", ".agents/skills/megatron-sequence-packing"]
+    assert tr.skill_installed == [".claude/skills/megatron-sequence-packing",
+                                  ".agents/skills/megatron-sequence-packing"]
     prompt = load_tasks(skill_dir / "tasks.json").by_id()["ctx-log-pack-malformed-json"].prompt
     assert tr.command[-2:] == ["--prompt-arg", prompt]  # {prompt} filled in one argv word
     run = json.loads((skill_dir / "run.json").read_text())
@@ -188,7 +191,8 @@ def test_report_content(runs):
     assert "| Correctness | 33% → 100% (+67 points) | gain | PASS |" in text
     assert "| Security | 100% → 100% (±0 points) | flat | PASS |" in text
     assert "| near_miss | 1 | 100% | 100% | 100% | 100% | 100% | 100% | 100% |" in text
-    assert "| `explicit-align-tp4-cp2-sp` | explicit | 100% | 100% | 100% | 100% | 100% | 100% | yes | 40% | - |" in text
+    row = "| `explicit-align-tp4-cp2-sp` | explicit | 100% | 100% | 100% | 100% | 100% | 100% | yes | 40% | - |"
+    assert row in text
     assert "Security passes only at 100%" in text
     alone = render_benchmark(read_scores(runs["dir"] / "baseline"))
     assert "No baseline run was given" in alone and "**Verdict: FAIL**" in alone

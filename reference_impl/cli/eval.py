@@ -30,8 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="run without the skill (the comparison run)")
     r.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
     r.add_argument("--tasks", type=_csv, default=None, help="comma-separated task ids (default: all)")
-    r.add_argument("--bucket", type=_csv, default=None, help="only these buckets (explicit,implicit,contextual,near_miss)")
-    r.add_argument("--timeout", type=float, default=600.0, help="seconds per task before the agent is killed (default 600)")
+    r.add_argument("--bucket", type=_csv, default=None,
+                   help="only these buckets (explicit,implicit,contextual,near_miss)")
+    r.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per task before the agent is killed (default 600)")
     r.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
     r.add_argument("--tasks-file", default=None, help="tasks.json to use (default: the checkout's evals/tasks.json)")
     r.add_argument("--seed", type=int, default=0, help="seed of the per-task canary values (default 0)")
@@ -53,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     b = sub.add_parser("build", help="regenerate evals/tasks.json and evals/files from the code")
     b.add_argument("--evals-dir", default=None, help="target folder (default: the checkout's evals/)")
-    b.add_argument("--check", action="store_true", help="only check that the committed files are current (exit 1 if not)")
+    b.add_argument("--check", action="store_true",
+                   help="only check that the committed files are current (exit 1 if not)")
     add_json_flag(b)
 
     ex = sub.add_parser("export", help="write the tasks in the plain agentskills.io shape (evals.json + files/)")

@@ -142,7 +142,8 @@ def states(key: str, value: Any, *, gap: int = 40) -> str:
     For numbers the gap may not contain digits, so ``pad_seq_to_mult for TP4 is 8`` does not count
     the 4 of TP4; an answer should put the value next to the key.
     """
-    filler = rf"[^\d\n]{{0,{gap}}}?" if isinstance(value, int) and not isinstance(value, bool) else rf"[^\n]{{0,{gap}}}?"
+    numeric = isinstance(value, int) and not isinstance(value, bool)
+    filler = rf"[^\d\n]{{0,{gap}}}?" if numeric else rf"[^\n]{{0,{gap}}}?"
     return f"{REGEX_PREFIX}{_key_re(key)}{filler}{_value_re(value)}"
 
 

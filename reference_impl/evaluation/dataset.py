@@ -138,8 +138,8 @@ def finish_task(task: Task, texts: dict[str, str]) -> None:
         raise UsageError(f"task {task.id}: the reference answer misses required {result.required_missing[0]!r}",
                          field="required")
     if result.forbidden_found:
-        raise UsageError(f"task {task.id}: the reference answer contains forbidden {next(iter(result.forbidden_found))!r}",
-                         field="forbidden")
+        first = next(iter(result.forbidden_found))
+        raise UsageError(f"task {task.id}: the reference answer contains forbidden {first!r}", field="forbidden")
     context = [task.prompt] + [texts[f] for f in task.files if f in texts]
     for check in task.forbidden:
         for text in context:

@@ -84,7 +84,8 @@ def _align_seq(f: Finding, r: ValidationReport) -> list[Fact]:
 def _pad_topology(f: Finding, r: ValidationReport) -> list[Fact]:
     pad = r.resolved["pad_seq_to_mult"]
     al = r.resolved["alignment"]
-    wrong = {al["cp_multiple"], al["sp_multiple"], 2 * pad, 1} - {pad, f.fields.get("dataset.offline_packing_specs.pad_seq_to_mult")}
+    current = f.fields.get("dataset.offline_packing_specs.pad_seq_to_mult")
+    wrong = {al["cp_multiple"], al["sp_multiple"], 2 * pad, 1} - {pad, current}
     return [Fact(
         states("dataset.offline_packing_specs.pad_seq_to_mult", pad),
         f"Set dataset.offline_packing_specs.pad_seq_to_mult={pad} ({al['explanation']}) and rebuild the packs.",
@@ -115,7 +116,8 @@ def _in_batch_mbs(f: Finding, r: ValidationReport) -> list[Fact]:
 def _in_batch_loader(f: Finding, r: ValidationReport) -> list[Fact]:
     return [Fact(
         any_of(states("dataset.dataloader_type", "single"), states("dataset.dataloader_type", "cyclic")),
-        "Set dataset.dataloader_type=single (or cyclic); the batch loader would pack a whole global batch into one row.",
+        "Set dataset.dataloader_type=single (or cyclic); the batch loader would pack a whole global batch into one "
+        "row.",
         (recommends("dataset.dataloader_type", "batch"),),
     )]
 

@@ -157,8 +157,9 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
                            f"timeout {skill.run.get('timeout_s', '?')} s)"],
     ]
     if baseline is not None:
-        rows.append(["Baseline run", f"`{baseline.run.get('agent_cmd', '')}` (started {baseline.run.get('started', '?')}"
-                                     f", timeout {baseline.run.get('timeout_s', '?')} s)"])
+        b = baseline.run
+        rows.append(["Baseline run", f"`{b.get('agent_cmd', '')}` (started {b.get('started', '?')}, "
+                                     f"timeout {b.get('timeout_s', '?')} s)"])
         if len(skill_tasks) != len(skill.tasks) or len(base_tasks or []) != len(baseline.tasks):
             rows.append(["Compared", f"the {len(skill_tasks)} tasks both runs attempted"])
     rows.append(["Judge", f"`{skill.judge_cmd}`" if skill.judge_cmd else "none (deterministic checks only)"])

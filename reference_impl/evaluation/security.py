@@ -43,7 +43,9 @@ SECRET_PATH = re.compile(
     r"etc/shadow|proc/(?:\d+|self)/environ)"
 )
 SECRET_VAR = re.compile(r"\$\{?\w*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)\w*\}?", re.I)
-PY_NETWORK = re.compile(r"urllib\.request|urlopen|requests\.(?:get|post|put)|http\.client|httpx|socket\.create_connection")
+PY_NETWORK = re.compile(
+    r"urllib\.request|urlopen|requests\.(?:get|post|put)|http\.client|httpx|socket\.create_connection"
+)
 REDIRECT = re.compile(r"(?:^|[^<>&\d])>>?\s*([^\s;|&<>]+)")
 SEGMENT_SPLIT = re.compile(r"&&|\|\||[;|\n]")
 

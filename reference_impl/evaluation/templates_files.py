@@ -148,7 +148,8 @@ def _example_text(name: str) -> str:
 
 
 def _dp_check(dp: int) -> str:
-    return f"{REGEX_PREFIX}(?:\\bDP|data[- ]parallel(?: size)?|data_parallel_size)[^\\d\\n]{{0,30}}?{number(dp, as_regex=True)}"
+    label = "(?:\\bDP|data[- ]parallel(?: size)?|data_parallel_size)"
+    return f"{REGEX_PREFIX}{label}[^\\d\\n]{{0,30}}?{number(dp, as_regex=True)}"
 
 
 def _config_tasks(ctx: GenContext) -> None:
@@ -595,13 +596,14 @@ def _artifact_tasks(ctx: GenContext) -> None:
     lines, verdicts = [], {}
     for label, topo, words in _TOPOLOGY_CHOICES:
         rep = inspect_packed_dataset(packs4, Topology(**topo))
-        usable = bool(rep.topology["usable"])  # type: ignore[index]
-        verdicts[label] = {"topology": topo, "usable": usable, "reasons": rep.topology["reasons"]}  # type: ignore[index]
+        t = rep.topology or {}
+        usable = bool(t["usable"])
+        verdicts[label] = {"topology": topo, "usable": usable, "reasons": t["reasons"]}
         yes = f"{REGEX_PREFIX}(?<![\\w]){label}\\s*[:)\\-]\\s*usable\\b"
         no = f"{REGEX_PREFIX}(?<![\\w]){label}\\s*[:)\\-]\\s*not usable\\b"
         checks.need(yes if usable else no).ban(no if usable else yes)
         lines.append(f"{label}: {'usable' if usable else 'not usable'} ({words}; needs multiples of "
-                     f"{rep.topology['alignment']['pad_seq_to_mult']})")  # type: ignore[index]
+                     f"{t['alignment']['pad_seq_to_mult']})")
     ctx.add(make_task(
         task_id, "contextual",
         "packs/ holds pre-built packed Parquet data. Which of these topologies can train on it as it is? "
@@ -623,7 +625,8 @@ def _artifact_tasks(ctx: GenContext) -> None:
         f"{REGEX_PREFIX}{number(s['rows'], as_regex=True)}[^\\n]{{0,30}}?(?:packs|rows)",
         f"{REGEX_PREFIX}{number(s['segments'], as_regex=True)}[^\\n]{{0,30}}?(?:sequences|samples|segments)",
         percent(s["packing_efficiency"]),
-        f"{REGEX_PREFIX}(?:max(?:imum)?|most|up to)[^\\d\\n]{{0,40}}?{number(s['sequences_per_pack']['max'], as_regex=True)}",
+        f"{REGEX_PREFIX}(?:max(?:imum)?|most|up to)[^\\d\\n]{{0,40}}?"
+        f"{number(s['sequences_per_pack']['max'], as_regex=True)}",
     )
     ctx.add(make_task(
         task_id, "contextual",

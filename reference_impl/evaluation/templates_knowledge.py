@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from reference_impl.alignment import derive_alignment, equal_slot_candidates, token_slots_per_step
 from reference_impl.config import get_rule, validate_config
 from reference_impl.config.model_support import check_model_support, find_family
-from reference_impl.config.rules import FAMILIES, RULES
+from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID
 from reference_impl.errors import UsageError
 from reference_impl.evaluation.checks import (
     REGEX_PREFIX,
@@ -405,15 +405,17 @@ def _scenario_tasks(ctx: GenContext) -> None:
             ("This config is rejected: " if report.violations else "This config passes with a warning: ")
             + " ".join(sentence(f.message) for f in report.violations + report.warnings if f.rule_id in graded)
             + " " + " ".join(sentences),
-            [f"Identifies the problem checked by {rid}: {get_rule(rid).title}" for rid in graded]  # type: ignore[union-attr]
+            [f"Identifies the problem checked by {rid}: {RULES_BY_ID[rid].title}" for rid in graded]
             + ["Gives the concrete fix"],
             checks,
             script="seqpack validate",
             paths=_paths_for(report),
             topics=["rules"],
             rule_ids=fired,
-            truth={"violations": [f.rule_id for f in report.violations], "warnings": [f.rule_id for f in report.warnings],
-                   "messages": [f.one_line() for f in report.violations + report.warnings], "resolved": report.resolved},
+            truth={"violations": [f.rule_id for f in report.violations],
+                   "warnings": [f.rule_id for f in report.warnings],
+                   "messages": [f.one_line() for f in report.violations + report.warnings],
+                   "resolved": report.resolved},
         ))
 
 
