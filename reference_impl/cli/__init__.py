@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.smoke",
     "reference_impl.cli.mcp",
     "reference_impl.cli.install_skill",
+    "reference_impl.cli.eval",
     "reference_impl.cli.demo_data",
 )
 

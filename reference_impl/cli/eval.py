@@ -1,0 +1,187 @@
+"""``seqpack eval``: build the eval dataset, run an agent on it, score the runs, write a benchmark page."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reference_impl.cli._output import add_json_flag, print_json, table
+
+NAME = "eval"
+HELP = "skill evals: build the task set, run an agent (with or without the skill), score, report"
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the ``eval`` subcommands."""
+    sub = p.add_subparsers(dest="eval_command", metavar="SUBCOMMAND", parser_class=type(p))
+
+    r = sub.add_parser("run", help="run an agent command on each task in a fresh working directory")
+    r.add_argument("--agent-cmd", required=True,
+                   help="agent command line (split like a shell would, never run by one); the prompt goes to stdin "
+                        "and replaces {prompt}; {workdir}, {task_id} and {skill_dir} are filled too")
+    mode = r.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--with-skill", dest="mode", action="store_const", const="skill",
+                      help="install the skill into .claude/skills and .agents/skills of each working directory")
+    mode.add_argument("--baseline", dest="mode", action="store_const", const="baseline",
+                      help="run without the skill (the comparison run)")
+    r.add_argument("--out", required=True, help="run directory to create (must be new or empty)")
+    r.add_argument("--tasks", type=_csv, default=None, help="comma-separated task ids (default: all)")
+    r.add_argument("--bucket", type=_csv, default=None,
+                   help="only these buckets (explicit,implicit,contextual,near_miss)")
+    r.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per task before the agent is killed (default 600)")
+    r.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
+    r.add_argument("--tasks-file", default=None, help="tasks.json to use (default: the checkout's evals/tasks.json)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the per-task canary values (default 0)")
+    add_json_flag(r)
+
+    s = sub.add_parser("score", help="score the transcripts of a run directory; writes RUN_DIR/scores.json")
+    s.add_argument("run_dir", help="a directory written by seqpack eval run")
+    s.add_argument("--judge-cmd", default=None,
+                   help="optional judge: gets the task and answer as JSON on stdin, prints JSON scores")
+    s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default 120)")
+    add_json_flag(s)
+
+    rep = sub.add_parser("report", help="write a BENCHMARK-style markdown page from scored runs")
+    rep.add_argument("run_dir", help="the scored with-skill run")
+    rep.add_argument("--baseline", default=None, help="a scored baseline run, for the uplift columns")
+    rep.add_argument("--out", required=True, help="markdown file to write (e.g. BENCHMARK.md)")
+    rep.add_argument("--title", default=None, help="page title")
+    add_json_flag(rep)
+
+    b = sub.add_parser("build", help="regenerate evals/tasks.json and evals/files from the code")
+    b.add_argument("--evals-dir", default=None, help="target folder (default: the checkout's evals/)")
+    b.add_argument("--check", action="store_true",
+                   help="only check that the committed files are current (exit 1 if not)")
+    add_json_flag(b)
+
+    ex = sub.add_parser("export", help="write the tasks in the plain agentskills.io shape (evals.json + files/)")
+    ex.add_argument("--out", required=True, help="folder to write, e.g. skills/megatron-sequence-packing/evals")
+    ex.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
+    ex.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
+    add_json_flag(ex)
+
+    ls = sub.add_parser("list", help="list the tasks")
+    ls.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
+    ls.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
+    add_json_flag(ls)
+
+
+def _progress(i: int, n: int, task_id: str) -> None:
+    if i < n:
+        print(f"[{i + 1}/{n}] {task_id}", file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.runner import run_eval
+    from reference_impl.evaluation.tasks import load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    tasks = dataset.select(args.tasks, args.bucket)
+    summary = run_eval(dataset, tasks, args.agent_cmd, args.out, mode=args.mode, timeout=args.timeout,
+                       skill_dir=args.skill_dir, seed=args.seed, progress=None if args.json else _progress)
+    if args.json:
+        print_json(summary.to_dict())
+        return 0
+    print(f"ran {summary.tasks} task(s) ({summary.mode}) into {summary.run_dir}: {summary.completed} finished, "
+          f"{len(summary.timed_out)} timed out, {len(summary.failed)} exited non-zero")
+    for w in summary.warnings:
+        print(f"warning: {w}")
+    print(f"next: seqpack eval score {summary.run_dir}")
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.scoring import DIMENSIONS, score_run
+
+    result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout)
+    s = result.summary
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    rows = [["overall", f"{s['overall']:.1f}%"]] + [[d, f"{s['dimensions'][d]:.1f}%"] for d in DIMENSIONS]
+    print(f"{result.run.get('mode')} run, {s['tasks']} task(s), {s['passed']} passed")
+    print(table(["dimension", "score"], rows))
+    print(f"wrote {args.run_dir}/scores.json")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.report import render_benchmark, verdict
+    from reference_impl.evaluation.scoring import read_scores, summarise
+
+    skill = read_scores(args.run_dir)
+    baseline = read_scores(args.baseline) if args.baseline else None
+    text = render_benchmark(skill, baseline, title=args.title)
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    result, reasons = verdict(summarise(skill.tasks), summarise(baseline.tasks) if baseline else None)
+    if args.json:
+        print_json({"out": args.out, "verdict": result, "reasons": reasons})
+    else:
+        print(f"wrote {args.out}: verdict {result} ({'; '.join(reasons)})")
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.dataset import diff_dataset, write_dataset
+
+    if args.check:
+        stale = diff_dataset(args.evals_dir)
+        if args.json:
+            print_json({"up_to_date": not stale, "stale": stale})
+        elif stale:
+            print("stale (rebuild with: seqpack eval build):\n" + "\n".join(f"  {p}" for p in stale))
+        else:
+            print("evals are up to date with the code")
+        return 1 if stale else 0
+    dataset = write_dataset(args.evals_dir)
+    counts = {}
+    for t in dataset.tasks:
+        counts[t.bucket] = counts.get(t.bucket, 0) + 1
+    if args.json:
+        print_json({"tasks": len(dataset.tasks), "by_bucket": counts, "evals_dir": str(dataset.root)})
+    else:
+        print(f"wrote {len(dataset.tasks)} tasks to {dataset.root}/tasks.json "
+              f"({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.tasks import load_tasks
+
+    tasks = load_tasks(args.tasks_file).select(None, args.bucket)
+    if args.json:
+        print_json([t.to_dict() for t in tasks])
+        return 0
+    print(table(["id", "bucket", "expected_script", "files", "rules"],
+                [[t.id, t.bucket, t.expected_script or "-", len(t.files), ",".join(t.rule_ids) or "-"] for t in tasks]))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.tasks import export_agentskills, load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    tasks = dataset.select(None, args.bucket)
+    target = export_agentskills(dataset, args.out, tasks)
+    if args.json:
+        print_json({"evals_json": str(target), "tasks": len(tasks)})
+    else:
+        print(f"wrote {len(tasks)} task(s) to {target}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the eval subcommand."""
+    from reference_impl.errors import UsageError
+
+    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list}
+    if not getattr(args, "eval_command", None):
+        raise UsageError("give an eval subcommand: run, score, report, build, export or list "
+                         "(see seqpack eval --help)")
+    return handlers[args.eval_command](args)

@@ -1,0 +1,300 @@
+"""The eval task format: agentskills.io fields plus seqpack's machine checks, and its loader.
+
+``evals/tasks.json`` is ``{"skill_name", "format", "generator", "evals": [task, ...]}``. Each task
+has the agentskills.io keys (``id``, ``prompt``, ``expected_output``, ``assertions``, ``files``,
+``expected_skill``, ``expected_script``) and, for the deterministic scorer:
+
+* ``bucket``: ``explicit`` (names the skill or its tool), ``implicit`` (a packing problem that
+  does not name it), ``contextual`` (a config or a log in ``files`` to diagnose), ``near_miss``
+  (must not trigger the skill; ``expected_skill`` is null);
+* ``required`` / ``forbidden``: checks on the answer (see :mod:`reference_impl.evaluation.checks`);
+* ``covers``: packing ``paths``, rule ``families`` and ``topics`` the task exercises;
+* ``rule_ids``: rules of the registry the ground truth involves;
+* ``ground_truth``: the values the generator computed with the library, for readers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reference_impl.errors import InputError, UsageError
+
+SKILL_NAME = "megatron-sequence-packing"
+FORMAT = "seqpack-evals/1"
+BUCKETS: tuple[str, ...] = ("explicit", "implicit", "contextual", "near_miss")
+#: Packing paths a task can cover; ``context_parallel`` is long-context CP support on any path.
+PATHS: tuple[str, ...] = ("offline", "in_batch", "energon", "global_batch", "context_parallel")
+TOPICS: tuple[str, ...] = (
+    "alignment",
+    "token_slots",
+    "rules",
+    "model_support",
+    "inspection",
+    "diagnosis",
+    "packing",
+    "verification",
+    "negative",
+)
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+#: ``expected_script`` values and the CLI subcommands / MCP tools that count as using them.
+SCRIPTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "seqpack align": {"cli": ("align",), "mcp": ("derive_alignment", "plan_pack_length")},
+    "seqpack validate": {"cli": ("validate",), "mcp": ("validate_config", "check_model_support")},
+    "seqpack rules": {"cli": ("rules",), "mcp": ("explain_rule", "list_rules")},
+    "seqpack pack": {"cli": ("pack",), "mcp": ("pack_dataset",)},
+    "seqpack inspect": {"cli": ("inspect",), "mcp": ("inspect_packed_dataset",)},
+    "seqpack batches": {"cli": ("batches",), "mcp": ("simulate_packing",)},
+    "seqpack smoke": {"cli": ("smoke",), "mcp": ("run_packing_smoke_test",)},
+    "seqpack plan": {"cli": ("plan",), "mcp": ("plan_pack_length", "simulate_packing")},
+}
+#: Every MCP tool the seqpack server offers (a call to any of them shows the skill's tools were used).
+MCP_TOOLS: tuple[str, ...] = (
+    "derive_alignment",
+    "validate_config",
+    "explain_rule",
+    "list_rules",
+    "plan_pack_length",
+    "simulate_packing",
+    "check_model_support",
+    "pack_dataset",
+    "inspect_packed_dataset",
+    "run_packing_smoke_test",
+)
+CLI_COMMANDS: tuple[str, ...] = ("align", "validate", "rules", "pack", "inspect", "batches", "smoke", "plan", "mcp")
+
+_REQUIRED_KEYS = ("id", "bucket", "prompt", "expected_output", "assertions", "expected_skill", "expected_script",
+                  "files", "required", "forbidden", "covers", "rule_ids", "ground_truth")
+
+
+@dataclass
+class Task:
+    """One eval task (see the module docstring for every field)."""
+
+    id: str
+    bucket: str
+    prompt: str
+    expected_output: str
+    assertions: list[str]
+    required: list[str]
+    forbidden: list[str] = field(default_factory=list)
+    expected_skill: str | None = SKILL_NAME
+    expected_script: str | None = None
+    files: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    rule_ids: list[str] = field(default_factory=list)
+    ground_truth: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def positive(self) -> bool:
+        """True when the skill is expected to be used (every bucket but ``near_miss``)."""
+        return self.expected_skill is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form in the order of ``evals/tasks.json``."""
+        return {
+            "id": self.id,
+            "bucket": self.bucket,
+            "prompt": self.prompt,
+            "expected_output": self.expected_output,
+            "assertions": list(self.assertions),
+            "expected_skill": self.expected_skill,
+            "expected_script": self.expected_script,
+            "files": list(self.files),
+            "required": list(self.required),
+            "forbidden": list(self.forbidden),
+            "covers": {"paths": list(self.paths), "families": list(self.families), "topics": list(self.topics)},
+            "rule_ids": list(self.rule_ids),
+            "ground_truth": self.ground_truth,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str = "<tasks>", index: int = 0) -> "Task":
+        """Parse and check one task; errors name the file, the task index and the field."""
+        if not isinstance(data, dict):
+            raise InputError(f"task {index} is not an object", file=where, row=index)
+        missing = [k for k in _REQUIRED_KEYS if k not in data]
+        if missing:
+            raise InputError(f"task {index} lacks {', '.join(missing)}", file=where, row=index, field=missing[0])
+        covers = data["covers"] or {}
+        task = cls(
+            id=data["id"],
+            bucket=data["bucket"],
+            prompt=data["prompt"],
+            expected_output=data["expected_output"],
+            assertions=list(data["assertions"]),
+            required=list(data["required"]),
+            forbidden=list(data["forbidden"]),
+            expected_skill=data["expected_skill"],
+            expected_script=data["expected_script"],
+            files=list(data["files"]),
+            paths=list(covers.get("paths", [])),
+            families=list(covers.get("families", [])),
+            topics=list(covers.get("topics", [])),
+            rule_ids=list(data["rule_ids"]),
+            ground_truth=dict(data["ground_truth"]),
+        )
+        problems = task.problems()
+        if problems:
+            field_name, message = problems[0]
+            raise InputError(f"task {task.id!r}: {message}", file=where, row=index, field=field_name)
+        return task
+
+    def problems(self) -> list[tuple[str, str]]:
+        """Schema problems as ``(field, message)`` pairs (empty when the task is well formed)."""
+        from reference_impl.evaluation.checks import compile_check
+
+        out: list[tuple[str, str]] = []
+        if not isinstance(self.id, str) or not ID_RE.match(self.id):
+            out.append(("id", f"id {self.id!r} must match {ID_RE.pattern}"))
+        if self.bucket not in BUCKETS:
+            out.append(("bucket", f"bucket {self.bucket!r} is not one of {', '.join(BUCKETS)}"))
+        for name in ("prompt", "expected_output"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                out.append((name, f"{name} must be a non-empty string"))
+        if (self.bucket == "near_miss") != (self.expected_skill is None):
+            out.append(("expected_skill", "near_miss tasks, and only they, have expected_skill null"))
+        if self.expected_script is not None and self.expected_script not in SCRIPTS:
+            out.append(("expected_script", f"unknown expected_script {self.expected_script!r}"))
+        for name in ("paths", "topics"):
+            allowed = PATHS if name == "paths" else TOPICS
+            bad = [v for v in getattr(self, name) if v not in allowed]
+            if bad:
+                out.append((f"covers.{name}", f"unknown {name} {bad}"))
+        if not self.required:
+            out.append(("required", "a task needs at least one required check"))
+        for name in ("required", "forbidden"):
+            for check in getattr(self, name):
+                try:
+                    compile_check(check)
+                except UsageError as exc:
+                    out.append((name, exc.message))
+        for path in self.files:
+            if path.startswith("/") or ".." in Path(path).parts or not path.startswith("files/"):
+                out.append(("files", f"file {path!r} must be a relative path under files/"))
+        return out
+
+
+@dataclass
+class Dataset:
+    """A loaded task list and where it came from."""
+
+    tasks: list[Task]
+    root: Path
+    skill_name: str = SKILL_NAME
+
+    def by_id(self) -> dict[str, Task]:
+        """Tasks keyed by id."""
+        return {t.id: t for t in self.tasks}
+
+    def select(self, ids: list[str] | None = None, buckets: list[str] | None = None) -> list[Task]:
+        """Tasks with the given ids (in the given order) and/or buckets; unknown ids are an error."""
+        tasks = self.tasks
+        if ids:
+            index = self.by_id()
+            unknown = [i for i in ids if i not in index]
+            if unknown:
+                raise UsageError(f"unknown task id(s): {', '.join(unknown)}", field="tasks",
+                                 fix="list the ids with: seqpack eval list")
+            tasks = [index[i] for i in ids]
+        if buckets:
+            bad = [b for b in buckets if b not in BUCKETS]
+            if bad:
+                raise UsageError(f"unknown bucket(s) {bad}; choose from {', '.join(BUCKETS)}", field="bucket")
+            tasks = [t for t in tasks if t.bucket in buckets]
+        return tasks
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``tasks.json`` document."""
+        return {
+            "skill_name": self.skill_name,
+            "format": FORMAT,
+            "generator": "python -m reference_impl.evaluation.dataset",
+            "evals": [t.to_dict() for t in self.tasks],
+        }
+
+
+def dumps(dataset: Dataset) -> str:
+    """Canonical text of ``tasks.json`` (2-space indent, UTF-8 characters kept, final newline)."""
+    return json.dumps(dataset.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def default_evals_dir() -> Path:
+    """``evals/`` of the source checkout this package was imported from."""
+    return Path(__file__).resolve().parents[2] / "evals"
+
+
+def load_tasks(path: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load and check ``tasks.json`` (default: the checkout's ``evals/tasks.json``)."""
+    file = Path(path) if path is not None else default_evals_dir() / "tasks.json"
+    if file.is_dir():
+        file = file / "tasks.json"
+    if not file.is_file():
+        raise UsageError(f"task file not found: {file}", file=str(file),
+                         fix="pass --tasks-file, or build it with: seqpack eval build")
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", file=str(file), line=exc.lineno) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("evals"), list):
+        raise InputError("expected an object with an 'evals' list", file=str(file), field="evals")
+    tasks = [Task.from_dict(t, where=str(file), index=i) for i, t in enumerate(doc["evals"])]
+    seen: set[str] = set()
+    for i, t in enumerate(tasks):
+        if t.id in seen:
+            raise InputError(f"duplicate task id {t.id!r}", file=str(file), row=i, field="id")
+        seen.add(t.id)
+    return Dataset(tasks=tasks, root=file.parent, skill_name=doc.get("skill_name", SKILL_NAME))
+
+
+AGENTSKILLS_KEYS: tuple[str, ...] = ("id", "prompt", "expected_output", "assertions", "files", "expected_skill",
+                                     "expected_script")
+
+
+def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks: list[Task] | None = None) -> Path:
+    """Write ``out_dir/evals.json`` in the plain agentskills.io shape and copy the task files beside it.
+
+    This is the form a skill bundle ships as ``evals/evals.json`` (SkillEvaluator Tier 3 reads it);
+    the seqpack-only keys (checks, coverage, ground truth) stay in ``evals/tasks.json``.
+    """
+    import shutil
+
+    out = Path(out_dir)
+    chosen = dataset.tasks if tasks is None else tasks
+    doc = {"skill_name": dataset.skill_name,
+           "evals": [{k: t.to_dict()[k] for k in AGENTSKILLS_KEYS} for t in chosen]}
+    out.mkdir(parents=True, exist_ok=True)
+    for t in chosen:
+        for rel in t.files:
+            dest = out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dataset.root / rel, dest)
+    target = out / "evals.json"
+    target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return target
+
+
+__all__ = [
+    "AGENTSKILLS_KEYS",
+    "BUCKETS",
+    "CLI_COMMANDS",
+    "Dataset",
+    "FORMAT",
+    "MCP_TOOLS",
+    "PATHS",
+    "SCRIPTS",
+    "SKILL_NAME",
+    "TOPICS",
+    "Task",
+    "default_evals_dir",
+    "dumps",
+    "export_agentskills",
+    "load_tasks",
+]
