@@ -66,7 +66,11 @@ def micro_batch_loss(
 
 @dataclass
 class TrainStepResult:
-    """One step on one rank. Loss numbers are global (every rank and micro-batch of the step)."""
+    """One step on one rank. Loss numbers are global (every rank and micro-batch of the step).
+
+    ``local_tokens[k]`` / ``local_supervised[k]``: tokens and supervised tokens this rank held in
+    micro-batch ``k`` after the CP split; ``step`` is the wrapped step (packs, schedule).
+    """
 
     num_micro_batches: int
     seqlen_sum: int
@@ -77,6 +81,7 @@ class TrainStepResult:
     local_supervised: list[float]
     sample_ids: list[list[int]]
     grads: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    step: GlobalBatchStep | None = field(default=None, repr=False)
 
     @property
     def loss(self) -> float:
@@ -135,6 +140,7 @@ def run_micro_batches(model: TinyGPT, step: GlobalBatchStep, *, backward: bool =
         local_supervised=local_supervised,
         sample_ids=[list(b["sample_ids"]) for b in step.batches],
         grads=grads,
+        step=step,
     )
 
 
