@@ -119,6 +119,8 @@ def check_unpacked_sample(
     """
     if not isinstance(sample, Mapping):
         raise InputError(f"{where}: expected a dict (one unpacked sample), got {type(sample).__name__}", row=row)
+    if "row_index" in sample and row is None:
+        row = _scalar(sample, "row_index", where, row)
     if "cu_seqlens" in sample:
         raise InputError(
             f"{where}: pre-packed samples (with cu_seqlens) are not accepted; the global-batch path forms "
@@ -133,8 +135,6 @@ def check_unpacked_sample(
     if unknown:
         raise InputError(f"{where}: unknown key(s) {unknown}; the payload exchange sends only the contract's keys",
                          row=row, field=unknown[0])
-    if "row_index" in sample:
-        row = _scalar(sample, "row_index", where, row) if row is None else row
     padded = _scalar(sample, "padded_seq_len", where, row)
     original = _scalar(sample, "original_seq_len", where, row)
     out: dict[str, torch.Tensor] = {}
