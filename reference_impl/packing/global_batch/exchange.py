@@ -1,13 +1,15 @@
 """The collectives of one global-batch step, over the data-parallel group (gloo works on CPU).
 
-Two exchanges per step, both over the DP group of the caller's CP lane (every CP lane has its own
-DP group and computes the same schedule, because CP siblings hold identical samples):
+Three kinds of collectives per step, all over the DP group of the caller's CP lane (every CP lane
+has its own DP group and computes the same schedule, because CP siblings hold identical samples):
 
 1. :func:`gather_lengths`: every rank's sample count, then its padded lengths and dataset rows
    (right-padded to the largest count), in two ``all_gather`` calls. A rank that could not produce
    its samples sends the count ``-1`` instead, so every rank learns of the failure and raises,
    rather than the healthy ranks waiting forever in the next collective.
-2. :func:`exchange_samples`: one ``all_to_all_single`` of int64 elements moves each sample from the
+2. :func:`check_same_schedule`: every rank schedules on its own; one all-gather of a 63-bit
+   fingerprint confirms they agree before any payload moves.
+3. :func:`exchange_samples`: one ``all_to_all_single`` of int64 elements moves each sample from the
    rank that loaded it to the rank that runs it (a rank sends nothing to a rank that needs nothing:
    zero-sized splits, never a dummy element). Each sample travels as one record: ``tokens``,
    ``labels``, ``position_ids`` (``P`` each), ``loss_mask`` (``P`` float32 values, their bit patterns
@@ -25,10 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from reference_impl.errors import UsageError
+from reference_impl.errors import PackingError, UsageError
 from reference_impl.packing.global_batch.schedule import GlobalSchedule
 
-__all__ = ["RECORD_EXTRA", "exchange_samples", "gather_lengths", "record_size"]
+__all__ = ["RECORD_EXTRA", "check_same_schedule", "exchange_samples", "gather_lengths", "record_size"]
 
 #: int64 elements a record carries besides its four per-token fields.
 RECORD_EXTRA = 3
@@ -68,6 +70,22 @@ def gather_lengths(
     per_rank = [p[: counts[d]].tolist() for d, p in enumerate(parts)]
     rows_per_rank = [p[width : width + counts[d]].tolist() for d, p in enumerate(parts)]
     return per_rank, rows_per_rank, []
+
+
+def check_same_schedule(schedule: GlobalSchedule, *, group: Any) -> None:
+    """Raise PackingError unless every rank of ``group`` computed the same schedule (one small all-gather).
+
+    Every rank schedules on its own from the gathered lengths; a difference would mean a
+    non-deterministic scheduler, and would send payloads to the wrong ranks.
+    """
+    mine = torch.tensor([schedule.fingerprint()], dtype=torch.int64)
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(group=group))]
+    dist.all_gather(parts, mine, group=group)
+    values = [int(p.item()) for p in parts]
+    if len(set(values)) != 1:
+        differ = [d for d, v in enumerate(values) if v != values[0]]
+        raise PackingError(f"DP ranks {differ} computed a different {schedule.scheduler} schedule than DP rank 0 "
+                           "from the same lengths", field="sequence_packing_scheduler")
 
 
 def _encode(sample: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -18,6 +18,7 @@ Pure Python and numpy: no torch, no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -156,6 +157,11 @@ class GlobalSchedule:
         return {"tokens": _max_over_mean(tokens), "attention": _max_over_mean(attention)}
 
     # -- checks and output -----------------------------------------------------------------------
+    def fingerprint(self) -> int:
+        """A 63-bit digest of the packs and lengths (ranks compare it to confirm they agree)."""
+        text = repr((self.scheduler, self.capacity, self.lengths, self.packs)).encode()
+        return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1
+
     def validate(self) -> None:
         """Raise PackingError unless: every sample in exactly one pack, a whole number of packs per
         rank, and no pack above the capacity."""

@@ -10,8 +10,8 @@ order. A step:
    yields one unpacked sample or a list of them; every sample is checked against the contract;
 2. all-gathers the padded lengths over the DP group (a rank whose samples were bad reports a
    failure instead, and every rank raises; nobody is left waiting in a collective);
-3. schedules the global batch (identically on every rank; an oversize sample raises
-   PACK-GLOBAL-CAPACITY on every rank);
+3. schedules the global batch (identically on every rank, confirmed by a fingerprint all-gather;
+   an oversize sample raises PACK-GLOBAL-CAPACITY on every rank);
 4. moves each sample to the DP rank that runs it (one all-to-all);
 5. builds this rank's packs with :func:`reference_impl.packing.thd.build_thd_batch`.
 
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from reference_impl.config import TrainingConfig
 from reference_impl.errors import InputError, PackingError, SeqpackError, UsageError
 from reference_impl.packing.global_batch.dataset import GlobalBatchSettings, settings_from_config
-from reference_impl.packing.global_batch.exchange import exchange_samples, gather_lengths
+from reference_impl.packing.global_batch.exchange import check_same_schedule, exchange_samples, gather_lengths
 from reference_impl.packing.global_batch.packs import rank_batches
 from reference_impl.packing.global_batch.samples import check_unpacked_sample
 from reference_impl.packing.global_batch.schedule import GlobalSchedule, schedule_global_batch
@@ -230,6 +230,8 @@ class GlobalBatchPacker:
             per_rank, max_seqlen_per_dp_cp_rank=self.settings.max_seqlen_per_dp_cp_rank, cp_size=lay.cp_size,
             scheduler=self.settings.scheduler, row_indices_per_rank=rows_per_rank,
         )
+        if lay.dp_size > 1:
+            check_same_schedule(schedule, group=lay.dp_group)
         by_gid = exchange_samples(local, schedule, lay.dp_rank, group=lay.dp_group)
         batches = rank_batches(schedule, lay.dp_rank, by_gid, pad_seq_to_mult=self.settings.pad_seq_to_mult,
                                pad_token_id=self.pad_token_id)
