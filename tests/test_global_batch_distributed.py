@@ -192,7 +192,8 @@ def test_oversize_sample_stops_every_rank_with_the_capacity_rule(run: dict) -> N
         case = r["cases"]["oversize"]
         assert case.get("rule_id") == "PACK-GLOBAL-CAPACITY", case
         assert f"sample {last} (DP rank {last}, local index 0, dataset row 9999)" in case["error"]
-        assert f"above the pack capacity max_seqlen_per_dp_cp_rank*CP = {CAPACITY // run['cp']}*{run['cp']}" in case["error"]
+        cp = run["cp"]
+        assert f"above the pack capacity max_seqlen_per_dp_cp_rank*CP = {CAPACITY // cp}*{cp}" in case["error"]
 
 
 def test_malformed_sample_stops_every_rank(run: dict) -> None:

@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dp", type=int, default=2, help="data-parallel ranks to simulate (default 2)")
     g.add_argument("--gbs", type=int, default=16, help="global batch size in samples (default 16)")
     g.add_argument("--max-seqlen-per-rank", type=int, default=None,
-                   help="model.max_seqlen_per_dp_cp_rank; a pack holds this times CP tokens (default ceil(seq-length/CP))")
+                   help="model.max_seqlen_per_dp_cp_rank: a pack holds this times CP tokens "
+                   "(default ceil(seq-length / CP))")
     g.add_argument("--scheduler", choices=("dp_balanced", "balanced"), default="dp_balanced",
                    help="dp_balanced (Megatron-Core) or balanced (tokens and attention cost; default dp_balanced)")
     g.add_argument("--num-steps", type=int, default=2, help="steps to show (default 2)")

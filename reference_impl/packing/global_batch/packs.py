@@ -124,7 +124,10 @@ def simulate_step(
     pad_seq_to_mult: int = 1,
     pad_token_id: int = 0,
 ) -> SimulatedStep:
-    """Schedule and build one step for all DP ranks in this process (``samples_per_rank[d]``: what rank ``d`` loaded)."""
+    """Schedule and build one step for all DP ranks in this process.
+
+    ``samples_per_rank[d]`` are the unpacked samples DP rank ``d`` loaded, in order.
+    """
     checked: list[list[dict[str, torch.Tensor]]] = []
     for d, rank_samples in enumerate(samples_per_rank):
         checked.append([

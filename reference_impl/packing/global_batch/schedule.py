@@ -137,8 +137,9 @@ class GlobalSchedule:
 
     def micro_batch_loads(self) -> list[list[tuple[int, int]]]:
         """``[k][d] = (tokens, sum P**2)`` of micro-batch ``k`` on DP rank ``d``."""
+        dp = self.dp_size
         return [
-            [(self.pack_tokens(p), self.pack_attention(p)) for p in self.packs[k * self.dp_size : (k + 1) * self.dp_size]]
+            [(self.pack_tokens(p), self.pack_attention(p)) for p in self.packs[k * dp : (k + 1) * dp]]
             for k in range(self.num_micro_batches)
         ]
 
@@ -178,7 +179,9 @@ class GlobalSchedule:
             raise PackingError(f"sample {bad[0]} appears {seen[bad[0]]} times in the schedule (must be once)")
         for p, pack in enumerate(self.packs):
             if self.pack_tokens(pack) > self.capacity:
-                raise PackingError(f"pack {p} holds {self.pack_tokens(pack)} tokens, above the capacity {self.capacity}")
+                raise PackingError(
+                    f"pack {p} holds {self.pack_tokens(pack)} tokens, above the capacity {self.capacity}"
+                )
 
     def to_dict(self, *, include_packs: bool = True) -> dict[str, Any]:
         """JSON-able form: settings, counts, FLOPs sums, loads and (optionally) the packs."""
@@ -239,7 +242,8 @@ def check_capacity(
     more = ""
     if len(over) > 1:
         shown = ", ".join(f"{g}:{lengths[g]}" for g in over[1:_SHOWN])
-        more = f"; {len(over) - 1} more sample(s) are too long too (id:length {shown}{', ...' if len(over) > _SHOWN else ''})"
+        tail = ", ..." if len(over) > _SHOWN else ""
+        more = f"; {len(over) - 1} more sample(s) are too long too (id:length {shown}{tail})"
     longest = max(lengths[g] for g in over)
     need = math.ceil(longest / cp_size)
     raise PackingError(
