@@ -82,11 +82,13 @@ def simulate_steps(
     settings = settings_from_config(cfg)
     if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1):
         raise UsageError(f"num_steps must be a positive integer, got {num_steps!r}", field="num_steps")
-    feeds = [iter(build_global_batch_loader(cfg, source, dp_rank=d, row_scan=row_scan, drop_last=drop_last,
+    dataset = source if isinstance(source, GlobalBatchSFTDataset) else GlobalBatchSFTDataset(
+        source, seq_length=settings.seq_length)
+    feeds = [iter(build_global_batch_loader(cfg, dataset, dp_rank=d, row_scan=row_scan, drop_last=drop_last,
                                             num_workers=0))
              for d in range(settings.dp_size)]
     if pad_token_id is None:
-        pad_token_id = source.tokenizer.pad_id if isinstance(source, GlobalBatchSFTDataset) else 0
+        pad_token_id = dataset.tokenizer.pad_id
     steps: list[SimulatedStep] = []
     while num_steps is None or len(steps) < num_steps:
         per_rank = []
