@@ -81,6 +81,13 @@ DEFAULT_CONFIGS: dict[str, dict[str, Any]] = {
         "train": {"micro_batch_size": 1, "global_batch_size": 8},
         "dist": {"world_size": 2},
     },
+    "global_batch": {  # DP=2 x CP=2; packs of up to 256 * 2 tokens
+        "model": {"seq_length": 256, "context_parallel_size": 2, "max_seqlen_per_dp_cp_rank": 256,
+                  "calculate_per_token_loss": True},
+        "dataset": {"seq_length": 256, "enable_global_batch_packing": True, "dataloader_type": "single"},
+        "train": {"micro_batch_size": 1, "global_batch_size": 8},
+        "dist": {"world_size": 4},
+    },
 }
 
 
@@ -106,6 +113,7 @@ DEFAULT_DATA: dict[str, Callable[[Path, int, int], Path]] = {
     "offline": _demo("prompt_completion"),
     "in_batch": _demo("chat"),
     "energon": _synthetic_short_rows,
+    "global_batch": _demo("prompt_completion"),
 }
 
 
@@ -259,11 +267,33 @@ def _energon_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
                        {"packs": len(micro), "packing_buffer_size": cfg.dataset.packing_buffer_size})
 
 
+def _global_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
+    """Every step's packs of every DP rank, the ranks simulated in this process with the training
+    scheduler and pack builder (the real multi-process run is tests/test_global_batch_distributed.py)."""
+    from reference_impl.data import ByteTokenizer
+    from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset
+    from reference_impl.packing.global_batch.report import simulate_steps
+    from reference_impl.packing.sft_dataset import scan_rows
+
+    tok = ByteTokenizer()
+    schema = _schema_for(jsonl)
+    ds = GlobalBatchSFTDataset(jsonl, seq_length=cfg.seq_length, tokenizer=tok, schema=schema, cache_dir=workdir)
+    settings, steps = simulate_steps(cfg, ds, row_scan=scan_rows(ds), drop_last=False)
+    batches = [b for step in steps for k in range(step.num_micro_batches) for b in (r[k] for r in step.batches)]
+    samples, rows, rejected = _reference_samples(jsonl, schema, tok, cfg.seq_length)
+    return PathBatches(batches, samples, rows, rejected, {
+        "steps": len(steps), "micro_batches_per_step": [s.num_micro_batches for s in steps],
+        "scheduler": settings.scheduler, "dp_size": settings.dp_size, "simulated_dp_ranks": True,
+        "pad_seq_to_mult": settings.pad_seq_to_mult,
+    })
+
+
 #: Path name -> adapter building batches from (config, JSONL path, scratch dir). Other paths register here.
 PATHS: dict[str, Callable[[Any, Path, Path], PathBatches]] = {
     "offline": _offline_batches,
     "in_batch": _in_batch_batches,
     "energon": _energon_batches,
+    "global_batch": _global_batch_batches,
 }
 
 

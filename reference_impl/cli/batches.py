@@ -1,4 +1,9 @@
-"""``seqpack batches``: show the first micro-batches a packing mode builds from a JSONL file."""
+"""``seqpack batches``: show the first micro-batches a packing mode builds from a JSONL file.
+
+``--mode global-batch`` simulates the ``--dp`` data-parallel ranks in one process (the training
+scheduler and pack builder, without collectives) and prints every step's packs, the per-rank load
+and the FLOPs sums.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,15 @@ from reference_impl.cli._output import add_json_flag, print_json, table
 NAME = "batches"
 HELP = "build the first packed micro-batches of a JSONL file and print their layout and padding"
 
-MODES: tuple[str, ...] = ("in-batch",)
+MODES: tuple[str, ...] = ("in-batch", "global-batch")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
     p.add_argument("input", metavar="INPUT.jsonl", help="prompt/completion or chat JSONL file")
     p.add_argument("--mode", choices=MODES, default="in-batch", help="packing path (default in-batch)")
-    p.add_argument("--mbs", type=int, default=4, help="micro-batch size: rows packed into one THD row (default 4)")
+    p.add_argument("--mbs", type=int, default=None,
+                   help="micro-batch size: rows packed into one THD row (default 4; global-batch needs 1)")
     p.add_argument("--seq-length", type=int, default=4096, help="sequence length; bounds every row (default 4096)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
@@ -37,6 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fixed packed width (kernels that need a static shape)")
     p.add_argument("--width", type=int, default=None,
                    help="the fixed width with --pad-to-max-length (default: seq-length)")
+    g = p.add_argument_group("global-batch mode")
+    g.add_argument("--dp", type=int, default=2, help="data-parallel ranks to simulate (default 2)")
+    g.add_argument("--gbs", type=int, default=16, help="global batch size in samples (default 16)")
+    g.add_argument("--max-seqlen-per-rank", type=int, default=None,
+                   help="model.max_seqlen_per_dp_cp_rank: a pack holds this times CP tokens "
+                   "(default ceil(seq-length / CP))")
+    g.add_argument("--scheduler", choices=("dp_balanced", "balanced"), default="dp_balanced",
+                   help="dp_balanced (Megatron-Core) or balanced (tokens and attention cost; default dp_balanced)")
+    g.add_argument("--num-steps", type=int, default=2, help="steps to show (default 2)")
     add_json_flag(p)
 
 
@@ -50,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from reference_impl.errors import ConfigViolationError, UsageError
     from reference_impl.packing.in_batch_report import in_batch_config, inspect_in_batch
 
+    if args.mode == "global-batch":
+        return _run_global_batch(args)
+    if args.mbs is None:
+        args.mbs = 4
     if args.width is not None and not args.pad_to_max_length:
         raise UsageError("--width needs --pad-to-max-length")
     try:
@@ -97,4 +116,53 @@ def run(args: argparse.Namespace) -> int:
         f"alignment padding, {t.width_padding} width padding, share {t.padding_share:.2%}"
         + (f"; {t.truncated_rows} row(s) truncated" if t.truncated_rows else "")
     )
+    return 0
+
+
+def _run_global_batch(args: argparse.Namespace) -> int:
+    from reference_impl.errors import ConfigViolationError, UsageError
+    from reference_impl.packing.global_batch.report import global_batch_config, inspect_global_batch
+
+    if args.pad_to_max_length or args.width is not None:
+        raise UsageError("--pad-to-max-length/--width do not apply to --mode global-batch (packs have no fixed width)")
+    try:
+        cfg = global_batch_config(
+            dp=args.dp, seq_length=args.seq_length, global_batch_size=args.gbs,
+            max_seqlen_per_dp_cp_rank=args.max_seqlen_per_rank, cp=args.cp, tp=args.tp, sp=args.sp,
+            scheduler=args.scheduler, dataloader_type=args.dataloader, micro_batch_size=args.mbs or 1,
+            seed=args.seed,
+        )
+        if args.eval_cp is not None:
+            raise UsageError("--eval-cp is not supported with --mode global-batch")
+        report = inspect_global_batch(args.input, cfg, num_steps=args.num_steps, tokenizer=args.tokenizer,
+                                      schema=args.schema, truncation=args.truncation)
+    except ConfigViolationError as exc:
+        print(f"seqpack {NAME}: error: {exc.message}", file=sys.stderr)
+        return 1
+    if args.json:
+        print_json(report.to_dict())
+        return 0
+    st = report.settings
+    print(f"{report.mode}: {report.file} ({report.rows} rows), scheduler {st['scheduler']} (DP ranks simulated)")
+    print(
+        f"DP {st['dp_size']}, CP {st['cp_size']}, GBS {st['global_batch_size']} ({st['micro_batches_per_rank']} "
+        f"samples per rank), pack capacity {st['max_seqlen_per_dp_cp_rank']}*{st['cp_size']} = {st['capacity']} "
+        f"tokens, pad_seq_to_mult {st['pad_seq_to_mult']}"
+    )
+    for step in report.steps:
+        imb = step.imbalance
+        print(
+            f"\nstep {step.step}: {step.num_samples} samples -> {step.num_micro_batches} micro-batch(es) per rank; "
+            f"sum L = {step.seqlen_sum}, sum L^2 = {step.seqlen_squared_sum}; rank load max/mean: "
+            f"tokens {imb['tokens']:.3f}, attention {imb['attention']:.3f}"
+        )
+        rows = []
+        for k, mb in enumerate(step.packs):
+            for d, pack in enumerate(mb):
+                rows.append([k, d, _cells(pack["rows"]), _cells(pack["lengths"]), pack["tokens"], pack["attention"]])
+        print(table(["micro_batch", "dp_rank", "rows", "lengths", "tokens", "sum_L^2"], rows))
+        print(table(["dp_rank", "tokens", "sum_L^2"],
+                    [[d, t, a] for d, (t, a) in enumerate(zip(step.rank_tokens, step.rank_attention))]))
+        for note in step.adjustments:
+            print(f"note: {note}")
     return 0

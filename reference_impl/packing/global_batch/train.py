@@ -1,0 +1,202 @@
+"""A reference training step and evaluation loop for global-batch packing.
+
+:func:`train_step` wraps the data iterator once (:meth:`GlobalBatchPacker.wrap`), then runs the
+*scheduled* number of micro-batches, which changes from step to step:
+
+* each pack is cut for this CP rank (:func:`~reference_impl.training.context_parallel.slice_thd_batch_for_cp`,
+  Transformer Engine's rule); with CP > 1 keys and values are gathered over the CP group
+  (:class:`~reference_impl.training.cp_exchange.KVExchange`) and attention uses the global positions;
+* the loss is the per-token sum (``calculate_per_token_loss``, which PACK-GLOBAL-PER-TOKEN-LOSS
+  requires); gradients accumulate over the micro-batches;
+* after the last micro-batch the gradients are summed over the DP x CP group and divided by the
+  global supervised-token count (:func:`~reference_impl.training.loss.finalize_gradients`), so the
+  result is the mean loss over every supervised token of the global batch, whatever the packing.
+
+:func:`evaluate` runs forward passes only, over ``eval_iters`` steps. Build the validation loader
+with an :class:`~reference_impl.packing.global_batch.dataset.EvaluationPlan` so a validation set
+too small for every evaluation of the run is refused up front.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reference_impl.errors import UsageError
+from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, GlobalBatchStep, ParallelLayout
+from reference_impl.training.attention import attention_mask
+from reference_impl.training.boundaries import thd_layout
+from reference_impl.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
+from reference_impl.training.cp_exchange import KVExchange
+from reference_impl.training.loss import (
+    all_reduce_loss_pieces,
+    backward_loss,
+    finalize_gradients,
+    masked_loss_pieces,
+    token_cross_entropy,
+)
+from reference_impl.training.model import TinyGPT
+
+__all__ = ["EvalResult", "TrainStepResult", "evaluate", "micro_batch_loss", "run_micro_batches", "train_step"]
+
+
+def micro_batch_loss(
+    model: TinyGPT, local_batch: Mapping[str, Any], layout: ParallelLayout
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss sum, supervised tokens)`` of this CP rank's slice of one pack (boundaries stay global)."""
+    tokens = local_batch["tokens"][0]
+    cp, rank = layout.cp_size, layout.cp_rank
+    thd = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp)
+    if cp > 1:
+        parts = [thd_partition_indices(thd.physical, cp, r, total_tokens=thd.total_tokens) for r in range(cp)]
+        queries, keys, exchange = parts[rank], torch.cat(parts), KVExchange(layout.cp_group)
+    else:
+        queries = keys = torch.arange(thd.total_tokens)
+        exchange = None
+    mask = attention_mask(thd, queries, keys, "thd")
+    logits = model(tokens, local_batch["position_ids"][0], mask, kv_exchange=exchange)
+    loss_mask = local_batch["loss_mask"][0]
+    losses = token_cross_entropy(logits, local_batch["labels"][0], loss_mask)
+    return masked_loss_pieces(losses, loss_mask)
+
+
+@dataclass
+class TrainStepResult:
+    """One step on one rank. Loss numbers are global (every rank and micro-batch of the step).
+
+    ``local_tokens[k]`` / ``local_supervised[k]``: tokens and supervised tokens this rank held in
+    micro-batch ``k`` after the CP split; ``step`` is the wrapped step (packs, schedule).
+    """
+
+    num_micro_batches: int
+    seqlen_sum: int
+    seqlen_squared_sum: int
+    loss_sum: float
+    token_count: float
+    local_tokens: list[int]
+    local_supervised: list[float]
+    sample_ids: list[list[int]]
+    grads: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    step: GlobalBatchStep | None = field(default=None, repr=False)
+
+    @property
+    def loss(self) -> float:
+        """Mean loss per supervised token of the global batch (NaN when nothing is supervised)."""
+        return self.loss_sum / self.token_count if self.token_count else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (gradients reduced to their norm)."""
+        norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in self.grads.values())) if self.grads else None
+        return {
+            "num_micro_batches": self.num_micro_batches,
+            "seqlen_sum": self.seqlen_sum,
+            "seqlen_squared_sum": self.seqlen_squared_sum,
+            "loss_sum": self.loss_sum,
+            "token_count": self.token_count,
+            "loss": None if not self.token_count else self.loss,
+            "local_tokens": self.local_tokens,
+            "local_supervised": self.local_supervised,
+            "sample_ids": self.sample_ids,
+            "grad_norm": norm,
+        }
+
+
+def run_micro_batches(model: TinyGPT, step: GlobalBatchStep, *, backward: bool = True) -> TrainStepResult:
+    """Run every micro-batch of ``step`` on this rank; with ``backward``, leave the reduced gradients in ``.grad``."""
+    lay = step.layout
+    if backward:
+        model.zero_grad(set_to_none=True)
+    local_sum = 0.0
+    local_tokens: list[int] = []
+    local_supervised: list[float] = []
+    context = torch.enable_grad() if backward else torch.no_grad()
+    with context:
+        for batch in step.data_iterator:
+            local = slice_thd_batch_for_cp(batch, lay.cp_size, lay.cp_rank)
+            loss_sum, count = micro_batch_loss(model, local, lay)
+            if backward:
+                backward_loss(loss_sum, count, calculate_per_token_loss=True).backward()
+            local_sum += float(loss_sum.detach())
+            local_tokens.append(int(local["tokens"].shape[1]))
+            local_supervised.append(float(count))
+    local_count = sum(local_supervised)
+    grads: dict[str, torch.Tensor] = {}
+    if backward:
+        finalize_gradients(model.parameters(), local_token_count=local_count, calculate_per_token_loss=True,
+                           average_in_collective=False, group=lay.dp_cp_group)
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    total_sum, total_count = all_reduce_loss_pieces(local_sum, local_count, group=lay.dp_cp_group)
+    return TrainStepResult(
+        num_micro_batches=step.num_micro_batches,
+        seqlen_sum=step.seqlen_sum,
+        seqlen_squared_sum=step.seqlen_squared_sum,
+        loss_sum=total_sum,
+        token_count=total_count,
+        local_tokens=local_tokens,
+        local_supervised=local_supervised,
+        sample_ids=[list(b["sample_ids"]) for b in step.batches],
+        grads=grads,
+        step=step,
+    )
+
+
+def train_step(
+    model: TinyGPT,
+    packer: GlobalBatchPacker,
+    data_iterator: Iterator[Any],
+    num_microbatches: int | None = None,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> TrainStepResult:
+    """Wrap the iterator for this step, run the scheduled micro-batches, reduce, and step the optimizer."""
+    step = packer.wrap(data_iterator, num_microbatches)
+    result = run_micro_batches(model, step, backward=True)
+    if optimizer is not None:
+        optimizer.step()
+    return result
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Per-token validation loss over ``steps`` global batches."""
+
+    steps: int
+    micro_batches: list[int]
+    loss_sum: float
+    token_count: float
+
+    @property
+    def loss(self) -> float:
+        """Mean loss per supervised validation token."""
+        return self.loss_sum / self.token_count if self.token_count else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"steps": self.steps, "micro_batches": self.micro_batches, "loss_sum": self.loss_sum,
+                "token_count": self.token_count, "loss": None if not self.token_count else self.loss}
+
+
+def evaluate(
+    model: TinyGPT,
+    packer: GlobalBatchPacker,
+    data_iterator: Iterator[Any],
+    *,
+    eval_iters: int,
+    num_microbatches: int | None = None,
+) -> EvalResult:
+    """Forward-only evaluation over ``eval_iters`` steps with the same scheduler as training."""
+    if isinstance(eval_iters, bool) or not isinstance(eval_iters, int) or eval_iters < 1:
+        raise UsageError(f"eval_iters must be a positive integer, got {eval_iters!r}", field="eval_iters")
+    total_sum = total_count = 0.0
+    counts = []
+    iterator = iter(data_iterator)
+    for _ in range(eval_iters):
+        result = run_micro_batches(model, packer.wrap(iterator, num_microbatches), backward=False)
+        total_sum += result.loss_sum
+        total_count += result.token_count
+        counts.append(result.num_micro_batches)
+    return EvalResult(steps=eval_iters, micro_batches=counts, loss_sum=total_sum, token_count=total_count)

@@ -1,0 +1,282 @@
+"""Global-batch schedulers, pure: Megatron-Core's dp_balanced reproduced (with its failure cases handled)
+and seqpack's balanced scheduler. Expected packs come from the contract's verified outcomes and by hand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference_impl.errors import PackingError, UsageError
+from reference_impl.packing.global_batch import get_scheduler, schedule_global_batch, scheduler_names
+from reference_impl.packing.global_batch.balanced import assign_ranks, greedy_ranks
+
+
+def sched(per_rank, capacity, *, cp=1, scheduler="dp_balanced"):
+    return schedule_global_batch(per_rank, max_seqlen_per_dp_cp_rank=capacity // cp, cp_size=cp, scheduler=scheduler)
+
+
+def packs(s):
+    return [list(p) for p in s.packs]
+
+
+# ------------------------------------------------------------------------------------------------
+# dp_balanced: upstream outcomes (contract table, upstream main run on CPU)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "per_rank, capacity, expected",
+    [
+        ([[300, 500, 200, 700], [100, 400, 600, 200]], 1024, [[0, 1, 2], [3, 4], [5, 6], [7]]),
+        ([[300, 500, 200, 700], [100, 400, 600]], 1024, [[0, 1, 2], [3, 4], [5], [6]]),
+        ([[100, 100], [100], [100], [100]], 256, [[0, 1], [2], [4], [3]]),
+        ([[900, 100], [100], [100], [100]], 1000, [[0, 1], [2], [4], [3]]),
+    ],
+)
+def test_dp_balanced_reproduces_upstream_outcomes(per_rank, capacity, expected):
+    s = sched(per_rank, capacity)
+    assert packs(s) == expected
+    assert s.adjustments == ()  # upstream finishes these without an assertion
+
+
+def test_worked_example_dp2_cp2():
+    # DP0 loads 300,500,200,700 (gids 0-3), DP1 100,400,600,200 (gids 4-7); C = 512 * 2
+    s = sched([[300, 500, 200, 700], [100, 400, 600, 200]], 1024, cp=2)
+    assert s.num_micro_batches == 2 and s.capacity == 1024
+    assert s.dcp_groups() == [[[0, 1, 2], [0, 1, 2], [3, 4], [3, 4]], [[5, 6], [5, 6], [7], [7]]]
+    assert s.seqlen_sum == 3000 and s.seqlen_squared_sum == 1_440_000
+    assert isinstance(s.seqlen_sum, int) and isinstance(s.seqlen_squared_sum, int)
+    per_cp_rank = [s.pack_tokens(s.pack(k, d)) // 2 for k in range(2) for d in range(2)]
+    assert per_cp_rank == [500, 400, 500, 100]
+    assert s.rank_packs(1) == [(3, 4), (7,)]
+    assert [s.source_rank(g) for g in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert s.destinations() == [0, 0, 0, 1, 1, 0, 0, 1]
+
+
+def test_capacity_is_inclusive_and_next_fit_never_backfills():
+    assert packs(sched([[512, 512]], 1024)) == [[0, 1]]
+    # first fit would put 200 next to 700; next fit only looks at the open pack
+    assert packs(sched([[700, 400, 200]], 1000)) == [[0], [1, 2]]
+
+
+def test_several_pops_from_one_pack_appear_in_reverse_order():
+    s = sched([[900, 100, 100], [100, 100, 100], [], []], 1000)
+    assert packs(s) == [[0, 1], [2, 3], [5], [4]]
+
+
+# ------------------------------------------------------------------------------------------------
+# dp_balanced: inputs upstream asserts on
+# ------------------------------------------------------------------------------------------------
+
+
+def test_pack0_split_where_upstream_main_asserts():
+    s = sched([[100], [100], [100], [100]], 1024)  # all four in pack 0; main asserts i > 0
+    assert packs(s) == [[0], [3], [2], [1]]  # dev's result: pops 3, 2, 1 appended in pop order
+    assert len(s.adjustments) == 1 and "pack 0 gave up 3 sample(s)" in s.adjustments[0]
+
+
+def test_all_single_sample_packs_get_fillers():
+    s = sched([[512, 512, 512], [512, 512, 512], [], []], 512)  # 6 singletons, DP=4: upstream asserts
+    assert packs(s) == [[0], [1], [2], [3], [4], [5], [], []]
+    assert s.num_micro_batches == 2 and s.num_filler_packs == 2
+    assert s.rank_packs(2) == [(2,), ()] and s.rank_packs(3) == [(3,), ()]
+    assert "added 2 filler pack(s)" in s.adjustments[0]
+    assert s.rank_loads() == ([1024, 1024, 512, 512], [2 * 512**2, 2 * 512**2, 512**2, 512**2])
+
+
+def test_fewer_samples_than_ranks():
+    s = sched([[64], [], []], 128)
+    assert packs(s) == [[0], [], []] and s.num_micro_batches == 1
+
+
+@pytest.mark.parametrize("scheduler", ["dp_balanced", "balanced"])
+def test_oversize_sample_is_rejected_with_the_capacity_rule(scheduler):
+    with pytest.raises(PackingError) as err:
+        sched([[100, 2000], [100]], 1024, scheduler=scheduler)
+    e = err.value
+    assert e.rule_id == "PACK-GLOBAL-CAPACITY" and e.field == "padded_seq_len"
+    assert "sample 1 (DP rank 0, local index 1) has padded length 2000" in e.message
+    assert "max_seqlen_per_dp_cp_rank*CP = 1024*1 = 1024" in e.message
+    assert "at least ceil(2000/1) = 2000" in e.fix
+
+
+def test_oversize_first_sample_names_every_offender_and_the_row():
+    # upstream emits an empty pack here and crashes later
+    with pytest.raises(PackingError) as err:
+        schedule_global_batch([[2000, 100], [100, 1500]], max_seqlen_per_dp_cp_rank=512, cp_size=2,
+                              row_indices_per_rank=[[40, 41], [42, 43]])
+    e = err.value
+    assert "sample 0 (DP rank 0, local index 0, dataset row 40) has padded length 2000" in e.message
+    assert "1 more sample(s) are too long too (id:length 3:1500)" in e.message
+    assert e.row == 40 and "ceil(2000/2) = 1000" in e.fix
+
+
+def test_bad_arguments_are_usage_errors():
+    with pytest.raises(UsageError):
+        sched([], 100)
+    with pytest.raises(UsageError):
+        sched([[0, 5]], 100)
+    with pytest.raises(UsageError) as err:
+        sched([[5]], 100, scheduler="default_dynamic_cp")
+    assert err.value.rule_id == "PACK-GLOBAL-SCHEDULER"
+    assert set(scheduler_names()) == {"dp_balanced", "balanced"}
+    assert get_scheduler(None).name == "dp_balanced"
+
+
+# ------------------------------------------------------------------------------------------------
+# balanced
+# ------------------------------------------------------------------------------------------------
+
+
+def test_balanced_worked_example():
+    # by hand: longest first to the rank with the smaller max(token share, attention share); then no
+    # exchange of one sample for at most two lowers rank 0's 1.0139 attention share without pushing
+    # a token share to 1.0667 or more, so the refinement keeps the greedy assignment
+    s = sched([[300, 500, 200, 700], [100, 400, 600, 200]], 1024, scheduler="balanced")
+    lengths = [300, 500, 200, 700, 100, 400, 600, 200]
+    assert greedy_ranks(lengths, 2).tolist() == assign_ranks(lengths, 2).tolist() == [1, 1, 0, 0, 1, 0, 1, 0]
+    assert packs(s) == [[2, 3], [0, 4, 6], [5, 7], [1]]
+    assert s.rank_loads() == ([1500, 1500], [730_000, 710_000])
+    assert s.adjustments == ()
+    dp = sched([[300, 500, 200, 700], [100, 400, 600, 200]], 1024)
+    assert dp.rank_loads() == ([2000, 1000], [900_000, 540_000])  # same input, upstream's loads
+
+
+def test_balanced_splits_a_pack_to_equalise_counts():
+    # 700 (id 1) and 400 to rank 0: two packs; 700 (id 2) and 300 to rank 1: one pack of exactly C, split
+    s = sched([[400, 700], [700, 300]], 1000, scheduler="balanced")
+    assert packs(s) == [[1], [2], [0], [3]]
+    assert s.num_micro_batches == 2 and s.adjustments == ("split 1 pack(s) so every DP rank runs 2 micro-batch(es)",)
+
+
+def test_balanced_refinement_moves_a_short_sample_to_the_attention_heavy_rank():
+    # greedy: rank 0 = {900} (tokens 0.849, attention 1.139 of a fair share), rank 1 = {60, 60, 550, 550}
+    # (tokens 1.151): giving one 60 to rank 0 lowers the larger share to 1.144; nothing improves it further
+    lengths = [900, 60, 60, 550, 550]
+    assert greedy_ranks(lengths, 2).tolist() == [0, 1, 1, 1, 1]
+    assert assign_ranks(lengths, 2).tolist() == [0, 0, 1, 1, 1]
+    s = sched([[900, 60, 60], [550, 550]], 1000, scheduler="balanced")
+    # rank 0's one pack {900, 60} is split to match rank 1's two packs {60, 550}, {550}
+    assert packs(s) == [[0], [2, 3], [1], [4]]
+    assert s.rank_loads() == ([960, 1160], [813_600, 608_600])
+
+
+def test_balanced_fills_a_rank_without_samples():
+    s = sched([[100, 100], [], []], 1000, scheduler="balanced")
+    assert packs(s) == [[0], [1], []] and s.num_filler_packs == 1
+    assert "added 1 filler pack(s)" in s.adjustments[-1]
+
+
+def test_balanced_orders_micro_batches_by_attention_cost():
+    s = sched([[64] * 6 + [512] * 2, [64] * 6 + [512] * 2], 640, scheduler="balanced")
+    loads = s.micro_batch_loads()
+    for d in range(2):
+        costs = [loads[k][d][1] for k in range(s.num_micro_batches)]
+        assert costs == sorted(costs, reverse=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Properties
+# ------------------------------------------------------------------------------------------------
+
+
+def upstream(lengths, capacity, dp, *, first_may_donate):
+    """Straight re-statement of Megatron-Core's steps (main: first_may_donate=False; dev: True).
+
+    Returns None where upstream raises its assertion.
+    """
+    out, cur, total = [], [], 0
+    for gid, n in enumerate(lengths):
+        if total + n <= capacity:
+            cur.append(gid)
+            total += n
+        else:
+            out.append(cur)
+            cur, total = [gid], n
+    if cur:
+        out.append(cur)
+    need = (dp - len(out) % dp) % dp
+    i = len(out) - 1
+    while need > 0:
+        if i < 0 or (i == 0 and not first_may_donate):
+            return None
+        if len(out[i]) > 1:
+            out.append([out[i].pop()])
+            need -= 1
+        else:
+            i -= 1
+    return out
+
+
+@st.composite
+def global_batches(draw):
+    capacity = draw(st.integers(1, 400))
+    dp = draw(st.integers(1, 6))
+    per_rank = [draw(st.lists(st.integers(1, capacity), max_size=10)) for _ in range(dp)]
+    if not any(per_rank):
+        per_rank[0] = [draw(st.integers(1, capacity))]
+    return per_rank, capacity
+
+
+@settings(max_examples=300, deadline=None)
+@given(global_batches(), st.sampled_from(["dp_balanced", "balanced"]))
+def test_every_sample_once_equal_counts_no_pack_over_capacity(batch, scheduler):
+    per_rank, capacity = batch
+    s = sched(per_rank, capacity, scheduler=scheduler)
+    dp = len(per_rank)
+    n = sum(len(r) for r in per_rank)
+    assert sorted(g for p in s.packs for g in p) == list(range(n))
+    assert len(s.packs) == s.num_micro_batches * dp and s.num_micro_batches >= 1
+    assert all(len(s.rank_packs(d)) == s.num_micro_batches for d in range(dp))
+    assert all(s.pack_tokens(p) <= capacity for p in s.packs)
+    assert s.seqlen_sum == sum(map(sum, per_rank)) == sum(s.rank_loads()[0])
+    assert s.seqlen_squared_sum == sum(x * x for r in per_rank for x in r) == sum(s.rank_loads()[1])
+    if s.num_filler_packs:
+        if scheduler == "dp_balanced":  # only when every real pack holds one sample
+            assert all(len(p) <= 1 for p in s.packs) and s.num_filler_packs < dp
+        else:  # only on ranks holding fewer samples than there are micro-batches
+            for d in range(dp):
+                if () in s.rank_packs(d):
+                    assert sum(len(p) for p in s.rank_packs(d)) < s.num_micro_batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(global_batches())
+def test_dp_balanced_equals_upstream_wherever_upstream_succeeds(batch):
+    per_rank, capacity = batch
+    lengths = [x for r in per_rank for x in r]
+    ours = packs(sched(per_rank, capacity))
+    main = upstream(lengths, capacity, len(per_rank), first_may_donate=False)
+    dev = upstream(lengths, capacity, len(per_rank), first_may_donate=True)
+    if main is not None:
+        assert ours == main
+    if dev is not None:
+        assert ours == dev
+    else:  # both branches assert: every real pack holds one sample, fillers make up the rest
+        assert all(len(p) <= 1 for p in ours)
+        assert sum(1 for p in ours if not p) == (-len(lengths)) % len(per_rank)
+
+
+@settings(max_examples=150, deadline=None)
+@given(global_batches())
+def test_balanced_greedy_bound_and_refinement_never_raises_the_peak(batch):
+    """Greedy: the most loaded rank exceeds the least loaded by at most one sample's share; the
+    refinement only lowers the largest share. Shares: ``P * DP / sum P`` and ``P**2 * DP / sum P**2``;
+    a rank's key is the larger of its two sums."""
+    per_rank, capacity = batch
+    lengths = [x for r in per_rank for x in r]
+    dp = len(per_rank)
+    tok = [x * dp / sum(lengths) for x in lengths]
+    att = [x * x * dp / sum(y * y for y in lengths) for x in lengths]
+
+    def keys(ranks):
+        return [max(sum(t for t, r in zip(tok, ranks) if r == d), sum(a for a, r in zip(att, ranks) if r == d))
+                for d in range(dp)]
+
+    greedy = keys(greedy_ranks(lengths, dp).tolist())
+    assert max(greedy) - min(greedy) <= max(max(t, a) for t, a in zip(tok, att)) + 1e-9
+    refined = assign_ranks(lengths, dp)
+    assert max(keys(refined.tolist())) <= max(greedy) + 1e-9
+    s = sched(per_rank, capacity, scheduler="balanced")
+    assert s.destinations() == refined.tolist()  # packing never moves a sample to another rank
