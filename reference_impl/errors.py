@@ -54,7 +54,8 @@ class SeqpackError(Exception):
         if self.rule_id and not text.startswith(f"[{self.rule_id}]"):
             text = f"[{self.rule_id}] {text}"
         if self.fix:
-            text = f"{text} Fix: {self.fix}"
+            stop = "" if text.rstrip().endswith((".", "!", "?", ":", ";")) else "."
+            text = f"{text.rstrip()}{stop} Fix: {self.fix}"
         return " ".join(text.split("\n"))
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ def test_pack_then_inspect(tmp_path, capsys):
     assert acc["rows_in"] == acc["packed"] + acc["skipped_total"]
     assert main(["inspect", train, "--cp", "2"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("OK:") and "usable" in text
+    assert text.startswith("integrity OK:") and "RESULT: usable" in text
     assert main(["inspect", train, "--tp", "4", "--cp", "2", "--sp", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["topology"]["usable"] is False

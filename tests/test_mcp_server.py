@@ -395,7 +395,7 @@ async def test_long_running_hook_progress_limit_and_errors(root: Path):
         assert state["stopped"].is_set() and state["last"] < 10_000
 
         text = await call_error(c, "count", {"n": 3, "step_s": 0, "fail": True})
-        assert text.endswith("cannot count Fix: count less")
+        assert text.endswith("cannot count. Fix: count less")
 
 
 @pytest.mark.anyio

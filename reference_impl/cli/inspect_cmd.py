@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return 1 if failed else 0
     s = report.stats
-    print(f"{'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in {len(report.files)} file(s)")
+    print(f"integrity {'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in "
+          f"{len(report.files)} file(s)")
     print(
         f"  packing efficiency {s['packing_efficiency']:.2%} (real tokens {s['real_token_efficiency']:.2%}), "
         f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}"
@@ -58,4 +59,5 @@ def run(args: argparse.Namespace) -> int:
               f"(needs multiples of {al['pad_seq_to_mult']})")
         for reason in t["reasons"]:
             print(f"    - {reason}")
+    print("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
     return 1 if failed else 0

@@ -309,12 +309,10 @@ def _size_eq_seq(r: Resolved) -> str | None:
 def _offline_mbs1(r: Resolved) -> str | None:
     mbs = r.cfg.train.micro_batch_size
     if r.cfg.dataset.enable_offline_packing and mbs > 1:
-        gbs = r.cfg.train.global_batch_size
-        p = r.specs.packed_sequence_size if r.specs else None
-        hint = f"; to keep the tokens per step, use global_batch_size={gbs // mbs}" if gbs % mbs == 0 else ""
-        if p and p > 0:
-            hint += f" with packed_sequence_size={p * mbs}" if hint else f"; or packed_sequence_size={p * mbs}"
-        return f"offline packing needs train.micro_batch_size=1 (got {mbs}): each packed row is one micro-batch{hint}"
+        return (
+            f"offline packing needs train.micro_batch_size=1 (got {mbs}): every packed row already holds "
+            "several samples and is one physical micro-batch; global_batch_size then counts packs"
+        )
     return None
 
 
@@ -946,8 +944,8 @@ RULES: tuple[Rule, ...] = (
         "offline packing requires micro_batch_size=1",
         ("train.micro_batch_size", "dataset.enable_offline_packing"),
         "upstream", f"V16: {BRIDGE_CC}",
-        "Set train.micro_batch_size=1; to keep tokens per step, divide global_batch_size by the old MBS "
-        "and/or multiply packed_sequence_size by it.",
+        "Set train.micro_batch_size=1; compare pack lengths at equal token slots (pack size x global batch "
+        "size) with `seqpack plan`.",
         _offline_mbs1,
         {**OFFLINE, "train.micro_batch_size": 4},
         {"train.micro_batch_size": 1},
