@@ -26,3 +26,17 @@ def test_compatibility_catalogue_covers_every_cited_upstream_check():
     for rule_id in re.findall(r"`([A-Z][A-Z0-9-]+)`", text):
         if "-" in rule_id:
             assert any(r.id == rule_id for r in RULES), f"docs/compatibility.md names unknown rule {rule_id}"
+
+
+def test_relative_links_in_readme_and_docs_resolve():
+    import re
+
+    code = re.compile(r"```.*?```", re.S)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "bench").glob("*.md")),
+             *sorted((ROOT / "evals").glob("*.md"))]
+    for page in pages:
+        text = code.sub("", page.read_text())
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to missing {target}"
