@@ -34,7 +34,7 @@ from reference_impl.training.loss import (
 from reference_impl.training.model import TinyGPT
 from reference_impl.training.step import SequenceLoss, sequence_loss_sums
 
-__all__ = ["CPStepResult", "cp_step"]
+__all__ = ["CPForward", "CPStepResult", "cp_forward", "cp_step"]
 
 
 @dataclass
@@ -75,6 +75,45 @@ def _row(batch: Mapping[str, Any], key: str) -> torch.Tensor:
     return value[0]
 
 
+@dataclass
+class CPForward:
+    """One CP rank's forward of its slice: layout (global boundaries), query positions, logits, token losses."""
+
+    layout: Any
+    queries: torch.Tensor
+    logits: torch.Tensor
+    losses: torch.Tensor
+    loss_mask: torch.Tensor
+
+
+def cp_forward(
+    model: TinyGPT,
+    local_batch: Mapping[str, Any],
+    *,
+    cp_size: int,
+    cp_rank: int,
+    group: Any = None,
+    mode: str = "thd",
+    exchange_kv: bool = True,
+) -> CPForward:
+    """Forward of this rank's ``2*CP``-chunk slice: queries are the rank's global positions, keys and values
+    are gathered over ``group`` (nothing is exchanged when ``cp_size`` is 1 or ``exchange_kv`` is False)."""
+    tokens = _row(local_batch, "tokens")
+    layout = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp_size)
+    indices = [
+        thd_partition_indices(layout.physical, cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)
+    ]
+    queries = indices[cp_rank]
+    use_exchange = exchange_kv and cp_size > 1
+    keys = torch.cat(indices) if use_exchange else queries
+    mask = attention_mask(layout, queries, keys, mode)
+    exchange = KVExchange(group) if use_exchange else None
+    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange)
+    loss_mask = _row(local_batch, "loss_mask")
+    losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
+    return CPForward(layout, queries, logits, losses, loss_mask)
+
+
 def cp_step(
     model: TinyGPT,
     local_batch: Mapping[str, Any],
@@ -101,20 +140,10 @@ def cp_step(
             f"but cp_rank {cp_rank} and cp_size {cp_size} were given"
         )
     grad_group = group if grad_group is None else grad_group
-    tokens = _row(local_batch, "tokens")
-    layout = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp_size)
-    indices = [
-        thd_partition_indices(layout.physical, cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)
-    ]
-    queries = indices[cp_rank]
-    keys = torch.cat(indices) if exchange_kv else queries
-    mask = attention_mask(layout, queries, keys, mode)
-
     model.zero_grad(set_to_none=True)
-    exchange = KVExchange(group) if exchange_kv else None
-    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange)
-    loss_mask = _row(local_batch, "loss_mask")
-    losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
+    fwd = cp_forward(model, local_batch, cp_size=cp_size, cp_rank=cp_rank, group=group, mode=mode,
+                     exchange_kv=exchange_kv)
+    layout, queries, logits, losses, loss_mask = fwd.layout, fwd.queries, fwd.logits, fwd.losses, fwd.loss_mask
     loss_sum, count = masked_loss_pieces(losses, loss_mask)
     backward_loss(loss_sum, count, calculate_per_token_loss=calculate_per_token_loss).backward()
     finalize_gradients(

@@ -28,16 +28,13 @@ import torch
 
 from reference_impl.errors import UsageError
 from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, GlobalBatchStep, ParallelLayout
-from reference_impl.training.attention import attention_mask
-from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
-from reference_impl.training.cp_exchange import KVExchange
+from reference_impl.training.context_parallel import slice_thd_batch_for_cp
+from reference_impl.training.cp_step import cp_forward
 from reference_impl.training.loss import (
     all_reduce_loss_pieces,
     backward_loss,
     finalize_gradients,
     masked_loss_pieces,
-    token_cross_entropy,
 )
 from reference_impl.training.model import TinyGPT
 
@@ -48,20 +45,8 @@ def micro_batch_loss(
     model: TinyGPT, local_batch: Mapping[str, Any], layout: ParallelLayout
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss sum, supervised tokens)`` of this CP rank's slice of one pack (boundaries stay global)."""
-    tokens = local_batch["tokens"][0]
-    cp, rank = layout.cp_size, layout.cp_rank
-    thd = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp)
-    if cp > 1:
-        parts = [thd_partition_indices(thd.physical, cp, r, total_tokens=thd.total_tokens) for r in range(cp)]
-        queries, keys, exchange = parts[rank], torch.cat(parts), KVExchange(layout.cp_group)
-    else:
-        queries = keys = torch.arange(thd.total_tokens)
-        exchange = None
-    mask = attention_mask(thd, queries, keys, "thd")
-    logits = model(tokens, local_batch["position_ids"][0], mask, kv_exchange=exchange)
-    loss_mask = local_batch["loss_mask"][0]
-    losses = token_cross_entropy(logits, local_batch["labels"][0], loss_mask)
-    return masked_loss_pieces(losses, loss_mask)
+    fwd = cp_forward(model, local_batch, cp_size=layout.cp_size, cp_rank=layout.cp_rank, group=layout.cp_group)
+    return masked_loss_pieces(fwd.losses, fwd.loss_mask)
 
 
 @dataclass
