@@ -195,17 +195,13 @@ def inspect_packed_dataset(
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:
-    if mask.size != ids.size:
-        issues.add("structure", r, f"loss_mask length {mask.size} != input_ids length {ids.size}")
-        return False
-    if starts.size == 0 or starts[0] != 0:
-        issues.add("structure", r, "seq_start_id must start with 0")
-        return False
-    if starts[-1] >= ids.size or np.any(np.diff(starts) <= 0):
-        issues.add("structure", r, "seq_start_id must be strictly increasing and below the row length")
-        return False
-    if np.any((mask != 0) & (mask != 1)):
-        issues.add("structure", r, "loss_mask holds values other than 0/1")
+    from reference_impl.errors import ArtifactError
+    from reference_impl.packing.parquet import validate_stored_row
+
+    try:
+        validate_stored_row(r, {"input_ids": ids, "loss_mask": mask, "seq_start_id": starts})
+    except ArtifactError as err:
+        issues.add("structure", r, err.message)
         return False
     return True
 
