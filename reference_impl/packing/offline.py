@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -44,7 +43,9 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from reference_impl import __version__
+from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.results import Result
 
 log = logging.getLogger(__name__)
 
@@ -153,27 +154,35 @@ class SplitAccount:
 
 
 @dataclass(frozen=True)
-class PreparedPacks:
-    """Result of :func:`prepare_packed_dataset`."""
+class PreparedPacks(Result):
+    """Result of :func:`prepare_packed_dataset`: where the packs are and how every row was accounted for.
+
+    ``splits`` is the manifest's per-split summary (files, packs, accounting); the whole manifest
+    is :attr:`manifest` (not part of the JSON form).
+    """
 
     root: Path
     files: dict[str, Path]
     metadata_path: Path
     manifest_path: Path
-    manifest: dict[str, Any]
     reused: bool
+    fingerprint: str
+    splits: dict[str, Any]
+    _manifest: dict[str, Any] = field(repr=False, default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary: where the packs are and what the manifest says about each split."""
-        return {
-            "root": str(self.root),
-            "files": {k: str(v) for k, v in self.files.items()},
-            "metadata_path": str(self.metadata_path),
-            "manifest_path": str(self.manifest_path),
-            "reused": self.reused,
-            "fingerprint": self.manifest["fingerprint"],
-            "splits": self.manifest["splits"],
-        }
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The seqpack manifest written next to the packs."""
+        return self._manifest
+
+    @classmethod
+    def from_manifest(
+        cls, root: Path, files: dict[str, Path], metadata_path: Path, manifest_path: Path,
+        manifest: dict[str, Any], *, reused: bool,
+    ) -> PreparedPacks:
+        """The result for packs described by ``manifest``."""
+        return cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"],
+                   manifest)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -612,18 +621,15 @@ def prepare_packed_dataset(
         if manifest is not None and manifest.get("fingerprint") == fp:
             log.info("reusing packs in %s (same fingerprint)", root)
             files = {s: root / v["file"] for s, v in manifest["splits"].items()}
-            return PreparedPacks(root, files, root / metadata_name, manifest_path, manifest, reused=True)
+            return PreparedPacks.from_manifest(root, files, root / metadata_name, manifest_path, manifest, reused=True)
         raise PackingError(
             "output directory exists but is not a complete pack with this fingerprint",
             file=str(root),
             fix="remove it or pass overwrite=True (--overwrite)",
         )
 
-    out_root.mkdir(parents=True, exist_ok=True)
-    tmp = out_root / f".tmp-{fp[:12]}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    # ``root`` is replaced only with overwrite=True, and it carries this run's fingerprint in its name
+    with atomic_directory(root, replace=overwrite) as tmp:
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
@@ -649,14 +655,9 @@ def prepare_packed_dataset(
             "splits": splits,
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        if root.exists():
-            shutil.rmtree(root)
-        os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     files = {s: root / v["file"] for s, v in splits.items()}
-    return PreparedPacks(root, files, root / metadata_name, root / MANIFEST_NAME, manifest, reused=False)
+    return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, manifest,
+                                       reused=False)
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:

@@ -34,7 +34,6 @@ import io
 import json
 import logging
 import os
-import shutil
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -44,9 +43,10 @@ from typing import Any
 import numpy as np
 
 from reference_impl import __version__
-from reference_impl.data.atomic import atomic_output
+from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
+from reference_impl.results import Result
 from reference_impl.packing.energon.media import (
     INLINE_PATCHES_FIELD,
     MediaSpec,
@@ -65,10 +65,11 @@ SHARD_DIR = "shards"
 
 
 @dataclass(frozen=True)
-class PreparedEnergonDataset:
+class PreparedEnergonDataset(Result):
     """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
 
-    ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon.
+    ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon,
+    rounded to 0.1 ms. The whole manifest is :attr:`manifest` (not part of the JSON form).
     """
 
     root: Path
@@ -77,20 +78,13 @@ class PreparedEnergonDataset:
     schema: str
     media: dict[str, Any] | None
     fingerprint: str
-    manifest: dict[str, Any] = field(repr=False)
+    _manifest: dict[str, Any] = field(repr=False)
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary."""
-        return {
-            "root": str(self.root),
-            "samples": dict(self.samples),
-            "shards": {k: list(v) for k, v in self.shards.items()},
-            "schema": self.schema,
-            "media": self.media,
-            "fingerprint": self.fingerprint,
-            "seconds": round(self.seconds, 4),
-        }
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The dataset's manifest (``seqpack_energon.json``)."""
+        return self._manifest
 
 
 def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
@@ -222,11 +216,9 @@ def prepare_energon_dataset(
     n = len(jf)
     val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
     width = max(8, len(str(n - 1)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / SHARD_DIR).mkdir(parents=True)
-    try:
+    # ``out`` is replaced only with overwrite=True (checked above)
+    with atomic_directory(out, replace=overwrite) as tmp:
+        (tmp / SHARD_DIR).mkdir()
         writers = {split: _ShardWriter(tmp, split, shard_size) for split in SPLITS}
         counts = {split: 0 for split in SPLITS}
         schema_kind: str | None = None
@@ -297,12 +289,6 @@ def prepare_energon_dataset(
         manifest["fingerprint"] = dataset_fingerprint(manifest)
         with atomic_output(tmp / MANIFEST_NAME) as fh:
             fh.write((json.dumps(manifest, indent=2) + "\n").encode())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result = _result(out, manifest, time.perf_counter() - started)
     log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
     return result
@@ -317,8 +303,8 @@ def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> Prepa
         schema=manifest["schema"],
         media=manifest.get("media"),
         fingerprint=manifest["fingerprint"],
-        manifest=manifest,
-        seconds=seconds,
+        _manifest=manifest,
+        seconds=round(seconds, 4),
     )
 
 
