@@ -20,33 +20,20 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from reference_impl.alignment import Alignment, derive_alignment
+from reference_impl.alignment import Alignment, Topology
 from reference_impl.errors import UsageError
+from reference_impl.results import Result
 
 MAX_ISSUES = 20
 
 
-@dataclass(frozen=True)
-class Topology:
-    """A TP/CP/SP topology to check packs against."""
-
-    tp: int = 1
-    cp: int = 1
-    sp: bool = False
-    eval_cp: int | None = None
-
-    def alignment(self) -> Alignment:
-        """The derived alignment."""
-        return derive_alignment(self.tp, self.cp, self.sp, self.eval_cp)
-
-
 @dataclass
-class InspectReport:
+class InspectReport(Result):
     """Result of :func:`inspect_packed_dataset`."""
 
     path: str
@@ -57,13 +44,12 @@ class InspectReport:
     stats: dict[str, Any]
     settings: dict[str, Any]
     topology: dict[str, Any] | None = None
-    manifest: dict[str, Any] | None = field(default=None, repr=False)
+    _manifest: dict[str, Any] | None = field(default=None, repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (without the full manifest; its fingerprint is in ``settings``)."""
-        out = asdict(self)
-        out.pop("manifest")
-        return out
+    @property
+    def manifest(self) -> dict[str, Any] | None:
+        """The seqpack manifest next to the files, if any (not in the JSON form; its fingerprint is in ``settings``)."""
+        return self._manifest
 
 
 class _Issues:
@@ -190,7 +176,7 @@ def inspect_packed_dataset(
         stats=stats,
         settings=settings,
         topology=topo_out,
-        manifest=manifest,
+        _manifest=manifest,
     )
 
 

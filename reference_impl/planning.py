@@ -31,17 +31,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from reference_impl.alignment import DEFAULT_PACK_LENGTHS, equal_slot_candidates
+from reference_impl.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
+from reference_impl.arguments import positive_int
+from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
 from reference_impl.errors import InputError, UsageError
+from reference_impl.limits import MAX_PLAN_SAMPLES
 
 #: Two candidates whose token efficiencies differ by at most this much are tied.
 TIE_TOLERANCE = 0.005
-#: Planning expands every length into memory; beyond this many samples, plan on a subsample.
-MAX_PLAN_SAMPLES = 50_000_000
 #: Per-sample cap used when tokenizing a JSONL for planning: large enough never to truncate.
 _UNBOUNDED = 1 << 40
 
-TRUNCATION_POLICIES: tuple[str, ...] = ("right", "left", "reject")
+TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
 
 RECOMMENDATION_RULE = (
     "Among the valid candidates, those that keep every sample whole are preferred (when there is "
@@ -386,35 +387,6 @@ def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
 # ------------------------------------------------------------------------------------------------
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
-    return int(value)
-
-
-def alignment_multiple(
-    pad_seq_to_mult: int | None = None, tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None
-) -> int:
-    """The per-sequence multiple to plan with: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
-
-    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``).
-    """
-    from reference_impl.alignment import derive_alignment
-
-    derived = derive_alignment(tp, cp, sp, eval_cp)
-    if pad_seq_to_mult is None:
-        return derived.pad_seq_to_mult
-    pad = _positive("pad_seq_to_mult", pad_seq_to_mult)
-    if pad % derived.pad_seq_to_mult:
-        raise UsageError(
-            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
-            rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
-            field="pad_seq_to_mult",
-            fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
-        )
-    return pad
-
-
 def plan_pack_length(
     lengths: Sequence[int] | np.ndarray | None = None,
     *,
@@ -440,21 +412,19 @@ def plan_pack_length(
     >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
     8
     """
-    token_slots = _positive("token_slots", token_slots)
-    dp = _positive("dp", dp)
-    m = _positive("pad_seq_to_mult", pad_seq_to_mult)
+    token_slots = positive_int("token_slots", token_slots)
+    dp = positive_int("dp", dp)
+    m = positive_int("pad_seq_to_mult", pad_seq_to_mult)
     if truncation not in TRUNCATION_POLICIES:
         raise UsageError(
             f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}", field="truncation"
         )
-    from reference_impl.packing.algorithms import ALGORITHMS
-
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
                          field="algorithm")
     if max_seqs_per_pack is not None:
-        max_seqs_per_pack = _positive("max_seqs_per_pack", max_seqs_per_pack)
-    cands = [_positive("candidates", c) for c in candidates]
+        max_seqs_per_pack = positive_int("max_seqs_per_pack", max_seqs_per_pack)
+    cands = [positive_int("candidates", c) for c in candidates]
     if not cands:
         raise UsageError("give at least one candidate pack length", field="candidates")
     if len(set(cands)) != len(cands):
