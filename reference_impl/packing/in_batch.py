@@ -40,6 +40,7 @@ import torch
 import torch.utils.data
 
 from reference_impl.alignment import Alignment, round_up
+from reference_impl.arguments import positive_int
 from reference_impl.config import TrainingConfig, load_config
 from reference_impl.config.resolve import alignment_for_config
 from reference_impl.config.validate import check_rules
@@ -136,11 +137,8 @@ class InBatchPackingCollator:
                     field="alignment",
                 )
             pad_seq_to_mult = alignment.pad_seq_to_mult
-        if isinstance(pad_seq_to_mult, bool) or not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-            raise UsageError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
-                             field="pad_seq_to_mult")
-        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
-            raise UsageError(f"seq_length must be a positive integer, got {seq_length!r}", field="seq_length")
+        pad_seq_to_mult = positive_int("pad_seq_to_mult", pad_seq_to_mult)
+        seq_length = positive_int("seq_length", seq_length)
         if slack not in SLACK_MODES:
             raise UsageError(f"unknown slack mode {slack!r}; choose one of {', '.join(SLACK_MODES)}",
                              field="slack")
@@ -148,8 +146,7 @@ class InBatchPackingCollator:
             raise UsageError("width only applies with pad_to_max_length=True", field="width")
         if pad_to_max_length:
             width = seq_length if width is None else width
-            if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-                raise UsageError(f"width must be a positive integer, got {width!r}", field="width")
+            width = positive_int("width", width)
             if width % pad_seq_to_mult:
                 raise AlignmentError(
                     f"fixed width {width} is not a multiple of the alignment {pad_seq_to_mult}",

@@ -43,6 +43,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from reference_impl import __version__
+from reference_impl.arguments import positive_int
+from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
 from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import InputError, PackingError, UsageError
 from reference_impl.results import Result
@@ -76,10 +78,9 @@ class OfflinePackOptions:
     num_samples: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("pack_size", "pad_seq_to_mult"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+        positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
+        positive_int("pad_seq_to_mult", self.pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
+        positive_int("max_seqs_per_pack", self.max_seqs_per_pack, allow_none=True, maximum=MAX_SEQS_PER_PACK)
         if self.max_seq_length is not None and not 1 <= self.max_seq_length <= self.pack_size:
             raise UsageError(
                 f"max_seq_length={self.max_seq_length} must be between 1 and pack_size={self.pack_size}",

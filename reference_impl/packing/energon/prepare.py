@@ -43,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from reference_impl import __version__
+from reference_impl.arguments import positive_int
+from reference_impl.limits import MAX_SHARD_SIZE
 from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
@@ -117,8 +119,7 @@ def _val_rows(n: int, val_fraction: float, split_seed: int) -> np.ndarray:
 
 
 def _check_args(shard_size: int, val_fraction: float) -> None:
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise UsageError(f"shard_size must be a positive integer, got {shard_size!r}", field="shard_size")
+    positive_int("shard_size", shard_size, maximum=MAX_SHARD_SIZE)
     if not isinstance(val_fraction, (int, float)) or not 0.0 <= float(val_fraction) < 1.0:
         raise UsageError(f"val_fraction must be in [0, 1), got {val_fraction!r}", field="val_fraction")
 
