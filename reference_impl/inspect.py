@@ -20,7 +20,7 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,12 +44,11 @@ class InspectReport(Result):
     stats: dict[str, Any]
     settings: dict[str, Any]
     topology: dict[str, Any] | None = None
-    _manifest: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def manifest(self) -> dict[str, Any] | None:
         """The seqpack manifest next to the files, if any (not in the JSON form; its fingerprint is in ``settings``)."""
-        return self._manifest
+        return self.attached("manifest")
 
 
 class _Issues:
@@ -167,7 +166,7 @@ def inspect_packed_dataset(
     topo_out = None
     if topo is not None:
         topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
-    return InspectReport(
+    report = InspectReport(
         path=str(path),
         files=[str(p) for p in reader.paths],
         ok=issues.count == 0,
@@ -176,8 +175,8 @@ def inspect_packed_dataset(
         stats=stats,
         settings=settings,
         topology=topo_out,
-        _manifest=manifest,
     )
+    return report.attach(manifest=manifest)
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:

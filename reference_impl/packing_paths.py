@@ -177,7 +177,7 @@ def active_paths(cfg: Any) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 
 _ADAPTERS = "reference_impl.packing.smoke_adapters"
-_BATCHES = "reference_impl.verbs.batches"
+_BATCHES = "reference_impl.verbs.batch_views"
 
 register_path(PackingPath(
     name="offline",

@@ -1,10 +1,11 @@
 """The result convention: a verb returns a dataclass whose public fields are exactly its JSON.
 
-``to_dict()`` of a :class:`Result` walks the public fields (names not starting with ``_``) and
-turns paths into strings and tuples into lists. The CLI prints that dict with ``--json``; the MCP
-server derives the tool's output schema from the same dataclass (the SDK reads its type hints
-and skips ``_`` fields) and returns the same data. A value a caller needs but the JSON should not
-carry (a whole manifest, say) lives in a ``_`` field behind a property.
+``to_dict()`` of a :class:`Result` walks the fields (names not starting with ``_``) and turns
+paths into strings and tuples into lists. The CLI prints that dict with ``--json``; the MCP server
+derives the tool's output schema from the same dataclass (the SDK reads its type hints) and
+returns the same data. A value a caller needs but the JSON should not carry (a whole manifest,
+say) is attached with :meth:`Result.attach` and read through a property: it is no field, so no
+face serializes it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def to_jsonable(value: Any) -> Any:
 
 class Result:
     """Mixin of the verbs' result dataclasses: ``to_dict()`` is the JSON form of the public fields."""
+
+    def attach(self, **private: Any) -> Any:
+        """Keep values beside the fields (frozen or not) as ``_<name>`` attributes; returns ``self``."""
+        for name, value in private.items():
+            object.__setattr__(self, f"_{name}", value)
+        return self
+
+    def attached(self, name: str, default: Any = None) -> Any:
+        """A value kept with :meth:`attach` (``default`` when none was)."""
+        return self.__dict__.get(f"_{name}", default)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (the CLI's ``--json`` output and the MCP tool's structured content)."""

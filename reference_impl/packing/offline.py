@@ -169,12 +169,11 @@ class PreparedPacks(Result):
     reused: bool
     fingerprint: str
     splits: dict[str, Any]
-    _manifest: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
     def manifest(self) -> dict[str, Any]:
         """The seqpack manifest written next to the packs."""
-        return self._manifest
+        return self.attached("manifest", {})
 
     @classmethod
     def from_manifest(
@@ -182,8 +181,8 @@ class PreparedPacks(Result):
         manifest: dict[str, Any], *, reused: bool,
     ) -> PreparedPacks:
         """The result for packs described by ``manifest``."""
-        return cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"],
-                   manifest)
+        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"])
+        return result.attach(manifest=manifest)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import logging
 import os
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +80,12 @@ class PreparedEnergonDataset(Result):
     schema: str
     media: dict[str, Any] | None
     fingerprint: str
-    _manifest: dict[str, Any] = field(repr=False)
     seconds: float = 0.0
 
     @property
     def manifest(self) -> dict[str, Any]:
         """The dataset's manifest (``seqpack_energon.json``)."""
-        return self._manifest
+        return self.attached("manifest", {})
 
 
 def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
@@ -297,16 +296,16 @@ def prepare_energon_dataset(
 
 def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> PreparedEnergonDataset:
     splits = manifest["splits"]
-    return PreparedEnergonDataset(
+    result = PreparedEnergonDataset(
         root=root,
         samples={s: int(v["samples"]) for s, v in splits.items()},
         shards={s: list(v["shards"]) for s, v in splits.items()},
         schema=manifest["schema"],
         media=manifest.get("media"),
         fingerprint=manifest["fingerprint"],
-        _manifest=manifest,
         seconds=round(seconds, 4),
     )
+    return result.attach(manifest=manifest)
 
 
 def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
