@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import types
 from dataclasses import fields, is_dataclass
@@ -231,16 +232,22 @@ def _dataclass_in(tp: Any) -> type | None:
     return None
 
 
+def _described(path: str) -> str:
+    """``path`` plus its help text in parentheses, when the schema has one."""
+    text = field_help().get(path, "").rstrip(".")
+    return f"{path} ({text})" if text else path
+
+
 def _suggest(key: str, path: str, valid: list[str]) -> str | None:
     if key in RENAMED_KEYS:
-        return f"'{key}' was renamed; use {RENAMED_KEYS[key]}"
+        return f"'{key}' was renamed; use {_described(RENAMED_KEYS[key])}"
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         section = path.rpartition(".")[0]
-        return f"did you mean {section + '.' if section else ''}{close[0]}?"
+        return f"did you mean {_described((section + '.' if section else '') + close[0])}?"
     elsewhere = [p for p in _all_paths() if p.rpartition(".")[2] == key]
     if elsewhere:
-        return f"'{key}' lives at {' or '.join(elsewhere)}"
+        return f"'{key}' lives at {' or '.join(_described(p) for p in elsewhere)}"
     return None
 
 
@@ -267,6 +274,17 @@ _TYPE_WORDS = {int: "an integer", bool: "true or false", str: "a string", float:
 
 
 def _coerce(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) -> Any:
+    try:
+        return _coerce_value(tp, value, path, ctx, meta)
+    except ConfigError as err:
+        help_text = _field_help().get(path)
+        if help_text and err.field == path and "(what it is:" not in err.message:
+            err.message = f"{err.message} (what it is: {help_text.rstrip('.')})"
+            err.args = (err.message,)
+        raise
+
+
+def _coerce_value(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) -> Any:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -315,8 +333,8 @@ def _coerce(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) 
     raise ctx.error(path, f"unsupported field type {tp!r}")  # pragma: no cover - schema bug
 
 
-def field_help() -> dict[str, str]:
-    """Dotted field path -> help text, for docs and the ``rules`` output."""
+@functools.lru_cache(maxsize=1)
+def _field_help() -> dict[str, str]:
     out: dict[str, str] = {}
 
     def walk(cls: type, prefix: str) -> None:
@@ -330,6 +348,15 @@ def field_help() -> dict[str, str]:
 
     walk(TrainingConfig, "")
     return out
+
+
+def field_help() -> dict[str, str]:
+    """Dotted field path -> help text (the schema's ``metadata["help"]``).
+
+    Load errors quote it: a misspelled key's suggestion and a wrongly typed value's fix say what
+    the field is.
+    """
+    return dict(_field_help())
 
 
 __all__ = [
