@@ -17,12 +17,13 @@ Why the multiples exist:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.limits import MAX_PAD_SEQ_TO_MULT, MAX_PARALLEL_SIZE
+from reference_impl.results import Result
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -44,7 +45,7 @@ def sp_multiple(tp: int, cp: int, sp: bool) -> int:
 
 
 @dataclass(frozen=True)
-class Alignment:
+class Alignment(Result):
     """Result of :func:`derive_alignment`.
 
     ``pad_seq_to_mult`` is the multiple every packed sequence's physical length must have.
@@ -62,10 +63,6 @@ class Alignment:
     pad_seq_to_mult: int
     seq_length_multiple: int
     explanation: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
 
 
 def derive_alignment(tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None) -> Alignment:
@@ -171,7 +168,7 @@ def token_slots_per_step(pack_len: int, gbs: int) -> int:
 
 
 @dataclass(frozen=True)
-class SlotCandidate:
+class SlotCandidate(Result):
     """One row of an equal-token-slot table."""
 
     pack_len: int
@@ -180,10 +177,6 @@ class SlotCandidate:
     dp: int | None
     valid: bool
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
 
 
 DEFAULT_PACK_LENGTHS: tuple[int, ...] = (2048, 4096, 8192)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from reference_impl.errors import UsageError
 
@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 
+#: A part of a path: ``"package.module:attribute"`` (imported on use) or the object itself.
+Ref = Union[str, Callable[..., Any]]
+
+
 def resolve_ref(ref: str) -> Any:
     """The object a ``"package.module:attribute"`` reference names (imports the module)."""
     module, sep, attr = ref.partition(":")
@@ -55,7 +59,8 @@ class PackingPath:
     ``enabled(cfg)`` is the config switch as code (``config_switch`` says it in words);
     ``micro_batch_rule`` is the id of the registry rule that constrains the micro-batch size,
     ``default_micro_batch_size`` a value that satisfies it. ``loader``, ``smoke_adapter``,
-    ``smoke_data`` and ``batches`` are ``"module:attribute"`` references:
+    ``smoke_data`` and ``batches`` are ``"module:attribute"`` references (resolved on first use,
+    so the spec stays light) or the objects themselves:
 
     * ``loader``: the function (or class) training uses to get this path's batches;
     * ``smoke_adapter(cfg, jsonl, workdir) -> PathBatches``: canonical batches built through the
@@ -77,11 +82,11 @@ class PackingPath:
     micro_batch_rule: str
     default_micro_batch_size: int
     rule_family: str
-    loader: str
-    smoke_adapter: str
-    smoke_data: str
+    loader: Ref
+    smoke_adapter: Ref
+    smoke_data: Ref
     smoke_config: Mapping[str, Any] = field(default_factory=dict)
-    batches: str | None = None
+    batches: Ref | None = None
     batch_mode: str | None = None
     exposed: bool = True
     doc: str = ""
@@ -93,11 +98,11 @@ class PackingPath:
             raise UsageError("give batches and batch_mode together (or neither)", field="batch_mode")
 
     def load(self, part: str) -> Any:
-        """Resolve one of the references (``"loader"``, ``"smoke_adapter"``, ``"smoke_data"``, ``"batches"``)."""
+        """Resolve one of the parts (``"loader"``, ``"smoke_adapter"``, ``"smoke_data"``, ``"batches"``)."""
         ref = getattr(self, part)
-        if not isinstance(ref, str):
+        if ref is None:
             raise UsageError(f"the {self.name} path has no {part}", field=part)
-        return resolve_ref(ref)
+        return resolve_ref(ref) if isinstance(ref, str) else ref
 
 
 @dataclass

@@ -26,7 +26,7 @@ The recommendation rule is :data:`RECOMMENDATION_RULE`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -36,6 +36,7 @@ from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
 from reference_impl.errors import InputError, UsageError
 from reference_impl.limits import MAX_PLAN_SAMPLES
+from reference_impl.results import Result
 
 #: Two candidates whose token efficiencies differ by at most this much are tied.
 TIE_TOLERANCE = 0.005
@@ -53,7 +54,7 @@ RECOMMENDATION_RULE = (
 
 
 @dataclass(frozen=True)
-class LengthSummary:
+class LengthSummary(Result):
     """What the plan was computed on."""
 
     source: str
@@ -67,13 +68,9 @@ class LengthSummary:
     max: int
     details: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class PlanRow:
+class PlanRow(Result):
     """One candidate pack length of the equal-token-slot table."""
 
     pack_len: int
@@ -101,13 +98,9 @@ class PlanRow:
     full_steps_per_epoch: int | None
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class PackPlan:
+class PackPlan(Result):
     """Result of :func:`plan_pack_length`: the table, the recommendation and its reason."""
 
     rows: list[PlanRow]
@@ -129,23 +122,6 @@ class PackPlan:
             if r.pack_len == pack_len:
                 return r
         raise UsageError(f"pack length {pack_len} is not a candidate of this plan", field="pack_len")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (the same dict the CLI prints with ``--json`` and the MCP tool returns)."""
-        return {
-            "recommended_pack_len": self.recommended_pack_len,
-            "recommendation": self.recommendation,
-            "rule": self.rule,
-            "rows": [r.to_dict() for r in self.rows],
-            "lengths": self.lengths.to_dict(),
-            "token_slots": self.token_slots,
-            "dp": self.dp,
-            "pad_seq_to_mult": self.pad_seq_to_mult,
-            "algorithm": self.algorithm,
-            "seed": self.seed,
-            "max_seqs_per_pack": self.max_seqs_per_pack,
-            "truncation": self.truncation,
-        }
 
 
 # ------------------------------------------------------------------------------------------------

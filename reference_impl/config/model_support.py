@@ -11,12 +11,13 @@ and the docs. A status is one of:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from reference_impl.choices import SUPPORT_STATUSES
 from reference_impl.errors import UsageError
 from reference_impl.packing_paths import path_names
+from reference_impl.results import Result
 
 STATUSES: tuple[str, ...] = SUPPORT_STATUSES
 
@@ -149,7 +150,7 @@ def find_family(name: str | None) -> FamilyEntry | None:
 
 
 @dataclass(frozen=True)
-class ModelSupport:
+class ModelSupport(Result):
     """Answer of :func:`check_model_support`."""
 
     family: str
@@ -158,10 +159,6 @@ class ModelSupport:
     note: str
     evidence: str
     known_family: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
 
 
 def check_model_support(family: str, path: str | None = None) -> list[ModelSupport]:
