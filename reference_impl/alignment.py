@@ -157,8 +157,7 @@ class Topology:
 
 def round_up(value: int, multiple: int) -> int:
     """Smallest multiple of ``multiple`` that is >= ``value`` (``multiple`` >= 1)."""
-    if multiple < 1:
-        raise UsageError(f"multiple must be >= 1, got {multiple}")
+    multiple = positive_int("multiple", multiple)
     return -(-value // multiple) * multiple
 
 

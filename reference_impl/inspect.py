@@ -20,35 +20,15 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from reference_impl.alignment import Alignment, Topology
 from reference_impl.errors import UsageError
-from reference_impl.results import Result
+from reference_impl.reports import InspectReport
 
 MAX_ISSUES = 20
-
-
-@dataclass
-class InspectReport(Result):
-    """Result of :func:`inspect_packed_dataset`."""
-
-    path: str
-    files: list[str]
-    ok: bool
-    issues: list[dict[str, Any]]
-    issue_count: int
-    stats: dict[str, Any]
-    settings: dict[str, Any]
-    topology: dict[str, Any] | None = None
-
-    @property
-    def manifest(self) -> dict[str, Any] | None:
-        """The seqpack manifest next to the files, if any (not in the JSON form; its fingerprint is in ``settings``)."""
-        return self.attached("manifest")
 
 
 class _Issues:

@@ -26,7 +26,6 @@ The recommendation rule is :data:`RECOMMENDATION_RULE`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -36,7 +35,7 @@ from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
 from reference_impl.errors import InputError, UsageError
 from reference_impl.limits import MAX_PLAN_SAMPLES
-from reference_impl.results import Result
+from reference_impl.reports import LengthSummary, PackPlan, PlanRow
 
 #: Two candidates whose token efficiencies differ by at most this much are tied.
 TIE_TOLERANCE = 0.005
@@ -51,77 +50,6 @@ RECOMMENDATION_RULE = (
     f"{TIE_TOLERANCE * 100:g} percentage points of the best count as tied, and a tie goes to the "
     "longest pack length (the documented starting point is 8K)."
 )
-
-
-@dataclass(frozen=True)
-class LengthSummary(Result):
-    """What the plan was computed on."""
-
-    source: str
-    num_samples: int
-    total_tokens: int
-    min: int
-    mean: float
-    p50: int
-    p90: int
-    p99: int
-    max: int
-    details: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class PlanRow(Result):
-    """One candidate pack length of the equal-token-slot table."""
-
-    pack_len: int
-    global_batch_size: int | None
-    token_slots: int
-    valid: bool
-    reasons: list[str]
-    sample_cap: int
-    too_long: int
-    truncated: int
-    rejected: int
-    tokens_lost: int
-    packed_samples: int
-    packs: int
-    lower_bound: int
-    packs_over_lower_bound: int
-    packing_efficiency: float
-    token_efficiency: float
-    padding_waste_share: float
-    alignment_padding_share: float
-    tail_padding_share: float
-    max_seqs_in_pack: int
-    mean_seqs_per_pack: float
-    steps_per_epoch: float | None
-    full_steps_per_epoch: int | None
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PackPlan(Result):
-    """Result of :func:`plan_pack_length`: the table, the recommendation and its reason."""
-
-    rows: list[PlanRow]
-    recommended_pack_len: int | None
-    recommendation: str
-    rule: str
-    lengths: LengthSummary
-    token_slots: int
-    dp: int
-    pad_seq_to_mult: int
-    algorithm: str
-    seed: int
-    max_seqs_per_pack: int | None
-    truncation: str
-
-    def row(self, pack_len: int) -> PlanRow:
-        """The row of one candidate pack length."""
-        for r in self.rows:
-            if r.pack_len == pack_len:
-                return r
-        raise UsageError(f"pack length {pack_len} is not a candidate of this plan", field="pack_len")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -65,8 +65,7 @@ def test_unknown_key_suggests_closest(tmp_path):
         load_config(path)
     err = info.value
     assert err.line == 4 and err.file == str(path) and err.field == "dataset.enable_inbatch_packing"
-    # the suggestion says what the suggested field is (its help text from the schema)
-    assert "did you mean dataset.enable_in_batch_packing (Runtime in-batch packing: each micro-batch" in str(err)
+    assert "did you mean dataset.enable_in_batch_packing?" in str(err)
 
 
 def test_type_errors_say_what_the_field_is():
@@ -75,8 +74,8 @@ def test_type_errors_say_what_the_field_is():
     assert str(info.value).endswith("must be an integer, got 'two' (str) (what it is: Context-parallel size (CP))")
     with pytest.raises(ConfigError, match=r"did you mean 'single'\? \(what it is: single, cyclic"):
         load_config(None, ["dataset.dataloader_type=singel"])
-    with pytest.raises(ConfigError, match=r"'cp_size' was renamed; use model.context_parallel_size \(Context-parallel"):
-        load_config({"cp_size": 2})
+    with pytest.raises(ConfigError, match=r"must be >= 1, got 0 \(what it is: Context-parallel size"):
+        load_config(None, ["model.context_parallel_size=0"])
 
 
 def test_unknown_key_in_wrong_section_points_to_the_right_one():

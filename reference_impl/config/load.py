@@ -232,22 +232,16 @@ def _dataclass_in(tp: Any) -> type | None:
     return None
 
 
-def _described(path: str) -> str:
-    """``path`` plus its help text in parentheses, when the schema has one."""
-    text = field_help().get(path, "").rstrip(".")
-    return f"{path} ({text})" if text else path
-
-
 def _suggest(key: str, path: str, valid: list[str]) -> str | None:
     if key in RENAMED_KEYS:
-        return f"'{key}' was renamed; use {_described(RENAMED_KEYS[key])}"
+        return f"'{key}' was renamed; use {RENAMED_KEYS[key]}"
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         section = path.rpartition(".")[0]
-        return f"did you mean {_described((section + '.' if section else '') + close[0])}?"
+        return f"did you mean {section + '.' if section else ''}{close[0]}?"
     elsewhere = [p for p in _all_paths() if p.rpartition(".")[2] == key]
     if elsewhere:
-        return f"'{key}' lives at {' or '.join(_described(p) for p in elsewhere)}"
+        return f"'{key}' lives at {' or '.join(elsewhere)}"
     return None
 
 
@@ -353,8 +347,8 @@ def _field_help() -> dict[str, str]:
 def field_help() -> dict[str, str]:
     """Dotted field path -> help text (the schema's ``metadata["help"]``).
 
-    Load errors quote it: a misspelled key's suggestion and a wrongly typed value's fix say what
-    the field is.
+    Load errors quote it: a value of the wrong type (or out of range, or not one of the choices)
+    is reported with what the field is.
     """
     return dict(_field_help())
 

@@ -2,8 +2,9 @@
 batches of the runtime paths, and Energon dataset preparation.
 
 Each tool confines its paths to the allowed roots, parses its arguments into the verb's options
-and returns the verb's result (:mod:`reference_impl.verbs`). numpy is imported when a tool module
-loads; pyarrow only by pack_dataset and inspect_packed_dataset; torch only by the batches tools.
+and returns the verb's result (:mod:`reference_impl.verbs`). Loading this module imports neither
+numpy nor torch; a tool imports what its verb needs when it runs (numpy for planning and packing,
+pyarrow for pack_dataset and inspect_packed_dataset, torch for the batches tools).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from reference_impl.choices import (
     TRUNCATION_MODES,
     literal,
 )
-from reference_impl.inspect import InspectReport
 from reference_impl.limits import (
     MAX_BATCHES_SHOWN,
     MAX_BINS_RETURNED,
@@ -48,11 +48,9 @@ from reference_impl.limits import (
 )
 from reference_impl.mcp_support.hints import WRITES
 from reference_impl.mcp_support.registry import roots_of, tool
-from reference_impl.packing.energon.prepare import PreparedEnergonDataset
 from reference_impl.packing.global_batch.report import GlobalBatchReport
 from reference_impl.packing.in_batch_report import InBatchReport
-from reference_impl.packing.offline import PreparedPacks
-from reference_impl.planning import PackPlan
+from reference_impl.reports import InspectReport, PackPlan, PreparedEnergonDataset, PreparedPacks
 from reference_impl.verbs.batch_views import BatchesOptions, batches
 from reference_impl.verbs.energon import EnergonPrepareOptions, energon_prepare
 from reference_impl.verbs.inspection import InspectOptions, inspect_packs

@@ -47,7 +47,7 @@ from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
 from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import InputError, PackingError, UsageError
-from reference_impl.results import Result
+from reference_impl.reports import PreparedPacks
 
 log = logging.getLogger(__name__)
 
@@ -152,37 +152,6 @@ class SplitAccount:
             "skipped_total": self.skipped_total,
             "skipped": self.skipped,
         }
-
-
-@dataclass(frozen=True)
-class PreparedPacks(Result):
-    """Result of :func:`prepare_packed_dataset`: where the packs are and how every row was accounted for.
-
-    ``splits`` is the manifest's per-split summary (files, packs, accounting); the whole manifest
-    is :attr:`manifest` (not part of the JSON form).
-    """
-
-    root: Path
-    files: dict[str, Path]
-    metadata_path: Path
-    manifest_path: Path
-    reused: bool
-    fingerprint: str
-    splits: dict[str, Any]
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The seqpack manifest written next to the packs."""
-        return self.attached("manifest", {})
-
-    @classmethod
-    def from_manifest(
-        cls, root: Path, files: dict[str, Path], metadata_path: Path, manifest_path: Path,
-        manifest: dict[str, Any], *, reused: bool,
-    ) -> PreparedPacks:
-        """The result for packs described by ``manifest``."""
-        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"])
-        return result.attach(manifest=manifest)
 
 
 # ------------------------------------------------------------------------------------------------

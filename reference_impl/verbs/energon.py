@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.limits import MAX_SHARD_SIZE
-from reference_impl.packing.energon.prepare import PreparedEnergonDataset
+from reference_impl.reports import PreparedEnergonDataset
 from reference_impl.verbs.common import check_path
 
 __all__ = ["EnergonPrepareOptions", "energon_prepare"]

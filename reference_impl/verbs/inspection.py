@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from reference_impl.arguments import non_negative_int, positive_int
-from reference_impl.inspect import InspectReport
+from reference_impl.reports import InspectReport
 from reference_impl.limits import MAX_PACK_LEN
 from reference_impl.verbs.common import TopologyOptions, check_path
 

@@ -10,7 +10,7 @@ from typing import Any
 from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_SEQS_PER_PACK, MAX_WORKERS
-from reference_impl.packing.offline import PreparedPacks
+from reference_impl.reports import PreparedPacks
 from reference_impl.verbs.common import AlignedOptions, check_choice, check_path
 
 __all__ = ["PackOptions", "pack"]

@@ -21,7 +21,7 @@ from reference_impl.limits import (
     MAX_SEQS_PER_PACK,
     MAX_TOKEN_SLOTS,
 )
-from reference_impl.planning import PackPlan, plan_pack_length
+from reference_impl.reports import PackPlan
 from reference_impl.verbs.common import AlignedOptions, check_choice, check_path, int_list
 
 __all__ = ["DEFAULT_MIX_SAMPLES", "PlanOptions", "plan"]
@@ -55,6 +55,8 @@ class PlanOptions(AlignedOptions):
 
 def plan(options: PlanOptions) -> PackPlan:
     """The equal-token-slot plan (:func:`reference_impl.planning.plan_pack_length`) for ``options``."""
+    from reference_impl.planning import plan_pack_length
+
     given = [n for n in ("lengths", "histogram", "jsonl", "mix") if getattr(options, n) is not None]
     if len(given) != 1:
         raise UsageError(

@@ -36,7 +36,6 @@ import logging
 import os
 import tarfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ from reference_impl.limits import MAX_SHARD_SIZE
 from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
-from reference_impl.results import Result
+from reference_impl.reports import PreparedEnergonDataset
 from reference_impl.packing.energon.media import (
     INLINE_PATCHES_FIELD,
     MediaSpec,
@@ -64,28 +63,6 @@ FORMAT = "seqpack-energon/1"
 SPLITS: tuple[str, ...] = ("train", "val")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 SHARD_DIR = "shards"
-
-
-@dataclass(frozen=True)
-class PreparedEnergonDataset(Result):
-    """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
-
-    ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon,
-    rounded to 0.1 ms. The whole manifest is :attr:`manifest` (not part of the JSON form).
-    """
-
-    root: Path
-    samples: dict[str, int]
-    shards: dict[str, list[str]]
-    schema: str
-    media: dict[str, Any] | None
-    fingerprint: str
-    seconds: float = 0.0
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The dataset's manifest (``seqpack_energon.json``)."""
-        return self.attached("manifest", {})
 
 
 def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
