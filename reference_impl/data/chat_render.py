@@ -23,6 +23,7 @@ from typing import Any
 from reference_impl.errors import ConfigError, InputError
 
 RENDER_DATE = _dt.datetime(2024, 7, 26)
+_PLAIN_TYPES = frozenset({str, dict, list, tuple, int, float, bool, type(None)})
 _GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
@@ -66,9 +67,28 @@ def compile_template(source: str, name: str) -> Any:
     def strftime_now(fmt: str) -> str:
         return RENDER_DATE.strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTracker, "jinja2.ext.loopcontrols"]
-    )
+    class Sandbox(ImmutableSandboxedEnvironment):
+        """The immutable sandbox, with its per-access safety verdict cached for plain types.
+
+        For ``str``/``dict``/``list``/..., jinja's loop object and namespaces the verdict depends
+        only on the type and the attribute name, so caching it changes nothing but speed
+        (attribute checks dominate rendering time).
+        """
+
+        _verdicts: dict[tuple[type, str], bool] = {}
+        _plain = _PLAIN_TYPES | {jinja2.runtime.LoopContext, jinja2.utils.Namespace}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            kind = type(obj)
+            if kind not in self._plain:
+                return bool(super().is_safe_attribute(obj, attr, value))
+            key = (kind, attr)
+            verdict = self._verdicts.get(key)
+            if verdict is None:
+                verdict = self._verdicts[key] = bool(super().is_safe_attribute(obj, attr, value))
+            return verdict
+
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTracker, "jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.filters["tojson"] = _tojson

@@ -146,7 +146,7 @@ def _cut(ids: list[int], n: int, truncation: str) -> list[int]:
     return ids[: len(ids) - n] if truncation == "right" else ids[n:]
 
 
-def _finish(ids: list[int], mask: list[int], schema: str, prompt_length: int, original: int) -> TokenizedSample:
+def _finish(ids: Any, mask: Any, schema: str, prompt_length: int, original: int) -> TokenizedSample:
     if len(ids) < 2:
         raise SampleRejected(rj.TOO_SHORT, f"{len(ids)} token(s); at least 2 are needed")
     sample = TokenizedSample(
@@ -224,6 +224,10 @@ def tokenize_prompt_completion(
 
 def chat_loss_mask(rendering: ChatRendering, loss_mode: str, reasoning: str = "train") -> list[int]:
     """Unshifted 0/1 mask of a rendered chat for ``assistant``, ``last_turn`` or ``full`` and a reasoning policy."""
+    return _chat_mask(rendering, loss_mode, reasoning).tolist()
+
+
+def _chat_mask(rendering: ChatRendering, loss_mode: str, reasoning: str) -> np.ndarray:
     owner = np.asarray(rendering.owner, dtype=np.int64)
     if loss_mode == "full":
         mask = np.ones(owner.shape[0], dtype=np.int8)
@@ -238,7 +242,7 @@ def chat_loss_mask(rendering: ChatRendering, loss_mode: str, reasoning: str = "t
         mask = np.isin(owner, np.asarray(wanted, dtype=np.int64)).astype(np.int8)
     if reasoning == "mask":
         mask[np.asarray(rendering.reasoning, dtype=bool)] = 0
-    return mask.tolist()
+    return mask
 
 
 def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
@@ -255,10 +259,11 @@ def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tup
 
 
 def _chat_sample(rendering: ChatRendering, schema: ChatSchema, max_length: int, truncation: str) -> TokenizedSample:
-    ids = list(rendering.ids)
-    mask = chat_loss_mask(rendering, schema.loss_mode, schema.reasoning)
-    last_assistant = max((k for k, r in enumerate(rendering.roles) if r == "assistant"), default=None)
-    prompt_length = next((i for i, k in enumerate(rendering.owner) if k == last_assistant), len(ids))
+    ids = np.asarray(rendering.ids, dtype=np.int64)
+    mask = _chat_mask(rendering, schema.loss_mode, schema.reasoning)
+    last_assistant = max((k for k, r in enumerate(rendering.roles) if r == "assistant"), default=-2)
+    owned = np.flatnonzero(np.asarray(rendering.owner) == last_assistant)
+    prompt_length = int(owned[0]) if owned.size else len(ids)
     original = len(ids)
     if original > max_length:
         if truncation == "reject":

@@ -60,14 +60,16 @@ CHAT_MASK_VERSION = "spans2"  # bump when chat ownership changes for the same te
 class ChatRendering:
     """Token ids of a rendered conversation; per token the owning message (-1: none) and a reasoning flag.
 
+    The three per-token sequences are lists or numpy arrays of equal length.
+
     ``method`` tells how ownership was found: ``byte`` (the byte tokenizer's own format),
     ``sentinel``, ``search`` or ``generation`` (:mod:`reference_impl.data.chat_masks`).
     """
 
-    ids: list[int]
-    owner: list[int]
+    ids: Sequence[int]
+    owner: Sequence[int]
     roles: tuple[str, ...]
-    reasoning: list[bool] | None = None
+    reasoning: Sequence[bool] | None = None
     method: str = ""
     text: str = field(default="", repr=False)
 
@@ -89,7 +91,7 @@ class ChatRendering:
         return {
             "ids": [int(i) for i in self.ids],
             "owner": [int(k) for k in self.owner],
-            "reasoning": [bool(r) for r in self.reasoning or []],
+            "reasoning": [bool(r) for r in (self.reasoning if self.reasoning is not None else [])],
             "roles": list(self.roles),
             "method": self.method,
         }
@@ -493,7 +495,7 @@ class HFTokenizer:
             offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
             owner, reasoning = cm.token_ownership(offsets, len(text), turns, spans)
             out.append(ChatRendering(
-                ids=enc.ids, owner=owner.tolist(), roles=roles, reasoning=reasoning.tolist(), method=method, text=text
+                ids=np.asarray(enc.ids, dtype=np.int64), owner=owner, roles=roles, reasoning=reasoning, method=method, text=text
             ))
         return out
 
