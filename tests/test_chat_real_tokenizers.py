@@ -274,3 +274,24 @@ def test_generation_blocks_match_transformers_assistant_mask():
     assert list(out["input_ids"]) == list(r.ids)
     ours = [1 if k >= 0 and msgs[k].role == "assistant" else 0 for k in r.owner]
     assert list(out["assistant_masks"]) == ours
+
+
+def test_sequence_check_catches_a_trained_header_or_a_missing_end_marker():
+    """Negative control for check_sequence: wrong masks on a real Qwen3 sample fail it."""
+    tok = tokenizer_for("qwen3")
+    row = conversations(FAMILIES["qwen3"])[1]
+    s = tokenize_row(row, ChatSchema(), tok, max_length=4096)
+    ids, mask = s.input_ids, s.loss_mask.copy()
+    check_sequence(tok, row, ids, mask, "train")  # the real mask passes
+    first = int(np.flatnonzero(mask)[0])
+    with_header = mask.copy()
+    with_header[first - 1] = 1  # the "\n" ending "<|im_start|>assistant\n" (same run, header text)
+    with_header[first - 2] = 1
+    with pytest.raises(AssertionError):
+        check_sequence(tok, row, ids, with_header, "train")
+    no_end = mask.copy()
+    no_end[int(np.flatnonzero(mask)[-1])] = 0
+    with pytest.raises(AssertionError):
+        check_sequence(tok, row, ids, no_end, "train")
+    with pytest.raises(AssertionError):
+        check_sequence(tok, row, ids, np.ones_like(mask), "train")

@@ -215,7 +215,7 @@ def search_pieces(real_text: str, pieces: Sequence[Piece]) -> tuple[list[PieceSp
     cursor = 0
     for piece in pieces:
         best = None
-        for form in {piece.text, _escaped(piece.text)}:
+        for form in dict.fromkeys((piece.text, _escaped(piece.text))):
             at = real_text.find(form, cursor)
             if at >= 0 and (best is None or at < best[0]):
                 best = (at, at + len(form))
