@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "chat": (chats, chat_schema, rendered, 1),
     }
     results = []
+    load_before = os.getloadavg()
     for name, (rows, schema, texts, per_row) in workloads.items():
         _STATE.update(rows=rows, schema=schema, tok=tok, texts=texts, per_row=per_row)
         tok.chat_info()  # template compiled and probed before forking
@@ -137,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             for label, (dt, n, tokens) in best.items():
                 results.append({"workload": name, "workers": workers, "impl": label, "seconds": round(dt, 4),
                                 "rows": n, "tokens": tokens, "rows_per_s": round(n / dt, 1), "tokens_per_s": round(tokens / dt)})
+    load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     by = {(r["workload"], r["impl"], r["workers"]): r for r in results}
-    print(f"family={args.family} rows={args.rows} repeat={args.repeat} cpus={os.cpu_count()} TOKENIZERS_PARALLELISM={os.environ['TOKENIZERS_PARALLELISM']}")
+    print(f"family={args.family} rows={args.rows} repeat={args.repeat} cpus={os.cpu_count()} "
+          f"TOKENIZERS_PARALLELISM={os.environ['TOKENIZERS_PARALLELISM']} load(1/5/15 min) before={load['before']} after={load['after']}")
     print(f"{'workload':18} {'workers':>7} {'impl':>12} {'rows/s':>9} {'tokens/s':>11} {'vs encode_batch':>16} {'vs 1 worker':>12}")
     for r in results:
         base = by[(r["workload"], "encode_batch", r["workers"])]
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     out = ROOT / "bench" / "results" / "tokenize.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"family": args.family, "rows": args.rows, "repeat": args.repeat, "cpus": os.cpu_count(),
-                               "results": results}, indent=2))
+                               "load_average": load, "results": results}, indent=2))
     print(f"wrote {out}")
     return 0
 
