@@ -11,7 +11,7 @@ split them (rank ``d`` loads samples ``d, d+8, ...``) and scheduled side by side
 * ``balanced``: seqpack's scheduler (attention cost, sum of ``L**2``);
 * ``balanced_tokens``: the same scheduler balancing tokens (sum ``L``; ``BalancedScheduler(cost="tokens")``);
 * ``lpt``: plain LPT on the attention cost, then first fit decreasing per rank
-  (:func:`reference_impl.packing.global_batch.balanced.lpt_packs`), the baseline ``balanced`` must
+  (:class:`reference_impl.packing.global_batch.balanced.LPTScheduler`), the baseline ``balanced`` must
   match or beat;
 * ``per_rank``: no global view; every rank packs only what it loaded (first fit decreasing) and
   runs as many micro-batches as the busiest rank needs.
@@ -35,7 +35,6 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +48,8 @@ from reference_impl.packing.algorithms import pack_lengths  # noqa: E402
 from reference_impl.packing.global_batch import schedule_global_batch  # noqa: E402
 from reference_impl.packing.global_batch.balanced import (  # noqa: E402
     BalancedScheduler,
+    LPTScheduler,
     cost_lower_bound,
-    lpt_packs,
 )
 from reference_impl.packing.global_batch.schedule import Scheduler  # noqa: E402
 from reference_impl.textfmt import text_table  # noqa: E402
@@ -61,17 +60,6 @@ MIXES = ("lognormal", "bimodal")
 BATCHES = (256, 1024)
 SCHEDULERS = ("dp_balanced", "lpt", "balanced", "balanced_tokens", "per_rank")
 TIME_TARGET_MS = {256: 1.0, 1024: 3.0}
-
-
-class PlainLPT(Scheduler):
-    """Plain LPT on sum L**2, then first fit decreasing per rank (not registered: a baseline)."""
-
-    name = "lpt"
-
-    def make_packs(
-        self, lengths: Sequence[int], *, dp_size: int, capacity: int
-    ) -> tuple[list[tuple[int, ...]], list[str]]:
-        return lpt_packs(lengths, dp_size=dp_size, capacity=capacity)
 
 
 def ratio(values: list[int]) -> float:
@@ -90,7 +78,7 @@ def run_one(name: str, per_rank: list[list[int]]) -> tuple[list[int], list[int],
         started = time.perf_counter()
         tokens, attention, mbs = per_rank_packing(per_rank)
         return tokens, attention, mbs, time.perf_counter() - started
-    named: dict[str, Scheduler] = {"lpt": PlainLPT(), "balanced_tokens": BalancedScheduler(cost="tokens")}
+    named: dict[str, Scheduler] = {"lpt": LPTScheduler(), "balanced_tokens": BalancedScheduler(cost="tokens")}
     scheduler: str | Scheduler = named.get(name, name)
     started = time.perf_counter()
     s = schedule_global_batch(per_rank, max_seqlen_per_dp_cp_rank=MAX_SEQLEN_PER_RANK, cp_size=CP,

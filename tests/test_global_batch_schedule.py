@@ -13,13 +13,12 @@ from reference_impl.data.length_mixes import sample_lengths
 from reference_impl.packing.algorithms import first_fit_in_order
 from reference_impl.packing.global_batch.balanced import (
     BalancedScheduler,
+    LPTScheduler,
     assign_ranks,
     cost_lower_bound,
     first_fit_decreasing,
-    lpt_packs,
     lpt_ranks,
 )
-from reference_impl.packing.global_batch.schedule import Scheduler
 
 
 def sched(per_rank, capacity, *, cp=1, scheduler="dp_balanced"):
@@ -139,15 +138,6 @@ def test_bad_arguments_are_usage_errors():
 # ------------------------------------------------------------------------------------------------
 
 
-class PlainLPT(Scheduler):
-    """Plain LPT on the attention cost, then first fit decreasing per rank: the baseline."""
-
-    name = "lpt"
-
-    def make_packs(self, lengths, *, dp_size, capacity):
-        return lpt_packs(lengths, dp_size=dp_size, capacity=capacity)
-
-
 def test_balanced_worked_example():
     # by hand, costs P**2: LPT takes 700, 600, 500, 400, 300, 200, 200, 100, each to the rank with the
     # lower cost so far: rank 0 = {700, 400, 200, 200} (730,000), rank 1 = {600, 500, 300, 100}
@@ -175,7 +165,7 @@ def test_balanced_moves_a_short_sample_to_save_a_micro_batch():
     # costs 14,900 and 14,500. 380 tokens fit 2 packs per rank if rank 0 sheds 10 tokens: its
     # cheapest sample, 20 (cost 400), moves to rank 1, whose cost becomes 14,900, not above the peak
     per_rank, capacity = [[20, 30, 90], [100, 60, 80]], 100
-    lpt = sched(per_rank, capacity, scheduler=PlainLPT())
+    lpt = sched(per_rank, capacity, scheduler=LPTScheduler())
     assert lpt.num_micro_batches == 3 and lpt.rank_loads()[1] == [14_900, 14_500]
     s = sched(per_rank, capacity, scheduler="balanced")
     assert s.num_micro_batches == 2 and s.num_filler_packs == 0
@@ -188,7 +178,7 @@ def test_balanced_refinement_swaps_to_lower_the_peak():
     # {940, 900} (1,693,600). Swapping 960 for 900 moves 111,600: 2,012,500 vs 1,805,200; then no
     # exchange with a cost difference below the new gap of 207,300 is left
     per_rank, capacity = [[800, 750, 940], [900, 960]], 1000
-    assert sched(per_rank, capacity, scheduler=PlainLPT()).rank_loads()[1] == [2_124_100, 1_693_600]
+    assert sched(per_rank, capacity, scheduler=LPTScheduler()).rank_loads()[1] == [2_124_100, 1_693_600]
     s = sched(per_rank, capacity, scheduler="balanced")
     assert s.destinations() == [0, 0, 1, 0, 1]
     assert s.rank_loads()[1] == [2_012_500, 1_805_200] and s.num_micro_batches == 3
@@ -319,7 +309,7 @@ def test_balanced_never_worse_than_plain_lpt(batch):
     assert max(lpt) - min(lpt) <= max(costs)
     ranks, per_rank_packs = assign_ranks(lengths, dp, capacity=capacity)
     assert cost_lower_bound(costs, dp) <= max(loads(ranks)) <= max(lpt)
-    plain = sched(per_rank, capacity, scheduler=PlainLPT())
+    plain = sched(per_rank, capacity, scheduler=LPTScheduler())
     s = sched(per_rank, capacity, scheduler="balanced")
     assert max(s.rank_loads()[1]) <= max(plain.rank_loads()[1]) == max(lpt)
     assert s.num_micro_batches <= plain.num_micro_batches
@@ -351,7 +341,7 @@ def test_balanced_no_worse_than_plain_lpt_over_seeds(mix, batch):
     for seed in range(20):
         lengths = [-(-int(x) // 4) * 4 for x in sample_lengths(mix, batch, seed=seed)]
         per_rank = [lengths[d::dp] for d in range(dp)]
-        plain = sched(per_rank, 8192, cp=2, scheduler=PlainLPT())
+        plain = sched(per_rank, 8192, cp=2, scheduler=LPTScheduler())
         s = sched(per_rank, 8192, cp=2, scheduler="balanced")
         assert sorted(g for p in s.packs for g in p) == list(range(batch))
         assert all(len(s.rank_packs(d)) == s.num_micro_batches for d in range(dp))

@@ -53,6 +53,7 @@ from reference_impl.packing.global_batch.schedule import Scheduler, register_sch
 __all__ = [
     "COSTS",
     "BalancedScheduler",
+    "LPTScheduler",
     "assign_ranks",
     "balanced_packs",
     "cost_lower_bound",
@@ -476,6 +477,18 @@ class BalancedScheduler(Scheduler):
     ) -> tuple[list[tuple[int, ...]], list[str]]:
         """See :func:`balanced_packs`."""
         return balanced_packs(lengths, dp_size=dp_size, capacity=capacity, cost=self.cost)
+
+
+class LPTScheduler(BalancedScheduler):
+    """Plain LPT (:func:`lpt_packs`), the baseline of the benchmark and the tests; not registered."""
+
+    name = "lpt"
+
+    def make_packs(
+        self, lengths: Sequence[int], *, dp_size: int, capacity: int
+    ) -> tuple[list[tuple[int, ...]], list[str]]:
+        """See :func:`lpt_packs`."""
+        return lpt_packs(lengths, dp_size=dp_size, capacity=capacity, cost=self.cost)
 
 
 register_scheduler(BalancedScheduler())
