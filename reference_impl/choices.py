@@ -40,6 +40,8 @@ SCHEMA_OPTIONS: tuple[str, ...] = ("auto", *SCHEMA_KINDS)
 PC_LOSS_MODES: tuple[str, ...] = ("completion", "full")
 CHAT_LOSS_MODES: tuple[str, ...] = ("assistant", "last_turn", "full")
 LOSS_MODES: tuple[str, ...] = tuple(dict.fromkeys(PC_LOSS_MODES + CHAT_LOSS_MODES))
+#: What a chat row's reasoning fields get: trained like the answer, or masked.
+REASONING_POLICIES: tuple[str, ...] = ("train", "mask")
 #: Dataset config kinds (Megatron-Bridge's config types).
 DATASET_KINDS: tuple[str, ...] = ("gpt_sft", "direct_hf", "energon", "mock_vlm", "pretrain")
 #: Dataloader types; the runtime paths build the first three (``batch`` is refused by the rules).
@@ -125,6 +127,7 @@ __all__ = [
     "OVERSIZE_MODES",
     "PACKING_PATHS",
     "PC_LOSS_MODES",
+    "REASONING_POLICIES",
     "RULE_FAMILIES",
     "RULE_FORMATS",
     "RUNTIME_DATALOADER_TYPES",
