@@ -7,8 +7,7 @@ loads ``tokenizers``/``jinja2`` on use).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reference_impl.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "demo_path": "demo",
@@ -38,9 +37,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

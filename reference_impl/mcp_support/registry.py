@@ -41,6 +41,13 @@ class ToolSpec:
 TOOLS: dict[str, ToolSpec] = {}
 
 
+def _error_or_raise(name: str, exc: Exception) -> Any:
+    result = error_result(name, exc)
+    if result is None:
+        raise exc  # unexpected: the SDK answers "Error executing tool" and logs the traceback
+    return result
+
+
 def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with library errors turned into tool error results (same signature, sync or async)."""
     name = fn.__name__
@@ -50,11 +57,8 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             try:
                 return await fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - unexpected errors are re-raised below
-                result = error_result(name, exc)
-                if result is None:
-                    raise
-                return result
+            except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
+                return _error_or_raise(name, exc)
 
         return guarded_async
 
@@ -62,11 +66,8 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - unexpected errors are re-raised below
-            result = error_result(name, exc)
-            if result is None:
-                raise
-            return result
+        except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
+            return _error_or_raise(name, exc)
 
     return guarded
 

@@ -28,8 +28,7 @@ module never shadows its function.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reference_impl.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "TopologyOptions": "common", "AlignedOptions": "common",
@@ -48,9 +47,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
