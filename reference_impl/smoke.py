@@ -2,10 +2,10 @@
 
 ``run_packing_smoke_test(path, config=None, data=None, ...)`` builds real canonical THD batches
 through the path's own code (the smoke adapter its :class:`~reference_impl.packing_paths.PackingPath`
-names; offline: ``prepare_packed_dataset`` -> packed Parquet -> ``PackedParquetDataset``; in-batch:
-``build_in_batch_loader``; Energon and global-batch likewise), converts each batch to a real Megatron-Core ``PackedSeqParams`` (the
-model reads its boundaries from that object), runs the tiny reference GPT forward and backward in
-float64, and checks, with numbers:
+names; offline: ``prepare_packed_dataset`` -> packed Parquet -> ``PackedParquetDataset``;
+in-batch: ``build_in_batch_loader``; Energon and global-batch likewise), converts each batch to a
+real Megatron-Core ``PackedSeqParams`` (the model reads its boundaries from that object), runs the
+tiny reference GPT forward and backward in float64, and checks, with numbers:
 
 1. ``packed_equals_unpacked``: every sequence's loss in the packed row equals the loss of the same
    sample run alone, unpadded, and the gradient of the packed loss equals the sum of the per-sample

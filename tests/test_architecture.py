@@ -315,7 +315,8 @@ def test_atomic_directory(tmp_path):
     with pytest.raises(RuntimeError), atomic_directory(target, replace=True) as tmp:  # a failure keeps the old one
         (tmp / "b.txt").write_text("b")
         raise RuntimeError("boom")
-    assert sorted(p.name for p in target.iterdir()) == ["a.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
     with atomic_directory(target, replace=True) as tmp:
         (tmp / "c.txt").write_text("c")

@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--validation", help="validation JSONL packed with the same settings")
     p.add_argument("--pack-size", type=int, required=True, help="pack capacity in runtime tokens (e.g. 8192)")
     p.add_argument("--pad-seq-to-mult", type=int, default=None,
-                   help="per-sequence alignment (default: derived; a given value must be a multiple of the derived one)")
+                   help="per-sequence alignment (default: derived; a given value must be a multiple of "
+                   "the derived one)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size, to derive the alignment")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size, to derive the alignment")
     p.add_argument("--sp", action="store_true", help="sequence parallelism, to derive the alignment")

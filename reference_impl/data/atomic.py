@@ -58,8 +58,8 @@ def atomic_directory(target: str | os.PathLike[str], *, replace: bool = False) -
 
     ``replace=True`` lets an existing ``target`` be removed first (the caller decides it may go:
     only what the command itself wrote); otherwise a target that appeared meanwhile is an
-    :class:`~reference_impl.errors.ArtifactError` and stays as it is. On any failure the temporary directory is deleted and ``target`` is
-    untouched.
+    :class:`~reference_impl.errors.ArtifactError` and stays as it is. On any failure the temporary
+    directory is deleted and ``target`` is untouched.
     """
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,7 @@ def register_tools(server: MCPServer) -> None:
 
     with warnings.catch_warnings():
         # a result field called ``schema`` shadows a deprecated BaseModel method in the SDK's output model
-        warnings.filterwarnings("ignore", message='Field name "schema" in .* shadows an attribute', category=UserWarning)
+        warnings.filterwarnings("ignore", message='Field name "schema" in .* shadows an attribute',
+                                category=UserWarning)
         for spec in TOOLS.values():
             server.add_tool(spec.fn, name=spec.name, title=spec.title, annotations=spec.annotations)

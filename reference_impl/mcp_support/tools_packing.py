@@ -226,7 +226,8 @@ def pack_dataset(
 @tool(title="Inspect packed Parquet (integrity, stats, topology fit)")
 def inspect_packed_dataset(
     ctx: Context,
-    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside a root")],
+    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside "
+                                   "a root")],
     tp: TP = None,
     cp: CP = None,
     sp: SP = False,
@@ -257,7 +258,9 @@ def inspect_packed_dataset(
                                         eos_id=eos_id, fixed_width=fixed_width))
 
 
-def _batches_options(ctx: Context, mode: str, input_path: str, tokenizer_path: str | None, **kwargs: object) -> BatchesOptions:
+def _batches_options(
+    ctx: Context, mode: str, input_path: str, tokenizer_path: str | None, **kwargs: object
+) -> BatchesOptions:
     return BatchesOptions(input=_file(ctx, input_path, "input_path"), mode=mode,  # type: ignore[arg-type]
                           tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), **kwargs)  # type: ignore[arg-type]
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference_impl.alignment import DEFAULT_PACK_LENGTHS, Alignment, SlotCandidate, derive_alignment, equal_slot_candidates
+from reference_impl.alignment import (
+    DEFAULT_PACK_LENGTHS,
+    Alignment,
+    SlotCandidate,
+    derive_alignment,
+    equal_slot_candidates,
+)
 from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_CANDIDATES, MAX_DATA_PARALLEL_SIZE, MAX_PACK_LEN, MAX_TOKEN_SLOTS
 from reference_impl.verbs.common import int_list

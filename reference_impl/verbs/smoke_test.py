@@ -48,7 +48,8 @@ def smoke(options: SmokeOptions) -> SmokeReport:
     check_choice("size", options.size, SMOKE_SIZES)
     if not 0 < float(options.cp_timeout) <= MAX_SMOKE_SECONDS:
         raise UsageError(f"cp_timeout must be in (0, {MAX_SMOKE_SECONDS:g}] seconds", field="cp_timeout")
-    source = config_source(options.config_path, options.config_text, None, options.config, offered=("config_text", "config_path"))
+    source = config_source(options.config_path, options.config_text, None, options.config,
+                           offered=("config_text", "config_path"))
     return run_packing_smoke_test(
         options.path, source, check_path("data", options.data, allow_none=True),
         overrides=check_overrides(options.overrides), size=options.size,
