@@ -38,7 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
-from reference_impl.smoke import PATHS, run_packing_smoke_test  # noqa: E402
+from reference_impl.packing_paths import path_names  # noqa: E402
+from reference_impl.smoke import run_packing_smoke_test  # noqa: E402
+
+PATHS = path_names()
 from reference_impl.textfmt import text_table  # noqa: E402
 
 COMMAND_TARGETS_S = {"with_cp": 15.0, "no_cp": 6.0}
@@ -49,7 +52,8 @@ def _seconds(value: float | None) -> str:
 
 
 def _passed(report: Any) -> bool:
-    return bool(getattr(report, "ok", False))
+    """Every check that ran passed (a run without the CP check is incomplete, not failed)."""
+    return report.result == "pass" or (report.result == "incomplete" and report.skipped == ["cp_matches_cp1"])
 
 
 def time_paths(paths: list[str], size: str, *, cp: bool, repeat: int) -> dict[str, dict[str, Any]]:
@@ -135,7 +139,8 @@ def main() -> None:
             c = time_command(args.size, cp=with_cp)
             key = "with_cp" if with_cp else "no_cp"
             c["target_s"] = COMMAND_TARGETS_S[key]
-            c["met"] = c["exit_code"] == 0 and c["wall_s"] <= c["target_s"]
+            # without the CP check every run is incomplete (exit 1), never a pass
+            c["met"] = c["exit_code"] == (0 if with_cp else 1) and c["wall_s"] <= c["target_s"]
             commands.append(c)
             print(f"{'MET ' if c['met'] else 'MISS'} `{c['command']}`: {c['wall_s']:.1f} s "
                   f"(target <= {c['target_s']:g} s, exit code {c['exit_code']})")

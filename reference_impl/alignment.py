@@ -17,16 +17,21 @@ Why the multiples exist:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
+from reference_impl.limits import MAX_PAD_SEQ_TO_MULT, MAX_PARALLEL_SIZE
+from reference_impl.results import Result
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
-    return value
+    return positive_int(name, value)
+
+
+def _parallel_size(name: str, value: Any) -> int:
+    return positive_int(name, value, maximum=MAX_PARALLEL_SIZE)
 
 
 def cp_multiple(cp: int) -> int:
@@ -40,7 +45,7 @@ def sp_multiple(tp: int, cp: int, sp: bool) -> int:
 
 
 @dataclass(frozen=True)
-class Alignment:
+class Alignment(Result):
     """Result of :func:`derive_alignment`.
 
     ``pad_seq_to_mult`` is the multiple every packed sequence's physical length must have.
@@ -59,10 +64,6 @@ class Alignment:
     seq_length_multiple: int
     explanation: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
 
 def derive_alignment(tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None) -> Alignment:
     """Derive the per-sequence alignment multiple for a TP/CP/SP topology (and an optional eval CP).
@@ -73,12 +74,12 @@ def derive_alignment(tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | 
     >>> derive_alignment(tp=4, cp=2, sp=True).pad_seq_to_mult
     8
     """
-    tp = _positive_int("tp", tp)
-    cp = _positive_int("cp", cp)
+    tp = _parallel_size("tp", tp)
+    cp = _parallel_size("cp", cp)
     if not isinstance(sp, bool):
         raise UsageError(f"sp must be true or false, got {sp!r}", field="sp")
     if eval_cp is not None:
-        eval_cp = _positive_int("eval_cp", eval_cp)
+        eval_cp = _parallel_size("eval_cp", eval_cp)
     cp_sizes = [cp] if eval_cp is None or eval_cp == cp else [cp, eval_cp]
     multiples = [cp_multiple(c) for c in cp_sizes] + [sp_multiple(tp, c, sp) for c in cp_sizes]
     pad = math.lcm(*multiples)
@@ -111,10 +112,52 @@ def derive_alignment(tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | 
     )
 
 
+def alignment_multiple(
+    pad_seq_to_mult: int | None = None, tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None
+) -> int:
+    """The per-sequence multiple to use: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
+
+    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``):
+    every verb that takes both resolves them here, so no face can write packs the topology breaks.
+
+    >>> alignment_multiple(None, tp=4, cp=2, sp=True), alignment_multiple(16, tp=4, cp=2, sp=True)
+    (8, 16)
+    """
+    derived = derive_alignment(tp, cp, sp, eval_cp)
+    if pad_seq_to_mult is None:
+        return derived.pad_seq_to_mult
+    pad = positive_int("pad_seq_to_mult", pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
+    if pad % derived.pad_seq_to_mult:
+        raise UsageError(
+            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
+            rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
+            field="pad_seq_to_mult",
+            fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
+        )
+    return pad
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A TP/CP/SP topology (and an optional evaluation CP size), the input every alignment comes from."""
+
+    tp: int = 1
+    cp: int = 1
+    sp: bool = False
+    eval_cp: int | None = None
+
+    def alignment(self) -> Alignment:
+        """The derived alignment."""
+        return derive_alignment(self.tp, self.cp, self.sp, self.eval_cp)
+
+    def multiple(self, pad_seq_to_mult: int | None = None) -> int:
+        """:func:`alignment_multiple` for this topology."""
+        return alignment_multiple(pad_seq_to_mult, self.tp, self.cp, self.sp, self.eval_cp)
+
+
 def round_up(value: int, multiple: int) -> int:
     """Smallest multiple of ``multiple`` that is >= ``value`` (``multiple`` >= 1)."""
-    if multiple < 1:
-        raise UsageError(f"multiple must be >= 1, got {multiple}")
+    multiple = positive_int("multiple", multiple)
     return -(-value // multiple) * multiple
 
 
@@ -124,7 +167,7 @@ def token_slots_per_step(pack_len: int, gbs: int) -> int:
 
 
 @dataclass(frozen=True)
-class SlotCandidate:
+class SlotCandidate(Result):
     """One row of an equal-token-slot table."""
 
     pack_len: int
@@ -133,10 +176,6 @@ class SlotCandidate:
     dp: int | None
     valid: bool
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
 
 
 DEFAULT_PACK_LENGTHS: tuple[int, ...] = (2048, 4096, 8192)

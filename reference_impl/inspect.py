@@ -20,50 +20,15 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from reference_impl.alignment import Alignment, derive_alignment
+from reference_impl.alignment import Alignment, Topology
 from reference_impl.errors import UsageError
+from reference_impl.reports import InspectReport
 
 MAX_ISSUES = 20
-
-
-@dataclass(frozen=True)
-class Topology:
-    """A TP/CP/SP topology to check packs against."""
-
-    tp: int = 1
-    cp: int = 1
-    sp: bool = False
-    eval_cp: int | None = None
-
-    def alignment(self) -> Alignment:
-        """The derived alignment."""
-        return derive_alignment(self.tp, self.cp, self.sp, self.eval_cp)
-
-
-@dataclass
-class InspectReport:
-    """Result of :func:`inspect_packed_dataset`."""
-
-    path: str
-    files: list[str]
-    ok: bool
-    issues: list[dict[str, Any]]
-    issue_count: int
-    stats: dict[str, Any]
-    settings: dict[str, Any]
-    topology: dict[str, Any] | None = None
-    manifest: dict[str, Any] | None = field(default=None, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (without the full manifest; its fingerprint is in ``settings``)."""
-        out = asdict(self)
-        out.pop("manifest")
-        return out
 
 
 class _Issues:
@@ -181,7 +146,7 @@ def inspect_packed_dataset(
     topo_out = None
     if topo is not None:
         topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
-    return InspectReport(
+    report = InspectReport(
         path=str(path),
         files=[str(p) for p in reader.paths],
         ok=issues.count == 0,
@@ -190,8 +155,8 @@ def inspect_packed_dataset(
         stats=stats,
         settings=settings,
         topology=topo_out,
-        manifest=manifest,
     )
+    return report.attach(manifest=manifest)
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:

@@ -1,7 +1,9 @@
 """The seqpack MCP server: the library's verbs as MCP tools, the skill and rules as resources, two prompts.
 
-Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Every tool calls the same library function
-as the CLI and the Python API and returns that result's ``to_dict()`` as structured content.
+Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Every tool is a module-level function
+(:mod:`reference_impl.mcp_support.registry`) that calls the same verb as the CLI and the Python
+API (:mod:`reference_impl.verbs`) and returns the verb's result dataclass: the SDK derives the
+output schema from it and returns its fields as structured content.
 
 Security model:
 
@@ -21,19 +23,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 from reference_impl import __version__
 from reference_impl.mcp_support.content import find_skill_dir, register_prompts, register_resources
-from reference_impl.mcp_support.hints import READ_ONLY
-from reference_impl.mcp_support.outputs import ServerInfoOut
+from reference_impl.mcp_support.registry import register_tools, roots_of, tool
 from reference_impl.mcp_support.roots import AllowedRoots
-from reference_impl.mcp_support.tools_config import register_config_tools
-from reference_impl.mcp_support.tools_packing import register_packing_tools
-from reference_impl.mcp_support.tools_smoke import register_smoke_tools
+from reference_impl.results import Result
 
 log = logging.getLogger("reference_impl.mcp")
 
@@ -48,6 +48,40 @@ INSTRUCTIONS = (
 _AUTO = object()
 
 
+class SeqpackServer(MCPServer):
+    """The SDK's server plus what the tools read per request: the allowed roots and the skill directory."""
+
+    def __init__(self, roots: AllowedRoots, skill_dir: Path | None) -> None:
+        super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+        self.seqpack_roots = roots
+        self.seqpack_skill_dir = skill_dir
+
+
+@dataclass(frozen=True)
+class ServerInfo(Result):
+    """Server version, allowed roots, skill bundle location and which heavy modules are loaded."""
+
+    name: str
+    version: str
+    roots: list[str]
+    skill_dir: str | None
+    heavy_modules_loaded: dict[str, bool]
+
+
+@tool(title="Server info: allowed roots and loaded modules")
+def server_info(ctx: Context) -> ServerInfo:
+    """Version, the allowed roots (every path argument must lie inside one), the skill bundle
+    directory served as resources, and which heavy modules this server process has loaded."""
+    skill = ctx.mcp_server.seqpack_skill_dir  # type: ignore[attr-defined]
+    return ServerInfo(
+        name=SERVER_NAME,
+        version=__version__,
+        roots=[str(r) for r in roots_of(ctx).roots],
+        skill_dir=str(skill) if skill is not None else None,
+        heavy_modules_loaded={m: m in sys.modules for m in HEAVY_MODULES},
+    )
+
+
 def build_server(
     roots: AllowedRoots | list[str | os.PathLike[str]] | None = None,
     *,
@@ -60,23 +94,8 @@ def build_server(
     """
     allowed = roots if isinstance(roots, AllowedRoots) else AllowedRoots.from_args([os.fspath(r) for r in roots or []])
     skill = find_skill_dir() if skill_dir is _AUTO else skill_dir
-    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
-    register_config_tools(server, allowed)
-    register_packing_tools(server, allowed)
-    register_smoke_tools(server, allowed)
-
-    @server.tool(title="Server info: allowed roots and loaded modules", annotations=READ_ONLY)
-    def server_info() -> ServerInfoOut:
-        """Version, the allowed roots (every path argument must lie inside one), the skill bundle
-        directory served as resources, and which heavy modules this server process has loaded."""
-        return {
-            "name": SERVER_NAME,
-            "version": __version__,
-            "roots": [str(r) for r in allowed.roots],
-            "skill_dir": str(skill) if skill is not None else None,
-            "heavy_modules_loaded": {m: m in sys.modules for m in HEAVY_MODULES},
-        }
-
+    server = SeqpackServer(allowed, skill)  # type: ignore[arg-type]
+    register_tools(server)
     register_resources(server, skill)  # type: ignore[arg-type]
     register_prompts(server)
     return server

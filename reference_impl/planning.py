@@ -26,22 +26,23 @@ The recommendation rule is :data:`RECOMMENDATION_RULE`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from reference_impl.alignment import DEFAULT_PACK_LENGTHS, equal_slot_candidates
+from reference_impl.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
+from reference_impl.arguments import positive_int
+from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
 from reference_impl.errors import InputError, UsageError
+from reference_impl.limits import MAX_PLAN_SAMPLES
+from reference_impl.reports import LengthSummary, PackPlan, PlanRow
 
 #: Two candidates whose token efficiencies differ by at most this much are tied.
 TIE_TOLERANCE = 0.005
-#: Planning expands every length into memory; beyond this many samples, plan on a subsample.
-MAX_PLAN_SAMPLES = 50_000_000
 #: Per-sample cap used when tokenizing a JSONL for planning: large enough never to truncate.
 _UNBOUNDED = 1 << 40
 
-TRUNCATION_POLICIES: tuple[str, ...] = ("right", "left", "reject")
+TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
 
 RECOMMENDATION_RULE = (
     "Among the valid candidates, those that keep every sample whole are preferred (when there is "
@@ -49,102 +50,6 @@ RECOMMENDATION_RULE = (
     f"{TIE_TOLERANCE * 100:g} percentage points of the best count as tied, and a tie goes to the "
     "longest pack length (the documented starting point is 8K)."
 )
-
-
-@dataclass(frozen=True)
-class LengthSummary:
-    """What the plan was computed on."""
-
-    source: str
-    num_samples: int
-    total_tokens: int
-    min: int
-    mean: float
-    p50: int
-    p90: int
-    p99: int
-    max: int
-    details: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    """One candidate pack length of the equal-token-slot table."""
-
-    pack_len: int
-    global_batch_size: int | None
-    token_slots: int
-    valid: bool
-    reasons: list[str]
-    sample_cap: int
-    too_long: int
-    truncated: int
-    rejected: int
-    tokens_lost: int
-    packed_samples: int
-    packs: int
-    lower_bound: int
-    packs_over_lower_bound: int
-    packing_efficiency: float
-    token_efficiency: float
-    padding_waste_share: float
-    alignment_padding_share: float
-    tail_padding_share: float
-    max_seqs_in_pack: int
-    mean_seqs_per_pack: float
-    steps_per_epoch: float | None
-    full_steps_per_epoch: int | None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class PackPlan:
-    """Result of :func:`plan_pack_length`: the table, the recommendation and its reason."""
-
-    rows: list[PlanRow]
-    recommended_pack_len: int | None
-    recommendation: str
-    rule: str
-    lengths: LengthSummary
-    token_slots: int
-    dp: int
-    pad_seq_to_mult: int
-    algorithm: str
-    seed: int
-    max_seqs_per_pack: int | None
-    truncation: str
-
-    def row(self, pack_len: int) -> PlanRow:
-        """The row of one candidate pack length."""
-        for r in self.rows:
-            if r.pack_len == pack_len:
-                return r
-        raise UsageError(f"pack length {pack_len} is not a candidate of this plan", field="pack_len")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (the same dict the CLI prints with ``--json`` and the MCP tool returns)."""
-        return {
-            "recommended_pack_len": self.recommended_pack_len,
-            "recommendation": self.recommendation,
-            "rule": self.rule,
-            "rows": [r.to_dict() for r in self.rows],
-            "lengths": self.lengths.to_dict(),
-            "token_slots": self.token_slots,
-            "dp": self.dp,
-            "pad_seq_to_mult": self.pad_seq_to_mult,
-            "algorithm": self.algorithm,
-            "seed": self.seed,
-            "max_seqs_per_pack": self.max_seqs_per_pack,
-            "truncation": self.truncation,
-        }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -386,35 +291,6 @@ def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
 # ------------------------------------------------------------------------------------------------
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
-    return int(value)
-
-
-def alignment_multiple(
-    pad_seq_to_mult: int | None = None, tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None
-) -> int:
-    """The per-sequence multiple to plan with: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
-
-    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``).
-    """
-    from reference_impl.alignment import derive_alignment
-
-    derived = derive_alignment(tp, cp, sp, eval_cp)
-    if pad_seq_to_mult is None:
-        return derived.pad_seq_to_mult
-    pad = _positive("pad_seq_to_mult", pad_seq_to_mult)
-    if pad % derived.pad_seq_to_mult:
-        raise UsageError(
-            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
-            rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
-            field="pad_seq_to_mult",
-            fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
-        )
-    return pad
-
-
 def plan_pack_length(
     lengths: Sequence[int] | np.ndarray | None = None,
     *,
@@ -440,21 +316,19 @@ def plan_pack_length(
     >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
     8
     """
-    token_slots = _positive("token_slots", token_slots)
-    dp = _positive("dp", dp)
-    m = _positive("pad_seq_to_mult", pad_seq_to_mult)
+    token_slots = positive_int("token_slots", token_slots)
+    dp = positive_int("dp", dp)
+    m = positive_int("pad_seq_to_mult", pad_seq_to_mult)
     if truncation not in TRUNCATION_POLICIES:
         raise UsageError(
             f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}", field="truncation"
         )
-    from reference_impl.packing.algorithms import ALGORITHMS
-
     if algorithm not in ALGORITHMS:
         raise UsageError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
                          field="algorithm")
     if max_seqs_per_pack is not None:
-        max_seqs_per_pack = _positive("max_seqs_per_pack", max_seqs_per_pack)
-    cands = [_positive("candidates", c) for c in candidates]
+        max_seqs_per_pack = positive_int("max_seqs_per_pack", max_seqs_per_pack)
+    cands = [positive_int("candidates", c) for c in candidates]
     if not cands:
         raise UsageError("give at least one candidate pack length", field="candidates")
     if len(set(cands)) != len(cands):

@@ -17,10 +17,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import UsageError
 
 SKILL_NAME = "megatron-sequence-packing"
 CLIENT_DIRS = {"claude": ".claude/skills", "codex": ".agents/skills", "agents": ".agents/skills"}
+
+
+def find_skill_dir() -> Path | None:
+    """The skill bundle directory: the repository's ``skills/<name>/`` (a source checkout or an
+    editable install), else a copy shipped inside the package (``reference_impl/skill_assets/<name>/``).
+    None when neither holds a SKILL.md."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package.parent / "skills" / SKILL_NAME, package / "skill_assets" / SKILL_NAME):
+        if (candidate / "SKILL.md").is_file():
+            return candidate
+    return None
 
 
 @dataclass(frozen=True)
@@ -60,8 +72,6 @@ def install_skill(
     source: str | os.PathLike[str] | None = None,
 ) -> SkillInstall:
     """Copy the skill bundle for ``client`` (claude, codex or agents) into a project or the user's home."""
-    from reference_impl.mcp_support.content import find_skill_dir
-
     if client not in CLIENT_DIRS:
         raise UsageError(f"unknown client {client!r}; choose one of {', '.join(CLIENT_DIRS)}", field="client")
     if user and project is not None:
@@ -81,20 +91,9 @@ def install_skill(
     replaced = dest.exists() or dest.is_symlink()
     if replaced and not force:
         raise UsageError("the skill is already installed there", file=str(dest), fix="pass --force to replace it")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{SKILL_NAME}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        shutil.copytree(src, tmp, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        if replaced:
-            if dest.is_symlink() or dest.is_file():
-                dest.unlink()
-            else:
-                shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_directory(dest, replace=replaced) as tmp:
+        shutil.copytree(src, tmp, symlinks=False, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     files = sum(1 for p in dest.rglob("*") if p.is_file())
     command, note = _registration(client, base if not user else Path.cwd())
     return SkillInstall(client, str(src), str(dest), files, replaced, command, note)

@@ -1,11 +1,11 @@
 """The packing smoke test: prove, by running code, that a packing path trains like unpacked data.
 
 ``run_packing_smoke_test(path, config=None, data=None, ...)`` builds real canonical THD batches
-through the path's own code (offline: ``prepare_packed_dataset`` -> packed Parquet ->
-``PackedParquetDataset``; in-batch: ``build_in_batch_loader``; and, once registered, the Energon
-and global-batch paths), converts each batch to a real Megatron-Core ``PackedSeqParams`` (the
-model reads its boundaries from that object), runs the tiny reference GPT forward and backward in
-float64, and checks, with numbers:
+through the path's own code (the smoke adapter its :class:`~reference_impl.packing_paths.PackingPath`
+names; offline: ``prepare_packed_dataset`` -> packed Parquet -> ``PackedParquetDataset``;
+in-batch: ``build_in_batch_loader``; Energon and global-batch likewise), converts each batch to a
+real Megatron-Core ``PackedSeqParams`` (the model reads its boundaries from that object), runs the
+tiny reference GPT forward and backward in float64, and checks, with numbers:
 
 1. ``packed_equals_unpacked``: every sequence's loss in the packed row equals the loss of the same
    sample run alone, unpadded, and the gradient of the packed loss equals the sum of the per-sample
@@ -19,6 +19,10 @@ float64, and checks, with numbers:
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
    gloo processes (Megatron-Core parallel state, K/V exchange) give the CP=1 loss and gradients;
 7. ``config_valid``: the run's config passes every rule of the registry.
+
+Each check is ``passed``, ``failed`` or ``skipped`` (with the reason); the report's ``result`` is
+``pass`` only when every check ran and passed (a skipped check makes it ``incomplete``). The
+default config and data of every path make every check run.
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
@@ -36,16 +40,19 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from reference_impl.errors import UsageError
+from reference_impl.limits import SMOKE_ROWS
+from reference_impl.packing_paths import PathBatches, get_path, path_names
+from reference_impl.results import Result
 
 log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-9
-SIZES = {"tiny": 12, "small": 32, "medium": 96}
+SIZES = SMOKE_ROWS
 FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset")
 CHECK_NAMES = (
     "config_valid",
@@ -56,65 +63,25 @@ CHECK_NAMES = (
     "no_cross_sequence_leakage",
     "cp_matches_cp1",
 )
-
-#: Default configs per path: CP=2 so the context-parallel check runs, per-token loss as required.
-DEFAULT_CONFIGS: dict[str, dict[str, Any]] = {
-    "offline": {
-        "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
-        "dataset": {
-            "seq_length": 256,
-            "enable_offline_packing": True,
-            "offline_packing_specs": {"packed_sequence_size": 256, "pad_seq_to_mult": 4},
-        },
-        "train": {"micro_batch_size": 1, "global_batch_size": 8},
-        "dist": {"world_size": 2},
-    },
-    "in_batch": {
-        "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
-        "dataset": {"seq_length": 256, "enable_in_batch_packing": True, "dataloader_type": "single"},
-        "train": {"micro_batch_size": 4, "global_batch_size": 8},
-        "dist": {"world_size": 2},
-    },
-    "energon": {
-        "model": {"seq_length": 128, "context_parallel_size": 2, "calculate_per_token_loss": True},
-        "dataset": {"kind": "energon", "seq_length": 128, "packing_buffer_size": 8, "micro_batch_size": 1},
-        "train": {"micro_batch_size": 1, "global_batch_size": 8},
-        "dist": {"world_size": 2},
-    },
-    "global_batch": {  # DP=2 x CP=2; packs of up to 256 * 2 tokens
-        "model": {"seq_length": 256, "context_parallel_size": 2, "max_seqlen_per_dp_cp_rank": 256,
-                  "calculate_per_token_loss": True},
-        "dataset": {"seq_length": 256, "enable_global_batch_packing": True, "dataloader_type": "single"},
-        "train": {"micro_batch_size": 1, "global_batch_size": 8},
-        "dist": {"world_size": 4},
-    },
-}
+#: Outcomes of one check, and of a whole report.
+CHECK_STATUSES = ("passed", "failed", "skipped")
+RESULTS = ("pass", "fail", "incomplete")
 
 
-def _demo(schema: str) -> Callable[[Path, int, int], Path]:
-    def make(scratch: Path, rows: int, seed: int) -> Path:
-        from reference_impl.data import demo_path
+def default_config(path: str) -> dict[str, Any]:
+    """The default smoke config of a registered path (CP=2, per-token loss): a fresh copy."""
+    import copy
 
-        return demo_path(schema)
-
-    return make
+    return copy.deepcopy(dict(get_path(path).smoke_config))
 
 
-def _synthetic_short_rows(scratch: Path, rows: int, seed: int) -> Path:
-    """Short text rows (Energon never truncates, so every sample must fit seq_length)."""
-    from reference_impl.packing.energon.media import MediaSpec
-    from reference_impl.packing.energon.prepare import write_synthetic_vlm_jsonl
-
-    return write_synthetic_vlm_jsonl(scratch / "synthetic.jsonl", rows, seed=seed, media=MediaSpec(probability=0.0))
-
-
-#: Default data per path: a function (scratch dir, rows, seed) -> JSONL path.
-DEFAULT_DATA: dict[str, Callable[[Path, int, int], Path]] = {
-    "offline": _demo("prompt_completion"),
-    "in_batch": _demo("chat"),
-    "energon": _synthetic_short_rows,
-    "global_batch": _demo("prompt_completion"),
-}
+def __getattr__(name: str) -> Any:
+    # the path registry is the source; these names stay for callers of the first version
+    if name == "PATHS":
+        return path_names()
+    if name == "DEFAULT_CONFIGS":
+        return {p: default_config(p) for p in path_names()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -123,8 +90,11 @@ DEFAULT_DATA: dict[str, Callable[[Path, int, int], Path]] = {
 
 
 @dataclass
-class Check:
-    """One check: passed (True/False) or skipped (None), the measured value and what it was held to."""
+class Check(Result):
+    """One check: passed, failed or skipped (``passed`` True/False/None), with numbers.
+
+    ``status`` spells the outcome out; a skipped check carries the ``reason`` it did not run.
+    """
 
     name: str
     passed: bool | None
@@ -133,15 +103,23 @@ class Check:
     message: str
     fix: str | None = None
     rule_id: str | None = None
+    reason: str | None = None
+    status: str = field(init=False, default="")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+    def __post_init__(self) -> None:
+        self.status = {True: "passed", False: "failed", None: "skipped"}[self.passed]
+        if self.passed is None and not self.reason:
+            self.reason = self.message
 
 
 @dataclass
-class SmokeReport:
-    """Result of :func:`run_packing_smoke_test`."""
+class SmokeReport(Result):
+    """Result of :func:`run_packing_smoke_test`.
+
+    ``result`` is ``pass`` only when every check ran and passed, ``fail`` when one failed, and
+    ``incomplete`` when none failed but some were skipped (``skipped`` names them); ``ok`` is
+    ``result == "pass"``.
+    """
 
     path: str
     ok: bool
@@ -150,151 +128,18 @@ class SmokeReport:
     data: dict[str, Any]
     timings: dict[str, float]
     faults: list[str] = field(default_factory=list)
+    result: str = field(init=False, default="")
+    skipped: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.skipped = [c.name for c in self.checks if c.passed is None]
+        failed = any(c.passed is False for c in self.checks)
+        self.result = "fail" if failed else ("incomplete" if self.skipped else "pass")
+        self.ok = self.result == "pass"
 
     def check(self, name: str) -> Check:
         """The check with this name."""
         return next(c for c in self.checks if c.name == name)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "path": self.path,
-            "ok": self.ok,
-            "checks": [c.to_dict() for c in self.checks],
-            "config": self.config,
-            "data": self.data,
-            "timings": self.timings,
-            "faults": self.faults,
-        }
-
-
-@dataclass
-class PathBatches:
-    """What a path adapter hands the checks: canonical batches and the independent reference samples."""
-
-    batches: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
-    rows_in: int
-    rows_skipped: int
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------------------------
-# Path adapters
-# ------------------------------------------------------------------------------------------------
-
-
-def _reference_samples(
-    jsonl: Path, schema: Any, tokenizer: Any, max_ids: int, truncation: str = "right"
-) -> tuple[list[dict[str, Any]], int, int]:
-    """Tokenize every row independently of any packing code: (samples, rows, rejected)."""
-    from reference_impl.data import to_training_example, tokenize_row
-    from reference_impl.data.jsonl import JsonlFile
-    from reference_impl.data.rejections import SampleRejected
-
-    jf = JsonlFile(jsonl)
-    samples, rejected = [], 0
-    for i in range(len(jf)):
-        try:
-            sample = tokenize_row(jf.row(i), schema, tokenizer, max_length=max_ids, truncation=truncation)
-        except SampleRejected:
-            rejected += 1
-            continue
-        ex = to_training_example(sample)
-        samples.append({"id": i, "tokens": ex.tokens, "labels": ex.labels, "loss_mask": ex.loss_mask})
-    return samples, len(jf), rejected
-
-
-def _schema_for(jsonl: Path) -> Any:
-    from reference_impl.data.jsonl import JsonlFile
-    from reference_impl.data.schemas import default_schema, detect_schema
-
-    return default_schema(detect_schema(JsonlFile(jsonl).row(0)))
-
-
-def _offline_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
-    from reference_impl.data import ByteTokenizer
-    from reference_impl.packing.offline import prepare_packed_dataset
-    from reference_impl.packing.packed_dataset import PackedParquetDataset
-
-    specs = cfg.dataset.offline_packing_specs
-    if specs is None or specs.packed_sequence_size <= 0 or not specs.pad_seq_to_mult:
-        raise UsageError(
-            "the offline smoke test needs dataset.offline_packing_specs with packed_sequence_size and pad_seq_to_mult",
-            rule_id="PACK-OFFLINE-SPECS-REQUIRED",
-        )
-    tok = ByteTokenizer()
-    schema = _schema_for(jsonl)
-    max_len = specs.max_single_sequence_length or min(cfg.seq_length, specs.packed_sequence_size)
-    result = prepare_packed_dataset(
-        jsonl, workdir / "packs", pack_size=specs.packed_sequence_size, pad_seq_to_mult=specs.pad_seq_to_mult,
-        max_seq_length=max_len, schema=schema, tokenizer=tok, seed=cfg.dataset.seed,
-    )
-    ds = PackedParquetDataset(result.files["training"], pad_to_max_length=cfg.pad_to_max_length)
-    batches = [ds.collate([ds[i]]) for i in range(len(ds))]
-    ds.close()
-    cap = (max_len // specs.pad_seq_to_mult) * specs.pad_seq_to_mult
-    samples, rows, rejected = _reference_samples(jsonl, schema, tok, cap + 1)
-    acc = result.manifest["splits"]["training"]["accounting"]
-    return PathBatches(batches, samples, rows, rejected, {"packs": len(batches), "accounting": acc,
-                                                           "pad_seq_to_mult": specs.pad_seq_to_mult})
-
-
-def _in_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
-    from reference_impl.data import ByteTokenizer
-    from reference_impl.packing.in_batch import build_in_batch_loader, scan_rows
-    from reference_impl.packing.sft_dataset import SFTJsonlDataset
-
-    tok = ByteTokenizer()
-    schema = _schema_for(jsonl)
-    ds = SFTJsonlDataset(jsonl, seq_length=cfg.seq_length, tokenizer=tok, schema=schema, cache_dir=workdir)
-    scan = scan_rows(ds)
-    loader = build_in_batch_loader(cfg, ds, row_scan=scan, num_workers=0, drop_last=False)
-    batches = list(loader)
-    samples, rows, rejected = _reference_samples(jsonl, schema, tok, cfg.seq_length)
-    return PathBatches(batches, samples, rows, rejected, {"micro_batches": len(batches)})
-
-
-def _energon_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
-    from reference_impl.data import ByteTokenizer
-    from reference_impl.packing.energon.loader import iter_energon_batches
-
-    tok = ByteTokenizer()
-    schema = _schema_for(jsonl)
-    micro = list(iter_energon_batches(cfg, jsonl, tokenizer=tok, schema=schema, work_dir=workdir / "energon"))
-    samples, rows, rejected = _reference_samples(jsonl, schema, tok, sys.maxsize, truncation="reject")
-    return PathBatches([m.batch for m in micro], samples, rows, rejected,
-                       {"packs": len(micro), "packing_buffer_size": cfg.dataset.packing_buffer_size})
-
-
-def _global_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
-    """Every step's packs of every DP rank, the ranks simulated in this process with the training
-    scheduler and pack builder (the real multi-process run is tests/test_global_batch_distributed.py)."""
-    from reference_impl.data import ByteTokenizer
-    from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset
-    from reference_impl.packing.global_batch.report import simulate_steps
-    from reference_impl.packing.sft_dataset import scan_rows
-
-    tok = ByteTokenizer()
-    schema = _schema_for(jsonl)
-    ds = GlobalBatchSFTDataset(jsonl, seq_length=cfg.seq_length, tokenizer=tok, schema=schema, cache_dir=workdir)
-    settings, steps = simulate_steps(cfg, ds, row_scan=scan_rows(ds), drop_last=False)
-    batches = [b for step in steps for k in range(step.num_micro_batches) for b in (r[k] for r in step.batches)]
-    samples, rows, rejected = _reference_samples(jsonl, schema, tok, cfg.seq_length)
-    return PathBatches(batches, samples, rows, rejected, {
-        "steps": len(steps), "micro_batches_per_step": [s.num_micro_batches for s in steps],
-        "scheduler": settings.scheduler, "dp_size": settings.dp_size, "simulated_dp_ranks": True,
-        "pad_seq_to_mult": settings.pad_seq_to_mult,
-    })
-
-
-#: Path name -> adapter building batches from (config, JSONL path, scratch dir). Other paths register here.
-PATHS: dict[str, Callable[[Any, Path, Path], PathBatches]] = {
-    "offline": _offline_batches,
-    "in_batch": _in_batch_batches,
-    "energon": _energon_batches,
-    "global_batch": _global_batch_batches,
-}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -615,14 +460,13 @@ def run_packing_smoke_test(
     from reference_impl.data import ByteTokenizer
     from reference_impl.training.model import TinyGPT, TinyGPTConfig
 
-    if path not in PATHS:
-        raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(PATHS)}", field="path")
+    spec = get_path(path)
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
     bad = [f for f in faults if f not in FAULTS]
     if bad:
         raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
-    cfg = load_config(config if config is not None else DEFAULT_CONFIGS.get(path), overrides)
+    cfg = load_config(config if config is not None else default_config(path), overrides)
     if path not in cfg.active_paths():
         raise UsageError(f"the config does not turn on the {path} path (active: {cfg.active_paths() or 'none'})",
                          field="dataset")
@@ -631,12 +475,12 @@ def run_packing_smoke_test(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         scratch = Path(tmp)
-        source = Path(data) if data is not None else DEFAULT_DATA[path](scratch, SIZES[size], seed)
+        source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
         jsonl = _subset(source, SIZES[size], scratch)
         checks = [_config_check(cfg)]
         notify("build batches", 0.1)
         t0 = time.perf_counter()
-        pb = PATHS[path](cfg, jsonl, scratch)
+        pb = spec.load("smoke_adapter")(cfg, jsonl, scratch)
         timings["build_batches_s"] = time.perf_counter() - t0
         batches = _apply_faults(pb.batches, faults)
         checks.append(_exactly_once(pb, batches))
@@ -655,14 +499,15 @@ def run_packing_smoke_test(
             checks.append(_cp_check(model, cfg, batches, scratch, seed, cp_max_batches, cp_timeout))
             timings["cp_check_s"] = time.perf_counter() - t0
         else:
-            checks.append(Check("cp_matches_cp1", None, None, TOLERANCE, "skipped (cp_check=False)"))
+            checks.append(Check("cp_matches_cp1", None, None, TOLERANCE, "skipped: the caller turned the CP check off "
+                                "(cp_check=False / --no-cp)"))
     timings["total_s"] = time.perf_counter() - started
     notify("done", 1.0)
     tokens = sum(int(b["tokens"].shape[1]) for b in batches)
     real = sum(sum(r for _, _, r in _sequences(b)) for b in batches)
     return SmokeReport(
         path=path,
-        ok=all(c.passed is not False for c in checks),
+        ok=False,  # set from the checks
         checks=checks,
         config={"pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
                 if path == "offline" and cfg.dataset.offline_packing_specs else None,
@@ -676,6 +521,7 @@ def run_packing_smoke_test(
     )
 
 
-__all__ = ["CHECK_NAMES", "DEFAULT_CONFIGS", "FAULTS", "PATHS", "Check", "SmokeReport", "run_packing_smoke_test"]
+__all__ = ["CHECK_NAMES", "CHECK_STATUSES", "FAULTS", "RESULTS", "Check", "SmokeReport", "default_config",
+           "run_packing_smoke_test"]
 
 

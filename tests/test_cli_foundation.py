@@ -82,8 +82,8 @@ def test_rules_formats(capsys):
         (["validate", "--example", "nope"], "no bundled example named 'nope'"),
         (["align", "--tp", "0"], "tp must be a positive integer"),
         (["align", "--tp", "x"], "invalid int value"),
-        (["rules", "--family", "bogus"], "unknown rule family"),
-        (["rules", "zzzz-nothing"], "no rule matches"),
+        (["rules", "--family", "bogus"], "invalid choice: 'bogus'"),
+        (["rules", "zzzz-nothing"], "No rule id or keyword match for 'zzzz-nothing'"),
         (["nosuchcommand"], "invalid choice"),
     ],
 )

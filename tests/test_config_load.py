@@ -68,6 +68,16 @@ def test_unknown_key_suggests_closest(tmp_path):
     assert "did you mean dataset.enable_in_batch_packing?" in str(err)
 
 
+def test_type_errors_say_what_the_field_is():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["model.context_parallel_size=two"])
+    assert str(info.value).endswith("must be an integer, got 'two' (str) (what it is: Context-parallel size (CP))")
+    with pytest.raises(ConfigError, match=r"did you mean 'single'\? \(what it is: single, cyclic"):
+        load_config(None, ["dataset.dataloader_type=singel"])
+    with pytest.raises(ConfigError, match=r"must be >= 1, got 0 \(what it is: Context-parallel size"):
+        load_config(None, ["model.context_parallel_size=0"])
+
+
 def test_unknown_key_in_wrong_section_points_to_the_right_one():
     with pytest.raises(ConfigError, match="lives at train.global_batch_size"):
         load_config({"model": {"global_batch_size": 8}})

@@ -14,7 +14,7 @@ from reference_impl.packing.global_batch.dataset import build_global_batch_loade
 from reference_impl.packing.global_batch.exchange import _decode, _encode, record_size
 from reference_impl.packing.global_batch.packs import build_pack_batch, filler_batch, simulate_step
 from reference_impl.packing.global_batch.samples import check_unpacked_sample, make_unpacked_sample
-from reference_impl.packing.global_batch.train import evaluate, run_micro_batches, train_step
+from reference_impl.training.global_batch_step import evaluate, run_micro_batches, train_step
 from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, wrap_data_iterator
 from reference_impl.packing.sft_dataset import SFTJsonlDataset
 from reference_impl.packing.thd import validate_thd_batch

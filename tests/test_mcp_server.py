@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = {
     "derive_alignment", "validate_config", "explain_rule", "list_rules", "check_model_support",
     "plan_pack_length", "simulate_packing", "pack_dataset", "inspect_packed_dataset", "server_info",
-    "run_packing_smoke_test",
+    "run_packing_smoke_test", "inspect_in_batch", "inspect_global_batch", "prepare_energon_dataset",
 }
+WRITERS = {"pack_dataset", "prepare_energon_dataset"}
 OUTSIDE_TEXT = "outside the allowed roots"
 
 
@@ -110,8 +111,8 @@ async def test_tools_are_listed_with_schemas_and_annotations(client: Client):
         assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
         assert tool.description and "ctx" not in tool.input_schema.get("properties", {})
         assert tool.annotations.open_world_hint is False
-        assert tool.annotations.read_only_hint is (name != "pack_dataset"), name
-    assert tools["pack_dataset"].annotations.destructive_hint is True
+        assert tool.annotations.read_only_hint is (name not in WRITERS), name
+    assert all(tools[name].annotations.destructive_hint is True for name in WRITERS)
     assert tools["derive_alignment"].input_schema["properties"]["tp"]["minimum"] == 1
     family = tools["list_rules"].input_schema["properties"]["family"]
     assert set(family["anyOf"][0]["enum"]) == set(FAMILIES)
@@ -212,7 +213,7 @@ async def test_plan_pack_length(client: Client, root: Path):
     assert from_file["lengths"]["details"]["path"] == str(root / "data.jsonl")
 
     text = await call_error(client, "plan_pack_length", {"lengths": [5], "histogram": {"5": 1}})
-    assert "give exactly one of lengths, histogram or jsonl" in text
+    assert "give exactly one of lengths, histogram, jsonl or mix" in text
     text = await call_error(client, "plan_pack_length", {"lengths": [5], "pad_seq_to_mult": 12, "tp": 4, "cp": 2,
                                                          "sp": True})
     assert "[PACK-OFFLINE-PAD-MULT-TOPOLOGY]" in text and "Fix: use pad_seq_to_mult=8" in text

@@ -42,9 +42,13 @@ async def test_smoke_tool_reports_checks_and_progress(root: Path):
         )
         assert result.is_error is False, result.content[0].text
         report = result.structured_content
-        assert report["ok"] is True and report["path"] == "in_batch"
+        # the CP check was turned off: every other check passed, so the run is incomplete, not a pass
+        assert report["result"] == "incomplete" and report["ok"] is False and report["path"] == "in_batch"
+        assert report["skipped"] == ["cp_matches_cp1"]
         assert [c["name"] for c in report["checks"]][0] == "config_valid"
-        assert next(c for c in report["checks"] if c["name"] == "cp_matches_cp1")["passed"] is None
+        cp = next(c for c in report["checks"] if c["name"] == "cp_matches_cp1")
+        assert cp["status"] == "skipped" and cp["passed"] is None and "cp_check=False" in cp["reason"]
+        assert all(c["status"] == "passed" for c in report["checks"] if c["name"] != "cp_matches_cp1")
         assert seen and seen[-1][0] == 1.0 and any("forward/backward" in (m or "") for _, _, m in seen)
 
 

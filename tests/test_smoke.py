@@ -76,11 +76,30 @@ def test_mean_loss_reduction_under_cp_differs_from_cp1():
     assert cp.passed is False and cp.value["max_grad_diff"] > 1e-6
 
 
-def test_cp1_config_skips_cp_check():
+def test_cp1_config_skips_cp_check_and_is_not_a_pass():
     report = run_packing_smoke_test("offline", size="tiny",
                                     overrides=["model.context_parallel_size=1", "dist.world_size=1",
                                                "dataset.offline_packing_specs.pad_seq_to_mult=1"])
-    assert report.check("cp_matches_cp1").passed is None and report.ok
+    cp = report.check("cp_matches_cp1")
+    assert cp.passed is None and cp.status == "skipped" and "context_parallel_size=1" in cp.reason
+    assert all(c.status == "passed" for c in report.checks if c is not cp)
+    assert report.result == "incomplete" and report.skipped == ["cp_matches_cp1"] and not report.ok
+
+
+def test_a_batch_of_single_sequences_skips_the_leakage_check(write_jsonl):
+    # every pack holds one sequence (two rows that cannot share a 128-token pack): nothing to perturb
+    rows = [{"prompt": "p" * 40, "completion": "c" * 60}, {"prompt": "q" * 50, "completion": "d" * 50}]
+    cfg = {"model": {"seq_length": 128}, "dataset": {"seq_length": 128, "enable_offline_packing": True,
+           "offline_packing_specs": {"packed_sequence_size": 128, "pad_seq_to_mult": 1}}}
+    report = run_packing_smoke_test("offline", cfg, write_jsonl(rows), size="tiny", cp_check=False)
+    leak = report.check("no_cross_sequence_leakage")
+    assert leak.status == "skipped" and "two sequences" in leak.reason
+    assert report.result == "incomplete" and set(report.skipped) == {"no_cross_sequence_leakage", "cp_matches_cp1"}
+
+
+def test_a_failure_outranks_a_skip():
+    report = run_packing_smoke_test("offline", size="tiny", cp_check=False, faults=["no_position_reset"])
+    assert report.skipped == ["cp_matches_cp1"] and report.result == "fail" and not report.ok
 
 
 def test_argument_errors():
@@ -102,13 +121,19 @@ def test_user_config_file_and_data(tmp_path, write_jsonl):
         "          offline_packing_specs: {packed_sequence_size: 128, pad_seq_to_mult: 1}}\n"
     )
     report = run_packing_smoke_test("offline", str(cfg), data, size="medium")
-    assert report.ok and report.data["samples"] == 10 and report.data["rows"] == 10
+    assert report.data["samples"] == 10 and report.data["rows"] == 10
+    # CP=1 config: everything that can run passes, the CP check is skipped, so the run is incomplete
+    assert report.skipped == ["cp_matches_cp1"] and report.result == "incomplete"
 
 
 def test_cli_json_and_exit_codes(capsys):
-    assert main(["smoke", "--path", "in_batch", "--size", "tiny", "--no-cp", "--json"]) == 0
+    # --no-cp skips a check the path should run: not a pass (exit 1), reported as incomplete
+    assert main(["smoke", "--path", "in_batch", "--size", "tiny", "--no-cp", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is True and out["reports"][0]["path"] == "in_batch"
+    assert out["ok"] is False and out["result"] == "incomplete" and out["reports"][0]["path"] == "in_batch"
+    assert out["reports"][0]["skipped"] == ["cp_matches_cp1"]
+    assert main(["smoke", "--path", "in_batch", "--size", "tiny", "--no-cp"]) == 1
+    assert "INCOMPLETE" in capsys.readouterr().out
     assert main(["smoke", "--path", "offline", "--size", "tiny", "--no-cp",
                  "--set", "dataset.offline_packing_specs.pad_seq_to_mult=2"]) == 1
     text = capsys.readouterr().out

@@ -354,7 +354,7 @@ def test_collate_argument_errors():
         collate_stored_rows([E1_ROW], **BASE, pad_cu_seqlens=True)
     with pytest.raises(UsageError, match="pad_seq_to_mult=None"):
         collate_stored_rows([E1_ROW], **dict(BASE, pad_seq_to_mult=None))
-    with pytest.raises(UsageError, match="pack_size must be an integer >= 1"):
+    with pytest.raises(UsageError, match="pack_size must be a positive integer"):
         collate_stored_rows([E1_ROW], **dict(BASE, pack_size=0))
     with pytest.raises(UsageError, match="non-empty sequence"):
         collate_stored_rows([], **BASE)

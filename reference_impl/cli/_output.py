@@ -11,7 +11,15 @@ from reference_impl.textfmt import markdown_table, text_table
 
 table = text_table
 
-__all__ = ["add_json_flag", "markdown_table", "print_json", "table"]
+__all__ = ["add_json_flag", "int_list", "markdown_table", "print_json", "table"]
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type of a comma-separated list of integers (``900,300,1500``)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

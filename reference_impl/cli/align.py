@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from reference_impl.cli._output import add_json_flag, print_json, table
+from reference_impl.cli._output import add_json_flag, int_list, print_json, table
 
 NAME = "align"
 HELP = "derive the per-sequence alignment (pad_seq_to_mult) for TP/CP/SP, and equal token-slot candidates"
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,26 +17,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", help="sequence parallelism on")
     p.add_argument("--eval-cp", type=int, default=None, help="a distinct evaluation CP size")
     p.add_argument("--token-slots", type=int, default=None, help="also list pack length / GBS pairs with this many slots")
-    p.add_argument("--pack-lengths", type=_int_list, default=None, help="candidate pack lengths (default 2048,4096,8192)")
+    p.add_argument("--pack-lengths", type=int_list, default=None, help="candidate pack lengths (default 2048,4096,8192)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel size for the candidate check")
     add_json_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the alignment (and candidates)."""
-    from reference_impl.alignment import DEFAULT_PACK_LENGTHS, derive_alignment, equal_slot_candidates
+    from reference_impl.verbs.alignment import AlignOptions, align
 
-    al = derive_alignment(args.tp, args.cp, args.sp, args.eval_cp)
-    candidates = None
-    if args.token_slots is not None or args.pack_lengths is not None or args.dp is not None:
-        candidates = equal_slot_candidates(
-            args.token_slots or 65536, tuple(args.pack_lengths or DEFAULT_PACK_LENGTHS), args.dp
-        )
+    al = align(AlignOptions(tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, token_slots=args.token_slots,
+                            pack_lengths=args.pack_lengths, dp=args.dp))
     if args.json:
-        out = al.to_dict()
-        if candidates is not None:
-            out["candidates"] = [c.to_dict() for c in candidates]
-        print_json(out)
+        print_json(al.to_dict())
         return 0
     topo = f"TP{al.tp} / CP{al.cp} / SP {'on' if al.sp else 'off'}" + (f" / eval CP{al.eval_cp}" if al.eval_cp else "")
     print(topo)
@@ -59,12 +45,13 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(al.explanation)
-    if candidates is not None:
+    if al.candidates is not None:
         print()
         print(
             table(
                 ["pack_len", "global_batch_size", "token_slots", "valid", "reason"],
-                [[c.pack_len, c.global_batch_size, c.token_slots, "yes" if c.valid else "no", c.reason] for c in candidates],
+                [[c.pack_len, c.global_batch_size, c.token_slots, "yes" if c.valid else "no", c.reason]
+                 for c in al.candidates],
             )
         )
     return 0

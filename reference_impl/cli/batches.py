@@ -10,18 +10,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from reference_impl.choices import (
+    BATCH_MODES,
+    RUNTIME_DATALOADER_TYPES,
+    SCHEDULERS,
+    SCHEMA_KINDS,
+    TRUNCATION_MODES,
+)
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "batches"
 HELP = "build the first packed micro-batches of a JSONL file and print their layout and padding"
 
-MODES: tuple[str, ...] = ("in-batch", "global-batch")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
     p.add_argument("input", metavar="INPUT.jsonl", help="prompt/completion or chat JSONL file")
-    p.add_argument("--mode", choices=MODES, default="in-batch", help="packing path (default in-batch)")
+    p.add_argument("--mode", choices=BATCH_MODES, default="in-batch",
+                   help="packing path, by its batch mode (default in-batch)")
     p.add_argument("--mbs", type=int, default=None,
                    help="micro-batch size: rows packed into one THD row (default 4; global-batch needs 1)")
     p.add_argument("--seq-length", type=int, default=4096, help="sequence length; bounds every row (default 4096)")
@@ -30,14 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", help="sequence parallelism on")
     p.add_argument("--eval-cp", type=int, default=None, help="a distinct evaluation CP size")
     p.add_argument("--num-batches", type=int, default=3, help="micro-batches to show (default 3)")
-    p.add_argument("--dataloader", choices=("single", "cyclic", "batch"), default="single",
+    p.add_argument("--dataloader", choices=RUNTIME_DATALOADER_TYPES, default="single",
                    help="dataloader type (default single; batch is refused by the rules)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the cyclic order (default 1234)")
-    p.add_argument("--schema", choices=("prompt_completion", "chat"), default=None,
+    p.add_argument("--schema", choices=SCHEMA_KINDS, default=None,
                    help="row schema (default: detected from the first row)")
     p.add_argument("--tokenizer", default=None,
                    help="local Hugging Face tokenizer.json or its folder (default: the byte tokenizer)")
-    p.add_argument("--truncation", choices=("right", "left", "reject"), default="right",
+    p.add_argument("--truncation", choices=TRUNCATION_MODES, default="right",
                    help="rows longer than seq-length: cut the end, cut the start, or reject (default right)")
     p.add_argument("--pad-to-max-length", action="store_true",
                    help="fixed packed width (kernels that need a static shape)")
@@ -49,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seqlen-per-rank", type=int, default=None,
                    help="model.max_seqlen_per_dp_cp_rank: a pack holds this times CP tokens "
                    "(default ceil(seq-length / CP))")
-    g.add_argument("--scheduler", choices=("dp_balanced", "balanced"), default="dp_balanced",
+    g.add_argument("--scheduler", choices=SCHEDULERS, default="dp_balanced",
                    help="dp_balanced (Megatron-Core) or balanced (tokens and attention cost; default dp_balanced)")
     g.add_argument("--num-steps", type=int, default=2, help="steps to show (default 2)")
     add_json_flag(p)
@@ -62,31 +68,30 @@ def _cells(values: list[int], limit: int = 10) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build the batches and print them; exit 1 when the settings break a packing rule."""
-    from reference_impl.errors import ConfigViolationError, UsageError
-    from reference_impl.packing.in_batch_report import in_batch_config, inspect_in_batch
+    from reference_impl.errors import ConfigViolationError
+    from reference_impl.verbs.batch_views import BatchesOptions, batches
 
-    if args.mode == "global-batch":
-        return _run_global_batch(args)
-    if args.mbs is None:
-        args.mbs = 4
-    if args.width is not None and not args.pad_to_max_length:
-        raise UsageError("--width needs --pad-to-max-length")
+    options = BatchesOptions(
+        input=args.input, mode=args.mode, mbs=args.mbs, seq_length=args.seq_length, tp=args.tp, cp=args.cp,
+        sp=args.sp, eval_cp=args.eval_cp, num_batches=args.num_batches, dataloader=args.dataloader, seed=args.seed,
+        schema=args.schema, tokenizer=args.tokenizer, truncation=args.truncation,
+        pad_to_max_length=args.pad_to_max_length, width=args.width, dp=args.dp, gbs=args.gbs,
+        max_seqlen_per_rank=args.max_seqlen_per_rank, scheduler=args.scheduler, num_steps=args.num_steps,
+    )
     try:
-        cfg = in_batch_config(
-            micro_batch_size=args.mbs, seq_length=args.seq_length, tp=args.tp, cp=args.cp, sp=args.sp,
-            eval_cp=args.eval_cp, dataloader_type=args.dataloader, seed=args.seed,
-            pad_to_max_length=args.pad_to_max_length,
-        )
-        report = inspect_in_batch(
-            args.input, cfg, num_batches=args.num_batches, tokenizer=args.tokenizer,
-            schema=args.schema, truncation=args.truncation, width=args.width,
-        )
+        report = batches(options)
     except ConfigViolationError as exc:
         print(f"seqpack {NAME}: error: {exc.message}", file=sys.stderr)
         return 1
     if args.json:
         print_json(report.to_dict())
         return 0
+    if report.mode == "global-batch":
+        return _print_global_batch(report)
+    return _print_in_batch(report)
+
+
+def _print_in_batch(report) -> int:  # noqa: ANN001 - an InBatchReport
     al = report.alignment
     width = f"fixed {report.width}" if report.pad_to_max_length else "emergent (sum of aligned rows)"
     print(
@@ -99,11 +104,10 @@ def run(args: argparse.Namespace) -> int:
     print(al["explanation"])
     rows = []
     for b in report.batches:
-        i = b.info
         rows.append([
-            b.step, _cells(list(i.rows)), _cells(list(i.lengths)), _cells(b.cu_seqlens),
+            b.step, _cells(list(b.rows)), _cells(list(b.lengths)), _cells(b.cu_seqlens),
             "-" if b.cu_seqlens_padded is None else _cells(b.cu_seqlens_padded),
-            i.width, b.max_seqlen, i.alignment_padding, i.width_padding, f"{i.padding_share:.1%}",
+            b.width, b.max_seqlen, b.alignment_padding, b.width_padding, f"{b.padding_share:.1%}",
         ])
     print(table(
         ["step", "rows", "lengths", "cu_seqlens", "cu_seqlens_padded", "width", "max_seqlen",
@@ -119,29 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_global_batch(args: argparse.Namespace) -> int:
-    from reference_impl.errors import ConfigViolationError, UsageError
-    from reference_impl.packing.global_batch.report import global_batch_config, inspect_global_batch
-
-    if args.pad_to_max_length or args.width is not None:
-        raise UsageError("--pad-to-max-length/--width do not apply to --mode global-batch (packs have no fixed width)")
-    try:
-        cfg = global_batch_config(
-            dp=args.dp, seq_length=args.seq_length, global_batch_size=args.gbs,
-            max_seqlen_per_dp_cp_rank=args.max_seqlen_per_rank, cp=args.cp, tp=args.tp, sp=args.sp,
-            scheduler=args.scheduler, dataloader_type=args.dataloader, micro_batch_size=args.mbs or 1,
-            seed=args.seed,
-        )
-        if args.eval_cp is not None:
-            raise UsageError("--eval-cp is not supported with --mode global-batch")
-        report = inspect_global_batch(args.input, cfg, num_steps=args.num_steps, tokenizer=args.tokenizer,
-                                      schema=args.schema, truncation=args.truncation)
-    except ConfigViolationError as exc:
-        print(f"seqpack {NAME}: error: {exc.message}", file=sys.stderr)
-        return 1
-    if args.json:
-        print_json(report.to_dict())
-        return 0
+def _print_global_batch(report) -> int:  # noqa: ANN001 - a GlobalBatchReport
     st = report.settings
     print(f"{report.mode}: {report.file} ({report.rows} rows), scheduler {st['scheduler']} (DP ranks simulated)")
     print(

@@ -25,18 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prepare the dataset and print where it went and what it holds."""
-    from reference_impl.packing.energon.media import MediaSpec
-    from reference_impl.packing.energon.prepare import prepare_energon_dataset
+    from reference_impl.verbs.energon import EnergonPrepareOptions, energon_prepare
 
-    result = prepare_energon_dataset(
-        args.input,
-        args.out,
-        media=MediaSpec(seed=args.seed) if args.with_media else None,
-        shard_size=args.shard_size,
-        val_fraction=args.val_fraction,
-        split_seed=args.seed,
-        overwrite=args.overwrite,
-    )
+    result = energon_prepare(EnergonPrepareOptions(
+        input=args.input, out=args.out, with_media=args.with_media, shard_size=args.shard_size,
+        val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite,
+    ))
     if args.json:
         print_json(result.to_dict())
         return 0

@@ -25,14 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Inspect; exit 1 when integrity issues are found or the topology does not fit."""
-    from reference_impl.inspect import Topology, inspect_packed_dataset
+    from reference_impl.verbs.inspection import InspectOptions, inspect_packs
 
-    topo = None
-    if args.tp is not None or args.cp is not None or args.sp or args.eval_cp is not None:
-        topo = Topology(tp=args.tp or 1, cp=args.cp or 1, sp=args.sp, eval_cp=args.eval_cp)
-    report = inspect_packed_dataset(
-        args.path, topo, pack_size=args.pack_size, eos_id=args.eos_id, pad_to_max_length=args.fixed_width or None
-    )
+    report = inspect_packs(InspectOptions(
+        path=args.path, tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pack_size=args.pack_size,
+        eos_id=args.eos_id, fixed_width=args.fixed_width or None,
+    ))
     failed = not report.ok or (report.topology is not None and not report.topology["usable"])
     if args.json:
         print_json(report.to_dict())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from reference_impl.choices import MCP_TRANSPORTS
+
 NAME = "mcp"
 HELP = "run the MCP server for coding agents (stdio, or streamable HTTP on 127.0.0.1)"
 
@@ -14,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--root", action="append", default=None, metavar="DIR",
         help="directory tools may read and write (repeatable; default: the current directory)",
     )
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+    p.add_argument("--transport", choices=MCP_TRANSPORTS, default="stdio",
                    help="stdio (default) or streamable HTTP")
     p.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default 8765)")
     p.add_argument("--lifetime", type=float, default=None, metavar="SECONDS",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "pack"
@@ -16,23 +17,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output root; packs go to a fingerprinted directory inside")
     p.add_argument("--validation", help="validation JSONL packed with the same settings")
     p.add_argument("--pack-size", type=int, required=True, help="pack capacity in runtime tokens (e.g. 8192)")
-    p.add_argument("--pad-seq-to-mult", type=int, default=None, help="per-sequence alignment (default: derived)")
+    p.add_argument("--pad-seq-to-mult", type=int, default=None,
+                   help="per-sequence alignment (default: derived; a given value must be a multiple of "
+                   "the derived one)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size, to derive the alignment")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size, to derive the alignment")
     p.add_argument("--sp", action="store_true", help="sequence parallelism, to derive the alignment")
     p.add_argument("--eval-cp", type=int, default=None, help="evaluation CP size, to derive the alignment")
     p.add_argument("--max-seq-length", type=int, default=None, help="per-sample cap (default: the pack size)")
-    p.add_argument("--schema", choices=("auto", "prompt_completion", "chat"), default="auto")
+    p.add_argument("--schema", choices=SCHEMA_OPTIONS, default="auto")
     p.add_argument("--prompt-column", default="prompt")
     p.add_argument("--completion-column", default="completion")
-    p.add_argument("--loss-mode", default=None, help="completion|full (prompt/completion), assistant|last_turn|full (chat)")
+    p.add_argument("--loss-mode", choices=LOSS_MODES, default=None,
+                   help="completion|full (prompt/completion), assistant|last_turn|full (chat)")
     p.add_argument("--tokenizer", default=None, help="local tokenizer.json (default: the embedded byte tokenizer)")
-    p.add_argument("--truncation", choices=("right", "left", "reject"), default="right")
-    p.add_argument(
-        "--algorithm",
-        choices=("best_fit_decreasing", "first_fit_decreasing", "first_fit_shuffle", "first_fit", "next_fit"),
-        default="best_fit_decreasing",
-    )
+    p.add_argument("--truncation", choices=TRUNCATION_MODES, default="right")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--max-seqs-per-pack", type=int, default=None)
     p.add_argument("--bridge-compat", action="store_true", help="reproduce Megatron-Bridge's strategy and fill exactly")
@@ -47,39 +47,26 @@ def run(args: argparse.Namespace) -> int:
     """Pack and print where the packs went and how every row was accounted for."""
     import sys
 
-    from reference_impl.alignment import derive_alignment
-    from reference_impl.data.schemas import schema_from_options
-    from reference_impl.packing.offline import prepare_packed_dataset
+    from reference_impl.verbs.packing import PackOptions, pack
 
-    multiple = args.pad_seq_to_mult or derive_alignment(args.tp, args.cp, args.sp, args.eval_cp).pad_seq_to_mult
-    inputs = {"training": args.input, "validation": args.validation} if args.validation else args.input
-    result = prepare_packed_dataset(
-        inputs,
-        args.out,
-        pack_size=args.pack_size,
-        pad_seq_to_mult=multiple,
-        max_seq_length=args.max_seq_length,
-        schema=schema_from_options(
-            args.schema, prompt_column=args.prompt_column, completion_column=args.completion_column,
-            loss_mode=args.loss_mode,
-        ),
-        tokenizer=args.tokenizer,
-        truncation=args.truncation,
-        algorithm=args.algorithm,
-        seed=args.seed,
-        max_seqs_per_pack=args.max_seqs_per_pack,
-        bridge_compat=args.bridge_compat,
-        num_samples=args.num_samples,
-        num_workers=args.workers,
-        overwrite=args.overwrite,
+    options = PackOptions(
+        input=args.input, out=args.out, validation=args.validation, pack_size=args.pack_size,
+        tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pad_seq_to_mult=args.pad_seq_to_mult,
+        max_seq_length=args.max_seq_length, schema=args.schema, prompt_column=args.prompt_column,
+        completion_column=args.completion_column, loss_mode=args.loss_mode, tokenizer=args.tokenizer,
+        truncation=args.truncation, algorithm=args.algorithm, seed=args.seed,
+        max_seqs_per_pack=args.max_seqs_per_pack, bridge_compat=args.bridge_compat, num_samples=args.num_samples,
+        workers=args.workers, overwrite=args.overwrite,
         progress=not args.no_progress and not args.json and sys.stderr.isatty(),
     )
+    result = pack(options)
+    multiple = options.multiple()
     if args.json:
         print_json(result.to_dict())
         return 0
     print(f"{'reused' if result.reused else 'wrote'} {result.root}")
     rows = []
-    for split, info in result.manifest["splits"].items():
+    for split, info in result.splits.items():
         acc = info["accounting"]
         skipped = ", ".join(f"{k}={v['count']}" for k, v in acc["skipped"].items()) or "-"
         rows.append([

@@ -4,32 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from reference_impl.cli._output import add_json_flag, print_json, table
+from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.cli._output import add_json_flag, int_list, print_json, table
 
 NAME = "plan"
 HELP = "simulate packing at several pack lengths (equal token slots per step) and recommend one"
-
-ALGORITHMS = ("best_fit_decreasing", "first_fit_decreasing", "first_fit_shuffle", "first_fit", "next_fit")
-MIXES = ("lognormal", "bimodal", "uniform")
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--jsonl", help="JSONL file (or blend manifest) tokenized like `seqpack pack` does")
-    src.add_argument("--mix", choices=MIXES, help="a synthetic length mix (with --n, --max-len, --seed)")
-    src.add_argument("--lengths", type=_int_list, help="sample lengths, comma-separated (e.g. 900,300,1500)")
+    src.add_argument("--mix", choices=LENGTH_MIXES, help="a synthetic length mix (with --n, --max-len, --seed)")
+    src.add_argument("--lengths", type=int_list, help="sample lengths, comma-separated (e.g. 900,300,1500)")
     p.add_argument("--n", type=int, default=100_000, help="samples drawn from --mix (default 100000)")
     p.add_argument("--max-len", type=int, default=4096, help="longest sample --mix draws (default 4096)")
     p.add_argument(
-        "--candidates", type=_int_list, default=None, help="pack lengths to compare (default 2048,4096,8192)"
+        "--candidates", type=int_list, default=None, help="pack lengths to compare (default 2048,4096,8192)"
     )
     p.add_argument("--token-slots", type=int, default=65536, help="token slots per optimizer step (default 65536)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel size (default 1)")
@@ -38,12 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", action="store_true", help="sequence parallelism, to derive the alignment")
     p.add_argument("--eval-cp", type=int, default=None, help="evaluation CP size, to derive the alignment")
     p.add_argument("--pad-seq-to-mult", type=int, default=None, help="explicit alignment (default: derived)")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="best_fit_decreasing")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM)
     p.add_argument("--seed", type=int, default=0, help="seed of --mix and of first_fit_shuffle (default 0)")
     p.add_argument("--max-seqs-per-pack", type=int, default=None)
-    p.add_argument("--truncation", choices=("right", "left", "reject"), default="right",
+    p.add_argument("--truncation", choices=TRUNCATION_MODES, default="right",
                    help="samples longer than a pack: cut (right/left) or leave out (reject)")
-    p.add_argument("--schema", choices=("auto", "prompt_completion", "chat"), default="auto", help="with --jsonl")
+    p.add_argument("--schema", choices=SCHEMA_OPTIONS, default="auto", help="with --jsonl")
     p.add_argument("--tokenizer", default=None, help="with --jsonl: local tokenizer.json (default: byte tokenizer)")
     add_json_flag(p)
 
@@ -51,33 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the plan; exit 1 when no candidate is valid."""
     from reference_impl.alignment import DEFAULT_PACK_LENGTHS
-    from reference_impl.planning import alignment_multiple, plan_pack_length
+    from reference_impl.verbs.planning import PlanOptions, plan as make_plan
 
-    multiple = alignment_multiple(args.pad_seq_to_mult, args.tp, args.cp, args.sp, args.eval_cp)
-    lengths = args.lengths
-    if args.mix:
-        from reference_impl.data.length_mixes import sample_lengths
-
-        lengths = sample_lengths(args.mix, args.n, seed=args.seed, max_len=args.max_len)
-    schema = None
-    if args.jsonl and args.schema != "auto":
-        from reference_impl.data.schemas import default_schema
-
-        schema = default_schema(args.schema)
-    plan = plan_pack_length(
-        lengths,
-        jsonl=args.jsonl,
-        candidates=tuple(args.candidates or DEFAULT_PACK_LENGTHS),
-        token_slots=args.token_slots,
-        dp=args.dp,
-        pad_seq_to_mult=multiple,
-        algorithm=args.algorithm,
-        seed=args.seed,
-        max_seqs_per_pack=args.max_seqs_per_pack,
-        truncation=args.truncation,
-        schema=schema,
-        tokenizer=args.tokenizer,
-    )
+    plan = make_plan(PlanOptions(
+        lengths=args.lengths, jsonl=args.jsonl, mix=args.mix, n=args.n, max_len=args.max_len,
+        candidates=tuple(args.candidates or DEFAULT_PACK_LENGTHS), token_slots=args.token_slots, dp=args.dp,
+        tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pad_seq_to_mult=args.pad_seq_to_mult,
+        algorithm=args.algorithm, seed=args.seed, max_seqs_per_pack=args.max_seqs_per_pack,
+        truncation=args.truncation, schema=args.schema, tokenizer=args.tokenizer,
+    ))
     code = 0 if plan.recommended_pack_len is not None else 1
     if args.json:
         print_json(plan.to_dict())

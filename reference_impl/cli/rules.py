@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from reference_impl.choices import RULE_FAMILIES, RULE_FORMATS, SEVERITIES
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "rules"
@@ -13,40 +14,36 @@ HELP = "list the packing rules (all, by family, by keyword) or explain one rule 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
     p.add_argument("query", nargs="?", help="a rule id (explains it) or keywords (filters)")
-    p.add_argument("--family", help="only rules of this family (e.g. offline, in_batch, energon)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--family", choices=RULE_FAMILIES, metavar="FAMILY",
+                   help="only rules of this family (e.g. offline, in_batch, energon)")
+    p.add_argument("--severity", choices=SEVERITIES, help="only rules of this severity")
+    p.add_argument("--format", choices=RULE_FORMATS, default="text")
     add_json_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the rules."""
-    from reference_impl.config.rules import FAMILIES, RULES, get_rule, search_rules
+    """Print the rules (``--json``: one rule object for an id, else the list of rules)."""
     from reference_impl.config.rules_doc import rules_markdown
-    from reference_impl.errors import UsageError
+    from reference_impl.config.rules import RULES_BY_ID
+    from reference_impl.verbs.rules import RulesOptions, query_rules
 
     fmt = "json" if args.json else args.format
-    rule = get_rule(args.query) if args.query else None
-    if rule is not None:
+    result = query_rules(RulesOptions(query=args.query, family=args.family, severity=args.severity))
+    if result.matched_by == "id":
+        d = result.rules[0]
         if fmt == "json":
-            print_json(rule.describe())
+            print_json(d)
         else:
-            d = rule.describe()
             for key in ("id", "severity", "family_title", "title", "fields", "provenance", "source", "fix", "note",
                         "example_trigger", "example_fixed"):
                 if d[key] not in ("", [], {}):
                     print(f"{key:16} {', '.join(d[key]) if isinstance(d[key], list) else d[key]}")
         return 0
-    selected = list(search_rules(args.query)) if args.query else list(RULES)
-    if args.family:
-        if args.family not in FAMILIES:
-            raise UsageError(f"unknown rule family {args.family!r}; choose one of {', '.join(FAMILIES)}")
-        selected = [r for r in selected if r.family == args.family]
-    if not selected:
-        raise UsageError(f"no rule matches {args.query!r}")
     if fmt == "json":
-        print_json([r.describe() for r in selected])
+        print_json(result.rules)
     elif fmt == "markdown":
-        print(rules_markdown(selected))
+        print(rules_markdown([RULES_BY_ID[r["id"]] for r in result.rules]))
     else:
-        print(table(["id", "severity", "provenance", "title"], [[r.id, r.severity, r.provenance, r.title] for r in selected]))
+        print(table(["id", "severity", "provenance", "title"],
+                    [[r["id"], r["severity"], r["provenance"], r["title"]] for r in result.rules]))
     return 0

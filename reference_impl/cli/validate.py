@@ -25,9 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate and print the report."""
-    from reference_impl.config.validate import validate_config
     from reference_impl.errors import UsageError
     from reference_impl.examples import example_path, list_examples
+    from reference_impl.verbs.validation import ValidateOptions, validate
 
     if args.list_examples:
         names = list_examples()
@@ -36,12 +36,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("\n".join(names))
         return 0
-    if args.example and args.config:
-        raise UsageError("give a config file or --example, not both")
-    source = example_path(args.example) if args.example else args.config
-    if source is None:
+    if args.example is None and args.config is None:
         raise UsageError("give a config file (or --example NAME)")
-    report = validate_config(source, args.overrides)
+    report = validate(ValidateOptions(path=args.config, example=args.example, overrides=args.overrides))
+    source = args.config or example_path(args.example)
     failed = not report.ok or (args.strict and report.warnings)
     if args.json:
         print_json(report.to_dict())

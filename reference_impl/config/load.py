@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import types
 from dataclasses import fields, is_dataclass
@@ -267,6 +268,17 @@ _TYPE_WORDS = {int: "an integer", bool: "true or false", str: "a string", float:
 
 
 def _coerce(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) -> Any:
+    try:
+        return _coerce_value(tp, value, path, ctx, meta)
+    except ConfigError as err:
+        help_text = _field_help().get(path)
+        if help_text and err.field == path and "(what it is:" not in err.message:
+            err.message = f"{err.message} (what it is: {help_text.rstrip('.')})"
+            err.args = (err.message,)
+        raise
+
+
+def _coerce_value(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) -> Any:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -315,8 +327,8 @@ def _coerce(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, Any]) 
     raise ctx.error(path, f"unsupported field type {tp!r}")  # pragma: no cover - schema bug
 
 
-def field_help() -> dict[str, str]:
-    """Dotted field path -> help text, for docs and the ``rules`` output."""
+@functools.lru_cache(maxsize=1)
+def _field_help() -> dict[str, str]:
     out: dict[str, str] = {}
 
     def walk(cls: type, prefix: str) -> None:
@@ -330,6 +342,15 @@ def field_help() -> dict[str, str]:
 
     walk(TrainingConfig, "")
     return out
+
+
+def field_help() -> dict[str, str]:
+    """Dotted field path -> help text (the schema's ``metadata["help"]``).
+
+    Load errors quote it: a value of the wrong type (or out of range, or not one of the choices)
+    is reported with what the field is.
+    """
+    return dict(_field_help())
 
 
 __all__ = [

@@ -11,13 +11,22 @@ and the docs. A status is one of:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from reference_impl.choices import SUPPORT_STATUSES
 from reference_impl.errors import UsageError
+from reference_impl.packing_paths import path_names
+from reference_impl.results import Result
 
-PATHS: tuple[str, ...] = ("offline", "in_batch", "energon", "global_batch")
-STATUSES: tuple[str, ...] = ("supported", "opt_out", "caveat", "unknown")
+STATUSES: tuple[str, ...] = SUPPORT_STATUSES
+
+
+def __getattr__(name: str) -> Any:
+    # ``PATHS`` is read from the packing-path registry each time (a path registered later counts)
+    if name == "PATHS":
+        return path_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,7 @@ def find_family(name: str | None) -> FamilyEntry | None:
 
 
 @dataclass(frozen=True)
-class ModelSupport:
+class ModelSupport(Result):
     """Answer of :func:`check_model_support`."""
 
     family: str
@@ -151,18 +160,15 @@ class ModelSupport:
     evidence: str
     known_family: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
 
 def check_model_support(family: str, path: str | None = None) -> list[ModelSupport]:
-    """Recorded support of ``family`` for one packing path (or all four when ``path`` is None)."""
-    if path is not None and path not in PATHS:
-        raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(PATHS)}", field="path")
+    """Recorded support of ``family`` for one packing path (or every registered path when ``path`` is None)."""
+    names = path_names()
+    if path is not None and path not in names:
+        raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(names)}", field="path")
     entry = find_family(family)
     out = []
-    for p in (path,) if path else PATHS:
+    for p in (path,) if path else names:
         if entry is None:
             out.append(ModelSupport(family, p, "unknown", "no record for this family; verify with `seqpack smoke`", "", False))
         elif p in entry.paths:

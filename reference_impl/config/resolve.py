@@ -77,6 +77,15 @@ class Resolved:
         return out
 
 
+def alignment_for_config(cfg: TrainingConfig) -> Alignment:
+    """``derive_alignment`` for the config's TP / CP / SP and evaluation CP."""
+    m = cfg.model
+    return derive_alignment(
+        m.tensor_model_parallel_size, m.context_parallel_size, m.sequence_parallel,
+        cfg.dist.eval_context_parallel_size,
+    )
+
+
 def resolve(cfg: TrainingConfig) -> Resolved:
     """Derive topology, alignment, active paths and CUDA-graph facts from ``cfg``."""
     m = cfg.model
@@ -104,7 +113,7 @@ def resolve(cfg: TrainingConfig) -> Resolved:
         dp=world // mp if world % mp == 0 else None,
         eval_cp=eval_cp,
         eval_dp=world // eval_mp if world % eval_mp == 0 else None,
-        alignment=derive_alignment(tp, cp, m.sequence_parallel, cfg.dist.eval_context_parallel_size),
+        alignment=alignment_for_config(cfg),
         seq_length=cfg.seq_length,
         paths=tuple(cfg.active_paths()),
         specs=cfg.dataset.offline_packing_specs,

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from reference_impl import packing_paths
+from reference_impl.choices import DATALOADER_TYPES, DATASET_KINDS
+
 
 def _f(default: Any, help: str, *, minimum: int | None = None, factory: Any = None) -> Any:
     meta: dict[str, Any] = {"help": help}
@@ -22,8 +25,8 @@ def _f(default: Any, help: str, *, minimum: int | None = None, factory: Any = No
     return field(default=default, metadata=meta)
 
 
-DatasetKind = Literal["gpt_sft", "direct_hf", "energon", "mock_vlm", "pretrain"]
-DataloaderType = Literal["single", "cyclic", "batch", "external"]
+DatasetKind = Literal[DATASET_KINDS]  # type: ignore[valid-type]
+DataloaderType = Literal[DATALOADER_TYPES]  # type: ignore[valid-type]
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
 DispatcherType = Literal["alltoall", "allgather", "flex"]
 FlexBackend = Literal["deepep", "hybridep"]
@@ -228,15 +231,5 @@ class TrainingConfig:
         return self.dataset.kind == "gpt_sft"
 
     def active_paths(self) -> list[str]:
-        """Names of the packing paths this config turns on (normally zero or one)."""
-        paths = []
-        if self.dataset.enable_offline_packing:
-            paths.append("offline")
-        if self.dataset.enable_in_batch_packing:
-            paths.append("in_batch")
-        if self.energon_packing:
-            paths.append("energon")
-        if self.dataset.enable_global_batch_packing:
-            paths.append("global_batch")
-        return paths
-
+        """Names of the packing paths this config turns on (normally zero or one), per the path registry."""
+        return packing_paths.active_paths(self)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -11,10 +11,11 @@ from reference_impl.config.resolve import resolve
 from reference_impl.config.rules import RULES, Rule
 from reference_impl.config.schema import TrainingConfig
 from reference_impl.errors import ConfigViolationError
+from reference_impl.results import Result
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Result):
     """One broken rule: which, how bad, what exactly (fields and values), and the fix."""
 
     rule_id: str
@@ -27,17 +28,13 @@ class Finding:
     provenance: str
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
     def one_line(self) -> str:
         """``[RULE-ID] message. Fix: ...`` for terminals and logs."""
         return f"[{self.rule_id}] {self.message}. Fix: {self.fix}"
 
 
 @dataclass(frozen=True)
-class ValidationReport:
+class ValidationReport(Result):
     """Result of :func:`validate_config`; ``ok`` is false when any error-severity rule is broken."""
 
     ok: bool
@@ -45,18 +42,7 @@ class ValidationReport:
     warnings: list[Finding]
     resolved: dict[str, Any]
     rules_checked: int
-    config: dict[str, Any] = field(repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``config`` included, so the report shows what was checked)."""
-        return {
-            "ok": self.ok,
-            "violations": [f.to_dict() for f in self.violations],
-            "warnings": [f.to_dict() for f in self.warnings],
-            "resolved": self.resolved,
-            "rules_checked": self.rules_checked,
-            "config": self.config,
-        }
+    config: dict[str, Any] = field(repr=False)  # in the JSON form too: the report shows what was checked
 
     @property
     def rule_ids(self) -> list[str]:

@@ -47,7 +47,8 @@ import numpy as np
 
 from reference_impl.data.atomic import atomic_output
 from reference_impl.data.location import RowLocation
-from reference_impl.errors import InputError, UsageError
+from reference_impl.arguments import positive_int
+from reference_impl.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,7 @@ def build_line_index(path: str | os.PathLike[str], *, chunk_size: int = DEFAULT_
 
     Raises :class:`InputError` if the file changes while it is being scanned.
     """
-    if chunk_size < 1:
-        raise UsageError(f"chunk_size must be >= 1, got {chunk_size}")
+    positive_int("chunk_size", chunk_size)
     before = file_fingerprint(path)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []

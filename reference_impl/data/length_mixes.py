@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.choices import LENGTH_MIXES
+from reference_impl.limits import MAX_MIX_LENGTH, MAX_PLAN_SAMPLES
 from reference_impl.errors import UsageError
 
-MIXES: tuple[str, ...] = ("lognormal", "bimodal", "uniform")
+MIXES: tuple[str, ...] = LENGTH_MIXES
 
 
 def sample_lengths(
@@ -30,8 +33,11 @@ def sample_lengths(
     """Draw ``n`` sequence lengths (int64) from the named mix, clipped to ``[min_len, max_len]``."""
     if mix not in MIXES:
         raise UsageError(f"unknown length mix {mix!r}; choose one of {', '.join(MIXES)}")
-    if n < 0 or min_len < 1 or max_len < min_len:
-        raise UsageError(f"invalid arguments: n={n}, min_len={min_len}, max_len={max_len}")
+    non_negative_int("n", n, maximum=MAX_PLAN_SAMPLES)
+    positive_int("min_len", min_len)
+    positive_int("max_len", max_len, maximum=MAX_MIX_LENGTH)
+    if max_len < min_len:
+        raise UsageError(f"max_len={max_len} is below min_len={min_len}", field="max_len")
     rng = np.random.default_rng(seed)
     if mix == "lognormal":
         raw = rng.lognormal(mean=np.log(300.0), sigma=1.0, size=n)

@@ -30,13 +30,11 @@ import string
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from reference_impl.choices import CHAT_LOSS_MODES, PC_LOSS_MODES, REASONING_POLICIES, SCHEMA_KINDS
 from reference_impl.errors import ConfigError, InputError
 
-SchemaKind = Literal["prompt_completion", "chat"]
+SchemaKind = Literal[SCHEMA_KINDS]  # type: ignore[valid-type]
 CHAT_KEYS: tuple[str, ...] = ("messages", "conversation", "conversations")
-PC_LOSS_MODES: tuple[str, ...] = ("completion", "full")
-CHAT_LOSS_MODES: tuple[str, ...] = ("assistant", "last_turn", "full")
-REASONING_POLICIES: tuple[str, ...] = ("train", "mask")
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES: dict[str, str] = {
     "system": "system",

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl.choices import TRUNCATION_MODES
 from reference_impl.data import rejections as rj
 from reference_impl.data.location import RowLocation, at_row
 from reference_impl.data.rejections import SampleRejected
@@ -66,7 +67,7 @@ from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSch
 from reference_impl.data.tokenizers import ChatRendering, Tokenizer
 from reference_impl.errors import InputError, UsageError
 
-TRUNCATION_POLICIES: tuple[str, ...] = ("right", "left", "reject")
+TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
 
 
 @dataclass(frozen=True, eq=False)

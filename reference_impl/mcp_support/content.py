@@ -9,20 +9,12 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
-SKILL_NAME = "megatron-sequence-packing"
+from reference_impl.skill_install import SKILL_NAME, find_skill_dir
+
+__all__ = ["SKILL_NAME", "find_skill_dir", "register_prompts", "register_resources"]
+
 MAX_PROMPT_TEXT = 20_000
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
-
-
-def find_skill_dir() -> Path | None:
-    """The skill bundle directory: the repository's ``skills/<name>/`` (a source checkout or an
-    editable install), else a copy shipped inside the package (``reference_impl/skill_assets/<name>/``).
-    None when neither holds a SKILL.md."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "skills" / SKILL_NAME, package / "skill_assets" / SKILL_NAME):
-        if (candidate / "SKILL.md").is_file():
-            return candidate
-    return None
 
 
 def _reader(path: Path, uri: str):  # noqa: ANN202 - a resource function

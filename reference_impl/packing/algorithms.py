@@ -46,21 +46,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.choices import ALGORITHMS as CHOICE_ALGORITHMS, OVERSIZE_MODES
 from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.limits import MAX_PACK_LEN
 
 logger = logging.getLogger(__name__)
 
-ALGORITHMS: tuple[str, ...] = (
-    "best_fit_decreasing",
-    "first_fit_decreasing",
-    "first_fit_shuffle",
-    "first_fit",
-    "next_fit",
-)
-OVERSIZE_POLICIES: tuple[str, ...] = ("error", "report", "truncate")
+ALGORITHMS: tuple[str, ...] = CHOICE_ALGORITHMS
+OVERSIZE_POLICIES: tuple[str, ...] = OVERSIZE_MODES
 
 # Best fit keeps one counter per free-space level, so its memory grows with the capacity.
-MAX_BFD_CAPACITY = 1 << 22
+MAX_BFD_CAPACITY = MAX_PACK_LEN
 # Bins per block in the first-fit-decreasing block index.
 _FFD_BLOCK = 256
 # First fit decreasing costs about one vectorised step (~25 us) per distinct length, or ~2 us
@@ -209,10 +206,6 @@ class PackResult:
 # --------------------------------------------------------------------------------------------
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def as_length_array(lengths: Sequence[int] | np.ndarray, *, field: str = "lengths") -> np.ndarray:
     """Validate ``lengths`` (1-D, integer, non-negative) and return it as an int64 array."""
     arr = np.asarray(lengths)
@@ -253,28 +246,19 @@ def pack_lengths(
     as ``capacity`` tokens (listed in ``result.truncated``). Same inputs -> same bins.
     """
     arr = as_length_array(lengths)
-    if not _is_int(capacity) or capacity < 1:
-        raise UsageError(f"capacity must be an integer >= 1, got {capacity!r}", field="capacity")
-    capacity = int(capacity)
+    capacity = positive_int("capacity", capacity)
     if algorithm not in ALGORITHMS:
         raise UsageError(
             f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
             field="algorithm",
         )
-    if max_seqs_per_pack is not None and (
-        not _is_int(max_seqs_per_pack) or max_seqs_per_pack < 1
-    ):
-        raise UsageError(
-            f"max_seqs_per_pack must be None or an integer >= 1, got {max_seqs_per_pack!r}",
-            field="max_seqs_per_pack",
-        )
+    max_seqs_per_pack = positive_int("max_seqs_per_pack", max_seqs_per_pack, allow_none=True)
     if oversize not in OVERSIZE_POLICIES:
         raise UsageError(
             f"unknown oversize policy {oversize!r}; choose one of {', '.join(OVERSIZE_POLICIES)}",
             field="oversize",
         )
-    if not _is_int(seed) or seed < 0:
-        raise UsageError(f"seed must be an integer >= 0, got {seed!r}", field="seed")
+    non_negative_int("seed", seed)
     if algorithm == "best_fit_decreasing" and capacity > MAX_BFD_CAPACITY:
         raise UsageError(
             f"best_fit_decreasing keeps one counter per free-space level and supports capacities "

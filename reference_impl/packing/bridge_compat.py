@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import PackingError, UsageError
 from reference_impl.packing.algorithms import as_length_array, first_fit_in_order, pack_lengths
 
@@ -49,7 +50,7 @@ BRIDGE_METADATA_KEYS: tuple[str, ...] = (
 
 def bridge_rng(seed: int) -> np.random.RandomState:
     """The legacy stream Bridge draws from after ``np.random.seed(seed)``, as a private object."""
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+    if not is_int(seed) or not 0 <= seed < 2**32:
         raise UsageError(f"seed must be an integer in [0, 2**32), got {seed!r}", field="seed")
     return np.random.RandomState(int(seed))
 
@@ -58,12 +59,6 @@ def _as_rng(rng: np.random.RandomState | int) -> np.random.RandomState:
     if isinstance(rng, np.random.RandomState):
         return rng
     return bridge_rng(rng)
-
-
-def _check_pack_size(pack_size: int) -> int:
-    if not isinstance(pack_size, (int, np.integer)) or isinstance(pack_size, bool) or pack_size < 1:
-        raise UsageError(f"pack_size must be an integer >= 1, got {pack_size!r}", field="pack_size")
-    return int(pack_size)
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,7 +141,7 @@ def bridge_assign(
     keep input order), ``first_fit_shuffle`` shuffles with ``rng`` (a ``RandomState`` or a
     seed). An item longer than ``pack_size`` gets a bin of its own, as in Bridge.
     """
-    pack_size = _check_pack_size(pack_size)
+    pack_size = positive_int("pack_size", pack_size)
     arr = as_length_array(lengths)
     if algorithm not in BRIDGE_ALGORITHMS:
         raise UsageError(
@@ -196,7 +191,7 @@ def bridge_pack_metadata(
     """
     sums = [int(x) for x in np.asarray(bin_sums).tolist()]
     counts = [int(x) for x in np.asarray(bin_counts).tolist()]
-    pack_size = _check_pack_size(pack_size)
+    pack_size = positive_int("pack_size", pack_size)
     if len(sums) != len(counts):
         raise UsageError(
             f"bin_sums and bin_counts differ in length ({len(sums)} vs {len(counts)})",
@@ -231,7 +226,7 @@ def bridge_packing_strategy(
     as in Bridge, and a warning; ``bridge_fill_assignment`` rejects such bins.
     """
     hist = as_length_array(histogram, field="histogram")
-    pack_size = _check_pack_size(pack_size)
+    pack_size = positive_int("pack_size", pack_size)
     if int(hist.sum()) == 0:
         raise PackingError("the histogram is empty: there is nothing to pack", field="histogram")
     lengths = np.repeat(np.arange(hist.shape[0], dtype=np.int64), hist)
@@ -379,7 +374,7 @@ def bridge_pack_samples(
     Raises ``PackingError`` when a kept sample is longer than ``pack_size`` (Bridge would fail
     in its fill step) or when nothing is left to pack.
     """
-    pack_size = _check_pack_size(pack_size)
+    pack_size = positive_int("pack_size", pack_size)
     lengths = as_length_array(runtime_lengths, field="runtime_lengths")
     s = pack_size if max_seq_length is None else int(max_seq_length)
     rs = bridge_rng(seed)

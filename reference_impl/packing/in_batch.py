@@ -34,22 +34,26 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torch.utils.data
 
-from reference_impl.alignment import Alignment, derive_alignment, round_up
+from reference_impl.alignment import Alignment, round_up
+from reference_impl.arguments import positive_int
 from reference_impl.config import TrainingConfig, load_config
+from reference_impl.config.resolve import alignment_for_config
 from reference_impl.config.validate import check_rules
 from reference_impl.errors import AlignmentError, PackingError, SeqpackError, UsageError
+from reference_impl.packing.pack_info import PackInfo, PaddingTotals
 from reference_impl.packing.samplers import (
     CyclicMicroBatchSampler,
     SingleMicroBatchSampler,
     make_micro_batch_sampler,
 )
 from reference_impl.packing.sft_dataset import RowScan, SFTJsonlDataset, scan_rows
+from reference_impl.packing.sft_loader import DatasetArgs, SamplerSettings, build_sft_loader, dataset_for
+from reference_impl.packing_paths import get_path
 from reference_impl.packing.thd import SLACK_MODES, build_thd_batch
 
 log = logging.getLogger(__name__)
@@ -85,7 +89,7 @@ IN_BATCH_RULE_IDS: tuple[str, ...] = (
 )
 
 #: Dataset kinds whose rows are JSONL text samples this loader can read.
-IN_BATCH_DATASET_KINDS: tuple[str, ...] = ("gpt_sft", "direct_hf")
+IN_BATCH_DATASET_KINDS: tuple[str, ...] = get_path("in_batch").dataset_kinds
 
 _ROW_KEYS = ("tokens", "labels", "loss_mask")
 
@@ -93,96 +97,6 @@ _ROW_KEYS = ("tokens", "labels", "loss_mask")
 def _collator_words(message: str) -> str:
     """The builder's argument names in a message, as the collator calls them."""
     return message.replace("max_row_length", "seq_length").replace("max_length", "width")
-
-
-@dataclass(frozen=True)
-class PackInfo:
-    """Padding accounting of one packed micro-batch.
-
-    ``rows``: dataset row indices in packing order (positions in the micro-batch when the items
-    carry no ``row_index``); ``lengths``: real tokens per row; ``aligned_lengths``: the lengths
-    rounded up to ``pad_seq_to_mult``; ``width``: positions of the packed row.
-    ``alignment_padding = sum(aligned) - sum(lengths)`` and ``width_padding = width -
-    sum(aligned)`` (fixed-width slack). ``truncated_rows``: rows cut by the tokenization policy.
-    """
-
-    rows: tuple[int, ...]
-    lengths: tuple[int, ...]
-    aligned_lengths: tuple[int, ...]
-    pad_seq_to_mult: int
-    width: int
-    truncated_rows: tuple[int, ...] = ()
-
-    @property
-    def real_tokens(self) -> int:
-        """Real (non-padding) positions."""
-        return sum(self.lengths)
-
-    @property
-    def alignment_padding(self) -> int:
-        """Positions added to round each row up to the alignment multiple."""
-        return sum(self.aligned_lengths) - self.real_tokens
-
-    @property
-    def width_padding(self) -> int:
-        """Positions added to reach a fixed width (0 with the emergent width)."""
-        return self.width - sum(self.aligned_lengths)
-
-    @property
-    def padding_share(self) -> float:
-        """Share of the width that is padding."""
-        return 1.0 - self.real_tokens / self.width
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, derived counts included."""
-        return {
-            **asdict(self),
-            "rows": list(self.rows),
-            "lengths": list(self.lengths),
-            "aligned_lengths": list(self.aligned_lengths),
-            "truncated_rows": list(self.truncated_rows),
-            "real_tokens": self.real_tokens,
-            "alignment_padding": self.alignment_padding,
-            "width_padding": self.width_padding,
-            "padding_share": self.padding_share,
-        }
-
-
-@dataclass
-class PaddingTotals:
-    """Running totals over packed micro-batches (feed it each batch's ``pack_info``)."""
-
-    batches: int = 0
-    rows: int = 0
-    real_tokens: int = 0
-    alignment_padding: int = 0
-    width_padding: int = 0
-    truncated_rows: int = 0
-    max_width: int = 0
-
-    def add(self, info: PackInfo) -> None:
-        """Count one micro-batch."""
-        self.batches += 1
-        self.rows += len(info.rows)
-        self.real_tokens += info.real_tokens
-        self.alignment_padding += info.alignment_padding
-        self.width_padding += info.width_padding
-        self.truncated_rows += len(info.truncated_rows)
-        self.max_width = max(self.max_width, info.width)
-
-    @property
-    def positions(self) -> int:
-        """All positions of the counted batches (real + padding)."""
-        return self.real_tokens + self.alignment_padding + self.width_padding
-
-    @property
-    def padding_share(self) -> float:
-        """Share of all positions that is padding (0.0 when nothing was counted)."""
-        return 0.0 if not self.positions else 1.0 - self.real_tokens / self.positions
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, derived counts included."""
-        return {**asdict(self), "positions": self.positions, "padding_share": self.padding_share}
 
 
 class InBatchPackingCollator:
@@ -223,11 +137,8 @@ class InBatchPackingCollator:
                     field="alignment",
                 )
             pad_seq_to_mult = alignment.pad_seq_to_mult
-        if isinstance(pad_seq_to_mult, bool) or not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-            raise UsageError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
-                             field="pad_seq_to_mult")
-        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
-            raise UsageError(f"seq_length must be a positive integer, got {seq_length!r}", field="seq_length")
+        pad_seq_to_mult = positive_int("pad_seq_to_mult", pad_seq_to_mult)
+        seq_length = positive_int("seq_length", seq_length)
         if slack not in SLACK_MODES:
             raise UsageError(f"unknown slack mode {slack!r}; choose one of {', '.join(SLACK_MODES)}",
                              field="slack")
@@ -235,8 +146,7 @@ class InBatchPackingCollator:
             raise UsageError("width only applies with pad_to_max_length=True", field="width")
         if pad_to_max_length:
             width = seq_length if width is None else width
-            if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-                raise UsageError(f"width must be a positive integer, got {width!r}", field="width")
+            width = positive_int("width", width)
             if width % pad_seq_to_mult:
                 raise AlignmentError(
                     f"fixed width {width} is not a multiple of the alignment {pad_seq_to_mult}",
@@ -315,15 +225,6 @@ class InBatchPackingCollator:
         )
 
 
-def alignment_for_config(cfg: TrainingConfig) -> Alignment:
-    """``derive_alignment`` for the config's TP / CP / SP and evaluation CP."""
-    m = cfg.model
-    return derive_alignment(
-        m.tensor_model_parallel_size, m.context_parallel_size, m.sequence_parallel,
-        cfg.dist.eval_context_parallel_size,
-    )
-
-
 def build_in_batch_loader(
     cfg: TrainingConfig | Mapping[str, Any] | str | os.PathLike[str],
     source: str | os.PathLike[str] | SFTJsonlDataset,
@@ -373,60 +274,26 @@ def build_in_batch_loader(
         raise UsageError("the data-parallel size is undefined for this topology", field="dist.world_size")
     alignment = alignment_for_config(cfg)
     seq_length = cfg.seq_length
-
-    if isinstance(source, SFTJsonlDataset):
-        given = {"tokenizer": tokenizer, "schema": schema, "cache_dir": cache_dir}
-        clash = [k for k, v in given.items() if v is not None] + (["truncation"] if truncation != "right" else [])
-        if clash:
-            raise UsageError(f"{clash} cannot be applied to a ready dataset; set them when building it",
-                             field=clash[0])
-        if source.seq_length != seq_length:
-            raise UsageError(
-                f"the dataset tokenizes to seq_length={source.seq_length} but the config has {seq_length}",
-                field="seq_length",
-            )
-        dataset = source
-    else:
-        dataset = SFTJsonlDataset(
-            source, seq_length=seq_length, tokenizer=tokenizer, schema=schema,
-            truncation=truncation, cache_dir=cache_dir,
-        )
-    indices = None
-    if row_scan is not None:
-        row_scan.check_matches(dataset)
-        if row_scan.usable.size == 0:
-            raise PackingError("every row of the file was rejected; nothing to train on",
-                               file=dataset.path)
-        indices = row_scan.usable
-
-    sampler = make_micro_batch_sampler(
-        cfg.dataloader_type,
-        None if indices is not None else len(dataset),
-        micro_batch_size=cfg.train.micro_batch_size,
-        consumed_samples=consumed_samples,
-        data_parallel_rank=dp_rank,
-        data_parallel_size=dp_size,
-        drop_last=cfg.dataset.drop_last if drop_last is None else drop_last,
-        seed=cfg.dataset.seed,
-        indices=indices,
-    )
-    collator = InBatchPackingCollator(
-        alignment=alignment,
-        seq_length=seq_length,
-        pad_to_max_length=cfg.pad_to_max_length,
-        width=width,
-        pad_token_id=dataset.tokenizer.pad_id,
-    )
-    workers = cfg.dataset.num_workers if num_workers is None else num_workers
-    log.info(
-        "in-batch loader: %r, %s sampler (MBS %d, DP rank %d of %d), %r, %d worker(s)",
-        dataset, cfg.dataloader_type, cfg.train.micro_batch_size, dp_rank, dp_size, collator, workers,
-    )
-    return torch.utils.data.DataLoader(
+    dataset = dataset_for(source, dataset_class=SFTJsonlDataset, seq_length=seq_length,
+                          args=DatasetArgs(tokenizer, schema, truncation, cache_dir))
+    return build_sft_loader(
         dataset,
-        batch_sampler=sampler,
-        collate_fn=collator,
-        num_workers=workers,
+        sampler=SamplerSettings(
+            dataloader_type=cfg.dataloader_type,
+            micro_batch_size=cfg.train.micro_batch_size,
+            dp_size=dp_size,
+            seed=cfg.dataset.seed,
+            drop_last=cfg.dataset.drop_last if drop_last is None else drop_last,
+        ),
+        make_collate=lambda ds: InBatchPackingCollator(
+            alignment=alignment, seq_length=seq_length, pad_to_max_length=cfg.pad_to_max_length, width=width,
+            pad_token_id=ds.tokenizer.pad_id,
+        ),
+        dp_rank=dp_rank,
+        consumed_samples=consumed_samples,
+        row_scan=row_scan,
+        num_workers=cfg.dataset.num_workers if num_workers is None else num_workers,
         pin_memory=pin_memory,
+        name="in-batch",
     )
 

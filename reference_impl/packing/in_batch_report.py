@@ -14,15 +14,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference_impl.arguments import positive_int
 from reference_impl.config import TrainingConfig, load_config
-from reference_impl.errors import UsageError
-from reference_impl.packing.in_batch import (
-    PackInfo,
-    PaddingTotals,
-    alignment_for_config,
-    build_in_batch_loader,
-)
-from reference_impl.packing.sft_dataset import SFTJsonlDataset
+from reference_impl.config.resolve import alignment_for_config
+from reference_impl.limits import MAX_BATCHES_SHOWN
+from reference_impl.packing.pack_info import PackInfo, PaddingTotals
+from reference_impl.results import Result
 
 __all__ = ["BatchSummary", "InBatchReport", "in_batch_config", "inspect_in_batch"]
 
@@ -46,8 +43,7 @@ def in_batch_config(
     data-parallel replica, so every rule about the topology sees a consistent config.
     """
     for name, value in (("tp", tp), ("cp", cp), ("eval_cp", eval_cp or 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+        positive_int(name, value)
     world = math.lcm(tp * cp, tp * (eval_cp or cp))
     data: dict[str, Any] = {
         "model": {
@@ -70,31 +66,30 @@ def in_batch_config(
     return load_config(data)
 
 
-@dataclass(frozen=True)
-class BatchSummary:
-    """One packed micro-batch: its :class:`PackInfo` plus the boundary arrays it carries."""
+@dataclass(frozen=True, kw_only=True)
+class BatchSummary(PackInfo):
+    """One packed micro-batch: its :class:`PackInfo` (padding accounting) plus the boundary arrays it carries."""
 
     step: int
-    info: PackInfo
     cu_seqlens: list[int]
     cu_seqlens_padded: list[int] | None
     max_seqlen: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "step": self.step,
-            **self.info.to_dict(),
-            "cu_seqlens": self.cu_seqlens,
-            "cu_seqlens_padded": self.cu_seqlens_padded,
-            "max_seqlen": self.max_seqlen,
-        }
+    @classmethod
+    def of(cls, step: int, info: PackInfo, batch: dict[str, Any]) -> BatchSummary:
+        """The summary of ``batch`` (a canonical batch with its ``pack_info``)."""
+        padded = batch.get("cu_seqlens_q_padded")
+        return cls(info.rows, info.lengths, info.aligned_lengths, info.pad_seq_to_mult, info.width,
+                   info.truncated_rows, step=step, cu_seqlens=batch["cu_seqlens_q"].tolist(),
+                   cu_seqlens_padded=None if padded is None else padded.tolist(),
+                   max_seqlen=int(batch["max_seqlen_q"]))
 
 
 @dataclass(frozen=True)
-class InBatchReport:
+class InBatchReport(Result):
     """Result of :func:`inspect_in_batch`; ``totals`` covers the batches shown."""
 
+    mode: str = field(default="in-batch", init=False)
     file: str
     rows: int
     schema: dict[str, Any]
@@ -108,26 +103,6 @@ class InBatchReport:
     steps_per_pass: int
     batches: list[BatchSummary]
     totals: PaddingTotals = field(default_factory=PaddingTotals)
-    mode: str = "in-batch"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "mode": self.mode,
-            "file": self.file,
-            "rows": self.rows,
-            "schema": self.schema,
-            "tokenizer": self.tokenizer,
-            "seq_length": self.seq_length,
-            "micro_batch_size": self.micro_batch_size,
-            "dataloader_type": self.dataloader_type,
-            "alignment": self.alignment,
-            "pad_to_max_length": self.pad_to_max_length,
-            "width": self.width,
-            "steps_per_pass": self.steps_per_pass,
-            "batches": [b.to_dict() for b in self.batches],
-            "totals": self.totals.to_dict(),
-        }
 
 
 def inspect_in_batch(
@@ -145,13 +120,14 @@ def inspect_in_batch(
     The last incomplete micro-batch is kept (``drop_last=False``) so a small file shows every row;
     no worker processes are started.
     """
-    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1:
-        raise UsageError(f"num_batches must be a positive integer, got {num_batches!r}", field="num_batches")
+    from reference_impl.packing.in_batch import build_in_batch_loader
+
+    positive_int("num_batches", num_batches, maximum=MAX_BATCHES_SHOWN)
     loader = build_in_batch_loader(
         cfg, path, tokenizer=tokenizer, schema=schema, truncation=truncation, width=width,
         num_workers=0, drop_last=False,
     )
-    dataset: SFTJsonlDataset = loader.dataset
+    dataset = loader.dataset
     totals = PaddingTotals()
     batches: list[BatchSummary] = []
     for step, batch in enumerate(loader):
@@ -159,16 +135,7 @@ def inspect_in_batch(
             break
         info: PackInfo = batch["pack_info"]
         totals.add(info)
-        padded = batch.get("cu_seqlens_q_padded")
-        batches.append(
-            BatchSummary(
-                step=step,
-                info=info,
-                cu_seqlens=batch["cu_seqlens_q"].tolist(),
-                cu_seqlens_padded=None if padded is None else padded.tolist(),
-                max_seqlen=int(batch["max_seqlen_q"]),
-            )
-        )
+        batches.append(BatchSummary.of(step, info, batch))
     collator = loader.collate_fn
     return InBatchReport(
         file=dataset.path,

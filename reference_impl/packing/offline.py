@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -44,7 +43,11 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from reference_impl import __version__
+from reference_impl.arguments import positive_int
+from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
+from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.reports import PreparedPacks
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +78,9 @@ class OfflinePackOptions:
     num_samples: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("pack_size", "pad_seq_to_mult"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+        positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
+        positive_int("pad_seq_to_mult", self.pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
+        positive_int("max_seqs_per_pack", self.max_seqs_per_pack, allow_none=True, maximum=MAX_SEQS_PER_PACK)
         if self.max_seq_length is not None and not 1 <= self.max_seq_length <= self.pack_size:
             raise UsageError(
                 f"max_seq_length={self.max_seq_length} must be between 1 and pack_size={self.pack_size}",
@@ -149,30 +151,6 @@ class SplitAccount:
             "truncated": self.truncated,
             "skipped_total": self.skipped_total,
             "skipped": self.skipped,
-        }
-
-
-@dataclass(frozen=True)
-class PreparedPacks:
-    """Result of :func:`prepare_packed_dataset`."""
-
-    root: Path
-    files: dict[str, Path]
-    metadata_path: Path
-    manifest_path: Path
-    manifest: dict[str, Any]
-    reused: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary: where the packs are and what the manifest says about each split."""
-        return {
-            "root": str(self.root),
-            "files": {k: str(v) for k, v in self.files.items()},
-            "metadata_path": str(self.metadata_path),
-            "manifest_path": str(self.manifest_path),
-            "reused": self.reused,
-            "fingerprint": self.manifest["fingerprint"],
-            "splits": self.manifest["splits"],
         }
 
 
@@ -603,18 +581,15 @@ def prepare_packed_dataset(
         if manifest is not None and manifest.get("fingerprint") == fp:
             log.info("reusing packs in %s (same fingerprint)", root)
             files = {s: root / v["file"] for s, v in manifest["splits"].items()}
-            return PreparedPacks(root, files, root / metadata_name, manifest_path, manifest, reused=True)
+            return PreparedPacks.from_manifest(root, files, root / metadata_name, manifest_path, manifest, reused=True)
         raise PackingError(
             "output directory exists but is not a complete pack with this fingerprint",
             file=str(root),
             fix="remove it or pass overwrite=True (--overwrite)",
         )
 
-    out_root.mkdir(parents=True, exist_ok=True)
-    tmp = out_root / f".tmp-{fp[:12]}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    # ``root`` is replaced only with overwrite=True, and it carries this run's fingerprint in its name
+    with atomic_directory(root, replace=overwrite) as tmp:
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
@@ -640,14 +615,9 @@ def prepare_packed_dataset(
             "splits": splits,
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        if root.exists():
-            shutil.rmtree(root)
-        os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     files = {s: root / v["file"] for s, v in splits.items()}
-    return PreparedPacks(root, files, root / metadata_name, root / MANIFEST_NAME, manifest, reused=False)
+    return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, manifest,
+                                       reused=False)
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:

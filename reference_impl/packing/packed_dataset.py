@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.packing.parquet import PackedParquetReader, read_metadata, resolve_parquet_paths
 from reference_impl.packing.thd_compat import collate_stored_row_canonical, collate_stored_rows
@@ -79,8 +80,7 @@ class PackedParquetDataset(torch.utils.data.Dataset):
 
     @staticmethod
     def _mapping(n: int, max_num_samples: int, seed: int) -> np.ndarray:
-        if max_num_samples < 1:
-            raise UsageError(f"max_num_samples must be >= 1, got {max_num_samples}", field="max_num_samples")
+        max_num_samples = positive_int("max_num_samples", max_num_samples)
         epochs = -(-max_num_samples // n)
         perms = [np.random.default_rng(seed + e).permutation(n) for e in range(epochs)]
         return np.concatenate(perms)[:max_num_samples].astype(np.int64)

@@ -18,7 +18,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from reference_impl.errors import ArtifactError, UsageError
+from reference_impl.arguments import positive_int
+from reference_impl.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,7 @@ def write_packed_parquet(
 
     from reference_impl.data.atomic import atomic_output
 
-    if row_group_size < 1:
-        raise UsageError(f"row_group_size must be >= 1, got {row_group_size}", field="row_group_size")
+    positive_int("row_group_size", row_group_size)
     target = Path(path)
     table = rows_to_table(rows)
     with atomic_output(target) as fh:

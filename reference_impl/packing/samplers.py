@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,6 @@ __all__ = [
 
 #: Dataloader types the in-batch path can run with.
 DATALOADER_TYPES: tuple[str, ...] = ("single", "cyclic")
-
-
-def _int_at_least(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}", field=name)
-    return int(value)
 
 
 class _MicroBatchSampler:
@@ -92,17 +87,17 @@ class _MicroBatchSampler:
             total_samples = int(arr.size)
         else:
             self.indices = None
-        self.total_samples = _int_at_least("total_samples", total_samples, 1)
-        self.micro_batch_size = _int_at_least("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_size = _int_at_least("data_parallel_size", data_parallel_size, 1)
-        self.data_parallel_rank = _int_at_least("data_parallel_rank", data_parallel_rank, 0)
+        self.total_samples = positive_int("total_samples", total_samples)
+        self.micro_batch_size = positive_int("micro_batch_size", micro_batch_size)
+        self.data_parallel_size = positive_int("data_parallel_size", data_parallel_size)
+        self.data_parallel_rank = non_negative_int("data_parallel_rank", data_parallel_rank)
         if self.data_parallel_rank >= self.data_parallel_size:
             raise UsageError(
                 f"data_parallel_rank={data_parallel_rank} must be below "
                 f"data_parallel_size={data_parallel_size}",
                 field="data_parallel_rank",
             )
-        self.consumed_samples = _int_at_least("consumed_samples", consumed_samples, 0)
+        self.consumed_samples = non_negative_int("consumed_samples", consumed_samples)
         if not isinstance(drop_last, bool):
             raise UsageError(f"drop_last must be true or false, got {drop_last!r}", field="drop_last")
         self.drop_last = drop_last
@@ -185,9 +180,7 @@ class CyclicMicroBatchSampler(_MicroBatchSampler):
 
     def __init__(self, total_samples: int | None = None, *, seed: int, **kwargs: Any) -> None:
         super().__init__(total_samples, **kwargs)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise UsageError(f"seed must be a non-negative integer, got {seed!r}", field="seed")
-        self.seed = int(seed)
+        self.seed = non_negative_int("seed", seed)
         if self.epoch_length == 0:
             raise UsageError(
                 f"{self.total_samples} sample(s) do not fill one step of "
@@ -214,7 +207,7 @@ class CyclicMicroBatchSampler(_MicroBatchSampler):
 
     def permutation(self, epoch: int) -> np.ndarray:
         """The order of epoch ``epoch``: a permutation of ``0..total_samples-1`` from ``[seed, epoch]``."""
-        epoch = _int_at_least("epoch", epoch, 0)
+        epoch = non_negative_int("epoch", epoch)
         return np.random.default_rng([self.seed, epoch]).permutation(self.total_samples)
 
     def __len__(self) -> int:

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from reference_impl.arguments import positive_int
 from reference_impl.data import (
     JsonlFile,
     SampleRejected,
@@ -102,8 +103,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         truncation: str = "right",
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 2:
-            raise UsageError(f"seq_length must be an integer >= 2, got {seq_length!r}", field="seq_length")
+        positive_int("seq_length", seq_length, minimum=2)
         if truncation not in TRUNCATION_POLICIES:
             raise UsageError(
                 f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}",

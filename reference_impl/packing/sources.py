@@ -23,6 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from reference_impl.arguments import positive_int
+from reference_impl.limits import MAX_BLEND_SAMPLES
 from reference_impl.errors import InputError, UsageError
 
 #: Path suffixes read as blend manifests rather than as JSONL data.
@@ -149,8 +151,7 @@ def resolve_stream(
     if len(sources) == 1 and num_samples is None:
         return RowStream(tuple(sources), np.zeros(sizes[0], dtype=np.int64), np.arange(sizes[0], dtype=np.int64))
     total = int(sizes.sum()) if num_samples is None else int(num_samples)
-    if total < 1:
-        raise UsageError(f"num_samples must be >= 1, got {total}", field="num_samples")
+    positive_int("num_samples", total, maximum=MAX_BLEND_SAMPLES)
     counts = _largest_remainder(np.asarray([s.weight for s in sources]), total)
     rng = np.random.default_rng(seed)
     src_parts, row_parts = [], []

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.errors import ArtifactError, PackingError, SeqpackError, UsageError
 from reference_impl.packing.thd import (
     RESERVED_KEYS,
@@ -536,12 +537,6 @@ def static_shape_from_metadata(
     return capacity, max_seqlen
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}", field=name)
-    return int(value)
-
-
 def _row_array(row: Mapping[str, Any], key: str, *, row_index: int) -> np.ndarray:
     value = row.get(key)
     if value is None:
@@ -634,15 +629,15 @@ def _check_stored_args(
     pack_size: Any, pad_seq_to_mult: Any, eos_id: Any, pad_seq_length_to_mult: Any,
     pad_to_max_length: bool, pad_cu_seqlens: bool, pack_metadata: Any,
 ) -> None:
-    _check_int("pack_size", pack_size, 1)
+    positive_int("pack_size", pack_size)
     if pad_seq_to_mult is None:
         raise UsageError(
             "pad_seq_to_mult=None is not a multiple", field="pad_seq_to_mult",
             fix="pass 1 for no alignment (Bridge's collate fails on None too)",
         )
-    _check_int("pad_seq_to_mult", pad_seq_to_mult, 1)
-    _check_int("eos_id", eos_id, 0)
-    _check_int("pad_seq_length_to_mult", pad_seq_length_to_mult, 1)
+    positive_int("pad_seq_to_mult", pad_seq_to_mult)
+    non_negative_int("eos_id", eos_id)
+    positive_int("pad_seq_length_to_mult", pad_seq_length_to_mult)
     if pad_cu_seqlens and not pad_to_max_length:
         raise UsageError(
             "pad_cu_seqlens=True requires pad_to_max_length=True", field="pad_cu_seqlens"

@@ -9,5 +9,6 @@ Modules (import them directly; importing this package loads neither torch nor me
 * ``attention``, ``model``: a tiny reference GPT whose attention honours packed boundaries;
 * ``step``: reference forward/backward, per-sequence and unpacked references;
 * ``cp_exchange``, ``cp_step``: the same step run context-parallel (one process per CP rank);
+* ``global_batch_step``: the global-batch path's reference ``train_step`` and ``evaluate``;
 * ``te_backend``: optional Megatron-Core + Transformer Engine check on a GPU.
 """

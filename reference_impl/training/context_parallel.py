@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from reference_impl.alignment import cp_multiple
+from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import AlignmentError, InputError, UsageError
 from reference_impl.training.boundaries import boundary_vector, check_boundaries, physical_boundaries_for_cp
 
@@ -29,9 +30,8 @@ CP_METADATA_KEYS: frozenset[str] = frozenset({"token_count", "attention_mask", "
 
 
 def _check_topology(cp_size: Any, cp_rank: Any) -> tuple[int, int]:
-    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
-        raise UsageError(f"cp_size must be a positive integer, got {cp_size!r}", field="cp_size")
-    if isinstance(cp_rank, bool) or not isinstance(cp_rank, int) or not 0 <= cp_rank < cp_size:
+    cp_size = positive_int("cp_size", cp_size)
+    if not is_int(cp_rank) or not 0 <= cp_rank < cp_size:
         raise UsageError(
             f"cp_rank must be an integer in [0, {cp_size - 1}] for cp_size={cp_size}, got {cp_rank!r}",
             field="cp_rank",

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import masked_attention
 
@@ -44,9 +45,7 @@ class TinyGPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_heads", "num_layers", "ffn_hidden_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+            positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
             raise UsageError(
                 f"hidden_size {self.hidden_size} / num_heads {self.num_heads} must be an even integer (RoPE pairs)",

@@ -37,7 +37,7 @@ from reference_impl.data import ByteTokenizer  # noqa: E402
 from reference_impl.errors import SeqpackError  # noqa: E402
 from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset, build_global_batch_loader  # noqa: E402
 from reference_impl.packing.global_batch.samples import make_unpacked_sample  # noqa: E402
-from reference_impl.packing.global_batch.train import train_step  # noqa: E402
+from reference_impl.training.global_batch_step import train_step  # noqa: E402
 from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
 from reference_impl.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
 from reference_impl.training.model import TinyGPT, TinyGPTConfig  # noqa: E402

@@ -13,8 +13,7 @@ is used (energon and torch are heavy).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reference_impl.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "MediaSpec": "media",
@@ -40,9 +39,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

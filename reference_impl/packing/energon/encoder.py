@@ -41,6 +41,7 @@ from reference_impl.data.rejections import SampleRejected
 from reference_impl.data.schemas import PromptCompletionSchema, ChatSchema
 from reference_impl.data.tokenize import to_training_example, tokenize_row
 from reference_impl.data.tokenizers import Tokenizer
+from reference_impl.arguments import positive_int
 from reference_impl.errors import InputError, PackingError, SeqpackError, UsageError
 from reference_impl.packing.algorithms import pack_lengths
 from reference_impl.packing.energon.media import DEFAULT_MARKER, expand_placeholders
@@ -95,8 +96,7 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
     ) -> None:
         super().__init__()
         for name, value in (("seq_length", seq_length), ("pad_seq_to_mult", pad_seq_to_mult)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+            positive_int(name, value)
         if pad_to_max_length and seq_length % pad_seq_to_mult:
             raise UsageError(
                 f"pad_to_max_length needs seq_length={seq_length} divisible by pad_seq_to_mult={pad_seq_to_mult}",

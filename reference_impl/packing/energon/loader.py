@@ -35,6 +35,7 @@ from reference_impl.config.load import load_config
 from reference_impl.config.resolve import resolve
 from reference_impl.config.schema import TrainingConfig
 from reference_impl.config.validate import check_rules
+from reference_impl.arguments import is_int, non_negative_int, positive_int
 from reference_impl.errors import ArtifactError, PackingError, UsageError
 from reference_impl.packing.energon.checkpoint import LoaderCheckpoint, check_resume_settings, check_save_window
 from reference_impl.packing.energon.encoder import BOOKKEEPING_KEYS, PackingTaskEncoder
@@ -173,14 +174,11 @@ def _build(
         )
     r = resolve(cfg)
     dp = int(r.dp or 1)
-    if isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or not 0 <= dp_rank < dp:
+    if not is_int(dp_rank) or not 0 <= dp_rank < dp:
         raise UsageError(f"dp_rank must be in [0, {dp}) for data-parallel size {dp}, got {dp_rank!r}", field="dp_rank")
     workers = cfg.dataset.num_workers if num_workers is None else num_workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise UsageError(f"num_workers must be an integer >= 0, got {workers!r}", field="num_workers")
-    if shuffle_buffer_size is not None and (not isinstance(shuffle_buffer_size, int) or shuffle_buffer_size < 1):
-        raise UsageError(f"shuffle_buffer_size must be None or >= 1, got {shuffle_buffer_size!r}",
-                         field="shuffle_buffer_size")
+    workers = non_negative_int("num_workers", workers)
+    positive_int("shuffle_buffer_size", shuffle_buffer_size, allow_none=True)
 
     prepared = read_manifest(data_dir)
     if split_part not in prepared.samples:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from reference_impl.data.schemas import CHAT_KEYS, SHAREGPT_ROLES
+from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import InputError, UsageError
 
 DEFAULT_MARKER = "<image>"
@@ -51,16 +52,14 @@ class MediaSpec:
 
     def __post_init__(self) -> None:
         for name in ("patch_dim", "min_patches", "max_patches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+            positive_int(name, getattr(self, name))
         if self.max_patches < self.min_patches:
             raise UsageError(
                 f"max_patches={self.max_patches} is below min_patches={self.min_patches}", field="max_patches"
             )
         if not 0.0 <= float(self.probability) <= 1.0:
             raise UsageError(f"probability must be in [0, 1], got {self.probability!r}", field="probability")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+        if not is_int(self.seed):
             raise UsageError(f"seed must be an integer, got {self.seed!r}", field="seed")
         if not isinstance(self.marker, str) or not self.marker:
             raise UsageError("marker must be a non-empty string", field="marker")

@@ -34,19 +34,20 @@ import io
 import json
 import logging
 import os
-import shutil
 import tarfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from reference_impl import __version__
-from reference_impl.data.atomic import atomic_output
+from reference_impl.arguments import positive_int
+from reference_impl.limits import MAX_SHARD_SIZE
+from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
+from reference_impl.reports import PreparedEnergonDataset
 from reference_impl.packing.energon.media import (
     INLINE_PATCHES_FIELD,
     MediaSpec,
@@ -62,35 +63,6 @@ FORMAT = "seqpack-energon/1"
 SPLITS: tuple[str, ...] = ("train", "val")
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
 SHARD_DIR = "shards"
-
-
-@dataclass(frozen=True)
-class PreparedEnergonDataset:
-    """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
-
-    ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon.
-    """
-
-    root: Path
-    samples: dict[str, int]
-    shards: dict[str, list[str]]
-    schema: str
-    media: dict[str, Any] | None
-    fingerprint: str
-    manifest: dict[str, Any] = field(repr=False)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary."""
-        return {
-            "root": str(self.root),
-            "samples": dict(self.samples),
-            "shards": {k: list(v) for k, v in self.shards.items()},
-            "schema": self.schema,
-            "media": self.media,
-            "fingerprint": self.fingerprint,
-            "seconds": round(self.seconds, 4),
-        }
 
 
 def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
@@ -123,8 +95,7 @@ def _val_rows(n: int, val_fraction: float, split_seed: int) -> np.ndarray:
 
 
 def _check_args(shard_size: int, val_fraction: float) -> None:
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise UsageError(f"shard_size must be a positive integer, got {shard_size!r}", field="shard_size")
+    positive_int("shard_size", shard_size, maximum=MAX_SHARD_SIZE)
     if not isinstance(val_fraction, (int, float)) or not 0.0 <= float(val_fraction) < 1.0:
         raise UsageError(f"val_fraction must be in [0, 1), got {val_fraction!r}", field="val_fraction")
 
@@ -222,11 +193,9 @@ def prepare_energon_dataset(
     n = len(jf)
     val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
     width = max(8, len(str(n - 1)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / SHARD_DIR).mkdir(parents=True)
-    try:
+    # ``out`` is replaced only with overwrite=True (checked above)
+    with atomic_directory(out, replace=overwrite) as tmp:
+        (tmp / SHARD_DIR).mkdir()
         writers = {split: _ShardWriter(tmp, split, shard_size) for split in SPLITS}
         counts = {split: 0 for split in SPLITS}
         schema_kind: str | None = None
@@ -297,12 +266,6 @@ def prepare_energon_dataset(
         manifest["fingerprint"] = dataset_fingerprint(manifest)
         with atomic_output(tmp / MANIFEST_NAME) as fh:
             fh.write((json.dumps(manifest, indent=2) + "\n").encode())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result = _result(out, manifest, time.perf_counter() - started)
     log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
     return result
@@ -310,16 +273,16 @@ def prepare_energon_dataset(
 
 def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> PreparedEnergonDataset:
     splits = manifest["splits"]
-    return PreparedEnergonDataset(
+    result = PreparedEnergonDataset(
         root=root,
         samples={s: int(v["samples"]) for s, v in splits.items()},
         shards={s: list(v["shards"]) for s, v in splits.items()},
         schema=manifest["schema"],
         media=manifest.get("media"),
         fingerprint=manifest["fingerprint"],
-        manifest=manifest,
-        seconds=seconds,
+        seconds=round(seconds, 4),
     )
+    return result.attach(manifest=manifest)
 
 
 def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:

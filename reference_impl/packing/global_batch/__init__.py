@@ -20,8 +20,10 @@ Modules (the ones marked *torch* import it; this package itself only loads the p
 * ``packs`` (torch): packs -> canonical THD micro-batches; a one-process simulation of the DP ranks;
 * ``exchange`` (torch): the collectives (length all-gather, payload all-to-all over the DP group);
 * ``wrap`` (torch): :class:`GlobalBatchPacker` and :func:`wrap_data_iterator`, the per-step entry;
-* ``train`` (torch): a reference ``train_step`` and ``evaluate`` running the scheduled count;
-* ``report`` (torch): what ``seqpack batches --mode global-batch`` prints.
+* ``report``: what ``seqpack batches --mode global-batch`` prints (torch on use).
+
+The reference ``train_step`` and ``evaluate`` that run the scheduled count of micro-batches live in
+the training layer, :mod:`reference_impl.training.global_batch_step`.
 """
 
 from reference_impl.packing.global_batch.schedule import (

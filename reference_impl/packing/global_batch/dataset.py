@@ -22,10 +22,11 @@ import torch.utils.data
 
 from reference_impl.config import TrainingConfig, load_config
 from reference_impl.config.validate import check_rules
-from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.errors import InputError, UsageError
 from reference_impl.packing.global_batch.samples import UnpackedSampleCollator
-from reference_impl.packing.samplers import make_micro_batch_sampler
 from reference_impl.packing.sft_dataset import RowScan, SFTJsonlDataset
+from reference_impl.packing.sft_loader import DatasetArgs, SamplerSettings, build_sft_loader, dataset_for
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def settings_from_config(cfg: TrainingConfig | Mapping[str, Any] | str | os.Path
     """Check ``cfg`` with the global-batch rules (ConfigViolationError naming the rule) and resolve it."""
     from reference_impl.config.resolve import resolve
     from reference_impl.packing.global_batch.schedule import get_scheduler
-    from reference_impl.packing.in_batch import alignment_for_config
+    from reference_impl.config.resolve import alignment_for_config
 
     cfg = load_config(cfg)
     if not cfg.dataset.enable_global_batch_packing:
@@ -155,18 +156,14 @@ class EvaluationPlan:
 
     def __post_init__(self) -> None:
         for name in ("eval_iters", "eval_global_batch_size", "num_evaluations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+            positive_int(name, getattr(self, name))
 
     @classmethod
     def for_run(cls, *, train_iters: int, eval_interval: int, eval_iters: int,
                 eval_global_batch_size: int) -> EvaluationPlan:
         """The plan of a run with evaluations every ``eval_interval`` steps plus one at the end."""
-        if isinstance(eval_interval, bool) or not isinstance(eval_interval, int) or eval_interval < 1:
-            raise UsageError(f"eval_interval must be a positive integer, got {eval_interval!r}", field="eval_interval")
-        if isinstance(train_iters, bool) or not isinstance(train_iters, int) or train_iters < 0:
-            raise UsageError(f"train_iters must be a non-negative integer, got {train_iters!r}", field="train_iters")
+        positive_int("eval_interval", eval_interval)
+        non_negative_int("train_iters", train_iters)
         return cls(eval_iters, eval_global_batch_size, train_iters // eval_interval + 1)
 
     @property
@@ -215,34 +212,23 @@ def build_global_batch_loader(
     """
     cfg = load_config(cfg)
     settings = settings_from_config(cfg)
-    if isinstance(source, SFTJsonlDataset):
-        if not isinstance(source, GlobalBatchSFTDataset):
-            raise UsageError("pass a GlobalBatchSFTDataset (its items feed the per-sample collate)",
-                             field="source")
-        if source.seq_length != settings.seq_length:
-            raise UsageError(f"the dataset tokenizes to seq_length={source.seq_length} but the config has "
-                             f"{settings.seq_length}", field="seq_length")
-        dataset = source
-    else:
-        dataset = GlobalBatchSFTDataset(source, seq_length=settings.seq_length, tokenizer=tokenizer,
-                                        schema=schema, truncation=truncation, cache_dir=cache_dir)
-    indices = None
-    if row_scan is not None:
-        row_scan.check_matches(dataset)
-        if row_scan.usable.size == 0:
-            raise PackingError("every row of the file was rejected; nothing to train on", file=dataset.path)
-        indices = row_scan.usable
-    usable = len(dataset) if indices is None else int(indices.size)
-    if evaluation is not None:
-        evaluation.check(usable, file=dataset.path)
-    sampler = make_micro_batch_sampler(
-        settings.dataloader_type, None if indices is not None else len(dataset), micro_batch_size=1,
-        consumed_samples=consumed_samples, data_parallel_rank=dp_rank, data_parallel_size=settings.dp_size,
-        drop_last=cfg.dataset.drop_last if drop_last is None else drop_last, seed=settings.seed, indices=indices,
+    dataset = dataset_for(source, dataset_class=GlobalBatchSFTDataset, seq_length=settings.seq_length,
+                          args=DatasetArgs(tokenizer, schema, truncation, cache_dir))
+    return build_sft_loader(
+        dataset,
+        sampler=SamplerSettings(
+            dataloader_type=settings.dataloader_type,
+            micro_batch_size=1,
+            dp_size=settings.dp_size,
+            seed=settings.seed,
+            drop_last=cfg.dataset.drop_last if drop_last is None else drop_last,
+        ),
+        make_collate=lambda ds: UnpackedSampleCollator(pad_seq_to_mult=settings.pad_seq_to_mult,
+                                                       pad_token_id=ds.tokenizer.pad_id),
+        dp_rank=dp_rank,
+        consumed_samples=consumed_samples,
+        row_scan=row_scan,
+        check_usable=None if evaluation is None else (lambda n, file: evaluation.check(n, file=file)),
+        num_workers=cfg.dataset.num_workers if num_workers is None else num_workers,
+        name="global-batch",
     )
-    collator = UnpackedSampleCollator(pad_seq_to_mult=settings.pad_seq_to_mult,
-                                      pad_token_id=dataset.tokenizer.pad_id)
-    workers = cfg.dataset.num_workers if num_workers is None else num_workers
-    log.info("global-batch loader: %r, %s sampler (DP rank %d of %d), %r, %d worker(s)",
-             dataset, settings.dataloader_type, dp_rank, settings.dp_size, collator, workers)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, num_workers=workers)

@@ -16,16 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing import TYPE_CHECKING
+
+from reference_impl.arguments import positive_int
 from reference_impl.config import TrainingConfig, load_config
-from reference_impl.errors import UsageError
-from reference_impl.packing.global_batch.dataset import (
-    GlobalBatchSettings,
-    GlobalBatchSFTDataset,
-    build_global_batch_loader,
-    settings_from_config,
-)
-from reference_impl.packing.global_batch.packs import SimulatedStep, simulate_step
-from reference_impl.packing.sft_dataset import RowScan
+from reference_impl.limits import MAX_STEPS_SHOWN
+from reference_impl.results import Result
+
+if TYPE_CHECKING:  # torch modules: imported where they run
+    from reference_impl.packing.global_batch.dataset import GlobalBatchSettings, GlobalBatchSFTDataset
+    from reference_impl.packing.global_batch.packs import SimulatedStep
+    from reference_impl.packing.sft_dataset import RowScan
 
 __all__ = ["GlobalBatchReport", "StepSummary", "global_batch_config", "inspect_global_batch", "simulate_steps"]
 
@@ -50,8 +51,7 @@ def global_batch_config(
     capacity rule accepts.
     """
     for name, value in (("dp", dp), ("cp", cp), ("tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
+        positive_int(name, value)
     cap = max_seqlen_per_dp_cp_rank if max_seqlen_per_dp_cp_rank is not None else math.ceil(seq_length / cp)
     return load_config({
         "model": {"seq_length": seq_length, "tensor_model_parallel_size": tp, "context_parallel_size": cp,
@@ -78,10 +78,16 @@ def simulate_steps(
     With ``drop_last=False`` the final steps may be partial (ranks with fewer or no samples), so
     every usable row is packed exactly once.
     """
+    from reference_impl.packing.global_batch.dataset import (
+        GlobalBatchSFTDataset,
+        build_global_batch_loader,
+        settings_from_config,
+    )
+    from reference_impl.packing.global_batch.packs import simulate_step
+
     cfg = load_config(cfg)
     settings = settings_from_config(cfg)
-    if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1):
-        raise UsageError(f"num_steps must be a positive integer, got {num_steps!r}", field="num_steps")
+    positive_int("num_steps", num_steps, allow_none=True, maximum=MAX_STEPS_SHOWN)
     dataset = source if isinstance(source, GlobalBatchSFTDataset) else GlobalBatchSFTDataset(
         source, seq_length=settings.seq_length)
     feeds = [iter(build_global_batch_loader(cfg, dataset, dp_rank=d, row_scan=row_scan, drop_last=drop_last,
@@ -110,7 +116,7 @@ def simulate_steps(
 
 
 @dataclass(frozen=True)
-class StepSummary:
+class StepSummary(Result):
     """One simulated step: packs per (micro-batch, DP rank), rank loads and the FLOPs sums."""
 
     step: int
@@ -123,15 +129,6 @@ class StepSummary:
     seqlen_sum: int
     seqlen_squared_sum: int
     adjustments: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "step": self.step, "num_samples": self.num_samples, "num_micro_batches": self.num_micro_batches,
-            "packs": self.packs, "rank_tokens": self.rank_tokens, "rank_attention": self.rank_attention,
-            "imbalance": self.imbalance, "seqlen_sum": self.seqlen_sum,
-            "seqlen_squared_sum": self.seqlen_squared_sum, "adjustments": self.adjustments,
-        }
 
 
 def _summary(index: int, sim: SimulatedStep) -> StepSummary:
@@ -152,19 +149,14 @@ def _summary(index: int, sim: SimulatedStep) -> StepSummary:
 
 
 @dataclass(frozen=True)
-class GlobalBatchReport:
+class GlobalBatchReport(Result):
     """Result of :func:`inspect_global_batch`."""
 
+    mode: str = field(default="global-batch", init=False)
     file: str
     rows: int
     settings: dict[str, Any]
     steps: list[StepSummary] = field(default_factory=list)
-    mode: str = "global-batch"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {"mode": self.mode, "file": self.file, "rows": self.rows, "settings": self.settings,
-                "steps": [s.to_dict() for s in self.steps]}
 
 
 def inspect_global_batch(
@@ -177,6 +169,8 @@ def inspect_global_batch(
     truncation: str = "right",
 ) -> GlobalBatchReport:
     """The first ``num_steps`` global-batch steps of ``path`` under ``cfg``, DP ranks simulated."""
+    from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset
+
     cfg = load_config(cfg)
     dataset = GlobalBatchSFTDataset(path, seq_length=cfg.seq_length, tokenizer=tokenizer, schema=schema,
                                     truncation=truncation)

@@ -30,6 +30,7 @@ import torch
 
 from reference_impl.alignment import round_up
 from reference_impl.data.tokenize import TokenizedSample, to_training_example
+from reference_impl.arguments import positive_int
 from reference_impl.errors import AlignmentError, InputError, UsageError
 
 __all__ = [
@@ -69,9 +70,7 @@ def make_unpacked_sample(
     row_index: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """One already shifted sequence as an unpacked sample, right-padded to ``pad_seq_to_mult``."""
-    if isinstance(pad_seq_to_mult, bool) or not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-        raise UsageError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
-                         field="pad_seq_to_mult")
+    positive_int("pad_seq_to_mult", pad_seq_to_mult)
     tok = np.asarray(tokens, dtype=np.int64)
     lab = np.asarray(labels, dtype=np.int64)
     mask = np.asarray(loss_mask, dtype=np.float32)
@@ -179,10 +178,7 @@ class UnpackedSampleCollator:
     """
 
     def __init__(self, *, pad_seq_to_mult: int, pad_token_id: int = 0) -> None:
-        if isinstance(pad_seq_to_mult, bool) or not isinstance(pad_seq_to_mult, int) or pad_seq_to_mult < 1:
-            raise UsageError(f"pad_seq_to_mult must be a positive integer, got {pad_seq_to_mult!r}",
-                             field="pad_seq_to_mult")
-        self.pad_seq_to_mult = pad_seq_to_mult
+        self.pad_seq_to_mult = positive_int("pad_seq_to_mult", pad_seq_to_mult)
         self.pad_token_id = int(pad_token_id)
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, torch.Tensor]]:

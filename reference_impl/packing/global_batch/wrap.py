@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from reference_impl.config import TrainingConfig
+from reference_impl.arguments import positive_int
 from reference_impl.errors import InputError, PackingError, SeqpackError, UsageError
 from reference_impl.packing.global_batch.dataset import GlobalBatchSettings, settings_from_config
 from reference_impl.packing.global_batch.exchange import check_same_schedule, exchange_samples, gather_lengths
@@ -197,8 +198,7 @@ class GlobalBatchPacker:
     def wrap(self, data_iterator: Iterator[Any], num_microbatches: int | None = None) -> GlobalBatchStep:
         """Run one step (collective: every rank of the DP group must call it)."""
         n = self.settings.micro_batches_per_rank if num_microbatches is None else num_microbatches
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UsageError(f"num_microbatches must be a positive integer, got {n!r}", field="num_microbatches")
+        n = positive_int("num_microbatches", n)
         if not isinstance(data_iterator, Iterator):
             raise UsageError(
                 f"data_iterator must be an iterator, got {type(data_iterator).__name__}",

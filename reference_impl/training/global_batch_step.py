@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from reference_impl.errors import UsageError
+from reference_impl.arguments import positive_int
 from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, GlobalBatchStep, ParallelLayout
 from reference_impl.training.context_parallel import slice_thd_batch_for_cp
 from reference_impl.training.cp_step import cp_forward
@@ -174,8 +174,7 @@ def evaluate(
     num_microbatches: int | None = None,
 ) -> EvalResult:
     """Forward-only evaluation over ``eval_iters`` steps with the same scheduler as training."""
-    if isinstance(eval_iters, bool) or not isinstance(eval_iters, int) or eval_iters < 1:
-        raise UsageError(f"eval_iters must be a positive integer, got {eval_iters!r}", field="eval_iters")
+    positive_int("eval_iters", eval_iters)
     total_sum = total_count = 0.0
     counts = []
     iterator = iter(data_iterator)

@@ -1,0 +1,76 @@
+"""Every size limit of the public verbs, in one place.
+
+The library enforces these (so the CLI, the MCP server and a Python caller refuse the same
+inputs with the same error); the MCP server also publishes them in its input schemas. A limit
+protects the machine (memory, time) or the reader (output size); it never changes a result that
+stays within it. Raise or lower one here and every face follows.
+"""
+
+from __future__ import annotations
+
+# -- topology ------------------------------------------------------------------------------------
+#: Largest TP / CP / evaluation-CP size accepted.
+MAX_PARALLEL_SIZE = 4096
+#: Largest data-parallel size accepted.
+MAX_DATA_PARALLEL_SIZE = 1 << 20
+#: Largest explicit ``pad_seq_to_mult``.
+MAX_PAD_SEQ_TO_MULT = 65536
+
+# -- lengths and packs ---------------------------------------------------------------------------
+#: Largest pack length / pack capacity / sequence length, in tokens (4M).
+MAX_PACK_LEN = 1 << 22
+#: Most sample lengths passed inline (a list in a call, not a file).
+MAX_INLINE_LENGTHS = 1_000_000
+#: Most samples a plan expands into memory (a histogram's counts, a synthetic mix's n).
+MAX_PLAN_SAMPLES = 50_000_000
+#: Most candidate pack lengths compared in one plan.
+MAX_CANDIDATES = 16
+#: Largest token-slot count per optimizer step.
+MAX_TOKEN_SLOTS = 1 << 40
+#: Largest ``max_seqs_per_pack``.
+MAX_SEQS_PER_PACK = 1 << 20
+#: Largest sample drawn by a synthetic length mix.
+MAX_MIX_LENGTH = MAX_PACK_LEN
+#: Most samples drawn from a blend.
+MAX_BLEND_SAMPLES = 1 << 32
+#: Most tokenizer worker processes.
+MAX_WORKERS = 256
+
+# -- output sizes --------------------------------------------------------------------------------
+#: Most bins a packing simulation returns in one page.
+MAX_BINS_RETURNED = 1000
+#: Most item indices a packing simulation returns in one page (over all bins).
+MAX_ITEMS_RETURNED = 20_000
+#: Most oversize / truncated item indices a packing simulation lists.
+MAX_INDICES_RETURNED = 1000
+#: Most rules a keyword query returns (default and ceiling).
+DEFAULT_RULES_RETURNED = 10
+MAX_RULES_RETURNED = 50
+#: Most micro-batches ``batches`` (in-batch) shows, and most steps (global-batch).
+MAX_BATCHES_SHOWN = 1000
+MAX_STEPS_SHOWN = 1000
+#: Largest global batch size ``batches --mode global-batch`` simulates.
+MAX_GLOBAL_BATCH_SIZE = 1 << 20
+
+# -- inputs --------------------------------------------------------------------------------------
+#: Longest config text accepted inline (YAML/JSON).
+MAX_CONFIG_CHARS = 200_000
+#: Most dotted overrides in one call, and the longest one.
+MAX_OVERRIDES = 200
+MAX_OVERRIDE_CHARS = 1000
+#: Longest file path argument.
+MAX_PATH_CHARS = 4096
+#: Longest free-text query (rule keywords, model family).
+MAX_QUERY_CHARS = 200
+
+# -- energon preparation -------------------------------------------------------------------------
+#: Most samples per WebDataset shard.
+MAX_SHARD_SIZE = 1_000_000
+
+# -- smoke test ----------------------------------------------------------------------------------
+#: Rows the smoke test reads per size.
+SMOKE_ROWS: dict[str, int] = {"tiny": 12, "small": 32, "medium": 96}
+#: Longest smoke run an MCP client may ask for, in seconds.
+MAX_SMOKE_SECONDS = 3600.0
+
+__all__ = [name for name in dir() if name.isupper()]

@@ -1,0 +1,59 @@
+"""``smoke``: the packing smoke test of one registered path (packed == unpacked, no leakage, CP == CP1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.choices import PACKING_PATHS, SMOKE_SIZES
+from reference_impl.errors import UsageError
+from reference_impl.limits import MAX_SMOKE_SECONDS
+from reference_impl.smoke import SmokeReport
+from reference_impl.verbs.common import check_choice, check_path
+from reference_impl.verbs.validation import check_overrides, config_source
+
+__all__ = ["SmokeOptions", "smoke"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeOptions:
+    """The path, its config (``config_path``, ``config_text`` or a mapping ``config``; none: the path's
+    default CP=2 config) with overrides, the data (default: the path's smoke data) and the run's size.
+
+    ``cp_check=False`` skips the multi-process CP check (the report is then ``incomplete``).
+    """
+
+    path: str = "offline"
+    config_path: str | os.PathLike[str] | None = None
+    config_text: str | None = None
+    config: Mapping[str, Any] | Any = None
+    overrides: Sequence[str] = ()
+    data: str | os.PathLike[str] | None = None
+    size: str = "small"
+    seed: int = 1234
+    cp_check: bool = True
+    cp_max_batches: int = 2
+    cp_timeout: float = 120.0
+    progress: Callable[[str, float], None] | None = None
+
+
+def smoke(options: SmokeOptions) -> SmokeReport:
+    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``."""
+    from reference_impl.smoke import run_packing_smoke_test
+
+    check_choice("packing path", options.path, PACKING_PATHS)
+    check_choice("size", options.size, SMOKE_SIZES)
+    if not 0 < float(options.cp_timeout) <= MAX_SMOKE_SECONDS:
+        raise UsageError(f"cp_timeout must be in (0, {MAX_SMOKE_SECONDS:g}] seconds", field="cp_timeout")
+    source = config_source(options.config_path, options.config_text, None, options.config,
+                           offered=("config_text", "config_path"))
+    return run_packing_smoke_test(
+        options.path, source, check_path("data", options.data, allow_none=True),
+        overrides=check_overrides(options.overrides), size=options.size,
+        seed=non_negative_int("seed", options.seed), cp_check=options.cp_check,
+        cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
+        cp_timeout=float(options.cp_timeout), progress=options.progress,
+    )
