@@ -1,9 +1,80 @@
-"""Shared fixtures."""
+"""Shared fixtures, one thread per process for torch, and the report of slow tests without a mark.
+
+The fast lane (``scripts/test.sh --fast``) runs ``-m "not slow and not distributed"``. A test
+over :data:`SLOW_SECONDS` belongs in ``slow`` (or ``distributed`` when it starts ranks): after
+every run, tests without either mark that took longer are listed under "unmarked slow tests",
+measured by CPU time (this process and the child processes it waited for), which a busy machine
+hardly changes, or by wall time scaled down by the load average (for tests that wait). The list
+is a report; ``--strict-slow-marks`` (or ``SEQPACK_STRICT_SLOW_MARKS=1``) turns it into a failed
+run.
+"""
 
 import json
+import os
+import resource
+import time
 from pathlib import Path
 
 import pytest
+
+# The tests' tensors are tiny: threads cost more than they give, and on a busy machine spinning
+# OpenMP threads slow torch down several-fold. Set before torch is imported (children inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+#: A test taking longer than this on a quiet machine is marked ``slow`` (or ``distributed``).
+SLOW_SECONDS = 2.0
+_MARKS = ("slow", "distributed")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("seqpack")
+    group.addoption("--slow-threshold", type=float, default=SLOW_SECONDS,
+                    help="seconds over which a test without a slow/distributed mark is reported (default %(default)s)")
+    group.addoption("--strict-slow-marks", action="store_true",
+                    default=os.environ.get("SEQPACK_STRICT_SLOW_MARKS") == "1",
+                    help="fail the run when a test without a slow/distributed mark is over the threshold")
+
+
+def _cpu_seconds() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+_TIMES: dict[str, tuple[float, float, float]] = {}  # nodeid -> (cpu s, wall s, load per CPU)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    yield
+    if not any(item.get_closest_marker(m) for m in _MARKS):
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+        _TIMES[item.nodeid] = (_cpu_seconds() - cpu, time.perf_counter() - wall, load)
+
+
+def unmarked_slow(times: dict[str, tuple[float, float, float]], threshold: float) -> list[tuple[str, float, float]]:
+    """``(nodeid, cpu s, wall s)`` of the tests over ``threshold``: by CPU time, or by wall time divided
+    by the load per CPU (at least 1), so a busy machine does not make a fast test look slow."""
+    return sorted(((n, c, w) for n, (c, w, load) in times.items() if c > threshold or w / max(1.0, load) > threshold),
+                  key=lambda t: -max(t[1], t[2]))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    slow = unmarked_slow(_TIMES, config.getoption("--slow-threshold"))
+    if not slow:
+        return
+    strict = config.getoption("--strict-slow-marks")
+    terminalreporter.section(f"unmarked slow tests (over {config.getoption('--slow-threshold'):g} s: "
+                             "mark them slow or distributed)", sep="!" if strict else "=", red=strict, yellow=not strict)
+    for nodeid, cpu, wall in slow:
+        terminalreporter.write_line(f"{cpu:7.2f} s CPU {wall:7.2f} s wall  {nodeid}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if (config.getoption("--strict-slow-marks") and exitstatus == pytest.ExitCode.OK
+            and unmarked_slow(_TIMES, config.getoption("--slow-threshold"))):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture
