@@ -323,6 +323,7 @@ def test_export_agentskills_shape(tmp_path, capsys):
     assert shipped and all((tmp_path / "ev" / f).is_file() for f in shipped)
 
 
+@pytest.mark.slow
 def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
     """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
     agent = f"{sys.executable} {FIX / 'fake_agent.py'} --oracle {ROOT / 'evals' / 'tasks.json'}"

@@ -49,13 +49,15 @@ def test_quick():
 '''
 
 
+@pytest.mark.slow  # two pytest processes
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_slow_unmarked_test_is_reported_and_fails_only_when_strict(tmp_path, strict):
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F401,F403\n")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    distributed: ranks\n")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow-threshold", "0.2", str(tmp_path)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPACK_STRICT_SLOW_MARKS": "1" if strict else "0"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPACK_STRICT_SLOW_MARKS": "1" if strict else "0",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # no third-party plugins: a quick start
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = done.stdout
     assert "3 passed" in out and "unmarked slow tests" in out, out

@@ -34,6 +34,7 @@ def test_default_smoke_passes_every_check_including_cp(path, smoke_cp_reports):
     assert report.timings["megatron_core_import_s"] > 0
 
 
+@pytest.mark.slow
 def test_the_smoke_process_never_imports_megatron_core():
     code = ("import sys; from reference_impl.smoke import run_packing_smoke_test as r; "
             "rep = r('energon', size='tiny', cp_check=False); "
