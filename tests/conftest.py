@@ -7,7 +7,7 @@ measured by CPU time (this process and the child processes it waited for), which
 hardly changes (capped at the wall time), or by wall time scaled down by the load average (for
 tests that wait). The list
 is a report; ``--strict-slow-marks`` (or ``SEQPACK_STRICT_SLOW_MARKS=1``) turns it into a failed
-run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every unmarked test as JSON.
+run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON.
 """
 
 import json
@@ -41,20 +41,21 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-_TIMES: dict[str, tuple[float, float, float]] = {}  # nodeid -> (cpu s, wall s, load per CPU)
+_TIMES: dict[str, tuple[float, float, float]] = {}  # unmarked tests: nodeid -> (cpu s, wall s, load per CPU)
+_MARKED: dict[str, tuple[float, float, float]] = {}  # the others
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cpu, wall = _cpu_seconds(), time.perf_counter()
     yield
-    if not any(item.get_closest_marker(m) for m in _MARKS):
-        cpus = os.cpu_count() or 1
-        wall = time.perf_counter() - wall
-        # at most the wall time: what a quiet machine would take (a child reaped now, say a data loader's
-        # worker, may have run during earlier tests; workers on several CPUs finish in parallel)
-        cpu = min(_cpu_seconds() - cpu, wall)
-        _TIMES[item.nodeid] = (cpu, wall, os.getloadavg()[0] / cpus)
+    cpus = os.cpu_count() or 1
+    wall = time.perf_counter() - wall
+    # at most the wall time: what a quiet machine would take (a child reaped now, say a data loader's
+    # worker, may have run during earlier tests; workers on several CPUs finish in parallel)
+    cpu = min(_cpu_seconds() - cpu, wall)
+    marked = any(item.get_closest_marker(m) for m in _MARKS)
+    (_MARKED if marked else _TIMES)[item.nodeid] = (cpu, wall, os.getloadavg()[0] / cpus)
 
 
 def unmarked_slow(times: dict[str, tuple[float, float, float]], threshold: float) -> list[tuple[str, float, float]]:
@@ -77,10 +78,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    dump = os.environ.get("SEQPACK_TEST_TIMES")  # a JSON file for the times of the unmarked tests
+    dump = os.environ.get("SEQPACK_TEST_TIMES")  # a JSON file with the times of every test
     if dump:
-        Path(dump).write_text(json.dumps({n: {"cpu_s": round(c, 3), "wall_s": round(w, 3), "load_per_cpu": round(x, 2)}
-                                          for n, (c, w, x) in _TIMES.items()}, indent=1))
+        Path(dump).write_text(json.dumps({
+            n: {"cpu_s": round(c, 3), "wall_s": round(w, 3), "load_per_cpu": round(x, 2), "marked": n in _MARKED}
+            for n, (c, w, x) in {**_TIMES, **_MARKED}.items()}, indent=1))
     if (config.getoption("--strict-slow-marks") and exitstatus == pytest.ExitCode.OK
             and unmarked_slow(_TIMES, config.getoption("--slow-threshold"))):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -246,6 +246,7 @@ def test_restore_sample_rebuilds_a_batch(vlm):
         assert torch.equal(again[key], batches[2][key])
 
 
+@pytest.mark.slow  # prepares an Energon dataset end to end
 def test_iter_energon_batches_from_a_jsonl_file(tmp_path):
     src = tmp_path / "pc.jsonl"
     src.write_text("".join(demo_path("prompt_completion").read_text().splitlines(keepends=True)[:40]))

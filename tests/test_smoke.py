@@ -37,7 +37,7 @@ def test_default_smoke_passes_every_check_including_cp(path, smoke_cp_reports):
 @pytest.mark.slow
 def test_the_smoke_process_never_imports_megatron_core():
     code = ("import sys; from reference_impl.smoke import run_packing_smoke_test as r; "
-            "rep = r('energon', size='tiny', cp_check=False); "
+            "rep = r('in_batch', size='tiny', cp_check=False); "
             "assert 'megatron.core' not in sys.modules, 'imported'; print(rep.data['packed_seq_params'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -51,11 +51,13 @@ __all__ = [
     "EquivalenceResult",
     "LeakResult",
     "Row",
+    "RowsResult",
     "TokenLoss",
     "TokenRows",
     "compare_packed_unpacked",
     "packed_row",
     "perturbation_leak",
+    "run_rows",
     "stack_rows",
     "unpacked_row",
 ]
@@ -224,16 +226,29 @@ def _chunks(rows: Sequence[Row], budget: int) -> list[list[int]]:
 
 
 @dataclass
-class _Side:
-    sums: dict[str, torch.Tensor]  # per loss: [S + 1] per-segment sums, the last bucket = outside every segment
+class RowsResult:
+    """What :func:`run_rows` computed over a set of rows.
+
+    ``sums`` / ``counts``: per loss name, ``[S + 1]`` loss sums and weights (supervised tokens) per
+    segment, the last bucket holding every position outside a segment; ``outputs``: per output
+    name, the values at every real token in (segment, position) order, ``token_segments`` the
+    segment of each; ``grads``: the gradient of the weighted sum of all loss sums.
+    """
+
+    sums: dict[str, torch.Tensor]
     counts: dict[str, torch.Tensor]
-    outputs: dict[str, torch.Tensor]  # per output: real tokens in (segment, position) order
-    token_segments: torch.Tensor  # the segment of each of those tokens
+    outputs: dict[str, torch.Tensor]
+    token_segments: torch.Tensor
     grads: dict[str, torch.Tensor]
 
 
-def _run_side(model: EquivalenceModel, rows: Sequence[Row], weights: torch.Tensor, budget: int) -> _Side:
-    """Forward and backward of every row, in chunks; ``weights`` ``[S + 1]`` weigh each segment's loss sums."""
+def run_rows(model: EquivalenceModel, rows: Sequence[Row], weights: torch.Tensor,
+             budget: int = DEFAULT_BUDGET) -> RowsResult:
+    """Forward and backward of every row, in chunks of at most ``budget`` query-key pairs.
+
+    ``weights`` ``[S + 1]`` weigh each segment's loss sums (the last one: positions outside every
+    segment) in the objective whose gradient is returned. The parameters' ``.grad`` is not touched.
+    """
     buckets = weights.shape[0]
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = {n: torch.zeros_like(p) for n, p in params}
@@ -269,8 +284,8 @@ def _run_side(model: EquivalenceModel, rows: Sequence[Row], weights: torch.Tenso
         for name, value in outputs.items():
             kept.setdefault(name, []).append(value.detach()[real])
     order = torch.argsort(torch.cat(keys)) if keys else torch.zeros(0, dtype=torch.int64)
-    return _Side(sums, counts, {n: torch.cat(v)[order] for n, v in kept.items()},
-                 torch.cat(segs)[order] if segs else order, grads)
+    return RowsResult(sums, counts, {n: torch.cat(v)[order] for n, v in kept.items()},
+                      torch.cat(segs)[order] if segs else order, grads)
 
 
 @dataclass
@@ -326,8 +341,8 @@ def compare_packed_unpacked(
     target = torch.tensor([max(m, 0) for m in match], dtype=torch.int64)
     packed_w = torch.cat([torch.where(matched, w, torch.zeros_like(w)), torch.full((1,), 1.0 / scale)])
     unpacked_w = torch.zeros(len(unpacked) + 1, dtype=torch.float64).index_add(0, target[matched], w[matched])
-    p = _run_side(model, packed, packed_w, budget)
-    u = _run_side(model, unpacked, unpacked_w, budget)
+    p = run_rows(model, packed, packed_w, budget)
+    u = run_rows(model, unpacked, unpacked_w, budget)
 
     loss_diff = count_diff = outside = 0.0
     for name, sums in p.sums.items():
