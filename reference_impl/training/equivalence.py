@@ -75,13 +75,8 @@ class TokenLoss:
 
 
 @dataclass
-class Row:
-    """One unpadded row: 1-D per-token tensors, its ``[T, T]`` attention mask and its sequences.
-
-    ``segments`` gives, per position, the index of the compared sequence its real token belongs
-    to, or -1 (alignment gap, padding). ``sequences`` lists ``(start, physical length, real
-    length)`` of the row's sequences with real tokens, in order.
-    """
+class _PerToken:
+    """The per-token tensors a row and a stack of rows share (see :class:`Row`, :class:`TokenRows`)."""
 
     tokens: torch.Tensor
     labels: torch.Tensor
@@ -89,7 +84,18 @@ class Row:
     position_ids: torch.Tensor
     attention: torch.Tensor
     segments: torch.Tensor
-    sequences: list[tuple[int, int, int]]
+
+
+@dataclass
+class Row(_PerToken):
+    """One unpadded row: 1-D per-token tensors, its ``[T, T]`` attention mask and its sequences.
+
+    ``segments`` gives, per position, the index of the compared sequence its real token belongs
+    to, or -1 (alignment gap, padding). ``sequences`` lists ``(start, physical length, real
+    length)`` of the row's sequences with real tokens, in order.
+    """
+
+    sequences: list[tuple[int, int, int]] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -99,7 +105,7 @@ class Row:
 
 
 @dataclass
-class TokenRows:
+class TokenRows(_PerToken):
     """A stack of rows padded on the right to ``T``: what the model's ``token_outputs`` and ``token_losses`` read.
 
     ``tokens``, ``labels``, ``position_ids``, ``segments`` int64 ``[B, T]``; ``loss_mask`` float
@@ -108,13 +114,7 @@ class TokenRows:
     and attend to themselves only.
     """
 
-    tokens: torch.Tensor
-    labels: torch.Tensor
-    loss_mask: torch.Tensor
-    position_ids: torch.Tensor
-    attention: torch.Tensor
-    segments: torch.Tensor
-    lengths: torch.Tensor
+    lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
