@@ -28,7 +28,9 @@ How it works:
 Every problem with the data is an :class:`~reference_impl.errors.InputError` naming the file,
 the physical line and the row index: malformed JSON (with the column of the JSON error), a line
 that holds something other than a JSON object, bytes that are not UTF-8 (with their byte offset
-in the file), and a file without any row.
+in the file), a lone surrogate escape, nesting deeper than
+:data:`~reference_impl.data.jsontext.MAX_JSON_DEPTH`, an integer beyond Python's digit limit (these
+three name the field), and a file without any row.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl.data import jsontext
 from reference_impl.data.atomic import atomic_output
 from reference_impl.data.location import RowLocation
 from reference_impl.arguments import positive_int
@@ -355,9 +358,11 @@ class JsonlFile:
                 **loc,
             ) from None
         try:
-            value = json.loads(text)
+            value = jsontext.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", **loc) from None
+        except jsontext.JsonProblem as exc:
+            raise InputError(exc.message, field=exc.field, **loc) from None
         if not isinstance(value, dict):
             raise InputError(f"expected one JSON object per line, got a JSON {_json_type(value)}", **loc)
         return value

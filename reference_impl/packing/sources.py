@@ -83,7 +83,7 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
     pairs = []
     for i in range(0, len(spec), 2):
         weight, path = spec[i], spec[i + 1]
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
             raise InputError(f"blend entry {i}: weight must be a positive number, got {weight!r}", file=where, field=f"[{i}]")
         if not isinstance(path, str) or not path:
             raise InputError(f"blend entry {i + 1}: expected a JSONL path, got {path!r}", file=where, field=f"[{i + 1}]")
@@ -93,20 +93,23 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
 
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
-    import yaml
+    from reference_impl.config.yaml_bounded import load_yaml
 
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("blend manifest not found", file=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"blend manifest is not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError("blend manifest is not valid YAML", file=str(path), line=mark.line + 1 if mark else None) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"blend manifest is not UTF-8 (byte {exc.start})", file=str(path)) from None
+    if path.suffix.lower() == ".json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"blend manifest is not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+        except (ValueError, RecursionError):
+            pass  # too long a number or too deep: the bounded reader below names the line
+    data, _ = load_yaml(text, source=str(path), error=InputError)  # JSON is YAML; bounded like configs
     splits = {"training": data} if isinstance(data, list) else data
     if not isinstance(splits, dict) or not splits:
         raise InputError("a blend manifest is a list of weights and paths, or a mapping split -> list", file=str(path))
