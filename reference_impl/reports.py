@@ -114,7 +114,9 @@ class PreparedPacks(Result):
     """Result of :func:`prepare_packed_dataset`: where the packs are and how every row was accounted for.
 
     ``splits`` is the manifest's per-split summary (files, packs, accounting); the whole manifest
-    is :attr:`manifest` (not part of the JSON form).
+    is :attr:`manifest` (not part of the JSON form). ``reused``: an existing pack of the same
+    fingerprint verified against its manifest (sizes, hashes, row counts) was returned;
+    ``rebuilt``: why an existing pack of seqpack's own was written again (null otherwise).
     """
 
     root: Path
@@ -124,6 +126,7 @@ class PreparedPacks(Result):
     reused: bool
     fingerprint: str
     splits: dict[str, Any]
+    rebuilt: str | None = None
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -133,10 +136,11 @@ class PreparedPacks(Result):
     @classmethod
     def from_manifest(
         cls, root: Path, files: dict[str, Path], metadata_path: Path, manifest_path: Path,
-        manifest: dict[str, Any], *, reused: bool,
+        manifest: dict[str, Any], *, reused: bool, rebuilt: str | None = None,
     ) -> PreparedPacks:
         """The result for packs described by ``manifest``."""
-        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"])
+        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"],
+                     rebuilt)
         return result.attach(manifest=manifest)
 
 

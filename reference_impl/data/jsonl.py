@@ -51,7 +51,7 @@ from reference_impl.data import jsontext
 from reference_impl.data.atomic import atomic_output
 from reference_impl.data.location import RowLocation
 from reference_impl.arguments import positive_int
-from reference_impl.errors import InputError
+from reference_impl.errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class JsonlFile:
         for target in targets:
             try:
                 _save_index(index, target)
-            except OSError as exc:
+            except (OSError, ArtifactError) as exc:
                 log.info("cannot write index cache %s (%s); trying the next place", target, exc)
                 continue
             self.cache_path, self.index_source = target, "built"
