@@ -149,7 +149,9 @@ class PreparedEnergonDataset(Result):
     """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
 
     ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon,
-    rounded to 0.1 ms. The whole manifest is :attr:`manifest` (not part of the JSON form).
+    rounded to 0.1 ms. ``skipped`` counts input rows left out by reason (empty completion, ...;
+    the manifest's ``accounting`` has their first locations). The whole manifest is
+    :attr:`manifest` (not part of the JSON form).
     """
 
     root: Path
@@ -159,6 +161,7 @@ class PreparedEnergonDataset(Result):
     media: dict[str, Any] | None
     fingerprint: str
     seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def manifest(self) -> dict[str, Any]:

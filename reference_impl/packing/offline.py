@@ -421,7 +421,9 @@ def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str
     return {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
 
 
-def _detect(stream: Any) -> Any:
+def _detect(stream: Any, schema: Any = None) -> Any:
+    """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
+    configured prompt/completion column must be in the first row (no silent fallback to another)."""
     from reference_impl.data.jsonl import JsonlFile
     from reference_impl.data.schemas import default_schema, detect_schema
 
@@ -432,9 +434,14 @@ def _detect(stream: Any) -> Any:
     finally:
         jf.close()
     try:
-        return default_schema(detect_schema(row))
+        if schema is None:
+            return default_schema(detect_schema(row))
+        if hasattr(schema, "require_columns"):
+            schema.require_columns(row)
+        return schema
     except InputError as err:
-        raise InputError(err.message, file=first, line=jf.line_number(int(stream.row_ids[0])), field=err.field) from None
+        raise InputError(err.message, file=first, line=jf.line_number(int(stream.row_ids[0])), field=err.field,
+                         fix=err.fix) from None
 
 
 def _pack_split(
@@ -569,8 +576,7 @@ def prepare_packed_dataset(
     )
     tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) else load_tokenizer(tokenizer)
     streams = _resolve_inputs(inputs, seed, num_samples)
-    if schema is None:
-        schema = _detect(next(iter(streams.values())))
+    schema = _detect(next(iter(streams.values())), schema)
     fp = fingerprint(streams, options, schema, tok)
     out_root = check_output_directory(out_root)
     root = out_root / f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}"
