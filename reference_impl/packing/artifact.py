@@ -56,7 +56,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ArtifactError(f"the manifest is not valid JSON ({str(exc).split(';')[0]})", file=str(path),
-                            fix="it is corrupt: rebuild the packs (remove the directory or pass --overwrite)") from None
+                            fix="it is corrupt: remove the directory and pack again") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArtifactError(f"not a seqpack pack manifest (format is not {FORMAT})", file=str(path))
     if not isinstance(data.get("splits"), dict) or not isinstance(data.get("fingerprint"), str):

@@ -618,6 +618,7 @@ def prepare_packed_dataset(
                 "name": getattr(tok, "name", type(tok).__name__),
                 "fingerprint": tok.fingerprint(),
                 "eos_id": tok.eos_id,
+                "vocab_size": getattr(tok, "vocab_size", None),
                 "pad_id": getattr(tok, "pad_id", None),
             },
             "metadata_file": metadata_name,
