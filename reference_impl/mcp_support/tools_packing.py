@@ -41,9 +41,12 @@ from reference_impl.limits import (
     MAX_PARALLEL_SIZE,
     MAX_PATH_CHARS,
     MAX_PLAN_SAMPLES,
+    MAX_SAMPLE_TOKENS,
+    MAX_SEED,
     MAX_SEQS_PER_PACK,
     MAX_SHARD_SIZE,
     MAX_STEPS_SHOWN,
+    MAX_TOKEN_ID,
     MAX_TOKEN_SLOTS,
 )
 from reference_impl.mcp_support.hints import WRITES
@@ -76,7 +79,7 @@ Size = Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE)]
 PackLen = Annotated[int, Field(ge=1, le=MAX_PACK_LEN)]
 PathArg = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
 OptionalPath = Annotated[str | None, Field(max_length=MAX_PATH_CHARS)]
-Seed = Annotated[int, Field(ge=0)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 MaxSeqs = Annotated[int | None, Field(ge=1, le=MAX_SEQS_PER_PACK)]
 
 TP = Annotated[Size | None, Field(description="tensor-parallel size (derives the alignment)")]
@@ -97,9 +100,10 @@ def _file(ctx: Context, path: str | None, field: str) -> str | None:
 @tool(title="Plan the pack length (equal token slots per step)")
 def plan_pack_length(
     ctx: Context,
-    lengths: Annotated[list[Annotated[int, Field(ge=1)]] | None,
+    lengths: Annotated[list[Annotated[int, Field(ge=1, le=MAX_SAMPLE_TOKENS)]] | None,
                        Field(description="sample lengths in tokens", max_length=MAX_INLINE_LENGTHS)] = None,
-    histogram: Annotated[dict[int, Annotated[int, Field(ge=0)]] | None,
+    histogram: Annotated[dict[Annotated[int, Field(ge=1, le=MAX_SAMPLE_TOKENS)],
+                              Annotated[int, Field(ge=0, le=MAX_PLAN_SAMPLES)]] | None,
                          Field(description="sample counts by length, e.g. {\"512\": 1200, \"3000\": 40}",
                                max_length=MAX_INLINE_LENGTHS)] = None,
     jsonl_path: Annotated[str | None, Field(description="a JSONL file (or blend manifest) inside an allowed "
@@ -121,7 +125,7 @@ def plan_pack_length(
     eval_cp: EVAL_CP = None,
     pad_seq_to_mult: PAD = None,
     algorithm: Algorithm = DEFAULT_ALGORITHM,
-    seed: Annotated[int, Field(ge=0, description="seed of mix and of first_fit_shuffle")] = 0,
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="seed of mix and of first_fit_shuffle")] = 0,
     max_seqs_per_pack: MaxSeqs = None,
     truncation: Annotated[Truncation, Field(description="samples longer than a pack: cut, or leave out")] = "right",
     schema: Annotated[SchemaOption, Field(description="row schema of jsonl_path")] = "auto",
@@ -147,11 +151,11 @@ def plan_pack_length(
 
 @tool(title="Simulate bin packing of lengths")
 def simulate_packing(
-    lengths: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=MAX_INLINE_LENGTHS,
-                                                                description="item lengths in tokens")],
+    lengths: Annotated[list[Annotated[int, Field(ge=0, le=MAX_SAMPLE_TOKENS)]],
+                       Field(min_length=1, max_length=MAX_INLINE_LENGTHS, description="item lengths in tokens")],
     capacity: Annotated[PackLen, Field(description="tokens per pack")],
     algorithm: Algorithm = DEFAULT_ALGORITHM,
-    seed: Annotated[int, Field(ge=0, description="drives first_fit_shuffle only")] = 0,
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="drives first_fit_shuffle only")] = 0,
     max_seqs_per_pack: MaxSeqs = None,
     oversize: Annotated[literal(OVERSIZE_MODES),  # type: ignore[valid-type]
                         Field(description="items longer than capacity: fail, leave out, or cut")] = "error",
@@ -234,7 +238,8 @@ def inspect_packed_dataset(
     eval_cp: EVAL_CP = None,
     pack_size: Annotated[int | None, Field(ge=1, le=MAX_PACK_LEN,
                                            description="needed for artifacts without a manifest")] = None,
-    eos_id: Annotated[int | None, Field(ge=0, description="EOS id (real-token counts of foreign packs)")] = None,
+    eos_id: Annotated[int | None, Field(ge=0, le=MAX_TOKEN_ID,
+                                        description="EOS id (real-token counts of foreign packs)")] = None,
     fixed_width: Annotated[bool | None, Field(description="the run pads rows to pack_size")] = None,
 ) -> InspectReport:
     """Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.

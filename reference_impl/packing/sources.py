@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from reference_impl.arguments import positive_int
-from reference_impl.limits import MAX_BLEND_SAMPLES
+from reference_impl.limits import MAX_BLEND_EPOCHS, MAX_BLEND_SAMPLES
 from reference_impl.errors import InputError, UsageError
 
 #: Path suffixes read as blend manifests rather than as JSONL data.
@@ -156,6 +156,14 @@ def resolve_stream(
     total = int(sizes.sum()) if num_samples is None else int(num_samples)
     positive_int("num_samples", total, maximum=MAX_BLEND_SAMPLES)
     counts = _largest_remainder(np.asarray([s.weight for s in sources]), total)
+    for source, count in zip(sources, counts.tolist()):
+        if count > MAX_BLEND_EPOCHS * source.rows:
+            raise UsageError(
+                f"drawing {count} samples from {source.rows} rows would repeat every row about "
+                f"{count // source.rows} times; the limit is {MAX_BLEND_EPOCHS} passes over a source",
+                file=source.path, field="num_samples",
+                fix="lower num_samples or that source's weight (limits live in reference_impl/limits.py)",
+            )
     rng = np.random.default_rng(seed)
     src_parts, row_parts = [], []
     for i, (count, size) in enumerate(zip(counts.tolist(), sizes.tolist())):

@@ -12,7 +12,7 @@ from reference_impl.choices import PACKING_PATHS, SMOKE_SIZES
 from reference_impl.errors import UsageError
 from reference_impl.limits import MAX_SMOKE_SECONDS
 from reference_impl.smoke import SmokeReport
-from reference_impl.verbs.common import check_choice, check_path
+from reference_impl.verbs.common import check_choice, check_path, check_seed
 from reference_impl.verbs.validation import check_overrides, config_source
 
 __all__ = ["SmokeOptions", "smoke"]
@@ -53,7 +53,7 @@ def smoke(options: SmokeOptions) -> SmokeReport:
     return run_packing_smoke_test(
         options.path, source, check_path("data", options.data, allow_none=True),
         overrides=check_overrides(options.overrides), size=options.size,
-        seed=non_negative_int("seed", options.seed), cp_check=options.cp_check,
+        seed=check_seed(options.seed), cp_check=options.cp_check,
         cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
         cp_timeout=float(options.cp_timeout), progress=options.progress,
     )
