@@ -83,4 +83,10 @@ SMOKE_ROWS: dict[str, int] = {"tiny": 12, "small": 32, "medium": 96}
 #: Longest smoke run an MCP client may ask for, in seconds.
 MAX_SMOKE_SECONDS = 3600.0
 
+# -- MCP work ------------------------------------------------------------------------------------
+#: Longest time limit an MCP client may give a tool that reads or writes data, in seconds, and the
+#: default (the work stops at its next row when the limit passes or the client cancels).
+MAX_TOOL_SECONDS = 3600.0
+DEFAULT_TOOL_SECONDS = 600.0
+
 __all__ = [name for name in dir() if name.isupper()]

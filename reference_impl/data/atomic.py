@@ -138,7 +138,9 @@ def _write_error(exc: OSError, target: Path, temporary: Path) -> ArtifactError:
 def _converting(target: Path, temporary: Path) -> Iterator[None]:
     try:
         yield
-    except SeqpackError:
+    except SeqpackError as err:
+        if err.file is not None and err.file.startswith(str(temporary)):  # a file inside the temporary
+            err.file = str(target) + err.file[len(str(temporary)):]
         raise
     except OSError as exc:
         raise _write_error(exc, target, temporary) from exc

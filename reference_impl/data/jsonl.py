@@ -49,6 +49,7 @@ import numpy as np
 
 from reference_impl.data import jsontext
 from reference_impl.data.atomic import atomic_output
+from reference_impl.data.interrupt import checkpoint
 from reference_impl.data.location import RowLocation
 from reference_impl.arguments import positive_int
 from reference_impl.errors import ArtifactError, InputError
@@ -344,6 +345,7 @@ class JsonlFile:
 
     def row(self, i: int) -> dict[str, Any]:
         """Parse row ``i`` as a JSON object; :class:`InputError` (file, line, row) when it is not one."""
+        checkpoint()  # a cancelled MCP job stops here
         j = self._checked(i)
         start, end = self._span(j)
         data = self._map()[start:end]

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from reference_impl.arguments import positive_int
+from reference_impl.data.interrupt import checkpoint
 from reference_impl.errors import ArtifactError
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ class PackedParquetReader:
         import pyarrow.parquet as pq
 
         if group != self._cache_group:
+            checkpoint()  # a cancelled MCP job stops here
             f = int(self._group_file[group])
             try:
                 if f not in self._files:
