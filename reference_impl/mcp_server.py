@@ -133,6 +133,7 @@ async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None) ->
     import uvicorn
 
     sock = _bind("127.0.0.1", port)  # before anything starts: a port in use is one line, not a traceback
+    log.info("listening on http://127.0.0.1:%d/mcp", port)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
     http = uvicorn.Server(config)
