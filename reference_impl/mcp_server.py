@@ -31,6 +31,7 @@ from reference_impl.mcp_support.content import find_skill_dir, register_prompts,
 from reference_impl.mcp_support.hints import READ_ONLY
 from reference_impl.mcp_support.outputs import ServerInfoOut
 from reference_impl.mcp_support.roots import AllowedRoots
+from reference_impl.mcp_support.stamped import StampedMCPServer
 from reference_impl.mcp_support.tools_config import register_config_tools
 from reference_impl.mcp_support.tools_packing import register_packing_tools
 from reference_impl.mcp_support.tools_smoke import register_smoke_tools
@@ -60,7 +61,7 @@ def build_server(
     """
     allowed = roots if isinstance(roots, AllowedRoots) else AllowedRoots.from_args([os.fspath(r) for r in roots or []])
     skill = find_skill_dir() if skill_dir is _AUTO else skill_dir
-    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+    server = StampedMCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
     register_config_tools(server, allowed)
     register_packing_tools(server, allowed)
     register_smoke_tools(server, allowed)
