@@ -111,15 +111,9 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from reference_impl.evaluation.report import render_benchmark, verdict
-    from reference_impl.evaluation.scoring import read_scores, summarise
+    from reference_impl.evaluation.report import write_report
 
-    skill = read_scores(args.run_dir)
-    baseline = read_scores(args.baseline) if args.baseline else None
-    text = render_benchmark(skill, baseline, title=args.title)
-    with open(args.out, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    result, reasons = verdict(summarise(skill.tasks), summarise(baseline.tasks) if baseline else None)
+    result, reasons = write_report(args.run_dir, args.out, args.baseline, title=args.title)
     if args.json:
         print_json({"out": args.out, "verdict": result, "reasons": reasons})
     else:

@@ -246,14 +246,22 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
 
 
 def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
-                 baseline_dir: str | os.PathLike[str] | None = None, *, title: str | None = None) -> Path:
-    """Read ``scores.json`` of the run (and the baseline run) and write the markdown page to ``out``."""
+                 baseline_dir: str | os.PathLike[str] | None = None, *,
+                 title: str | None = None) -> tuple[str, list[str]]:
+    """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``.
+
+    Returns the verdict and its reasons. The page is written to a temporary sibling and renamed,
+    so a failed run never leaves half a page.
+    """
     skill = read_scores(run_dir)
     baseline = read_scores(baseline_dir) if baseline_dir is not None else None
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_benchmark(skill, baseline, title=title), encoding="utf-8")
-    return target
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_text(render_benchmark(skill, baseline, title=title), encoding="utf-8")
+    os.replace(tmp, target)
+    skill_tasks, base_tasks = _common(skill, baseline)
+    return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)
 
 
 __all__ = ["GAIN_AT", "LOSS_AT", "PASS_AT", "WATCH_AT", "band", "render_benchmark", "uplift_label", "verdict",

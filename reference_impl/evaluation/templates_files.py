@@ -29,7 +29,7 @@ from reference_impl.evaluation.checks import (
     states,
     word,
 )
-from reference_impl.evaluation.dataset import GenContext, make_task
+from reference_impl.evaluation.builder import GenContext, make_task
 from reference_impl.evaluation.facts import Fact, facts_for
 from reference_impl.evaluation.render import config_yaml, sentence, without_comments
 

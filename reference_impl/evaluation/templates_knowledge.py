@@ -24,7 +24,7 @@ from reference_impl.evaluation.checks import (
     tokens_re,
     word,
 )
-from reference_impl.evaluation.dataset import GenContext, make_task
+from reference_impl.evaluation.builder import GenContext, make_task
 from reference_impl.evaluation.facts import Fact, facts_for, facts_for_rule
 from reference_impl.evaluation.render import config_yaml, sentence, topology_words
 

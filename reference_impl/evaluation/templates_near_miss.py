@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from reference_impl.evaluation.checks import Checks, any_of, number, word
-from reference_impl.evaluation.dataset import GenContext, make_task
+from reference_impl.evaluation.builder import GenContext, make_task
 
 #: Advice that only makes sense for Megatron sequence packing.
 SKILL_ONLY: tuple[str, ...] = (
