@@ -65,6 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
     add_json_flag(ex)
 
+    adv = sub.add_parser("adversarial", help="score adversarial answers (empty, stuffing, wrong, paraphrased, "
+                                             "partial, right with a dangerous extra) and print the tables")
+    adv.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
+    adv.add_argument("--answers", default=None,
+                     help="hand-written answers (default: evals/adversarial.json next to the task set)")
+    add_json_flag(adv)
+
     ls = sub.add_parser("list", help="list the tasks")
     ls.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
     ls.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
@@ -170,12 +177,36 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _adversarial(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from reference_impl.evaluation.adversarial import generated_suite, hand_written_suite, table, violations
+    from reference_impl.evaluation.tasks import load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    answers = args.answers or str(Path(dataset.root) / "adversarial.json")
+    hand = hand_written_suite(dataset, answers)
+    generated = generated_suite(dataset)
+    broken = violations(hand) + violations(generated)
+    if args.json:
+        print_json({"hand_written": [r.to_dict() for r in hand], "generated": [r.to_dict() for r in generated],
+                    "violations": broken})
+    else:
+        print(f"Hand-written answers ({answers}):\n")
+        print(table(hand))
+        print(f"\nGenerated answers, every task of {dataset.root / 'tasks.json'}:\n")
+        print(table(generated))
+        print("\nrequired outcomes: " + ("all met" if not broken else "; ".join(broken)))
+    return 1 if broken else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the eval subcommand."""
     from reference_impl.errors import UsageError
 
-    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list}
+    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list,
+                "adversarial": _adversarial}
     if not getattr(args, "eval_command", None):
-        raise UsageError("give an eval subcommand: run, score, report, build, export or list "
+        raise UsageError("give an eval subcommand: run, score, report, build, export, list or adversarial "
                          "(see seqpack eval --help)")
     return handlers[args.eval_command](args)

@@ -1,14 +1,18 @@
 """Build the eval dataset (``evals/tasks.json`` + ``evals/files/``) from templates and the library.
 
-Every number, rule id and verdict in a task is computed here by calling seqpack's own functions
+Most numbers, rule ids and verdicts in a task are computed here by calling seqpack's own functions
 (``derive_alignment``, ``equal_slot_candidates``, ``validate_config``, ``check_model_support``,
-``prepare_packed_dataset``, ``inspect_packed_dataset``, the CLI for error logs, ...). The templates
-(``templates_*.py``) only choose the inputs and word the prompts.
+``prepare_packed_dataset``, ``inspect_packed_dataset``, the CLI for error logs, ...);
+``templates_upstream`` takes its values from facts recorded in Megatron-Bridge's source and the
+seed documents (:mod:`reference_impl.evaluation.upstream`), and the near misses from general
+knowledge of other libraries. The templates (``templates_*.py``) choose the inputs and word the
+prompts.
 
-Each task is checked as it is made (:func:`finish_task`): its reference answer
-(``expected_output``) must pass every ``required`` check and none of the ``forbidden`` ones, and no
-forbidden check may match the task's own prompt or files (quoting the input back is not a wrong
-claim). ``tests/test_evals_dataset.py`` rebuilds everything and compares it with the committed
+Each task is checked as it is made (:func:`~reference_impl.evaluation.builder.finish_task`): its
+reference answer (``expected_output``) must grade every answer field right and trip no forbidden
+claim, its prose must not contradict its own block, every field must grade a wrong value wrong,
+every forbidden example must trip its check, and no forbidden check may match the task's own
+prompt or files (quoting the input back is not a wrong claim). ``tests/test_evals_dataset.py`` rebuilds everything and compares it with the committed
 files, so the ground truth cannot drift from the code.
 
 Regenerate::
@@ -28,7 +32,7 @@ from types import ModuleType
 from typing import Sequence
 
 from reference_impl.errors import UsageError
-from reference_impl.evaluation import templates_files, templates_knowledge, templates_near_miss
+from reference_impl.evaluation import templates_files, templates_knowledge, templates_near_miss, templates_upstream
 from reference_impl.evaluation.builder import GenContext
 from reference_impl.evaluation.tasks import Dataset, default_evals_dir, dumps
 
@@ -37,7 +41,7 @@ log = logging.getLogger(__name__)
 #: Template modules in build order (the order is part of the dataset). Each defines
 #: ``build(ctx: GenContext) -> None`` and imports only :mod:`~reference_impl.evaluation.builder`
 #: from the build machinery. A new family of tasks is one new module plus one entry here.
-TEMPLATES: tuple[ModuleType, ...] = (templates_knowledge, templates_files, templates_near_miss)
+TEMPLATES: tuple[ModuleType, ...] = (templates_knowledge, templates_files, templates_upstream, templates_near_miss)
 
 
 def build_dataset(evals_dir: str | os.PathLike[str]) -> Dataset:
