@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rep.add_argument("--baseline", default=None, help="a scored baseline run, for the uplift columns")
     rep.add_argument("--out", required=True, help="markdown file to write (e.g. BENCHMARK.md)")
     rep.add_argument("--title", default=None, help="page title")
+    rep.add_argument("--live-slot", action="store_true",
+                     help="add an empty 'live agent runs' table (for a page built from reference runs)")
     add_json_flag(rep)
 
     b = sub.add_parser("build", help="regenerate evals/tasks.json and evals/files from the code")
@@ -120,7 +122,8 @@ def _score(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.report import write_report
 
-    result, reasons = write_report(args.run_dir, args.out, args.baseline, title=args.title)
+    result, reasons = write_report(args.run_dir, args.out, args.baseline, title=args.title,
+                                   live_slot=args.live_slot)
     if args.json:
         print_json({"out": args.out, "verdict": result, "reasons": reasons})
     else:

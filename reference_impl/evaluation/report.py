@@ -137,8 +137,37 @@ def _notes(t: TaskScore) -> str:
     return "; ".join(out) or "-"
 
 
-def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, title: str | None = None) -> str:
-    """The markdown page (see the module docstring)."""
+REFERENCE_RUNS = (
+    "These are reference runs that need no model. With the skill: the oracle agent "
+    "(`python -m reference_impl.evaluation.agents oracle`), which loads the skill, reads the task files, really "
+    "runs each task's seqpack command and gives the reference answer. Baseline: the null agent, which answers "
+    "\"I don't know.\" and uses no tool. They bound what the scorer can give (the oracle must reach 100 %, the "
+    "null agent must score nothing on correctness); live agent runs go in the last section."
+)
+
+LIVE_SLOT = """## Live agent runs
+
+Reference runs bound the scores; they do not measure a model. Record live runs here (one row per
+agent and model, with the date and the command), each scored with `seqpack eval score` against the
+same `evals/tasks.json` and paired with a baseline run without the skill:
+
+| Agent | Model | Date | Tasks | Overall | Correctness | Discoverability | Uplift over no skill | Run |
+|---|---|---|---|---|---|---|---|---|
+| (none recorded yet) | | | | | | | | |
+
+```bash
+# not run in tests: needs an agent CLI and its credentials
+seqpack eval run --with-skill --out RUN --agent-cmd 'claude -p {prompt} --output-format stream-json --verbose'
+seqpack eval run --baseline --out BASE --agent-cmd 'claude -p {prompt} --output-format stream-json --verbose'
+seqpack eval score RUN && seqpack eval score BASE
+seqpack eval report RUN --baseline BASE --out live-report.md
+```
+"""
+
+
+def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, title: str | None = None,
+                     live_slot: bool = False) -> str:
+    """The markdown page (see the module docstring); ``live_slot`` adds an empty table for live agent runs."""
     skill_tasks, base_tasks = _common(skill, baseline)
     s_sum = summarise(skill_tasks)
     b_sum = summarise(base_tasks) if base_tasks is not None else None
@@ -148,6 +177,8 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     because = "; ".join(reasons)
     lines.append(f"**Verdict: {result}**. {because[:1].upper()}{because[1:]}.")
     lines.append("")
+    if live_slot:
+        lines += [REFERENCE_RUNS, ""]
 
     lines += ["## Run details", ""]
     buckets = ", ".join(f"{b} {s_sum['by_bucket'][b]['tasks']}" for b in BUCKETS if b in s_sum["by_bucket"])
@@ -244,12 +275,14 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
         "Regenerate this page whenever the skill, the task set, the agent or model, or the scoring changes.",
         "",
     ]
+    if live_slot:
+        lines += [LIVE_SLOT]
     return "\n".join(lines)
 
 
 def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
                  baseline_dir: str | os.PathLike[str] | None = None, *,
-                 title: str | None = None) -> tuple[str, list[str]]:
+                 title: str | None = None, live_slot: bool = False) -> tuple[str, list[str]]:
     """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``.
 
     Returns the verdict and its reasons. The page is written to a temporary sibling and renamed,
@@ -260,11 +293,11 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(render_benchmark(skill, baseline, title=title), encoding="utf-8")
+    tmp.write_text(render_benchmark(skill, baseline, title=title, live_slot=live_slot), encoding="utf-8")
     os.replace(tmp, target)
     skill_tasks, base_tasks = _common(skill, baseline)
     return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)
 
 
-__all__ = ["GAIN_AT", "LOSS_AT", "PASS_AT", "WATCH_AT", "band", "render_benchmark", "uplift_label", "verdict",
+__all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PASS_AT", "WATCH_AT", "band", "render_benchmark", "uplift_label", "verdict",
            "write_report"]
