@@ -24,7 +24,7 @@ from reference_impl.errors import UsageError
 from reference_impl.evaluation import claims
 from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, yes_no_field
 from reference_impl.evaluation.tasks import Forbidden
-from reference_impl.evaluation.vocab import config_field, multiple_field, words
+from reference_impl.evaluation.vocab import config_field, multiple_field, supported_field, words
 
 PAD = "dataset.offline_packing_specs.pad_seq_to_mult"
 
@@ -174,21 +174,13 @@ def _global_capacity(f: Finding, r: ValidationReport) -> list[Fact]:
 
 
 def _family_opt_out(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((_supported_field("no"),),
+    return [Fact((supported_field("opt_out"),),
                  f"The {f.fields['model.family']} recipes opt out of this packing path (it is not supported there); "
                  "train unpacked or use a path the family supports.")]
 
 
-def _supported_field(value: str) -> AnswerField:
-    return choice_field("supported", value, {
-        "yes": (r"(?<!not )(?<!un)\bsupported\b(?! only)", r"\bworks\b"),
-        "no": (r"\bnot supported\b", r"\bunsupported\b", r"\bopts? out\b", r"does not support", r"isn't supported"),
-        "caveat": (r"\bcaveat\b", r"supported with (?:a )?caveat"),
-    }, anywhere=True, says="is the path supported for this family", hint="<yes | no | caveat>")
-
-
 def _family_caveat(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((_supported_field("caveat"),), "This family has a documented caveat: verify with seqpack smoke "
+    return [Fact((supported_field("caveat"),), "This family has a documented caveat: verify with seqpack smoke "
                                                 "first.")]
 
 

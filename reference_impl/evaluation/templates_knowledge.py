@@ -20,7 +20,7 @@ from reference_impl.evaluation.builder import GenContext, make_task, override_ar
 from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
 from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from reference_impl.evaluation.render import config_yaml, topology_words
-from reference_impl.evaluation.vocab import KEY_ALIASES, rule_ids_field
+from reference_impl.evaluation.vocab import KEY_ALIASES, rule_ids_field, supported_field
 
 PAD = "dataset.offline_packing_specs.pad_seq_to_mult"
 PAD_ALIASES = KEY_ALIASES[PAD]
@@ -517,17 +517,6 @@ _PATH_WORDS = {
 }
 
 
-def supported_field(status: str) -> AnswerField:
-    """Model-family support of a path: yes, no (the recipes opt out) or caveat."""
-    value = {"supported": "yes", "opt_out": "no", "caveat": "caveat"}[status]
-    return choice_field("supported", value, {
-        "yes": (r"(?<!not )(?<!un)(?<!n't )\b(?:is |are )?supported\b(?! only)(?! with (?:a )?caveat)",),
-        "no": (r"\bnot supported\b", r"\bunsupported\b", r"\bopts? out\b", r"does not support", r"isn't supported",
-               r"doesn't support"),
-        "caveat": (r"\bcaveat\b", r"supported with (?:a )?caveat"),
-    }, anywhere=True, says="is the path supported for this family", hint="<yes | no | caveat>")
-
-
 def _model_support_tasks(ctx: GenContext) -> None:
     for bucket, family, path, prompt in MODEL_SUPPORT:
         (ms,) = check_model_support(family, path)
@@ -607,4 +596,4 @@ def build(ctx: GenContext) -> None:
     _smoke_task(ctx)
 
 
-__all__ = ["alignment_claims", "alignment_fields", "build", "severity_field", "slot_fields", "supported_field"]
+__all__ = ["alignment_claims", "alignment_fields", "build", "severity_field", "slot_fields"]

@@ -87,9 +87,20 @@ def multiple_field(name: str, subject: str, n: int, *, says: str = "") -> Answer
                      rf"{subject}\W+(?:\w+\W+){{0,5}}?divisible by", says=says or f"{name}")
 
 
+def supported_field(status: str) -> AnswerField:
+    """Model-family support of a path: yes, no (the recipes opt out) or caveat."""
+    value = {"supported": "yes", "opt_out": "no", "caveat": "caveat"}.get(status, status)
+    return choice_field("supported", value, {
+        "yes": (r"(?<!not )(?<!un)(?<!n't )\b(?:is |are )?supported\b(?! only)(?! with (?:a )?caveat)",),
+        "no": (r"\bnot supported\b", r"\bunsupported\b", r"\bopts? out\b", r"does not support", r"isn't supported",
+               r"doesn't support"),
+        "caveat": (r"\bcaveat\b", r"supported with (?:a )?caveat"),
+    }, anywhere=True, says="is the path supported for this family", hint="<yes | no | caveat>")
+
+
 def words(text: str) -> str:
     """A phrase as a pattern that tolerates ``_``, ``-`` or a space between its words."""
     return r"[_ -]?".join(re.escape(w) for w in re.split(r"[_\s-]+", text))
 
 
-__all__ = ["KEY_ALIASES", "config_field", "multiple_field", "rule_ids_field", "words"]
+__all__ = ["KEY_ALIASES", "config_field", "multiple_field", "rule_ids_field", "supported_field", "words"]
