@@ -149,3 +149,57 @@ def test_violation_error_names_each_rule_once():
     with pytest.raises(ConfigViolationError) as info:
         report.raise_for_violations()
     assert str(info.value).count("[PACK-IN-BATCH-MBS]") == 1
+
+
+# --- the registry itself: decorator, families, order ---------------------------------------------
+
+
+def test_every_rule_lives_in_its_family_module():
+    from reference_impl.config.rules import FAMILY_MODULES
+
+    assert list(FAMILY_MODULES) == list(FAMILIES)
+    for rule in RULES:
+        assert rule.check.__module__ == FAMILY_MODULES[rule.family].__name__, rule.id
+        # the decorator returns the check unchanged: the module attribute is the registered function
+        assert getattr(FAMILY_MODULES[rule.family], rule.check.__name__) is rule.check
+
+
+def test_registry_order_is_family_order_then_definition_order():
+    import inspect
+
+    order = {fam: i for i, fam in enumerate(FAMILIES)}
+    keys = [(order[r.family], inspect.getsourcelines(r.check)[1]) for r in RULES]
+    assert keys == sorted(keys)
+    # a snapshot of the head and tail of the order, so a silent reshuffle shows up in review
+    assert IDS[:4] == ["TOPO-WORLD-DIVISIBLE", "BATCH-GBS-DIVISIBLE", "BATCH-EVAL-GBS-DIVISIBLE", "SEQ-LENGTH-MATCH"]
+    assert IDS[-3:] == ["DATALOADER-NUM-EPOCHS", "DATASET-KWARGS-MAX-NUM-SAMPLES", "HF-REWRITE-EXPLICIT-PATHS"]
+
+
+def test_assemble_does_not_depend_on_registration_order(monkeypatch):
+    from reference_impl.config.rules import registry
+
+    shuffled = dict(reversed(list(registry._REGISTERED.items())))
+    # reversing everything reverses the order inside each family, but families stay in FAMILIES order
+    monkeypatch.setattr(registry, "_REGISTERED", shuffled)
+    fams = [r.family for r in registry.assemble()]
+    assert fams == sorted(fams, key=list(FAMILIES).index)
+
+
+def test_decorator_rejects_duplicate_ids_and_unknown_families(monkeypatch):
+    from reference_impl.config.rules import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    meta = dict(severity="warning", title="t", fields=("model.seq_length",), provenance="stricter", source="s",
+                fix="f", trigger={}, fixed={})
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.rule("TOPO-WORLD-DIVISIBLE", family="topology", **meta)(lambda r: None)
+    with pytest.raises(ValueError, match="unknown family"):
+        registry.rule("NEW-RULE", family="nope", **meta)
+    with pytest.raises(ValueError, match="severity"):
+        registry.rule("NEW-RULE", family="topology", **{**meta, "severity": "info"})
+
+    def check(r):
+        return None
+
+    assert registry.rule("NEW-RULE", family="topology", **meta)(check) is check
+    assert registry._REGISTERED["NEW-RULE"].check is check
