@@ -92,9 +92,15 @@ def test_offline_pad_mult_matching_topology_passes_and_multiples_are_fine():
         ("dataset.enable_offline_packing", True),
         ("dataset.offline_packing_specs.packed_sequence_size", 2048),
     ]
-    assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 4)]).rule_ids
-    assert validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 8)]).ok
-    assert validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 16)]).ok
+    def ids(mult):
+        report = validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", mult)])
+        return [f.rule_id for f in report.violations], [f.rule_id for f in report.warnings]
+
+    # 2 breaks the 2*CP=4 the THD CP partition needs: an error
+    assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in ids(2)[0]
+    # 4 satisfies CP but not the recommended lcm(4, CP*TP=8): a warning only
+    assert ids(4) == ([], ["PACK-OFFLINE-PAD-MULT-RECOMMENDED"])
+    assert ids(8) == ([], []) and ids(16) == ([], [])
 
 
 def test_raise_for_violations_lists_every_error():
@@ -203,3 +209,28 @@ def test_decorator_rejects_duplicate_ids_and_unknown_families(monkeypatch):
 
     assert registry.rule("NEW-RULE", family="topology", **meta)(check) is check
     assert registry._REGISTERED["NEW-RULE"].check is check
+
+
+def test_rules_cli_looks_up_a_model_family(capsys):
+    import json
+
+    from reference_impl.cli import main
+    from reference_impl.config.model_support import PATHS
+
+    assert main(["rules", "--model", "Qwen3-Next", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["path"] for r in rows] == list(PATHS)
+    assert rows[0]["family"] == "qwen3_next" and rows[0]["status"] == "opt_out"
+    assert main(["rules", "--model", "qwen3_next"]) == 0
+    assert "opt_out" in capsys.readouterr().out
+    assert main(["rules", "--model", "no-such-model"]) == 0
+    assert "no record" in capsys.readouterr().out
+
+
+def test_family_opt_out_is_a_warning_and_its_fix_names_a_real_lookup():
+    report = validate_config(None, list(get_rule("MODEL-FAMILY-OPT-OUT").trigger.items()))
+    assert report.ok and "MODEL-FAMILY-OPT-OUT" in [f.rule_id for f in report.warnings]
+    assert "seqpack rules --model" in get_rule("MODEL-FAMILY-OPT-OUT").fix
+    for rule in RULES:  # no fix may point at a flag value the CLI rejects
+        for fam in re.findall(r"seqpack rules --family (\w+)", rule.fix):
+            assert fam in FAMILIES, (rule.id, fam)

@@ -7,13 +7,14 @@ import argparse
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "rules"
-HELP = "list the packing rules (all, by family, by keyword) or explain one rule id"
+HELP = "list the packing rules (all, by family, by keyword), explain one rule id, or look up a model family"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
     p.add_argument("query", nargs="?", help="a rule id (explains it) or keywords (filters)")
     p.add_argument("--family", help="only rules of this family (e.g. offline, in_batch, energon)")
+    p.add_argument("--model", metavar="NAME", help="the model-support table's entry for a model family (e.g. qwen3_next)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     add_json_flag(p)
 
@@ -25,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from reference_impl.errors import UsageError
 
     fmt = "json" if args.json else args.format
+    if args.model:
+        return _model(args.model, fmt)
     rule = get_rule(args.query) if args.query else None
     if rule is not None:
         if fmt == "json":
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             d = rule.describe()
             for key in ("id", "severity", "family_title", "title", "fields", "provenance", "source", "fix", "note",
-                        "example_trigger", "example_fixed"):
+                        "upstream_check", "example_trigger", "example_fixed"):
                 if d[key] not in ("", [], {}):
                     print(f"{key:16} {', '.join(d[key]) if isinstance(d[key], list) else d[key]}")
         return 0
@@ -49,4 +52,20 @@ def run(args: argparse.Namespace) -> int:
         print(rules_markdown(selected))
     else:
         print(table(["id", "severity", "provenance", "title"], [[r.id, r.severity, r.provenance, r.title] for r in selected]))
+    return 0
+
+
+def _model(name: str, fmt: str) -> int:
+    """Print the recorded packing support of one model family (every path) from the model-support table."""
+    from reference_impl.config.model_support import check_model_support
+
+    rows = check_model_support(name)
+    if fmt == "json":
+        print_json([r.to_dict() for r in rows])
+        return 0
+    if not rows[0].known_family:
+        print(f"{name}: no record in the model-support table; verify with `seqpack smoke` before training packed")
+        return 0
+    print(f"{rows[0].family} ({rows[0].evidence})")
+    print(table(["path", "status", "note"], [[r.path, r.status, r.note] for r in rows]))
     return 0

@@ -71,6 +71,7 @@ class RuleOut(TypedDict):
     source: str
     fix: str
     note: str
+    upstream_check: str
     example_trigger: dict[str, Any]
     example_fixed: dict[str, Any]
 

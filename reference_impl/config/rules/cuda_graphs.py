@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
-from reference_impl.config.rules.common import BRIDGE_CC, SPECS, OFFLINE, offline_on
+from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, SPECS, offline_on
+from reference_impl.config.rules.evidence import bridge, bridge_cc
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "cuda_graphs"
@@ -20,6 +21,7 @@ FAMILY = "cuda_graphs"
     fix="Set dataset.dataset_kwargs.pad_to_max_length=true.",
     trigger={**OFFLINE, f"{SPECS}.pad_cu_seqlens": True},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
+    upstream_check=bridge_cc(1290, "pad_cu_seqlens", "raises ValueError: pad_cu_seqlens requires pad_to_max_length"),
 )
 def pad_cu_fixed_width(r: Resolved) -> str | None:
     if r.specs is not None and r.specs.pad_cu_seqlens and not r.pad_to_max_length:
@@ -39,6 +41,12 @@ def pad_cu_fixed_width(r: Resolved) -> str | None:
     trigger={**OFFLINE, f"{SPECS}.pad_cu_seqlens": True, "dataset.dataset_kwargs.pad_to_max_length": True,
         f"{SPECS}.packed_train_data_path": "/data/packed/training_2048.idx.parquet"},
     fixed={f"{SPECS}.packed_metadata_path": "/data/packed/2048_metadata.jsonl"},
+    upstream_check=bridge(
+        "data/packing/gpt_sft.py",
+        76,
+        "pack_metadata_file_path",
+        "the packed dataset asserts a metadata file when pad_cu_seqlens is on",
+    ),
 )
 def pad_cu_metadata(r: Resolved) -> str | None:
     s = r.specs
@@ -63,6 +71,11 @@ def pad_cu_metadata(r: Resolved) -> str | None:
     fix="Set dataset.dataset_kwargs.pad_to_max_length=true so every packed row has the captured width.",
     trigger={**OFFLINE, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["mlp"]},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
+    upstream_check=bridge_cc(
+        1299,
+        "uses_training_cuda_graphs",
+        "raises ValueError: offline packing with CUDA graphs needs pad_to_max_length",
+    ),
 )
 def graph_fixed_width(r: Resolved) -> str | None:
     if offline_on(r) and r.training_graphs and not r.pad_to_max_length:
@@ -85,6 +98,11 @@ def graph_fixed_width(r: Resolved) -> str | None:
     fixed={f"{SPECS}.pad_cu_seqlens": True},
     note="The docs say CUDA graphs need pad_cu_seqlens; upstream requires it only when attention is captured "
         "(full-iteration, whole-layer or 'attn' scope). MLP-only graphs pass without it.",
+    upstream_check=bridge_cc(
+        1305,
+        "captures_packed_attention",
+        "raises ValueError: graphs that capture packed attention need pad_cu_seqlens",
+    ),
 )
 def graph_pad_cu(r: Resolved) -> str | None:
     if offline_on(r) and r.graph_captures_attention and not r.specs.pad_cu_seqlens:  # type: ignore[union-attr]
@@ -107,6 +125,11 @@ def graph_pad_cu(r: Resolved) -> str | None:
     fix="Set rerun_state_machine.check_for_nan_in_loss=false.",
     trigger={"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]},
     fixed={"rerun_state_machine.check_for_nan_in_loss": False},
+    upstream_check=bridge_cc(
+        1510,
+        "check_for_nan_in_loss",
+        "asserts check_for_nan_in_loss is off with a full-iteration graph",
+    ),
 )
 def graph_nan(r: Resolved) -> str | None:
     if r.full_iteration_graph and r.cfg.rerun_state_machine.check_for_nan_in_loss:
@@ -126,6 +149,12 @@ def graph_nan(r: Resolved) -> str | None:
     trigger={**OFFLINE, "model.num_moe_experts": 8, "model.cuda_graph_impl": "transformer_engine",
         "model.cuda_graph_scope": ["moe_router"], "dataset.dataset_kwargs.pad_to_max_length": True},
     fixed={"model.cuda_graph_scope": ["mlp"]},
+    upstream_check=bridge(
+        "training/gpt_step.py",
+        193,
+        "captures_router",
+        "gpt_step raises ValueError for packed MoE batches under router-scoped TE graphs",
+    ),
 )
 def moe_mask_graph(r: Resolved) -> str | None:
     if r.packed and r.cfg.model.num_moe_experts and r.graph_captures_router:

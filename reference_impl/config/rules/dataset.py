@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
-from reference_impl.config.rules.common import BRIDGE_CC, SPECS, OFFLINE
+from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, SPECS
+from reference_impl.config.rules.evidence import bridge, bridge_cc
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "dataset"
@@ -20,6 +21,10 @@ FAMILY = "dataset"
     fix="Unset train.num_epochs, or use dataset.kind=gpt_sft with dataloader_type=batch.",
     trigger={"train.num_epochs": 1, "dataset.dataloader_type": "single"},
     fixed={"dataset.dataloader_type": "batch"},
+    upstream_check=(
+        bridge_cc(1261, "num_epochs", "raises ValueError: num_epochs needs a GPT-SFT dataset"),
+        bridge_cc(1266, "dataloader_type", "raises ValueError: num_epochs needs the batch dataloader"),
+    ),
 )
 def num_epochs(r: Resolved) -> str | None:
     ne = r.cfg.train.num_epochs
@@ -43,6 +48,12 @@ def num_epochs(r: Resolved) -> str | None:
     fix="Move the cap to dataset.max_train_samples.",
     trigger={"dataset.dataset_kwargs.max_num_samples": 100},
     fixed={"dataset.dataset_kwargs": {}, "dataset.max_train_samples": 100},
+    upstream_check=bridge(
+        "data/builders/gpt_sft.py",
+        211,
+        "max_num_samples",
+        "GPTSFTDatasetConfig.validate raises ValueError",
+    ),
 )
 def kwargs_max_samples(r: Resolved) -> str | None:
     if "max_num_samples" in r.cfg.dataset.dataset_kwargs:
@@ -64,6 +75,12 @@ def kwargs_max_samples(r: Resolved) -> str | None:
     fix="Drop hf_rewrite, or let the builder manage the packed paths.",
     trigger={**OFFLINE, "dataset.hf_rewrite": True, f"{SPECS}.packed_train_data_path": "/data/packed/train.idx.parquet"},
     fixed={"dataset.hf_rewrite": False},
+    upstream_check=bridge(
+        "data/builders/gpt_sft.py",
+        206,
+        "explicit_packed_paths",
+        "GPTSFTDatasetConfig.validate raises ValueError",
+    ),
 )
 def hf_rewrite(r: Resolved) -> str | None:
     s = r.specs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, ENERGON, flag_mismatch, fmt
+from reference_impl.config.rules.evidence import bridge, bridge_cc
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "energon"
@@ -20,6 +21,12 @@ FAMILY = "energon"
     fix="Start at 8-16 candidate samples per worker and measure bin fill, RSS and first-batch latency.",
     trigger={**ENERGON, "dataset.packing_buffer_size": 0},
     fixed={"dataset.packing_buffer_size": 16},
+    upstream_check=bridge(
+        "data/builders/energon.py",
+        178,
+        "packing_buffer_size",
+        "EnergonDatasetConfig.validate raises ValueError for a buffer <= 0",
+    ),
 )
 def energon_buffer_positive(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.cfg.dataset.packing_buffer_size <= 0:  # type: ignore[operator]
@@ -38,6 +45,13 @@ def energon_buffer_positive(r: Resolved) -> str | None:
     fix="Remove packing_buffer_size, or use dataset.kind=energon.",
     trigger={"dataset.packing_buffer_size": 16},
     fixed={"dataset.packing_buffer_size": None},
+    upstream_check=bridge(
+        "data/builders/direct_hf_sft.py",
+        67,
+        "DirectHFSFTDatasetConfig",
+        "only EnergonDatasetConfig declares packing_buffer_size; the other configs cannot be built "
+        "with it",
+    ),
 )
 def energon_kind(r: Resolved) -> str | None:
     d = r.cfg.dataset
@@ -57,6 +71,7 @@ def energon_kind(r: Resolved) -> str | None:
     fix="Set train.micro_batch_size=1 (and dataset.micro_batch_size=1).",
     trigger={**ENERGON, "train.micro_batch_size": 2},
     fixed={"train.micro_batch_size": 1},
+    upstream_check=bridge_cc(1329, "micro_batch_size", "raises ValueError: Energon native packing needs train MBS 1"),
 )
 def energon_mbs1(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.cfg.train.micro_batch_size != 1:
@@ -75,6 +90,7 @@ def energon_mbs1(r: Resolved) -> str | None:
     fix="Make dataset.micro_batch_size equal to train.micro_batch_size.",
     trigger={**ENERGON, "dataset.micro_batch_size": 2},
     fixed={"dataset.micro_batch_size": 1},
+    upstream_check=bridge_cc(1320, "micro_batch_size", "raises ValueError: Energon dataset MBS must match train MBS"),
 )
 def energon_dataset_mbs(r: Resolved) -> str | None:
     d = r.cfg.dataset
@@ -97,6 +113,11 @@ def energon_dataset_mbs(r: Resolved) -> str | None:
     fix="Set model.calculate_per_token_loss=true.",
     trigger={**ENERGON, "model.calculate_per_token_loss": False},
     fixed={"model.calculate_per_token_loss": True},
+    upstream_check=bridge_cc(
+        1331,
+        "calculate_per_token_loss",
+        "raises ValueError: Energon native packing needs per-token loss",
+    ),
 )
 def energon_per_token_loss(r: Resolved) -> str | None:
     bad = flag_mismatch(r, "model.calculate_per_token_loss", True) if r.cfg.energon_packing else None
@@ -114,6 +135,11 @@ def energon_per_token_loss(r: Resolved) -> str | None:
     fix="Set ddp.average_in_collective=false.",
     trigger={**ENERGON, "ddp.average_in_collective": True},
     fixed={"ddp.average_in_collective": False},
+    upstream_check=bridge_cc(
+        1333,
+        "average_in_collective",
+        "raises ValueError: Energon native packing needs average_in_collective=False",
+    ),
 )
 def energon_avg_collective(r: Resolved) -> str | None:
     bad = flag_mismatch(r, "ddp.average_in_collective", False) if r.cfg.energon_packing else None
@@ -131,6 +157,7 @@ def energon_avg_collective(r: Resolved) -> str | None:
     fix="Set model.mtp_num_layers=0, or use unpacked Energon data.",
     trigger={**ENERGON, "model.mtp_num_layers": 1},
     fixed={"model.mtp_num_layers": 0},
+    upstream_check=bridge_cc(1335, "MTP", "raises ValueError: Energon native packing does not support MTP"),
 )
 def energon_no_mtp(r: Resolved) -> str | None:
     if r.cfg.energon_packing and (r.cfg.model.mtp_num_layers or 0) > 0:
@@ -149,6 +176,11 @@ def energon_no_mtp(r: Resolved) -> str | None:
     fix="Set cuda_graph_impl and vision_cuda_graph_impl to none.",
     trigger={**ENERGON, "model.vision_cuda_graph_impl": "transformer_engine"},
     fixed={"model.vision_cuda_graph_impl": "none"},
+    upstream_check=bridge_cc(
+        1339,
+        "CUDA graphs",
+        "raises ValueError: Energon native packing does not support CUDA graphs",
+    ),
 )
 def energon_no_graphs(r: Resolved) -> str | None:
     m = r.cfg.model
@@ -171,6 +203,11 @@ def energon_no_graphs(r: Resolved) -> str | None:
     fix="Disable DistTrain, or use unpacked Energon data.",
     trigger={**ENERGON, "model.qwen3_vl_disttrain": True},
     fixed={"model.qwen3_vl_disttrain": False},
+    upstream_check=bridge_cc(
+        1342,
+        "DistTrain",
+        "raises ValueError: Energon native packing does not support Qwen3-VL DistTrain",
+    ),
 )
 def energon_no_disttrain(r: Resolved) -> str | None:
     bad = flag_mismatch(r, "model.qwen3_vl_disttrain", False) if r.cfg.energon_packing else None
@@ -188,6 +225,11 @@ def energon_no_disttrain(r: Resolved) -> str | None:
     fix="Set pipeline_model_parallel_size=1.",
     trigger={**ENERGON, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.pipeline_model_parallel_size": 1},
+    upstream_check=bridge_cc(
+        1344,
+        "pipeline parallelism",
+        "raises ValueError: Energon native packing does not support PP",
+    ),
 )
 def energon_no_pp(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.pp > 1:
@@ -229,6 +271,12 @@ def energon_ep_overlap(r: Resolved) -> str | None:
     fix="Use the qwen_vl task encoder, or collator-owned in-batch packing for other encoders.",
     trigger={**ENERGON, "dataset.task_encoder": "nemotron_omni"},
     fixed={"dataset.task_encoder": "qwen_vl"},
+    upstream_check=bridge(
+        "data/builders/energon.py",
+        203,
+        "QwenVLEnergonTaskEncoderConfig",
+        "EnergonDatasetConfig.validate raises ValueError for other task encoders",
+    ),
 )
 def energon_encoder(r: Resolved) -> str | None:
     enc = r.cfg.dataset.task_encoder
@@ -248,6 +296,13 @@ def energon_encoder(r: Resolved) -> str | None:
     fix="Set dataset.dataloader_type=external (or leave it unset).",
     trigger={**ENERGON, "dataset.dataloader_type": "single"},
     fixed={"dataset.dataloader_type": "external"},
+    upstream_check=bridge(
+        "data/builders/energon.py",
+        148,
+        "dataloader_type",
+        "EnergonDatasetConfig declares dataloader_type as the literal 'external'; the builder returns "
+        "ready loaders that only the external path passes through",
+    ),
 )
 def energon_loader(r: Resolved) -> str | None:
     if r.cfg.dataset.kind == "energon" and r.dataloader_type != "external":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
-from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, ENERGON, GLOBAL
+from reference_impl.config.rules.common import BRIDGE_CC, ENERGON, GLOBAL, OFFLINE
+from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, bridge, bridge_cc, bridge_guide
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "exclusive"
@@ -20,6 +21,11 @@ FAMILY = "exclusive"
     fix="Choose one: offline packs on disk (MBS1) or runtime in-batch packing (MBS>1).",
     trigger={**OFFLINE, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
+    upstream_check=bridge_cc(
+        1276,
+        "enable_in_batch_packing",
+        "raises ValueError: the two switches are mutually exclusive",
+    ),
 )
 def excl_offline_in_batch(r: Resolved) -> str | None:
     d = r.cfg.dataset
@@ -39,6 +45,12 @@ def excl_offline_in_batch(r: Resolved) -> str | None:
     fix="Select exactly one packing owner: packing_buffer_size (native) or enable_in_batch_packing.",
     trigger={**ENERGON, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
+    upstream_check=bridge(
+        "data/builders/energon.py",
+        180,
+        "enable_in_batch_packing",
+        "EnergonDatasetConfig.validate raises ValueError: one packing owner only",
+    ),
 )
 def excl_energon_in_batch(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.cfg.dataset.enable_in_batch_packing:
@@ -61,6 +73,10 @@ def excl_energon_in_batch(r: Resolved) -> str | None:
     fix="Turn the other packing path off.",
     trigger={**GLOBAL, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate requires no other packing path on the same dataset",
+    ),
 )
 def excl_global(r: Resolved) -> str | None:
     others = [p for p in r.paths if p != "global_batch"]
@@ -80,6 +96,12 @@ def excl_global(r: Resolved) -> str | None:
     fix="Set dataset.defer_in_batch_packing_to_step=false (native packs are built in the loader).",
     trigger={**ENERGON, "dataset.defer_in_batch_packing_to_step": True},
     fixed={"dataset.defer_in_batch_packing_to_step": False},
+    upstream_check=bridge(
+        "data/builders/energon.py",
+        185,
+        "defer_in_batch_packing_to_step",
+        "EnergonDatasetConfig.validate raises ValueError",
+    ),
 )
 def energon_defer(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.cfg.dataset.defer_in_batch_packing_to_step:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, GLOBAL, flag_mismatch, global_on
+from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, MLM_DEV, bridge_guide, mcore
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "global_batch"
@@ -23,6 +24,12 @@ KNOWN_SCHEDULERS = ("dp_balanced", "balanced")
     fix="Set train.micro_batch_size=1; the scheduler decides how many micro-batches a step runs.",
     trigger={**GLOBAL, "train.micro_batch_size": 2},
     fixed={"train.micro_batch_size": 1},
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule_utils.py",
+        61,
+        "shape[0] == 1",
+        "wrap_data_iterator asserts one sample per collated entry (MBS 1)",
+    ),
 )
 def global_mbs1(r: Resolved) -> str | None:
     if global_on(r) and r.cfg.train.micro_batch_size != 1:
@@ -41,6 +48,10 @@ def global_mbs1(r: Resolved) -> str | None:
     fix="Set model.calculate_per_token_loss=true.",
     trigger={**GLOBAL, "model.calculate_per_token_loss": False},
     fixed={"model.calculate_per_token_loss": True},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate requires per-token loss for global-batch packing",
+    ),
 )
 def global_per_token_loss(r: Resolved) -> str | None:
     bad = flag_mismatch(r, "model.calculate_per_token_loss", True) if global_on(r) else None
@@ -58,6 +69,7 @@ def global_per_token_loss(r: Resolved) -> str | None:
     fix="Set ddp.average_in_collective=false.",
     trigger={**GLOBAL, "ddp.average_in_collective": True},
     fixed={"ddp.average_in_collective": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate requires average_in_collective=False"),
 )
 def global_avg_collective(r: Resolved) -> str | None:
     bad = flag_mismatch(r, "ddp.average_in_collective", False) if global_on(r) else None
@@ -75,6 +87,10 @@ def global_avg_collective(r: Resolved) -> str | None:
     fix="Set model.cuda_graph_impl=none (pack shapes change every step).",
     trigger={**GLOBAL, "model.cuda_graph_impl": "local"},
     fixed={"model.cuda_graph_impl": "none"},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate rejects CUDA graphs with global-batch packing",
+    ),
 )
 def global_no_graphs(r: Resolved) -> str | None:
     if global_on(r) and r.any_graph:
@@ -93,6 +109,10 @@ def global_no_graphs(r: Resolved) -> str | None:
     fix="Set pipeline_model_parallel_size=1.",
     trigger={**GLOBAL, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.pipeline_model_parallel_size": 1},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate rejects pipeline parallelism with global-batch packing",
+    ),
 )
 def global_no_pp(r: Resolved) -> str | None:
     if global_on(r) and r.pp > 1:
@@ -111,6 +131,7 @@ def global_no_pp(r: Resolved) -> str | None:
     fix="Unset model.virtual_pipeline_model_parallel_size.",
     trigger={**GLOBAL, "model.virtual_pipeline_model_parallel_size": 2},
     fixed={"model.virtual_pipeline_model_parallel_size": None},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects virtual pipeline parallelism"),
 )
 def global_no_vpp(r: Resolved) -> str | None:
     vpp = r.cfg.model.virtual_pipeline_model_parallel_size
@@ -130,6 +151,7 @@ def global_no_vpp(r: Resolved) -> str | None:
     fix="Set dataset.dataloader_type=single (or cyclic).",
     trigger={**GLOBAL, "dataset.dataloader_type": "batch"},
     fixed={"dataset.dataloader_type": "single"},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate requires a single or cyclic dataloader"),
 )
 def global_loader(r: Resolved) -> str | None:
     if global_on(r) and r.dataloader_type not in ("single", "cyclic"):
@@ -148,6 +170,12 @@ def global_loader(r: Resolved) -> str | None:
     fix="Set model.max_seqlen_per_dp_cp_rank (e.g. ceil(seq_length / CP)).",
     trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": None},
     fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule.py",
+        424,
+        "max_seqlen_per_dp_cp_rank",
+        "the dp_balanced scheduler multiplies max_seqlen_per_dp_cp_rank by CP; None raises TypeError",
+    ),
 )
 def global_max_required(r: Resolved) -> str | None:
     if global_on(r) and r.cfg.model.max_seqlen_per_dp_cp_rank is None:
@@ -166,6 +194,13 @@ def global_max_required(r: Resolved) -> str | None:
     fix="Raise max_seqlen_per_dp_cp_rank to at least ceil(seq_length / CP).",
     trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": 1024},
     fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
+    upstream_check=mcore(
+        "megatron/training/arguments.py",
+        1795,
+        "max_seqlen_per_dp_cp_rank",
+        "validate_args asserts CP * max_seqlen_per_dp_cp_rank >= seq_length",
+        commit=MLM_DEV,
+    ),
 )
 def global_capacity(r: Resolved) -> str | None:
     cap = r.cfg.model.max_seqlen_per_dp_cp_rank
@@ -188,6 +223,7 @@ def global_capacity(r: Resolved) -> str | None:
     fix="Use another packing path for hybrid models.",
     trigger={**GLOBAL, "model.is_hybrid_model": True},
     fixed={"model.is_hybrid_model": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects Mamba hybrid models"),
 )
 def global_no_hybrid(r: Resolved) -> str | None:
     if global_on(r) and r.cfg.model.is_hybrid_model:
@@ -206,6 +242,7 @@ def global_no_hybrid(r: Resolved) -> str | None:
     fix="Disable ddp.use_megatron_fsdp.",
     trigger={**GLOBAL, "ddp.use_megatron_fsdp": True},
     fixed={"ddp.use_megatron_fsdp": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects Megatron FSDP"),
 )
 def global_no_fsdp(r: Resolved) -> str | None:
     if global_on(r) and r.cfg.ddp.use_megatron_fsdp:
@@ -224,6 +261,10 @@ def global_no_fsdp(r: Resolved) -> str | None:
     fix="Use a GPT-SFT dataset (it yields unpacked samples) or declare yields_unpacked_samples for yours.",
     trigger={**GLOBAL, "dataset.kind": "direct_hf"},
     fixed={"dataset.kind": "gpt_sft"},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate checks the dataset config declares yields_unpacked_samples",
+    ),
 )
 def global_unpacked(r: Resolved) -> str | None:
     if global_on(r) and not r.cfg.yields_unpacked_samples:
@@ -246,6 +287,12 @@ def global_unpacked(r: Resolved) -> str | None:
     trigger={**GLOBAL, "model.sequence_packing_scheduler": "default_dynamic_cp"},
     fixed={"model.sequence_packing_scheduler": "dp_balanced"},
     note="'balanced' exists only in seqpack; Megatron-Core registers dp_balanced.",
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule.py",
+        711,
+        "PackingSchedulerEnum",
+        "wrap_data_iterator looks the name up in PackingSchedulerEnum; an unknown name raises KeyError",
+    ),
 )
 def global_scheduler(r: Resolved) -> str | None:
     sched = r.cfg.model.sequence_packing_scheduler

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reference_impl.config.model_support import find_family
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, IN_BATCH, topology
+from reference_impl.config.rules.evidence import BRIDGE_PR5493, bridge, bridge_cc
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "in_batch"
@@ -21,6 +22,7 @@ FAMILY = "in_batch"
     fix="Set train.micro_batch_size to 2 or more (the rows of a micro-batch become one THD row).",
     trigger={**IN_BATCH, "train.micro_batch_size": 1},
     fixed={"train.micro_batch_size": 4},
+    upstream_check=bridge_cc(1619, "micro_batch_size", "raises ValueError: in-batch packing needs MBS > 1"),
 )
 def in_batch_mbs(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_in_batch_packing and r.cfg.train.micro_batch_size == 1:
@@ -34,11 +36,19 @@ def in_batch_mbs(r: Resolved) -> str | None:
     severity="error",
     title="in-batch packing needs the single or cyclic dataloader, not batch",
     fields=("dataset.enable_in_batch_packing", "dataset.dataloader_type"),
-    provenance="documented",
-    source="packed-sequences docs; no upstream guard exists",
+    provenance="upstream",
+    source="GPTSFTDatasetConfig.validate (Megatron-Bridge PR #5493, which adds GPT-SFT in-batch packing); "
+    "Direct-HF at main 067f987 has no guard and packs the whole per-rank global batch into one row",
     fix="Set dataset.dataloader_type=single (or cyclic).",
     trigger={**IN_BATCH, "dataset.dataloader_type": "batch"},
     fixed={"dataset.dataloader_type": "single"},
+    upstream_check=bridge(
+        "data/builders/gpt_sft.py",
+        200,
+        "dataloader_type",
+        "GPTSFTDatasetConfig.validate raises ValueError for in-batch packing with the batch loader",
+        commit=BRIDGE_PR5493,
+    ),
 )
 def in_batch_loader(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_in_batch_packing and r.dataloader_type == "batch":
@@ -60,10 +70,42 @@ def in_batch_loader(r: Resolved) -> str | None:
     fix="Use an SFT dataset kind, or no packing for pretraining.",
     trigger={**IN_BATCH, "dataset.kind": "pretrain"},
     fixed={"dataset.kind": "gpt_sft"},
+    upstream_check=bridge_cc(
+        223,
+        "GPTDatasetConfig",
+        "the pretraining dataset config declares no in-batch packing switch, so it cannot be built "
+        "with one",
+    ),
 )
 def in_batch_kind(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_in_batch_packing and r.cfg.dataset.kind == "pretrain":
         return "dataset.enable_in_batch_packing=true on a pretrain dataset, which already concatenates documents"
+    return None
+
+
+@rule(
+    "PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION",
+    family=FAMILY,
+    severity="warning",
+    title="GPT-SFT in-batch packing needs a Megatron-Bridge that includes PR #5493",
+    fields=("dataset.enable_in_batch_packing", "dataset.kind"),
+    provenance="upstream",
+    source="Megatron-Bridge main at 067f987 (2026-08-22) reads enable_in_batch_packing only on the Direct-HF, "
+    "Energon and MockVLM configs; GPT-SFT support is PR #5493 (branch feat/gpt-sft-in-batch-packing, 84275f5)",
+    fix="Use a Megatron-Bridge build that contains PR #5493, or switch to dataset.kind=direct_hf (or offline "
+    "packing) on an older Bridge.",
+    trigger={**IN_BATCH},
+    fixed={"dataset.kind": "direct_hf"},
+    note="On a Bridge without PR #5493, GPTSFTDatasetConfig has no enable_in_batch_packing field and the config "
+    "cannot be built with it.",
+)
+def gpt_sft_bridge_version(r: Resolved) -> str | None:
+    d = r.cfg.dataset
+    if d.enable_in_batch_packing and d.kind == "gpt_sft":
+        return (
+            "dataset.enable_in_batch_packing=true on a gpt_sft dataset works only with a Megatron-Bridge that "
+            "includes PR #5493 (not on main as of 067f987, 2026-08-22); older GPTSFTDatasetConfig rejects the field"
+        )
     return None
 
 
@@ -101,6 +143,12 @@ def in_batch_mult_overridden(r: Resolved) -> str | None:
     fix="Set dataset.defer_in_batch_packing_to_step=false (MegatronMIMO is the exception).",
     trigger={**IN_BATCH, "dataset.kind": "mock_vlm", "dataset.defer_in_batch_packing_to_step": True},
     fixed={"dataset.defer_in_batch_packing_to_step": False},
+    upstream_check=bridge(
+        "training/vlm_step.py",
+        226,
+        "defer_in_batch_packing_to_step",
+        "vlm_step raises ValueError: it needs collate-time packing",
+    ),
 )
 def deferred_step(r: Resolved) -> str | None:
     d = r.cfg.dataset
@@ -124,6 +172,15 @@ def deferred_step(r: Resolved) -> str | None:
     fix="Use a positive multiple (or leave it unset).",
     trigger={"dataset.kind": "direct_hf", "dataset.pad_to_multiple_of": -3},
     fixed={"dataset.pad_to_multiple_of": 3},
+    upstream_check=(
+        bridge(
+            "data/builders/direct_hf_sft.py",
+            120,
+            "pad_to_multiple_of",
+            "DirectHFSFTDatasetConfig.validate raises ValueError for a multiple <= 0",
+        ),
+        bridge("data/builders/energon.py", 192, "pad_to_multiple_of", "EnergonDatasetConfig.validate raises the same"),
+    ),
 )
 def pad_multiple_positive(r: Resolved) -> str | None:
     d = r.cfg.dataset

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reference_impl.config.model_support import find_family
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import OFFLINE
+from reference_impl.config.rules.evidence import bridge
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "model"
@@ -50,12 +51,14 @@ def mtp_documented(r: Resolved) -> str | None:
 @rule(
     "MODEL-FAMILY-OPT-OUT",
     family=FAMILY,
-    severity="error",
+    severity="warning",
     title="the model family's recipes opt out of this packing path",
     fields=("model.family",),
     provenance="documented",
-    source="Megatron-Bridge model recipes (see the model-support table)",
-    fix="Use a path the family supports (`seqpack rules --family`), or train unpacked.",
+    source="Megatron-Bridge model recipes (see the model-support table); a recipe turning the path off is "
+    "advice, not a check: no upstream code rejects the combination",
+    fix="Use a path the family supports (`seqpack rules --model FAMILY` lists them), or verify with "
+    "`seqpack smoke` before training packed.",
     trigger={**OFFLINE, "model.family": "qwen3_next"},
     fixed={"model.family": "llama3"},
 )
@@ -90,6 +93,12 @@ def family_caveat(r: Resolved) -> str | None:
     fix="Run LLaVA packing with PP=1 and CP=1.",
     trigger={**OFFLINE, "model.family": "llava", "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.pipeline_model_parallel_size": 1},
+    upstream_check=bridge(
+        "training/llava_step.py",
+        96,
+        "cp_size",
+        "llava_step raises ValueError for packed batches with PP > 1 or CP > 1",
+    ),
 )
 def llava(r: Resolved) -> str | None:
     fam = find_family(r.cfg.model.family)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+from reference_impl.alignment import cp_multiple
 from reference_impl.config.resolve import Resolved
-from reference_impl.config.rules.common import BRIDGE_CC, SPECS, OFFLINE, CP2, near_multiples, topology, offline_on
+from reference_impl.config.rules.common import BRIDGE_CC, CP2, OFFLINE, SPECS, near_multiples, offline_on, topology
+from reference_impl.config.rules.evidence import bridge, bridge_cc, sp_scatter, te_partition
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "offline"
@@ -20,6 +24,11 @@ FAMILY = "offline"
     fix="Set dataset.offline_packing_specs (at least packed_sequence_size and pad_seq_to_mult).",
     trigger={"dataset.enable_offline_packing": True},
     fixed={f"{SPECS}.packed_sequence_size": 2048},
+    upstream_check=bridge_cc(
+        1278,
+        "offline_packing_specs",
+        "raises ValueError: specs must be set when offline packing is on",
+    ),
 )
 def offline_specs_required(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_offline_packing and r.specs is None:
@@ -38,6 +47,11 @@ def offline_specs_required(r: Resolved) -> str | None:
     fix="Set dataset.enable_offline_packing=true, or remove offline_packing_specs.",
     trigger={f"{SPECS}.packed_sequence_size": 2048},
     fixed={"dataset.enable_offline_packing": True},
+    upstream_check=bridge_cc(
+        1280,
+        "enable_offline_packing",
+        "raises ValueError: specs without enable_offline_packing",
+    ),
 )
 def offline_enable_required(r: Resolved) -> str | None:
     if r.specs is not None and not r.cfg.dataset.enable_offline_packing:
@@ -56,6 +70,15 @@ def offline_enable_required(r: Resolved) -> str | None:
     fix="Set offline_packing_specs.packed_sequence_size, normally equal to seq_length.",
     trigger={"dataset.enable_offline_packing": True, f"{SPECS}.pad_seq_to_mult": 1},
     fixed={f"{SPECS}.packed_sequence_size": 2048},
+    upstream_check=(
+        bridge(
+            "data/builders/gpt_sft.py",
+            198,
+            "packed_sequence_size",
+            "GPTSFTDatasetConfig.validate raises ValueError for packed_sequence_size <= 0",
+        ),
+        bridge_cc(1602, "packed_sequence_size", "ConfigContainer.validate raises the same"),
+    ),
 )
 def offline_size_positive(r: Resolved) -> str | None:
     if offline_on(r) and r.specs.packed_sequence_size <= 0:  # type: ignore[union-attr]
@@ -74,6 +97,12 @@ def offline_size_positive(r: Resolved) -> str | None:
     fix="Set pad_seq_to_mult to the derived alignment (`seqpack align`).",
     trigger={**OFFLINE, f"{SPECS}.pad_seq_to_mult": 0},
     fixed={f"{SPECS}.pad_seq_to_mult": 1},
+    upstream_check=bridge(
+        "data/packing/config.py",
+        47,
+        "pad_seq_to_mult",
+        "PackedSequenceSpecs raises ValueError for a value <= 0",
+    ),
 )
 def pad_mult_positive(r: Resolved) -> str | None:
     if r.specs is not None and r.specs.pad_seq_to_mult is not None and r.specs.pad_seq_to_mult <= 0:
@@ -92,6 +121,12 @@ def pad_mult_positive(r: Resolved) -> str | None:
     fix="Set pad_seq_to_mult to an integer (1 when no CP/SP alignment is needed).",
     trigger={**OFFLINE, f"{SPECS}.pad_seq_to_mult": None},
     fixed={f"{SPECS}.pad_seq_to_mult": 1},
+    upstream_check=bridge(
+        "data/packing/gpt_sft.py",
+        205,
+        "_pad_seq_to_mult",
+        "the packed collate compares None > 1 and raises TypeError on the first batch",
+    ),
 )
 def pad_mult_null(r: Resolved) -> str | None:
     if offline_on(r) and r.specs.pad_seq_to_mult is None:  # type: ignore[union-attr]
@@ -113,6 +148,12 @@ def pad_mult_null(r: Resolved) -> str | None:
     fix="Leave max_single_sequence_length unset (defaults to seq_length) or set a positive value.",
     trigger={**OFFLINE, f"{SPECS}.max_single_sequence_length": 0},
     fixed={f"{SPECS}.max_single_sequence_length": 1024},
+    upstream_check=bridge(
+        "data/packing/config.py",
+        50,
+        "max_single_sequence_length",
+        "PackedSequenceSpecs raises ValueError for a value <= 0",
+    ),
 )
 def max_single_positive(r: Resolved) -> str | None:
     s = r.specs
@@ -132,6 +173,12 @@ def max_single_positive(r: Resolved) -> str | None:
     fix="Lower max_single_sequence_length to at most packed_sequence_size.",
     trigger={**OFFLINE, f"{SPECS}.max_single_sequence_length": 4096},
     fixed={f"{SPECS}.max_single_sequence_length": 2048},
+    upstream_check=bridge(
+        "data/packing/config.py",
+        52,
+        "max_single_sequence_length",
+        "PackedSequenceSpecs raises ValueError when it exceeds packed_sequence_size",
+    ),
 )
 def max_single_le_pack(r: Resolved) -> str | None:
     s = r.specs
@@ -156,6 +203,12 @@ def max_single_le_pack(r: Resolved) -> str | None:
     fix="Set max_single_sequence_length <= packed_sequence_size, or raise packed_sequence_size to seq_length.",
     trigger={**OFFLINE, "model.seq_length": 4096},
     fixed={f"{SPECS}.max_single_sequence_length": 2048},
+    upstream_check=bridge(
+        "data/packing/algorithms.py",
+        362,
+        "ifile_handles",
+        "fill_packing_strategy has no bucket for a length above the pack size and raises KeyError",
+    ),
 )
 def seq_le_pack(r: Resolved) -> str | None:
     s = r.specs
@@ -203,6 +256,11 @@ def size_eq_seq(r: Resolved) -> str | None:
         "size) with `seqpack plan`.",
     trigger={**OFFLINE, "train.micro_batch_size": 4},
     fixed={"train.micro_batch_size": 1},
+    upstream_check=bridge_cc(
+        1605,
+        "micro_batch_size",
+        "raises ValueError: micro batch size must be 1 with offline packing",
+    ),
 )
 def offline_mbs1(r: Resolved) -> str | None:
     mbs = r.cfg.train.micro_batch_size
@@ -225,6 +283,13 @@ def offline_mbs1(r: Resolved) -> str | None:
     fix="Use dataset.kind=gpt_sft, or choose the in-batch path for this dataset.",
     trigger={**OFFLINE, "dataset.kind": "direct_hf"},
     fixed={"dataset.kind": "gpt_sft"},
+    upstream_check=bridge(
+        "data/builders/direct_hf_sft.py",
+        67,
+        "DirectHFSFTDatasetConfig",
+        "the Direct-HF (and Energon, MockVLM) configs declare no offline packing fields, so they "
+        "cannot be built with them",
+    ),
 )
 def offline_kind(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_offline_packing and r.cfg.dataset.kind != "gpt_sft":
@@ -232,30 +297,71 @@ def offline_kind(r: Resolved) -> str | None:
     return None
 
 
+def _cp_requirement(r: Resolved) -> int:
+    """The per-sequence multiple context parallelism enforces: lcm of 2*CP over train and eval CP > 1."""
+    return math.lcm(cp_multiple(r.cp), cp_multiple(r.eval_cp))
+
+
+def _offline_pad_mult(r: Resolved) -> int | None:
+    if not offline_on(r) or not r.specs.pad_seq_to_mult or r.specs.pad_seq_to_mult <= 0:  # type: ignore[union-attr]
+        return None
+    return r.specs.pad_seq_to_mult  # type: ignore[union-attr]
+
+
 @rule(
     "PACK-OFFLINE-PAD-MULT-TOPOLOGY",
     family=FAMILY,
     severity="error",
-    title="offline pad_seq_to_mult must be a multiple of the alignment derived from TP/CP/SP",
-    fields=(f"{SPECS}.pad_seq_to_mult", "model.context_parallel_size", "model.tensor_model_parallel_size",
-        "model.sequence_parallel"),
+    title="with CP > 1, offline pad_seq_to_mult must be a multiple of 2*CP (train and eval CP)",
+    fields=(f"{SPECS}.pad_seq_to_mult", "model.context_parallel_size", "dist.eval_context_parallel_size"),
     provenance="stricter",
-    source="upstream never derives or checks it; a wrong value fails inside Transformer Engine attention",
+    source="upstream never derives or checks it; Transformer Engine's THD CP partition fails on the first batch",
     fix="Set pad_seq_to_mult to the value `seqpack align` derives and rebuild the packs.",
     trigger={**OFFLINE, **CP2},
     fixed={f"{SPECS}.pad_seq_to_mult": 4},
-    note="The docs state the lcm formula for offline SFT/PEFT; Bridge implements it only for collate-time paths.",
+    note="Bridge recipes set pad_seq_to_mult = 2*CP by hand when CP > 1; offline preparation never derives it.",
+    upstream_check=te_partition(
+        "the THD CP partition asserts every physical boundary is divisible by 2*CP; a segment padded "
+        "to a smaller multiple fails there",
+    ),
 )
 def pad_mult_topology(r: Resolved) -> str | None:
-    if not offline_on(r) or not r.specs.pad_seq_to_mult or r.specs.pad_seq_to_mult <= 0:  # type: ignore[union-attr]
+    have = _offline_pad_mult(r)
+    need = _cp_requirement(r)
+    if have is None or need == 1 or have % need == 0:
         return None
-    need, have = r.alignment.pad_seq_to_mult, r.specs.pad_seq_to_mult  # type: ignore[union-attr]
-    if have % need:
-        return (
-            f"offline_packing_specs.pad_seq_to_mult={have} but {topology(r)} needs a multiple of {need} "
-            f"({r.alignment.explanation}); Transformer Engine would fail inside attention"
-        )
-    return None
+    return (
+        f"offline_packing_specs.pad_seq_to_mult={have} but {topology(r)} needs a multiple of {need} (context "
+        "parallelism splits every packed sequence into 2*CP chunks); Transformer Engine's THD partition would "
+        "fail on the first batch"
+    )
+
+
+@rule(
+    "PACK-OFFLINE-PAD-MULT-RECOMMENDED",
+    family=FAMILY,
+    severity="warning",
+    title="offline pad_seq_to_mult is not a multiple of the recommended lcm(2*CP, CP*TP under SP)",
+    fields=(f"{SPECS}.pad_seq_to_mult", "model.context_parallel_size", "model.tensor_model_parallel_size",
+        "model.sequence_parallel"),
+    provenance="documented",
+    source="packed-sequences docs give the lcm for offline SFT/PEFT; upstream does not enforce the SP term per "
+    "sequence: sequence parallelism splits the whole row, whose width PACK-OFFLINE-WIDTH-ALIGNED checks",
+    fix="Prefer the value `seqpack align` derives; keeping the current value is fine when the pack width is aligned.",
+    trigger={**OFFLINE, "model.tensor_model_parallel_size": 8, "model.sequence_parallel": True,
+        "dist.world_size": 8, f"{SPECS}.pad_seq_to_mult": 1},
+    fixed={f"{SPECS}.pad_seq_to_mult": 8},
+    note="Megatron-Bridge ships Nemotron-3 Super SFT with TP8 + SP, CP1 and pad_seq_to_mult=1.",
+)
+def pad_mult_recommended(r: Resolved) -> str | None:
+    have = _offline_pad_mult(r)
+    need = r.alignment.pad_seq_to_mult
+    if have is None or have % need == 0 or have % _cp_requirement(r):
+        return None  # aligned, or PACK-OFFLINE-PAD-MULT-TOPOLOGY reports the failing case
+    return (
+        f"offline_packing_specs.pad_seq_to_mult={have}; the recommended multiple for {topology(r)} is {need} "
+        f"({r.alignment.explanation}); nothing upstream fails with {have} as long as the pack width is aligned"
+    )
 
 
 @rule(
@@ -269,6 +375,10 @@ def pad_mult_topology(r: Resolved) -> str | None:
     fix="Use a packed_sequence_size that is a multiple of the derived alignment.",
     trigger={**OFFLINE, **CP2, "model.context_parallel_size": 3, "dist.world_size": 3, f"{SPECS}.pad_seq_to_mult": 6},
     fixed={f"{SPECS}.packed_sequence_size": 2046, "model.seq_length": 2046},
+    upstream_check=(
+        te_partition("the trailing width padding is one more THD segment; with CP > 1 it must be divisible by 2*CP"),
+        sp_scatter("with SP the row width (per CP rank) must be divisible by TP"),
+    ),
 )
 def width_aligned(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
@@ -296,6 +406,15 @@ def width_aligned(r: Resolved) -> str | None:
     trigger={**OFFLINE, **CP2, "model.context_parallel_size": 3, "dist.world_size": 3, f"{SPECS}.pad_seq_to_mult": 6,
         f"{SPECS}.packed_sequence_size": 2046, "model.seq_length": 2046},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
+    upstream_check=(
+        bridge(
+            "data/packing/gpt_sft.py",
+            198,
+            "pad_seq_length_to_mult",
+            "the packed collate rounds the row width to pad_seq_length_to_mult",
+        ),
+        te_partition("the resulting trailing segment must be divisible by 2*CP"),
+    ),
 )
 def width_rounding(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from reference_impl.config.resolve import Resolved
+from reference_impl.config.rules.evidence import UpstreamCheck
 
 Severity = Literal["error", "warning"]
 Provenance = Literal["upstream", "documented", "stricter"]
@@ -49,6 +50,7 @@ class Rule:
     trigger: dict[str, Any] = field(default_factory=dict, compare=False)
     fixed: dict[str, Any] = field(default_factory=dict, compare=False)
     note: str = ""
+    upstream_check: tuple[UpstreamCheck, ...] = field(default=(), compare=False)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description (everything but the check function)."""
@@ -63,6 +65,7 @@ class Rule:
             "source": self.source,
             "fix": self.fix,
             "note": self.note,
+            "upstream_check": "; ".join(str(c) for c in self.upstream_check),
             "example_trigger": self.trigger,
             "example_fixed": self.fixed,
         }
@@ -85,16 +88,23 @@ def rule(
     trigger: Mapping[str, Any],
     fixed: Mapping[str, Any],
     note: str = "",
+    upstream_check: UpstreamCheck | Sequence[UpstreamCheck] = (),
 ) -> Callable[[Check], Check]:
     """Register the decorated check as rule ``rule_id``; the function itself is returned unchanged.
 
     ``trigger`` is a set of dotted overrides that breaks the rule; ``fixed`` (applied on top of
     ``trigger``) is a nearby config that satisfies it. The test-suite runs both for every rule.
+    An ``error`` must cite ``upstream_check``: the upstream check or kernel constraint that fails
+    for a config breaking the rule (:mod:`reference_impl.config.rules.evidence`). A rule whose
+    recommendation upstream does not enforce is a ``warning``, and its ``source`` says why.
     """
     if family not in FAMILIES:
         raise ValueError(f"rule {rule_id}: unknown family {family!r}")
     if severity not in ("error", "warning"):
         raise ValueError(f"rule {rule_id}: severity must be error or warning, got {severity!r}")
+    checks = (upstream_check,) if isinstance(upstream_check, UpstreamCheck) else tuple(upstream_check)
+    if severity == "error" and not checks:
+        raise ValueError(f"rule {rule_id}: an error must cite the upstream check that fails (upstream_check=...)")
 
     def register(check: Check) -> Check:
         previous = _REGISTERED.get(rule_id)
@@ -113,6 +123,7 @@ def rule(
             trigger=dict(trigger),
             fixed=dict(fixed),
             note=note,
+            upstream_check=checks,
         )
         return check
 

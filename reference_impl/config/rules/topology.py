@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, near_multiples
+from reference_impl.config.rules.evidence import bridge, bridge_cc, mcore
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "topology"
@@ -16,11 +17,16 @@ FAMILY = "topology"
     title="world_size must be divisible by TP*PP*CP (and by TP*PP*eval CP)",
     fields=("dist.world_size", "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
         "model.context_parallel_size", "dist.eval_context_parallel_size"),
-    provenance="stricter",
-    source="Megatron-Core parallel state initialisation fails otherwise",
+    provenance="upstream",
+    source="Megatron-Bridge ConfigContainer.get_data_parallel_size; Megatron-Core parallel state initialisation",
     fix="Choose a world size that is a multiple of TP*PP*CP, or change the parallel sizes.",
     trigger={"dist.world_size": 6, "model.tensor_model_parallel_size": 4},
     fixed={"dist.world_size": 8},
+    upstream_check=bridge_cc(
+        1024,
+        "total_model_size",
+        "get_data_parallel_size asserts world size % (TP*PP*CP) == 0 (line 1467: the same for eval CP)",
+    ),
 )
 def world_divisible(r: Resolved) -> str | None:
     world = r.cfg.dist.world_size
@@ -47,6 +53,20 @@ def world_divisible(r: Resolved) -> str | None:
     trigger={"dist.world_size": 8, "train.global_batch_size": 12},
     fixed={"train.global_batch_size": 16},
     note="The packing docs also ask for GBS >= DP with offline MBS1 packing; divisibility with GBS > 0 implies it.",
+    upstream_check=(
+        bridge(
+            "data/samplers.py",
+            276,
+            "micro_batch_times_data_parallel_size",
+            "the batch sampler raises RuntimeError when GBS % (MBS*DP) != 0",
+        ),
+        mcore(
+            "megatron/core/num_microbatches_calculator.py",
+            381,
+            "micro_batch_times_data_parallel_size",
+            "the micro-batch calculator asserts the same divisibility",
+        ),
+    ),
 )
 def gbs_divisible(r: Resolved) -> str | None:
     if r.dp is None:
@@ -72,6 +92,7 @@ def gbs_divisible(r: Resolved) -> str | None:
     fix="Pick an eval global batch size that is a multiple of eval_micro_batch_size * eval DP.",
     trigger={"dist.world_size": 8, "validation.eval_global_batch_size": 12},
     fixed={"validation.eval_global_batch_size": 16},
+    upstream_check=bridge_cc(1474, "eval_dp_product", "asserts eval_global_batch_size % (eval MBS * eval DP) == 0"),
 )
 def eval_gbs_divisible(r: Resolved) -> str | None:
     egbs = r.cfg.validation.eval_global_batch_size
@@ -98,6 +119,7 @@ def eval_gbs_divisible(r: Resolved) -> str | None:
     fix="Set model.seq_length and dataset.seq_length to the same value.",
     trigger={"model.seq_length": 4096, "dataset.seq_length": 2048},
     fixed={"dataset.seq_length": 4096},
+    upstream_check=bridge_cc(1644, "data_seq_length", "asserts model.seq_length == dataset.seq_length"),
 )
 def seq_match(r: Resolved) -> str | None:
     ms, ds = r.cfg.model.seq_length, r.cfg.dataset.seq_length
