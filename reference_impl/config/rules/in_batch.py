@@ -140,7 +140,8 @@ def in_batch_mult_overridden(r: Resolved) -> str | None:
     fields=("dataset.enable_in_batch_packing", "dataset.defer_in_batch_packing_to_step"),
     provenance="upstream",
     source="V56: Megatron-Bridge vlm_step",
-    fix="Set dataset.defer_in_batch_packing_to_step=false (MegatronMIMO is the exception).",
+    fix="Set dataset.defer_in_batch_packing_to_step=false (families whose step packs, e.g. Qwen3-VL and "
+    "MegatronMIMO, are the exception).",
     trigger={**IN_BATCH, "dataset.kind": "mock_vlm", "dataset.defer_in_batch_packing_to_step": True},
     fixed={"dataset.defer_in_batch_packing_to_step": False},
     upstream_check=bridge(
@@ -152,11 +153,53 @@ def in_batch_mult_overridden(r: Resolved) -> str | None:
 )
 def deferred_step(r: Resolved) -> str | None:
     d = r.cfg.dataset
-    fam = find_family(r.cfg.model.family)
-    if d.enable_in_batch_packing and d.defer_in_batch_packing_to_step and not (fam and fam.family == "megatron_mimo"):
+    if d.enable_in_batch_packing and d.defer_in_batch_packing_to_step and _step_packer(r) is None:
         return (
             "dataset.defer_in_batch_packing_to_step=true with in-batch packing: the VLM step requires "
             "collate-time packing"
+        )
+    return None
+
+
+def _step_packer(r: Resolved) -> str | None:
+    fam = find_family(r.cfg.model.family)
+    return fam.step_packer if fam else None
+
+
+@rule(
+    "PACK-IN-BATCH-STEP-PACKER",
+    family=FAMILY,
+    severity="error",
+    title="families whose training step packs (Qwen3-VL, Qwen3.5-VL, MegatronMIMO) need deferred in-batch packing",
+    fields=("model.family", "dataset.enable_in_batch_packing", "dataset.defer_in_batch_packing_to_step"),
+    provenance="upstream",
+    source="Megatron-Bridge qwen3_vl_step and megatron_mimo_step reject collate-time packed batches; "
+    "scripts/training/recipe_metadata.py maps qwen3_vl_/qwen35_vl_ recipes to qwen3_vl_step",
+    fix="Set dataset.defer_in_batch_packing_to_step=true so the family's step builds the packed sequences.",
+    trigger={**IN_BATCH, "dataset.kind": "direct_hf", "model.family": "qwen3_vl"},
+    fixed={"dataset.defer_in_batch_packing_to_step": True},
+    upstream_check=(
+        bridge(
+            "models/qwen_vl/qwen3_vl_step.py",
+            66,
+            "qwen3_vl_step does not support collate-time",
+            "qwen3_vl_step raises ValueError for a batch that already carries cu_seqlens",
+        ),
+        bridge(
+            "training/megatron_mimo_step.py",
+            48,
+            "defer_in_batch_packing_to_step",
+            "megatron_mimo_step raises ValueError unless packing is deferred to it",
+        ),
+    ),
+)
+def step_packer_needs_deferral(r: Resolved) -> str | None:
+    d = r.cfg.dataset
+    step = _step_packer(r)
+    if step and d.enable_in_batch_packing and not d.defer_in_batch_packing_to_step:
+        return (
+            f"model.family={r.cfg.model.family} trains with {step}, which packs the batch itself and rejects "
+            "collate-time packed batches, but dataset.defer_in_batch_packing_to_step=false"
         )
     return None
 

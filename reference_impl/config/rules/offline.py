@@ -401,7 +401,8 @@ def width_aligned(r: Resolved) -> str | None:
     fields=("dataset.dataset_kwargs.pad_seq_length_to_mult", "dataset.dataset_kwargs.pad_to_max_length",
         "model.context_parallel_size"),
     provenance="stricter",
-    source="the collate rounds row width to pad_seq_length_to_mult (default 16); TE needs 2*CP",
+    source="the collate rounds row width to pad_seq_length_to_mult (default 16); the trailing padding must stay "
+    "divisible by 2*CP (TE) and the width by CP*TP under SP; harmless when pad_seq_to_mult is a multiple of it",
     fix="Set dataset_kwargs.pad_to_max_length=true, or pad_seq_length_to_mult to a multiple of the alignment.",
     trigger={**OFFLINE, **CP2, "model.context_parallel_size": 3, "dist.world_size": 3, f"{SPECS}.pad_seq_to_mult": 6,
         f"{SPECS}.packed_sequence_size": 2046, "model.seq_length": 2046},
@@ -420,6 +421,24 @@ def width_rounding(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
     if not offline_on(r) or need == 1 or r.pad_to_max_length:
         return None
+    mult = r.cfg.dataset.dataset_kwargs.get("pad_seq_length_to_mult", 16)
+    if not isinstance(mult, int) or isinstance(mult, bool) or mult <= 0 or mult % need == 0:
+        return None
+    # Every stored segment is pre-padded to a multiple of pad_seq_to_mult, so a row's content length
+    # x is such a multiple; the collate widens the longest row to ceil(x / mult) * mult. Only widths
+    # that come out misaligned for some reachable x break the kernel constraints.
+    seg = r.specs.pad_seq_to_mult if r.specs.pad_seq_to_mult and r.specs.pad_seq_to_mult > 0 else 1  # type: ignore[union-attr]
+    period = math.lcm(seg, mult, need) // seg
+    for k in range(1, period + 1):
+        x = k * seg
+        width = -(-x // mult) * mult
+        if width % need:
+            return (
+                f"without a fixed width, packed rows are rounded up to dataset_kwargs.pad_seq_length_to_mult={mult}, "
+                f"which is not a multiple of the alignment {need} ({topology(r)}): a longest row of {x} tokens "
+                f"becomes {width} wide"
+            )
+    return None
     mult = r.cfg.dataset.dataset_kwargs.get("pad_seq_length_to_mult", 16)
     if isinstance(mult, int) and mult > 0 and mult % need:
         return (
