@@ -25,6 +25,7 @@ The recommendation rule is :data:`RECOMMENDATION_RULE`.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -49,6 +50,8 @@ RECOMMENDATION_RULE = (
     f"{TIE_TOLERANCE * 100:g} percentage points of the best count as tied, and a tie goes to the "
     "longest pack length (the documented starting point is 8K)."
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,10 @@ def alignment_multiple(
 ) -> int:
     """The per-sequence multiple to plan with: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
 
-    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``).
+    As in the rule registry, an explicit value must be a multiple of what context parallelism
+    enforces (2*CP over train and eval CP; rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``); a value that
+    only misses the recommended sequence-parallel term is used with a logged warning
+    (``PACK-OFFLINE-PAD-MULT-RECOMMENDED``).
     """
     from reference_impl.alignment import derive_alignment
 
@@ -405,12 +411,19 @@ def alignment_multiple(
     if pad_seq_to_mult is None:
         return derived.pad_seq_to_mult
     pad = _positive("pad_seq_to_mult", pad_seq_to_mult)
-    if pad % derived.pad_seq_to_mult:
+    required = derive_alignment(1, cp, False, eval_cp).pad_seq_to_mult
+    if pad % required:
         raise UsageError(
-            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
+            f"pad_seq_to_mult={pad} is not a multiple of {required}, which context parallelism needs "
+            f"({derived.explanation})",
             rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
             field="pad_seq_to_mult",
             fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
+        )
+    if pad % derived.pad_seq_to_mult:
+        logger.warning(
+            "[PACK-OFFLINE-PAD-MULT-RECOMMENDED] pad_seq_to_mult=%d is not a multiple of the recommended %d (%s)",
+            pad, derived.pad_seq_to_mult, derived.explanation,
         )
     return pad
 

@@ -122,3 +122,18 @@ def test_cp_still_needs_2cp_per_sequence_and_sp_still_needs_an_aligned_width():
     width = validate_config(None, NEMOTRON3_SUPER_LIKE + [("dataset.offline_packing_specs.packed_sequence_size", 2052),
                                                           ("model.seq_length", 2052)])
     assert "PACK-OFFLINE-WIDTH-ALIGNED" in [f.rule_id for f in width.violations]
+
+
+def test_the_mlp_only_cuda_graph_claim_is_what_upstream_code_and_tests_show():
+    full = REPOS["Megatron-Bridge"]
+    if mirror(full) is None:
+        pytest.skip(skip_reason(full))
+    config = git_show(full, BRIDGE, "src/megatron/bridge/training/config.py").splitlines()
+    block = "\n".join(config[1300:1309])
+    assert "captures_packed_attention" in block and '"attn" in cuda_graph_modules' in block
+    assert "not pad_cu_seqlens" in block
+    tests = git_show(full, BRIDGE, "tests/unit_tests/training/test_config.py").splitlines()
+    assert "def test_mlp_only_cuda_graph_does_not_require_padded_cu_seqlens" in tests[1823]
+    text = (__import__("pathlib").Path(__file__).parents[2] / "docs" / "cuda-graphs.md").read_text()
+    assert "lines\n1301-1309" in text or "lines 1301-1309" in text
+    assert "test_config.py\nline 1824" in text or "test_config.py line 1824" in text

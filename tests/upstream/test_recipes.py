@@ -168,3 +168,27 @@ def test_committed_recipes_equal_a_fresh_conversion_of_the_snapshot():
         pytest.skip(skip_reason(BRIDGE) + f" at {COMMIT[:12]}")
     stale = convert_recipes.write(convert_recipes.build(bridge, mcore), check=True)
     assert stale == [], f"run: python tests/upstream/convert_recipes.py ({stale[:5]})"
+
+
+def test_compatibility_page_reports_this_table():
+    from collections import Counter
+
+    text = (HERE.parents[1] / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    paths = Counter(e["path"] for e in INDEX["recipes"])
+    valid = sum(validate_config(_config(n)).ok for n in FILES)
+    rows = {
+        "found in the snapshot": INDEX["recipes_found"],
+        "converted": INDEX["converted"],
+        "committed (`tests/upstream/recipes/`)": INDEX["committed"],
+        "committed with offline packing": paths["offline"],
+        "committed with collate-time in-batch packing": paths["in_batch"],
+        "committed with in-batch packing deferred to the step": paths["in_batch_deferred"],
+        "committed without packing (sample)": paths["none"],
+        "validate (possibly with warnings)": valid,
+        "rejected, with the upstream failure reproduced by a test": len(REJECTED),
+    }
+    for label, count in rows.items():
+        assert f"| {label} | {count} |" in text, label
+    assert f"| {INDEX['recipes_found'] - INDEX['converted']} |" in text  # the not-convertible row
+    for name in REJECTED:
+        assert f"`{name}`" in text, name
