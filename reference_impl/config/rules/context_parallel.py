@@ -92,7 +92,7 @@ def cp_avg(r: Resolved) -> str | None:
     "ALIGN-SEQ-LENGTH",
     family=FAMILY,
     severity="error",
-    title="collate-packed SFT seq_length must be a multiple of lcm(2*CP per train/eval CP, CP*TP under SP)",
+    title="collate-packed SFT seq_length must be a multiple of lcm(2*CP or 1 per train/eval CP, CP*TP under SP)",
     fields=("model.seq_length", "model.context_parallel_size", "model.tensor_model_parallel_size",
         "model.sequence_parallel", "dist.eval_context_parallel_size"),
     provenance="upstream",

@@ -341,7 +341,7 @@ def pad_mult_topology(r: Resolved) -> str | None:
     "PACK-OFFLINE-PAD-MULT-RECOMMENDED",
     family=FAMILY,
     severity="warning",
-    title="offline pad_seq_to_mult is not a multiple of the recommended lcm(2*CP, CP*TP under SP)",
+    title="offline pad_seq_to_mult is not a multiple of the recommended lcm(2*CP or 1, CP*TP under SP)",
     fields=(f"{SPECS}.pad_seq_to_mult", "model.context_parallel_size", "model.tensor_model_parallel_size",
         "model.sequence_parallel"),
     provenance="documented",
