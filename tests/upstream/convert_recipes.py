@@ -25,12 +25,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from recipe_interpreter import Interpreter, Obj, Snapshot, Unknown, Unsupported  # noqa: E402
-from upstream_snapshots import mirror, resolve_commit  # noqa: E402
+from upstream_snapshots import BRIDGE as BRIDGE_REPO  # noqa: E402
+from upstream_snapshots import BRIDGE_COMMIT, mirror, resolve_commit  # noqa: E402
 
-BRIDGE_REPO = "NVIDIA-NeMo/Megatron-Bridge"
 MCORE_REPO = "NVIDIA/Megatron-LM"
-#: The Bridge commit the committed recipes come from, and Bridge's pinned Megatron-Core submodule.
-BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+#: Bridge's pinned Megatron-Core submodule (3rdparty/Megatron-LM at BRIDGE_COMMIT), for class defaults.
 MCORE_PIN = "2a75ac12c54ba6a42b34024756820bf819a2e25f"
 OUT = HERE / "recipes"
 RECIPE_DIRS = re.compile(r"^src/megatron/bridge/recipes/[\w]+/(h100|gb200|gb300)/\w+\.py$")

@@ -8,12 +8,11 @@ with the reason, when the snapshot is not on this machine. The last tests need n
 from __future__ import annotations
 
 import ast
-import sys
 import types
 
 import numpy as np
 import pytest
-from upstream_snapshots import git_show, mirror, skip_reason
+from upstream_snapshots import BRIDGE, BRIDGE_COMMIT, git_show, load_bridge_packing_algorithms, mirror, skip_reason
 
 from reference_impl.packing.bridge_compat import (
     bridge_assign,
@@ -23,28 +22,14 @@ from reference_impl.packing.bridge_compat import (
 )
 from reference_impl.packing.packed_dataset import PackedParquetDataset
 
-BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
-COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+COMMIT = BRIDGE_COMMIT
 
 
 @pytest.fixture(scope="module")
 def bridge():
     if mirror(BRIDGE) is None:
         pytest.skip(skip_reason(BRIDGE))
-    source = git_show(BRIDGE, COMMIT, "src/megatron/bridge/data/packing/algorithms.py")
-    stub = types.ModuleType("megatron.bridge.utils.safe_pickle")
-    stub.safe_load_npy = lambda *a, **k: None
-    previous = sys.modules.get(stub.__name__)
-    sys.modules[stub.__name__] = stub
-    try:
-        module = types.ModuleType("bridge_packing_algorithms")
-        exec(compile(source, "bridge:data/packing/algorithms.py", "exec"), module.__dict__)  # noqa: S102 - test only
-    finally:
-        if previous is None:
-            sys.modules.pop(stub.__name__, None)
-        else:
-            sys.modules[stub.__name__] = previous
-    return module
+    return load_bridge_packing_algorithms()
 
 
 def _cases(seed: int, n: int, top: int) -> list[int]:

@@ -12,12 +12,11 @@ import json
 import math
 import re
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import yaml
-from upstream_snapshots import git_show, mirror, skip_reason
+from upstream_snapshots import load_bridge_packing_algorithms, mirror, skip_reason
 
 from reference_impl.config import load_config, validate_config
 
@@ -98,22 +97,7 @@ def _bridge_algorithms():
     """Bridge's offline packing module, loaded from the snapshot (skips when it is not here)."""
     if mirror(BRIDGE) is None:
         pytest.skip(skip_reason(BRIDGE))
-    source = git_show(BRIDGE, COMMIT, "src/megatron/bridge/data/packing/algorithms.py")
-    assert source is not None
-    stub = types.ModuleType("megatron.bridge.utils.safe_pickle")
-    stub.safe_load_npy = lambda *a, **k: None  # only used by a path these tests do not call
-    saved = {k: sys.modules.get(k) for k in ("megatron.bridge.utils.safe_pickle",)}
-    sys.modules["megatron.bridge.utils.safe_pickle"] = stub
-    try:
-        module = types.ModuleType("bridge_packing_algorithms")
-        exec(compile(source, "bridge:data/packing/algorithms.py", "exec"), module.__dict__)  # noqa: S102 - test only
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return module
+    return load_bridge_packing_algorithms()
 
 
 def test_32k_recipe_long_samples_crash_bridges_fill_step():

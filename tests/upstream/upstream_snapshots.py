@@ -66,3 +66,35 @@ def resolve_commit(full_name: str, rev: str) -> str | None:
         capture_output=True, text=True, check=False,
     )
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
+#: The Megatron-Bridge commit the upstream tests run against (main, 2026-08-22).
+BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+
+
+def load_bridge_packing_algorithms():
+    """Megatron-Bridge's ``data/packing/algorithms.py`` at :data:`BRIDGE_COMMIT`, as a module, or None.
+
+    The source is read from the snapshot and executed here (it needs numpy and tqdm); its one Bridge
+    import (a safe ``.npy`` loader the packing functions do not use) is stubbed for the load.
+    """
+    import sys
+    import types
+
+    source = git_show(BRIDGE, BRIDGE_COMMIT, "src/megatron/bridge/data/packing/algorithms.py")
+    if source is None:
+        return None
+    stub = types.ModuleType("megatron.bridge.utils.safe_pickle")
+    stub.safe_load_npy = lambda *a, **k: None
+    previous = sys.modules.get(stub.__name__)
+    sys.modules[stub.__name__] = stub
+    try:
+        module = types.ModuleType("bridge_packing_algorithms")
+        exec(compile(source, "bridge:data/packing/algorithms.py", "exec"), module.__dict__)  # noqa: S102 - tests only
+    finally:
+        if previous is None:
+            sys.modules.pop(stub.__name__, None)
+        else:
+            sys.modules[stub.__name__] = previous
+    return module
