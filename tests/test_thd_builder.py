@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 
 from reference_impl.errors import AlignmentError, PackingError, UsageError
 from reference_impl.packing.thd import (
+    THDOptions,
     build_thd_batch,
     padding_mask_from_lengths,
+    place_rows,
+    plan_layout,
+    read_rows,
     segment_lengths,
+    to_tensors,
     validate_thd_batch,
 )
 
@@ -456,6 +461,72 @@ def test_segment_lengths_and_padding_helper():
     assert padding_mask_from_lengths(np.array([0, 4]), np.array([3, 2]), 8).tolist() == [
         False, False, False, True, False, False, True, True,
     ]
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps and the options object
+
+
+def test_options_object_and_keywords_agree():
+    rows = [row([1, 2, 3]), row([4, 5])]
+    by_keywords = build_thd_batch(rows, pad_seq_to_mult=4, max_length=12, pad_to_max_length=True)
+    opts = THDOptions(pad_seq_to_mult=4, max_length=12, pad_to_max_length=True)
+    by_object = build_thd_batch(rows, opts)
+    assert by_object.keys() == by_keywords.keys()
+    for key, value in by_keywords.items():
+        assert torch.equal(by_object[key], value) if isinstance(value, torch.Tensor) else by_object[key] == value
+    # a keyword overrides the object's field; the object itself is unchanged
+    wider = build_thd_batch(rows, opts, max_length=16)
+    assert wider["tokens"].shape == (1, 16) and opts.max_length == 12
+    with pytest.raises(TypeError, match="unexpected keyword argument 'pad_to_mult'"):
+        build_thd_batch(rows, pad_to_mult=4)
+    with pytest.raises(UsageError, match="pad_seq_to_mult must be a positive integer"):
+        build_thd_batch(rows, THDOptions(pad_seq_to_mult=0))
+
+
+def test_row_key_order_does_not_matter():
+    # a row whose mapping lists labels before tokens used to fail with "differs from the row's -1 tokens"
+    batch = build_thd_batch([{"labels": [5, 6], "tokens": [1, 2], "loss_mask": [1, 0]}])
+    assert as_list(batch["tokens"]) == [[1, 2]] and as_list(batch["labels"]) == [[5, 6]]
+
+
+def test_the_four_steps_by_hand():
+    # rows of 3 and 5 tokens, m = 4, fixed width 16 with a trailing padding sequence:
+    # segments [0, 4) and [4, 12), padding sequence [12, 16); row 1 has 4 real tokens
+    opts = THDOptions(pad_seq_to_mult=4, max_length=16, pad_to_max_length=True, slack="pad_sequence")
+    table = read_rows([row([1, 2, 3]), row([4, 5, 6, 7, 8], valid_length=4)], opts)
+    assert table.lengths.tolist() == [3, 5] and table.valid.tolist() == [3, 4] and table.extra_keys == ()
+    layout = plan_layout(table.lengths, table.valid, opts)
+    assert layout.physical.tolist() == [4, 8] and layout.starts.tolist() == [0, 4]
+    assert layout.trailing_pad == 4 and layout.width == 16 and layout.max_seqlen == 8
+    assert layout.cu_padded.tolist() == [0, 4, 12, 16] and layout.cu_logical.tolist() == [0, 3, 7, 7]
+    arrays = place_rows(table, layout, opts)
+    assert arrays["tokens"].tolist() == [1, 2, 3, 0, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0]
+    assert arrays["position_ids"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0]
+    assert arrays["padding_mask"].tolist() == [False] * 3 + [True] + [False] * 4 + [True] * 8
+    batch = to_tensors(arrays, layout, torch.device("cpu"))
+    validate_thd_batch(batch, pad_seq_to_mult=4)
+    assert batch["cu_seqlens_q_padded"].tolist() == [0, 4, 12, 16] and batch["max_seqlen_q"] == 8
+
+
+def test_static_shapes_in_the_layout():
+    opts = THDOptions(pad_seq_to_mult=2, static_num_seqs=4, static_max_seqlen=8)
+    layout = plan_layout(np.array([3, 2]), np.array([3, 2]), opts)
+    assert layout.cu_padded.tolist() == [0, 4, 6, 6, 6] and layout.cu_logical.tolist() == [0, 3, 5, 5, 5]
+    assert layout.max_seqlen == 8 and layout.width == 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 6)), min_size=1, max_size=6), st.integers(0, 10))
+def test_padding_mask_matches_its_definition(segments, tail):
+    """Ordered segments take the one-repeat path, overlapping or unordered ones the general path."""
+    starts = np.array([s for s, _ in segments])
+    logical = np.array([n for _, n in segments])
+    width = int((starts + logical).max()) + tail
+    expected = np.ones(width, dtype=bool)
+    for s, n in segments:
+        expected[s : s + n] = False
+    assert padding_mask_from_lengths(starts, logical, width).tolist() == expected.tolist()
 
 
 # ----------------------------------------------------------------------------------------------

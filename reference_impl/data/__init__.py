@@ -8,7 +8,14 @@ from reference_impl.data.jsonl import JsonlFile, build_line_index, file_fingerpr
 from reference_impl.data.location import RowLocation, at_row
 from reference_impl.data.rejections import REASONS, SampleRejected
 from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema, default_schema, detect_schema
-from reference_impl.data.tokenize import TokenizedSample, TrainingExample, to_training_example, tokenize_row
+from reference_impl.data.tokenize import (
+    TokenizedBatch,
+    TokenizedSample,
+    TrainingExample,
+    to_training_example,
+    tokenize_batch,
+    tokenize_row,
+)
 from reference_impl.data.tokenizers import ByteTokenizer, ChatRendering, HFTokenizer, Tokenizer, load_tokenizer
 
 __all__ = [
@@ -22,6 +29,7 @@ __all__ = [
     "PromptCompletionSchema",
     "RowLocation",
     "SampleRejected",
+    "TokenizedBatch",
     "TokenizedSample",
     "Tokenizer",
     "TrainingExample",
@@ -33,5 +41,6 @@ __all__ = [
     "file_fingerprint",
     "load_tokenizer",
     "to_training_example",
+    "tokenize_batch",
     "tokenize_row",
 ]

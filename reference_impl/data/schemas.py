@@ -6,7 +6,12 @@ column names are configurable; when a configured column is absent the canonical
 
 Chat rows hold a list of turns under exactly one of these keys:
 
-* ``messages`` or ``conversation``: ``[{"role": ..., "content": ...}, ...]``;
+* ``messages`` or ``conversation``: ``[{"role": ..., "content": ...}, ...]``, in the OpenAI /
+  Hugging Face chat format: an assistant turn may carry ``reasoning_content`` (aliases ``reasoning``
+  and ``thinking``) and ``tool_calls`` (``[{"type": "function", "id": ..., "function": {"name":
+  ..., "arguments": <JSON string or object>}}]``, its ``content`` may then be ``null``); a ``tool``
+  turn may carry ``tool_call_id`` and ``name``. A row-level ``tools`` list (JSON schemas of the
+  functions) is passed to the chat template as ``tools``;
 * ``conversations`` (ShareGPT): ``[{"from": ..., "value": ...}, ...]`` with an optional top-level
   ``"system"`` string, which becomes a leading system message. ShareGPT speaker names map to roles:
   ``human``/``user`` -> user, ``gpt``/``assistant`` -> assistant, ``system``, ``tool``/``observation``
@@ -31,6 +36,7 @@ SchemaKind = Literal["prompt_completion", "chat"]
 CHAT_KEYS: tuple[str, ...] = ("messages", "conversation", "conversations")
 PC_LOSS_MODES: tuple[str, ...] = ("completion", "full")
 CHAT_LOSS_MODES: tuple[str, ...] = ("assistant", "last_turn", "full")
+REASONING_POLICIES: tuple[str, ...] = ("train", "mask")
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES: dict[str, str] = {
     "system": "system",
@@ -43,16 +49,60 @@ SHAREGPT_ROLES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Message:
-    """One chat turn after normalization: a role from :data:`ROLES` and its text."""
+REASONING_KEYS: tuple[str, ...] = ("reasoning_content", "reasoning", "thinking")
 
-    role: str
-    content: str
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call made by an assistant turn; ``arguments`` is a JSON string or a JSON object."""
+
+    name: str
+    arguments: Any
+    id: str | None = None
+    type: str = "function"
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``{"role", "content"}`` form chat templates expect."""
-        return {"role": self.role, "content": self.content}
+        """The OpenAI form chat templates read: ``{"type", "function": {"name", "arguments"}, "id"?}``."""
+        out: dict[str, Any] = {"type": self.type, "function": {"name": self.name, "arguments": self.arguments}}
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn after normalization: a role from :data:`ROLES`, its text and optional tool/reasoning fields.
+
+    ``content`` is ``None`` only for an assistant turn that makes tool calls without text.
+    ``reasoning`` is the turn's reasoning text (read from ``reasoning_content``, ``reasoning`` or
+    ``thinking``); an inline ``<think>...</think>`` block stays inside ``content``.
+    """
+
+    role: str
+    content: str | None
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict a chat template sees: ``role`` and ``content``, plus only the optional keys that are set.
+
+        Reasoning is given under both ``reasoning_content`` (Qwen, DeepSeek templates) and
+        ``thinking`` (GPT-OSS templates); absent fields stay absent, since templates test for them
+        with ``is defined`` or ``in message``.
+        """
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning is not None:
+            out["reasoning_content"] = self.reasoning
+            out["thinking"] = self.reasoning
+        if self.tool_calls is not None:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
 
 
 @dataclass(frozen=True)
@@ -130,12 +180,16 @@ class ChatSchema:
     """How to read and supervise a chat row.
 
     ``loss_mode``: ``"assistant"`` trains every assistant turn, ``"last_turn"`` only the last
-    assistant turn, ``"full"`` every token. ``roles`` lists the accepted roles for
+    assistant turn, ``"full"`` every token. ``reasoning`` decides whether the reasoning of an
+    assistant turn (a ``reasoning_content`` field or an inline ``<think>`` block, whichever the
+    template renders) is trained with the turn (``"train"``, the default) or kept as context only
+    (``"mask"``, which under ``full`` masks it too). ``roles`` lists the accepted roles for
     ``messages``/``conversation`` rows.
     """
 
     loss_mode: str = "assistant"
     roles: tuple[str, ...] = ROLES
+    reasoning: str = "train"
 
     kind = "chat"
 
@@ -145,6 +199,20 @@ class ChatSchema:
                 f"unknown loss_mode {self.loss_mode!r} for chat; choose one of {', '.join(CHAT_LOSS_MODES)}",
                 field="loss_mode",
             )
+        if self.reasoning not in REASONING_POLICIES:
+            raise ConfigError(
+                f"unknown reasoning policy {self.reasoning!r}; choose one of {', '.join(REASONING_POLICIES)}",
+                field="reasoning",
+            )
+
+    def extract_tools(self, row: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The row's ``tools`` list (function schemas handed to the chat template), or None."""
+        tools = row.get("tools")
+        if tools is None:
+            return None
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise InputError("must be a list of JSON objects (function schemas)", field="tools")
+        return tools
 
     def extract(self, row: dict[str, Any]) -> list[Message]:
         """The row's turns as :class:`Message` objects (ShareGPT ``system`` first when present)."""
@@ -164,7 +232,7 @@ class ChatSchema:
             role = _turn_str(turn, key, i, "role")
             if role not in self.roles:
                 raise InputError(f"unknown role {role!r}; expected one of {', '.join(self.roles)}", field=f"{key}[{i}].role")
-            out.append(Message(role, _turn_str(turn, key, i, "content")))
+            out.append(_message(turn, key, i, role))
         return out
 
     def _sharegpt(self, row: dict[str, Any], turns: list[Any]) -> list[Message]:
@@ -187,7 +255,7 @@ class ChatSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (used in cache keys and manifests)."""
-        return {"kind": self.kind, "loss_mode": self.loss_mode, "roles": list(self.roles)}
+        return {"kind": self.kind, "loss_mode": self.loss_mode, "roles": list(self.roles), "reasoning": self.reasoning}
 
 
 Schema = PromptCompletionSchema | ChatSchema
@@ -203,6 +271,68 @@ def _turn_str(turn: Any, key: str, i: int, name: str) -> str:
         what = "null" if value is None else type(value).__name__
         raise InputError(f"must be a string, got {what}", field=f"{key}[{i}].{name}")
     return value
+
+
+def _opt_str(turn: dict[str, Any], key: str, i: int, name: str) -> str | None:
+    value = turn.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"must be a string, got {type(value).__name__}", field=f"{key}[{i}].{name}")
+    return value
+
+
+def _tool_calls(turn: dict[str, Any], key: str, i: int) -> tuple[ToolCall, ...] | None:
+    calls = turn.get("tool_calls")
+    if calls is None:
+        return None
+    where = f"{key}[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise InputError(f"must be a list of calls, got {type(calls).__name__}", field=where)
+    out = []
+    for j, call in enumerate(calls):
+        if not isinstance(call, dict):
+            raise InputError(f"call must be an object, got {type(call).__name__}", field=f"{where}[{j}]")
+        fn = call.get("function", call)  # {"function": {...}} (OpenAI) or the function itself
+        if not isinstance(fn, dict):
+            raise InputError(f"must be an object, got {type(fn).__name__}", field=f"{where}[{j}].function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise InputError("must be a non-empty string", field=f"{where}[{j}].function.name")
+        args = fn.get("arguments", {})
+        if not isinstance(args, (str, dict)):
+            raise InputError(
+                f"must be a JSON string or object, got {type(args).__name__}", field=f"{where}[{j}].function.arguments"
+            )
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise InputError(f"must be a string, got {type(call_id).__name__}", field=f"{where}[{j}].id")
+        kind = call.get("type", "function")
+        out.append(ToolCall(name=name, arguments=args, id=call_id, type=kind if isinstance(kind, str) else "function"))
+    return tuple(out)
+
+
+def _message(turn: Any, key: str, i: int, role: str) -> Message:
+    """A ``messages``/``conversation`` turn; content may be null only beside tool calls."""
+    calls = _tool_calls(turn, key, i) if role == "assistant" else None
+    if calls and turn.get("content") is None:
+        content = None
+    else:
+        content = _turn_str(turn, key, i, "content")
+    reasoning = None
+    if role == "assistant":
+        present = [k for k in REASONING_KEYS if turn.get(k) is not None]
+        if len({str(turn[k]) for k in present}) > 1:
+            raise InputError(f"carries different reasoning under {present}; keep one", field=f"{key}[{i}].{present[1]}")
+        reasoning = _opt_str(turn, key, i, present[0]) if present else None
+    return Message(
+        role,
+        content,
+        reasoning=reasoning,
+        tool_calls=calls,
+        tool_call_id=_opt_str(turn, key, i, "tool_call_id") if role == "tool" else None,
+        name=_opt_str(turn, key, i, "name") if role == "tool" else None,
+    )
 
 
 def detect_schema(
@@ -246,14 +376,15 @@ def schema_from_options(
     prompt_column: str = "prompt",
     completion_column: str = "completion",
     loss_mode: str | None = None,
+    reasoning: str = "train",
 ) -> Schema | None:
     """The schema object for command-line style options; None means "detect from the first row".
 
     ``kind`` is ``auto``, ``prompt_completion`` or ``chat``; custom column names imply
-    prompt/completion; a ``loss_mode`` needs an explicit kind.
+    prompt/completion; a ``loss_mode`` needs an explicit kind; ``reasoning`` applies to chat.
     """
     if kind == "chat":
-        return ChatSchema(loss_mode=loss_mode or "assistant")
+        return ChatSchema(loss_mode=loss_mode or "assistant", reasoning=reasoning)
     if kind == "prompt_completion" or prompt_column != "prompt" or completion_column != "completion":
         return PromptCompletionSchema(
             prompt_column=prompt_column, completion_column=completion_column, loss_mode=loss_mode or "completion"

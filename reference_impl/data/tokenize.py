@@ -15,9 +15,14 @@
 4. ``input_ids = [bos]? + prompt + completion + [eos]?``; unshifted loss mask: ``"completion"``
    mode 1 on completion (separator included) and EOS, 0 on BOS and prompt; ``"full"`` all 1.
 
-**Chat**: the tokenizer renders the conversation (:mod:`reference_impl.data.tokenizers`), no EOS is
-added on top of the template. Loss mask: ``"assistant"`` -> tokens owned by any assistant turn,
-``"last_turn"`` -> tokens owned by the last assistant turn, ``"full"`` -> every token.
+**Chat**: the tokenizer renders the conversation and the row's ``tools``
+(:mod:`reference_impl.data.tokenizers`), no EOS is added on top of the template. Loss mask:
+``"assistant"`` -> tokens owned by any assistant turn (content, tool calls, end-of-turn marker;
+not the header), ``"last_turn"`` -> tokens owned by the last assistant turn, ``"full"`` -> every
+token. Reasoning tokens that the template renders (a ``reasoning_content`` field or an inline
+``<think>`` block) follow ``ChatSchema.reasoning``: ``"train"`` keeps them in the mask of their
+turn, ``"mask"`` removes them (in ``full`` too). Reasoning the template strips (e.g. Qwen3 drops
+it from turns before the last user message) is not in the tokens at all.
 Unlike Megatron-Bridge (which never truncates chats at tokenization, quirk Q10), an over-long
 chat is handled explicitly: ``"right"`` keeps the first ``max_length`` tokens and flags
 ``truncated``; ``"reject"`` rejects it; ``"left"`` is refused (it would cut the template head).
@@ -34,12 +39,21 @@ and every sample carries an explicit mask. Q4: Bridge infers a segment's length 
 non-EOS token; here the length is explicit (``num_tokens``), and the byte tokenizer's chat
 end-of-turn token is distinct from EOS, so content ending in EOS-valued ids is never shortened.
 
+**Batches** (:func:`tokenize_batch`): many rows at once, the form offline packing consumes. All
+texts of a batch go through the tokenizer's batch encoding in one call (the Rust tokenizer runs
+it in parallel, outside the GIL), each chat is rendered twice (as is and with markers), and the
+result is one flat ``int32`` id array and one ``uint8`` mask array with ``int64`` offsets, plus
+per-sample lengths and flags: ready to be written to disk or concatenated without per-sample
+objects. Rejections are listed with their position in the batch; any other input error stops
+the batch, naming its row.
+
 **Shift** (:func:`to_training_example`): ``tokens = ids[:-1]``, ``labels = ids[1:]``,
 ``loss_mask = mask[1:]`` (the mask is aligned to the labels).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +62,9 @@ import numpy as np
 from reference_impl.data import rejections as rj
 from reference_impl.data.location import RowLocation, at_row
 from reference_impl.data.rejections import SampleRejected
-from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema, Schema
+from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema, Schema
 from reference_impl.data.tokenizers import ChatRendering, Tokenizer
-from reference_impl.errors import UsageError
+from reference_impl.errors import InputError, UsageError
 
 TRUNCATION_POLICIES: tuple[str, ...] = ("right", "left", "reject")
 
@@ -132,7 +146,7 @@ def _cut(ids: list[int], n: int, truncation: str) -> list[int]:
     return ids[: len(ids) - n] if truncation == "right" else ids[n:]
 
 
-def _finish(ids: list[int], mask: list[int], schema: str, prompt_length: int, original: int) -> TokenizedSample:
+def _finish(ids: Any, mask: Any, schema: str, prompt_length: int, original: int) -> TokenizedSample:
     if len(ids) < 2:
         raise SampleRejected(rj.TOO_SHORT, f"{len(ids)} token(s); at least 2 are needed")
     sample = TokenizedSample(
@@ -155,25 +169,21 @@ def _special(tokenizer: Tokenizer, attr: str) -> int:
     return int(value)
 
 
-def tokenize_prompt_completion(
-    row: dict[str, Any],
-    schema: PromptCompletionSchema,
-    tokenizer: Tokenizer,
-    *,
-    max_length: int,
-    truncation: str = "right",
-) -> TokenizedSample:
-    """Tokenize a prompt/completion row (module docstring, steps 1-4)."""
-    _check_args(max_length, truncation)
+def _pc_texts(row: dict[str, Any], schema: PromptCompletionSchema, tokenizer: Tokenizer) -> tuple[str, str]:
+    """(prompt text, completion text with its separator) of a row (module docstring, step 1)."""
     prompt_text, completion = schema.extract(row)
     if not completion and not schema.allow_empty_completion:
         raise SampleRejected(rj.EMPTY_COMPLETION, field=schema.completion_column)
     sep = schema.separator
     if sep.startswith(" ") and not tokenizer.space_sensitive:
         sep = sep[1:]
-    prompt = tokenizer.encode(prompt_text) if prompt_text else []
-    completion_text = sep + completion
-    answer = tokenizer.encode(completion_text) if completion_text else []
+    return prompt_text, sep + completion
+
+
+def _pc_sample(
+    prompt: list[int], answer: list[int], schema: PromptCompletionSchema, tokenizer: Tokenizer, max_length: int, truncation: str
+) -> TokenizedSample:
+    """Specials, truncation and mask of a tokenized prompt/completion pair (module docstring, steps 2-4)."""
     head = [_special(tokenizer, "bos_id")] if schema.add_bos else []
     tail = [_special(tokenizer, "eos_id")] if schema.add_eos else []
     n_special = len(head) + len(tail)
@@ -196,18 +206,71 @@ def tokenize_prompt_completion(
     return _finish(ids, mask, schema.kind, n_context, original)
 
 
-def chat_loss_mask(rendering: ChatRendering, loss_mode: str) -> list[int]:
-    """Unshifted 0/1 mask of a rendered chat for ``assistant``, ``last_turn`` or ``full``."""
+def tokenize_prompt_completion(
+    row: dict[str, Any],
+    schema: PromptCompletionSchema,
+    tokenizer: Tokenizer,
+    *,
+    max_length: int,
+    truncation: str = "right",
+) -> TokenizedSample:
+    """Tokenize a prompt/completion row (module docstring, steps 1-4)."""
+    _check_args(max_length, truncation)
+    prompt_text, completion_text = _pc_texts(row, schema, tokenizer)
+    prompt = tokenizer.encode(prompt_text) if prompt_text else []
+    answer = tokenizer.encode(completion_text) if completion_text else []
+    return _pc_sample(prompt, answer, schema, tokenizer, max_length, truncation)
+
+
+def chat_loss_mask(rendering: ChatRendering, loss_mode: str, reasoning: str = "train") -> list[int]:
+    """Unshifted 0/1 mask of a rendered chat for ``assistant``, ``last_turn`` or ``full`` and a reasoning policy."""
+    return _chat_mask(rendering, loss_mode, reasoning).tolist()
+
+
+def _chat_mask(rendering: ChatRendering, loss_mode: str, reasoning: str) -> np.ndarray:
+    owner = np.asarray(rendering.owner, dtype=np.int64)
     if loss_mode == "full":
-        return [1] * len(rendering.ids)
-    assistants = [k for k, role in enumerate(rendering.roles) if role == "assistant"]
-    if loss_mode == "assistant":
-        wanted = set(assistants)
-    elif loss_mode == "last_turn":
-        wanted = set(assistants[-1:])
+        mask = np.ones(owner.shape[0], dtype=np.int8)
     else:
-        raise UsageError(f"unknown chat loss_mode {loss_mode!r}")
-    return [1 if k in wanted else 0 for k in rendering.owner]
+        assistants = [k for k, role in enumerate(rendering.roles) if role == "assistant"]
+        if loss_mode == "assistant":
+            wanted = assistants
+        elif loss_mode == "last_turn":
+            wanted = assistants[-1:]
+        else:
+            raise UsageError(f"unknown chat loss_mode {loss_mode!r}")
+        mask = np.isin(owner, np.asarray(wanted, dtype=np.int64)).astype(np.int8)
+    if reasoning == "mask":
+        mask[np.asarray(rendering.reasoning, dtype=bool)] = 0
+    return mask
+
+
+def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
+    if truncation == "left":
+        raise UsageError("left truncation is not supported for chat (it would cut the template head); use right or reject")
+    messages = schema.extract(row)
+    tools = schema.extract_tools(row)
+    if not messages:
+        raise SampleRejected(rj.EMPTY_CONVERSATION)
+    roles = [m.role for m in messages]
+    if schema.loss_mode != "full" and "assistant" not in roles:
+        raise SampleRejected(rj.NO_ASSISTANT_TURN, f"roles are {roles}")
+    return messages, tools
+
+
+def _chat_sample(rendering: ChatRendering, schema: ChatSchema, max_length: int, truncation: str) -> TokenizedSample:
+    ids = np.asarray(rendering.ids, dtype=np.int64)
+    mask = _chat_mask(rendering, schema.loss_mode, schema.reasoning)
+    last_assistant = max((k for k, r in enumerate(rendering.roles) if r == "assistant"), default=-2)
+    owned = np.flatnonzero(np.asarray(rendering.owner) == last_assistant)
+    prompt_length = int(owned[0]) if owned.size else len(ids)
+    original = len(ids)
+    if original > max_length:
+        if truncation == "reject":
+            raise SampleRejected(rj.TOO_LONG, f"{original} tokens > max_length {max_length}")
+        ids, mask = ids[:max_length], mask[:max_length]
+        prompt_length = min(prompt_length, max_length)
+    return _finish(ids, mask, schema.kind, prompt_length, original)
 
 
 def tokenize_chat(
@@ -220,26 +283,8 @@ def tokenize_chat(
 ) -> TokenizedSample:
     """Tokenize a chat row with the tokenizer's chat rendering (module docstring)."""
     _check_args(max_length, truncation)
-    if truncation == "left":
-        raise UsageError("left truncation is not supported for chat (it would cut the template head); use right or reject")
-    messages = schema.extract(row)
-    if not messages:
-        raise SampleRejected(rj.EMPTY_CONVERSATION)
-    roles = [m.role for m in messages]
-    if schema.loss_mode != "full" and "assistant" not in roles:
-        raise SampleRejected(rj.NO_ASSISTANT_TURN, f"roles are {roles}")
-    rendering = tokenizer.apply_chat_template(messages)
-    ids = list(rendering.ids)
-    mask = chat_loss_mask(rendering, schema.loss_mode)
-    last_assistant = max((k for k, r in enumerate(roles) if r == "assistant"), default=None)
-    prompt_length = next((i for i, k in enumerate(rendering.owner) if k == last_assistant), len(ids))
-    original = len(ids)
-    if original > max_length:
-        if truncation == "reject":
-            raise SampleRejected(rj.TOO_LONG, f"{original} tokens > max_length {max_length}")
-        ids, mask = ids[:max_length], mask[:max_length]
-        prompt_length = min(prompt_length, max_length)
-    return _finish(ids, mask, schema.kind, prompt_length, original)
+    messages, tools = _chat_input(row, schema, truncation)
+    return _chat_sample(tokenizer.apply_chat_template(messages, tools), schema, max_length, truncation)
 
 
 def tokenize_row(
@@ -258,6 +303,142 @@ def tokenize_row(
         if isinstance(schema, ChatSchema):
             return tokenize_chat(row, schema, tokenizer, max_length=max_length, truncation=truncation)
         raise UsageError(f"unknown schema object {type(schema).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class TokenizedBatch:
+    """Rows tokenized together, as flat arrays (see "Batches" in the module docstring).
+
+    Sample ``i`` is ``ids[offsets[i]:offsets[i+1]]`` (``int32``) with mask ``loss_mask[...]``
+    (``uint8``, unshifted, 1 = trained target), taken from input row ``positions[i]`` of the batch.
+    ``prompt_lengths``, ``original_lengths`` (``int64``) and ``truncated`` (``bool``) are per
+    sample; ``rejected`` lists ``(position, error)`` for rows that yield no sample.
+    """
+
+    ids: np.ndarray
+    loss_mask: np.ndarray
+    offsets: np.ndarray
+    positions: np.ndarray
+    prompt_lengths: np.ndarray
+    original_lengths: np.ndarray
+    truncated: np.ndarray
+    rejected: list[tuple[int, SampleRejected]]
+    schema: str
+
+    def __len__(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``int64 [n]`` tokens per sample."""
+        return np.diff(self.offsets)
+
+    def sample(self, i: int) -> TokenizedSample:
+        """Sample ``i`` as a :class:`TokenizedSample` (int64 ids, int8 mask)."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return TokenizedSample(
+            input_ids=self.ids[a:b].astype(np.int64),
+            loss_mask=self.loss_mask[a:b].astype(np.int8),
+            schema=self.schema,
+            prompt_length=int(self.prompt_lengths[i]),
+            original_length=int(self.original_lengths[i]),
+            truncated=bool(self.truncated[i]),
+        )
+
+
+def tokenize_batch(
+    rows: Sequence[dict[str, Any]],
+    schema: Schema,
+    tokenizer: Tokenizer,
+    *,
+    max_length: int,
+    truncation: str = "right",
+    locations: Sequence[RowLocation | None] | None = None,
+) -> TokenizedBatch:
+    """Tokenize many rows with one batched encode (module docstring, "Batches").
+
+    Gives the same samples as :func:`tokenize_row` row by row. ``locations[i]`` names row ``i`` in
+    errors. A :class:`SampleRejected` row is listed in ``rejected``; other errors are raised.
+    """
+    _check_args(max_length, truncation)
+    where = list(locations) if locations is not None else [None] * len(rows)
+    if len(where) != len(rows):
+        raise UsageError(f"{len(rows)} rows but {len(where)} locations")
+    samples: list[tuple[int, TokenizedSample]] = []
+    rejected: list[tuple[int, SampleRejected]] = []
+
+    def guarded(pos: int, fn: Any, *args: Any) -> Any:
+        try:
+            with at_row(where[pos]):
+                return fn(*args)
+        except SampleRejected as err:
+            rejected.append((pos, err))
+            return None
+
+    if isinstance(schema, PromptCompletionSchema):
+        texts = {pos: guarded(pos, _pc_texts, row, schema, tokenizer) for pos, row in enumerate(rows)}
+        ok = [pos for pos, t in texts.items() if t is not None]
+        flat = [texts[pos][j] for pos in ok for j in (0, 1)]
+        encoded = _encode_batch(tokenizer, flat)
+        for n, pos in enumerate(ok):
+            prompt = encoded[2 * n] if flat[2 * n] else []
+            answer = encoded[2 * n + 1] if flat[2 * n + 1] else []
+            sample = guarded(pos, _pc_sample, prompt, answer, schema, tokenizer, max_length, truncation)
+            if sample is not None:
+                samples.append((pos, sample))
+    elif isinstance(schema, ChatSchema):
+        inputs = {pos: guarded(pos, _chat_input, row, schema, truncation) for pos, row in enumerate(rows)}
+        ok = [pos for pos, x in inputs.items() if x is not None]
+        renderings = _render_batch(tokenizer, [inputs[pos] for pos in ok])
+        for pos, rendering in zip(ok, renderings):
+            if isinstance(rendering, Exception):
+                with at_row(where[pos]):
+                    raise rendering
+            sample = guarded(pos, _chat_sample, rendering, schema, max_length, truncation)
+            if sample is not None:
+                samples.append((pos, sample))
+    else:
+        raise UsageError(f"unknown schema object {type(schema).__name__}")
+    rejected.sort(key=lambda item: item[0])
+    return _pack_batch(samples, rejected, schema.kind)
+
+
+def _encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    batch = getattr(tokenizer, "encode_batch", None)
+    if callable(batch):
+        return list(batch(texts))
+    return [tokenizer.encode(t) for t in texts]
+
+
+def _render_batch(tokenizer: Tokenizer, inputs: list[tuple[list[Message], Any]]) -> list[Any]:
+    batch = getattr(tokenizer, "apply_chat_templates", None)
+    if callable(batch):
+        return list(batch(inputs))
+    out: list[Any] = []
+    for messages, tools in inputs:
+        try:
+            out.append(tokenizer.apply_chat_template(messages, tools))
+        except InputError as err:
+            out.append(err)
+    return out
+
+
+def _pack_batch(samples: list[tuple[int, TokenizedSample]], rejected: list[tuple[int, SampleRejected]], kind: str) -> TokenizedBatch:
+    lengths = np.asarray([s.num_tokens for _, s in samples], dtype=np.int64)
+    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    empty_ids, empty_mask = np.zeros(0, np.int32), np.zeros(0, np.uint8)
+    return TokenizedBatch(
+        ids=np.concatenate([s.input_ids for _, s in samples]).astype(np.int32) if samples else empty_ids,
+        loss_mask=np.concatenate([s.loss_mask for _, s in samples]).astype(np.uint8) if samples else empty_mask,
+        offsets=offsets,
+        positions=np.asarray([pos for pos, _ in samples], dtype=np.int64),
+        prompt_lengths=np.asarray([s.prompt_length for _, s in samples], dtype=np.int64),
+        original_lengths=np.asarray([s.original_length for _, s in samples], dtype=np.int64),
+        truncated=np.asarray([s.truncated for _, s in samples], dtype=bool),
+        rejected=rejected,
+        schema=kind,
+    )
 
 
 def to_training_example(sample: TokenizedSample) -> TrainingExample:

@@ -2,35 +2,35 @@
 for a local Hugging Face ``tokenizer.json``.
 
 Chat rendering returns a :class:`ChatRendering`: the token ids plus, for every token, which
-message *owns* it. An assistant message owns exactly the tokens that are trained when that
-message is trained (its content and its end-of-turn marker, not its role header). Other messages
-own their content (the HF adapter also gives them their header, which no loss mode looks at);
-``-1`` marks tokens owned by nobody, such as BOS. Loss modes (``assistant``, ``last_turn``,
-``full``) are computed from that ownership in :mod:`reference_impl.data.tokenize`.
+message *owns* it and whether it is reasoning. An assistant message owns exactly the tokens that
+are trained when that message is trained: from the end of its turn header to its end-of-turn
+marker (its content, its tool calls, its rendered reasoning and the markup between them; not the
+header). Other messages own their own text; ``-1`` marks tokens owned by nobody (BOS, headers,
+template text). Loss modes (``assistant``, ``last_turn``, ``full``) and the reasoning policy are
+applied to that ownership in :mod:`reference_impl.data.tokenize`.
 
 **Byte tokenizer chat format** (our own, deterministic)::
 
-    <bos> then, for every message:  <|role|> utf8(content) <|end|>
+    <bos> [<|system|> utf8(json(tools)) <|end|>]  then, for every message:
+    <|role|> [utf8("<think>" reasoning "</think>")] utf8(content) [utf8("<tool_call>" json(call) "</tool_call>")...] <|end|>
 
 with ``<|role|>`` one of ``<|system|>``, ``<|user|>``, ``<|assistant|>``, ``<|tool|>``. There is
 no separator between messages and no trailing EOS; ``<|end|>`` (distinct from EOS, so Megatron's
 "last non-EOS token" length rule never shortens a chat) closes every turn. An assistant message
-owns its content bytes and its ``<|end|>``.
+owns everything after its role marker, ``<|end|>`` included; its reasoning block (a
+``reasoning_content`` field or an inline ``<think>`` block of its content) is flagged as reasoning.
 
-**Hugging Face chat templates** are rendered with jinja2 (sandboxed, ``trim_blocks`` and
-``lstrip_blocks`` on, ``loopcontrols``, a ``raise_exception`` helper, ``bos_token``/``eos_token``
-variables). The assistant mask is derived by *prefix rendering plus character offsets*: the
-conversation is rendered once per prefix ``messages[:k]``; message ``k`` spans the characters that
-``messages[:k+1]`` adds to ``messages[:k]``, and for an assistant message the span starts after
-the generation prompt (``messages[:k]`` rendered with ``add_generation_prompt=True``). The full
-rendering is tokenized once, and each token is owned by the message span its characters overlap.
-Limits: (1) the template must be *prefix-stable* (rendering a prefix yields a prefix of the full
-rendering); templates that rewrite earlier turns depending on later ones (e.g. drop reasoning
-from past assistant turns) are refused with an error; (2) a token that straddles a span boundary
-goes to the assistant span when it touches one (e.g. a byte-level ``"Ġword"`` that merges the
-header's trailing space with the first answer word is trained), otherwise to the first span it
-overlaps; (3) ``{% generation %}`` blocks are not supported; (4) rendering is quadratic in the
-number of turns.
+**Hugging Face chat templates** are rendered with jinja2 as ``transformers`` does
+(:mod:`reference_impl.data.chat_render`), and token ownership comes from
+:mod:`reference_impl.data.chat_masks`: the conversation is rendered once as is and once with marker
+texts, the markers give each message's text spans in the real rendering, the real rendering is
+tokenized once with offsets, and each token is owned by the span its characters touch. No prefix
+of the conversation is rendered, so templates that rewrite earlier turns (Qwen3 drops the
+reasoning of past turns and writes an empty reasoning block into the last one) are handled.
+Templates with ``{% generation %}`` blocks define the trained spans themselves. When the marker
+rendering cannot be matched, each message's text is searched in order instead; a conversation is
+refused only when an assistant text is found by neither. :meth:`HFTokenizer.prefix_regions` keeps
+the old prefix-rendering method as a cross-check for prefix-stable templates.
 """
 
 from __future__ import annotations
@@ -39,33 +39,62 @@ import hashlib
 import json
 import logging
 import os
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from reference_impl.data import chat_masks as cm
+from reference_impl.data.chat_masks import THINK_CLOSE, THINK_OPEN
 from reference_impl.data.schemas import Message
-from reference_impl.errors import ConfigError, InputError, UsageError
+from reference_impl.errors import InputError, UsageError
 
 log = logging.getLogger(__name__)
 
+CHAT_MASK_VERSION = "spans2"  # bump when chat ownership changes for the same template and data
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class ChatRendering:
-    """Token ids of a rendered conversation and, per token, the index of the message owning it (-1: none)."""
+    """Token ids of a rendered conversation; per token the owning message (-1: none) and a reasoning flag.
 
-    ids: list[int]
-    owner: list[int]
+    The three per-token sequences are lists or numpy arrays of equal length.
+
+    ``method`` tells how ownership was found: ``byte`` (the byte tokenizer's own format),
+    ``sentinel``, ``search`` or ``generation`` (:mod:`reference_impl.data.chat_masks`).
+    """
+
+    ids: Sequence[int]
+    owner: Sequence[int]
     roles: tuple[str, ...]
+    reasoning: Sequence[bool] | None = None
+    method: str = ""
+    text: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.owner):
             raise UsageError(f"ChatRendering: {len(self.ids)} ids but {len(self.owner)} owners")
+        if self.reasoning is None:
+            object.__setattr__(self, "reasoning", [False] * len(self.ids))
+        elif len(self.reasoning) != len(self.ids):
+            raise UsageError(f"ChatRendering: {len(self.ids)} ids but {len(self.reasoning)} reasoning flags")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChatRendering):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"ids": list(self.ids), "owner": list(self.owner), "roles": list(self.roles)}
+        return {
+            "ids": [int(i) for i in self.ids],
+            "owner": [int(k) for k in self.owner],
+            "reasoning": [bool(r) for r in (self.reasoning if self.reasoning is not None else [])],
+            "roles": list(self.roles),
+            "method": self.method,
+        }
 
 
 @runtime_checkable
@@ -91,8 +120,10 @@ class Tokenizer(Protocol):
         """A stable string that changes whenever tokenization or chat rendering would change."""
         ...
 
-    def apply_chat_template(self, messages: Sequence[Message]) -> ChatRendering:
-        """Render a conversation into ids with per-token message ownership."""
+    def apply_chat_template(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> ChatRendering:
+        """Render a conversation (and the tools offered to it) into ids with per-token message ownership."""
         ...
 
 
@@ -112,7 +143,7 @@ class ByteTokenizer:
         262: "<|tool|>",
         263: "<|end|>",
     }
-    FORMAT_VERSION = "byte-chat-v1"
+    FORMAT_VERSION = "byte-chat-v2"
 
     name = "byte"
     vocab_size = 264
@@ -148,23 +179,58 @@ class ByteTokenizer:
         """``byte:<format version>``."""
         return f"byte:{self.FORMAT_VERSION}"
 
-    def apply_chat_template(self, messages: Sequence[Message]) -> ChatRendering:
-        """``<bos>`` then ``<|role|> content <|end|>`` per message; assistants own content + ``<|end|>``."""
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode` of each text."""
+        return [self.encode(t) for t in texts]
+
+    def apply_chat_template(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> ChatRendering:
+        """The byte chat format of the module docstring; assistants own everything after their role marker."""
         ids = [self.BOS]
         owner = [-1]
+        reasoning = [False]
+        if tools:
+            block = [self.ROLE_IDS["system"], *self.encode(json.dumps(list(tools), ensure_ascii=False)), self.END_OF_TURN]
+            ids += block
+            owner += [-1] * len(block)
+            reasoning += [False] * len(block)
         for k, msg in enumerate(messages):
             role_id = self.ROLE_IDS.get(msg.role)
             if role_id is None:
                 raise InputError(f"role {msg.role!r} has no byte-tokenizer marker", field=f"messages[{k}].role")
-            body = self.encode(msg.content) + [self.END_OF_TURN]
             ids.append(role_id)
             owner.append(-1)
-            ids.extend(body)
-            owner.extend([k] * len(body))
-        return ChatRendering(ids=ids, owner=owner, roles=tuple(m.role for m in messages))
+            reasoning.append(False)
+            for text, is_reasoning in _byte_parts(msg):
+                body = self.encode(text)
+                ids += body
+                owner += [k] * len(body)
+                reasoning += [is_reasoning] * len(body)
+            ids.append(self.END_OF_TURN)
+            owner.append(k)
+            reasoning.append(False)
+        return ChatRendering(ids=ids, owner=owner, roles=tuple(m.role for m in messages), reasoning=reasoning, method="byte")
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
+
+
+def _byte_parts(msg: Message) -> list[tuple[str, bool]]:
+    """(text, is_reasoning) parts of one message in the byte chat format."""
+    parts: list[tuple[str, bool]] = []
+    if msg.reasoning is not None and msg.role == "assistant":
+        parts.append((f"{THINK_OPEN}{msg.reasoning}{THINK_CLOSE}", True))
+    content = msg.content or ""
+    if msg.role == "assistant" and THINK_CLOSE in content:
+        head, tail = content.split(THINK_CLOSE, 1)
+        parts.append((head + THINK_CLOSE, True))
+        content = tail
+    if content:
+        parts.append((content, False))
+    for call in msg.tool_calls or ():
+        parts.append((f"<tool_call>{json.dumps(call.to_dict()['function'], ensure_ascii=False)}</tool_call>", False))
+    return parts
 
 
 # --------------------------------------------------------------------------- Hugging Face adapter
@@ -213,8 +279,10 @@ class HFTokenizer:
     eos_token: str | None = None
     pad_token: str | None = None
     source_hash: str = ""
+    template_variables: dict[str, Any] = field(default_factory=dict)
     _template: Any = field(default=None, repr=False)
     _space_sensitive: bool | None = field(default=None, repr=False)
+    _chat_info: Any = field(default=None, repr=False)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> HFTokenizer:
@@ -306,111 +374,199 @@ class HFTokenizer:
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=False))
 
     def fingerprint(self) -> str:
-        """``hf:<sha256 of tokenizer.json, template and special tokens>``."""
-        return f"hf:{self.source_hash}"
+        """``hf:<sha256 of tokenizer.json, template, special tokens>:<mask method version>[:<template variables>]``."""
+        out = f"hf:{self.source_hash}:{CHAT_MASK_VERSION}"
+        if self.template_variables:
+            blob = json.dumps(self.template_variables, sort_keys=True, default=str).encode()
+            out += ":" + hashlib.sha256(blob).hexdigest()[:8]
+        return out
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text, encoded together by the Rust tokenizer (parallel, outside the GIL)."""
+        return [list(e.ids) for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     # ------------------------------------------------------------ chat
     def _compiled(self) -> Any:
         if self._template is None:
             if not self.chat_template:
                 raise UsageError(f"tokenizer {self.name} has no chat_template", fix="add one to tokenizer_config.json")
-            _, jinja2 = _require_hf()
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            _require_hf()
+            from reference_impl.data.chat_render import compile_template
 
-            def raise_exception(message: str) -> None:
-                raise jinja2.exceptions.TemplateError(message)
-
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-            env.globals["raise_exception"] = raise_exception
-            # jinja2's own tojson HTML-escapes; chat templates expect plain JSON
-            env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
-            try:
-                self._template = env.from_string(self.chat_template)
-            except jinja2.exceptions.TemplateSyntaxError as exc:
-                raise ConfigError(
-                    f"chat_template of {self.name} does not compile (template line {exc.lineno}): {exc.message}",
-                    field="chat_template",
-                ) from None
+            self._template = compile_template(self.chat_template, self.name)
         return self._template
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_template"] = None  # compiled jinja templates do not pickle; recompiled on use
+        state["_chat_info"] = None
         return state
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
-        """The chat template's text for ``messages``."""
-        import jinja2
+    def _variables(self) -> dict[str, Any]:
+        return {
+            "bos_token": self.bos_token or "",
+            "eos_token": self.eos_token or "",
+            "pad_token": self.pad_token or "",
+            **self.template_variables,
+        }
 
-        template = self._compiled()
-        try:
-            return str(
-                template.render(
-                    messages=[m.to_dict() for m in messages],
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token or "",
-                    eos_token=self.eos_token or "",
-                    pad_token=self.pad_token or "",
-                )
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> str:
+        """The chat template's text for ``messages`` (and ``tools``)."""
+        from reference_impl.data.chat_render import render
+
+        dicts = [m.to_dict() for m in messages]
+        return render(self._compiled(), dicts, self._variables(), tools=tools, add_generation_prompt=add_generation_prompt)[0]
+
+    def chat_info(self) -> _ChatInfo:
+        """What ownership needs to know about the template, found once by rendering two tiny probes."""
+        if self._chat_info is None:
+            from reference_impl.data.chat_render import has_generation_blocks, render
+
+            template, variables = self._compiled(), self._variables()
+            source = self.chat_template or ""
+            added = [t.content for t in self.backend.get_added_tokens_decoder().values()]
+            specials = sorted(
+                {t for t in added if t.strip() and (t in source or t in variables.values())}, key=len, reverse=True
             )
-        except jinja2.exceptions.TemplateError as exc:
-            raise InputError(f"chat template failed on {len(messages)} message(s): {exc}", field="messages") from None
-
-    def apply_chat_template(self, messages: Sequence[Message]) -> ChatRendering:
-        """Render, tokenize once, and own tokens by prefix-rendered character spans (module docstring)."""
-        full = self.render(messages)
-        # bounds[k] = (start, end, k): characters owned by message k
-        bounds: list[tuple[int, int, int]] = []
-        prev = self._prefix(messages, 0, full)
-        for k, msg in enumerate(messages):
-            cur = self._prefix(messages, k + 1, full)
-            start = len(prev)
-            if msg.role == "assistant":
-                gen = self.render(messages[:k], add_generation_prompt=True)
-                if full.startswith(gen) and len(prev) <= len(gen) <= len(cur):
-                    start = len(gen)
-                else:
-                    log.debug("generation prompt is not a prefix before message %d; its header is owned too", k)
-            bounds.append((start, len(cur), k))
-            prev = cur
-        enc = self.backend.encode(full, add_special_tokens=False)
-        roles = [m.role for m in messages]
-        starts = [a for a, _, _ in bounds]
-        owner = [_owner_of(start, end, bounds, starts, roles) for start, end in enc.offsets]
-        return ChatRendering(ids=list(enc.ids), owner=owner, roles=tuple(m.role for m in messages))
-
-    def _prefix(self, messages: Sequence[Message], k: int, full: str) -> str:
-        if k == 0:
+            header = ""
+            end_markers = [self.eos_token] if self.eos_token else []
+            probe = [{"role": "user", "content": f"{cm.SENTINEL_OPEN}0{cm.SENTINEL_CLOSE}"}]
             try:
-                text = self.render([])
-            except InputError:  # some templates refuse an empty conversation
-                return ""
-        else:
-            text = self.render(messages[:k])
-        if not full.startswith(text):
-            raise InputError(
-                f"chat template is not prefix-stable: rendering the first {k} message(s) is not a prefix of the "
-                "whole conversation, so per-turn loss masks cannot be derived",
-                field=f"messages[{max(k - 1, 0)}]",
-                fix="use a prefix-stable chat template",
+                plain = render(template, probe, variables)[0]
+                prompted = render(template, probe, variables, add_generation_prompt=True)[0]
+                if prompted.startswith(plain):
+                    header = prompted[len(plain) :]
+                answer = f"{cm.SENTINEL_OPEN}1{cm.SENTINEL_CLOSE}"
+                full = render(template, [*probe, {"role": "assistant", "content": answer}], variables)[0]
+                tail = full[full.index(answer) + len(answer) :] if answer in full else ""
+                first = min(((tail.find(t), t) for t in specials if t in tail), default=None)
+                if first is not None and first[1] not in end_markers:
+                    end_markers.append(first[1])
+            except InputError:
+                log.debug("chat template of %s refuses the probe conversation; no header/end marker learned", self.name)
+            self._chat_info = _ChatInfo(
+                header=header, end_markers=tuple(end_markers), specials=tuple(specials),
+                generation=has_generation_blocks(source),
             )
-        return text
+        return self._chat_info
+
+    def apply_chat_template(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> ChatRendering:
+        """Render once (plus once with markers), tokenize once, own tokens by character spans (module docstring)."""
+        result = self.apply_chat_templates([(messages, tools)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def apply_chat_templates(
+        self, conversations: Sequence[tuple[Sequence[Message], Sequence[dict[str, Any]] | None]]
+    ) -> list[ChatRendering | InputError]:
+        """:meth:`apply_chat_template` for many conversations with one batched encode.
+
+        A conversation that cannot be rendered or attributed yields its :class:`InputError` in its
+        place, so the caller can name the row.
+        """
+        from reference_impl.data.chat_render import render
+
+        info = self.chat_info()
+        template, variables = self._compiled(), self._variables()
+        staged: list[tuple[str, list[cm.TurnSpan], list[cm.PieceSpan], tuple[str, ...], str] | InputError] = []
+        for messages, tools in conversations:
+            try:
+                staged.append(self._attribute(template, variables, info, messages, tools, render))
+            except InputError as err:
+                staged.append(err)
+        texts = [x[0] for x in staged if not isinstance(x, InputError)]
+        encodings = iter(self.backend.encode_batch(texts, add_special_tokens=False) if texts else [])
+        out: list[ChatRendering | InputError] = []
+        for item in staged:
+            if isinstance(item, InputError):
+                out.append(item)
+                continue
+            text, turns, spans, roles, method = item
+            enc = next(encodings)
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            owner, reasoning = cm.token_ownership(offsets, len(text), turns, spans)
+            out.append(ChatRendering(
+                ids=np.asarray(enc.ids, dtype=np.int64), owner=owner, roles=roles, reasoning=reasoning, method=method, text=text
+            ))
+        return out
+
+    def _attribute(
+        self, template: Any, variables: dict[str, Any], info: _ChatInfo, messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]] | None, render: Any,
+    ) -> tuple[str, list[cm.TurnSpan], list[cm.PieceSpan], tuple[str, ...], str]:
+        dicts = [m.to_dict() for m in messages]
+        roles = tuple(m.role for m in messages)
+        text, blocks = render(template, dicts, variables, tools=tools, track=info.generation)
+        spans: list[cm.PieceSpan] | None = None
+        method = "sentinel"
+        marked = cm.sentinel_messages(dicts)
+        if marked is not None:
+            try:
+                marked_text = render(template, marked[0], variables, tools=tools)[0]
+                spans = cm.align(marked_text, text, marked[1])
+            except InputError:
+                spans = None
+        if spans is None:
+            method = "search"
+            spans, missing = cm.search_pieces(text, cm.message_pieces(dicts))
+            lost = [p for p in missing if roles[p.message] == "assistant" and p.kind == "content"]
+            if lost and not info.generation:
+                k = lost[0].message
+                raise InputError(
+                    f"cannot attribute the tokens of assistant message {k}: the chat template rewrites its text "
+                    f"({lost[0].text[:40]!r} is in neither the marker rendering nor the rendered chat)",
+                    field=f"messages[{k}].content",
+                    fix="use a template that renders message text unchanged, or add {% generation %} blocks to it",
+                )
+        if info.generation:
+            method = "generation"
+            turns = cm.generation_turns(blocks, spans, roles)
+        else:
+            turns = cm.assistant_spans(
+                text, spans, roles, header=info.header, end_markers=info.end_markers, specials=info.specials
+            )
+        return text, turns, spans, roles, method
+
+    def prefix_regions(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[tuple[int, int]] | None:
+        """Cross-check only: the characters each message adds when the conversation is rendered prefix by prefix.
+
+        ``None`` when the template is not prefix-stable (a prefix does not render as a prefix of
+        the whole), which is where the marker method is needed. Costs one render per message.
+        """
+        full = self.render(messages, tools=tools)
+        regions: list[tuple[int, int]] = []
+        prev = 0
+        for k in range(1, len(messages) + 1):
+            try:
+                cur = self.render(messages[:k], tools=tools)
+            except InputError:
+                return None
+            if not full.startswith(cur) or len(cur) < prev:
+                return None
+            regions.append((prev, len(cur)))
+            prev = len(cur)
+        return regions
 
 
-def _owner_of(start: int, end: int, spans: list[tuple[int, int, int]], starts: list[int], roles: list[str]) -> int:
-    """Message owning a token with characters ``[start, end)``: a span it overlaps, an assistant one first."""
-    end = max(end, start + 1)  # zero-width tokens are placed by their start
-    j = max(bisect_right(starts, start) - 1, 0)
-    overlapping = []
-    while j < len(spans) and spans[j][0] < end:
-        a, b, k = spans[j]
-        if start < b:
-            overlapping.append(k)
-        j += 1
-    for k in overlapping:
-        if roles[k] == "assistant":
-            return k
-    return overlapping[0] if overlapping else -1
+@dataclass(frozen=True)
+class _ChatInfo:
+    """Per-template facts: the assistant turn header, end-of-turn markers, special tokens it writes."""
+
+    header: str
+    end_markers: tuple[str, ...]
+    specials: tuple[str, ...]
+    generation: bool
 
 
 def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None = None) -> Tokenizer:

@@ -205,36 +205,27 @@ class _Tokenized:
 
 def _run_job(job: _TokenizeJob) -> _Tokenized:
     from reference_impl.data.jsonl import JsonlFile
-    from reference_impl.data.rejections import SampleRejected
-    from reference_impl.data.tokenize import tokenize_row
+    from reference_impl.data.tokenize import tokenize_batch
 
     jf = JsonlFile(job.path)
-    ids_parts, mask_parts, lengths, truncs, ok, rejected = [], [], [], [], [], []
     try:
-        for pos, r in enumerate(job.rows.tolist()):
-            loc = jf.location(r)
-            try:
-                sample = tokenize_row(
-                    jf.row(r), job.schema, job.tokenizer, max_length=job.max_ids, truncation=job.truncation, location=loc
-                )
-            except SampleRejected as err:
-                rejected.append((pos, err.reason, {"file": job.path, "line": jf.line_number(r), "row": r}))
-                continue
-            ids_parts.append(sample.input_ids.astype(np.int64))
-            mask_parts.append(sample.loss_mask.astype(np.int8))
-            lengths.append(sample.num_tokens)
-            truncs.append(sample.truncated)
-            ok.append(pos)
+        rows = job.rows.tolist()
+        batch = tokenize_batch(
+            [jf.row(r) for r in rows], job.schema, job.tokenizer, max_length=job.max_ids, truncation=job.truncation,
+            locations=[jf.location(r) for r in rows],
+        )
+        rejected = [
+            (pos, err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
+            for pos, err in batch.rejected
+        ]
     finally:
         jf.close()
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
     return _Tokenized(
-        ids=np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64),
-        masks=np.concatenate(mask_parts) if mask_parts else np.zeros(0, np.int8),
-        offsets=offsets,
-        truncated=np.asarray(truncs, dtype=bool),
-        ok_positions=np.asarray(ok, dtype=np.int64),
+        ids=batch.ids.astype(np.int64),
+        masks=batch.loss_mask.astype(np.int8),
+        offsets=batch.offsets,
+        truncated=batch.truncated,
+        ok_positions=batch.positions,
         rejected=rejected,
     )
 

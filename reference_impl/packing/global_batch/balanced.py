@@ -1,164 +1,404 @@
-"""``balanced``: seqpack's global-batch scheduler, balancing tokens and attention cost over DP ranks.
+"""``balanced``: seqpack's global-batch scheduler, balancing the attention cost over DP ranks.
 
-A DP rank's work in a step is the sum over the samples it runs of a linear part (tokens, ``P``)
-and an attention part (``P**2`` for causal varlen attention); how the samples are grouped into
-packs does not change it. The ranks meet at the gradient all-reduce, so the step takes as long as
-the most loaded rank. The scheduler therefore decides *which rank runs which sample* first and
-forms packs afterwards:
+A DP rank's work in a step is the sum, over the samples it runs, of a cost per sample: by default
+the attention proxy ``P**2`` (causal varlen attention grows with the square of a sequence's
+length), or the token count ``P`` (``cost="tokens"``). How the samples are grouped into packs does
+not change it. The ranks meet at the gradient all-reduce, so the step lasts as long as the most
+loaded rank, and every rank must run the same number of micro-batches ``M``. The scheduler decides
+*which rank runs which sample* first and forms packs afterwards:
 
-1. **Assign samples to ranks** (:func:`assign_ranks`). Both loads are measured as shares of a
-   perfect split (``P * DP / sum P`` and ``P**2 * DP / sum P**2``; 1.0 each = perfect); a rank's
-   *key* is the larger of its two shares, and the goal is the smallest largest key.
+1. **LPT** (:func:`lpt_ranks`): samples go largest cost first, each to the rank with the smallest
+   cost so far (ties: the lower rank), in exact integer arithmetic.
+2. **Fewer micro-batches** (:func:`equalise_counts`). A rank needs about ``tokens / C`` packs of
+   capacity ``C``, and ranks balanced on attention differ in tokens, so one rank may need a pack
+   more than the others, and then every rank runs that many micro-batches. This step tries to
+   lower ``M`` one at a time: every rank above the new count sheds its cheapest samples (its
+   shortest ones, or the single shortest one that covers the excess when that costs less) to the
+   ranks with the lowest cost, as long as no rank's cost rises above the LPT peak and every rank
+   still fits in the new count (checked by packing it). An attempt that fails changes nothing.
+3. **Refine** (:func:`refine_ranks`): while the most loaded rank is more than ``TOLERANCE`` above
+   a lower bound (:func:`cost_lower_bound`), move one of its samples to another rank or swap it for
+   a cheaper one, taking the exchange that lowers the larger cost of the pair the most, within the
+   token budget ``M * C`` of both ranks; at most ``MAX_ROUNDS`` exchanges. The largest cost never
+   grows. If the result would need more than ``M`` packs on some rank, it is dropped.
+4. **Pack** each rank's samples with first fit decreasing, capacity ``C``
+   (:func:`first_fit_decreasing`: the bins of
+   :func:`reference_impl.packing.algorithms.first_fit_in_order` over the lengths sorted longest
+   first, computed in plain Python because a rank holds only tens to hundreds of samples).
+5. **Equal micro-batch counts.** A rank with fewer than ``M`` packs splits its pack with the most
+   samples into two halves of similar size until it has ``M`` (its load does not change); a rank
+   with fewer than ``M`` samples in all gets filler packs.
+6. **Line up micro-batches.** Each rank orders its packs by cost, heaviest first, so micro-batch
+   ``k`` holds comparable packs on every rank. Inside a pack, samples are in id order.
 
-   a. :func:`greedy_ranks`: samples go longest first, each to the rank with the smallest key
-      (ties: the lower rank), a longest-processing-time greedy on two loads at once, O(n log DP),
-      in exact integer arithmetic. The most loaded rank ends at most one sample's share above the
-      least loaded.
-   b. :func:`refine_ranks`: a bounded local search. The rank with the largest key (among those
-      not yet settled) tries, with the two ranks that have the most room in its binding load, every
-      exchange of at most one of its samples for at most two of theirs (pairs from their
-      ``POOL_SIZE`` shortest samples), and takes the exchange that lowers the larger key of the
-      two ranks the most. A rank that cannot improve is settled. It stops when every key is within
-      ``TOLERANCE`` of 1, when every rank is settled, or after ``MAX_ROUNDS`` exchanges. The
-      largest key never grows. One-for-two exchanges matter: a rank heavy in attention and light
-      in tokens needs one long sample swapped for two shorter ones with more tokens in all.
+Against plain LPT (steps 1 and 4-6, :func:`lpt_packs`), steps 2 and 3 never raise the largest cost
+nor the number of micro-batches (``tests/test_global_batch_schedule.py`` asserts both, over a
+fixed set of seeds too). The lower bound: no rank holds less than the largest sample, some rank
+holds two of the ``DP + 1`` largest samples, and no rank holds less than the mean. Balancing the
+attention cost leaves the token counts less even (the benchmark reports both).
 
-2. **Pack each rank's samples** with first fit decreasing
-   (:func:`reference_impl.packing.algorithms.pack_lengths`), capacity ``C``.
-3. **Equal micro-batch counts.** ``M`` = the largest pack count of any rank. A rank with fewer
-   packs splits its pack with the most samples into two halves of similar size until it has ``M``
-   (the rank's load does not change); a rank with fewer than ``M`` samples in all gets filler packs.
-4. **Line up micro-batches.** Each rank orders its packs by attention cost, heaviest first, so
-   micro-batch ``k`` holds comparable packs on every rank. Inside a pack, samples are in id order.
-
-Lower bound worth knowing: no schedule can put less than ``max(P**2)`` on the rank that runs the
-longest sample, so when one sample's ``P**2`` exceeds ``sum P**2 / DP`` the attention imbalance is
-at least ``max(P**2) * DP / sum P**2`` (``bench/bench_global_batch.py`` reports it).
-
-Every rank computes the schedule from the same gathered lengths; the refinement uses float64 numpy
-arithmetic, which is reproducible for identical inputs and library versions, and the multi-process
-path compares a fingerprint of the schedule across ranks before using it.
+Everything is exact integer arithmetic on the gathered lengths, so every rank computes the same
+schedule; the multi-process path also compares a fingerprint of it across ranks before using it.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Sequence
 
-import numpy as np
-
-from reference_impl.packing.algorithms import pack_lengths
+from reference_impl.errors import UsageError
 from reference_impl.packing.global_batch.schedule import Scheduler, register_scheduler
 
-__all__ = ["BalancedScheduler", "assign_ranks", "balanced_packs", "greedy_ranks", "refine_ranks"]
+__all__ = [
+    "COSTS",
+    "BalancedScheduler",
+    "LPTScheduler",
+    "assign_ranks",
+    "balanced_packs",
+    "cost_lower_bound",
+    "equalise_counts",
+    "first_fit_decreasing",
+    "longest_first",
+    "lpt_packs",
+    "lpt_ranks",
+    "pack_ranks",
+    "refine_ranks",
+    "sample_costs",
+    "slot_packs",
+]
 
-#: Refinement stops once every rank's larger share is at most 1 + TOLERANCE.
-TOLERANCE = 2e-3
+#: Per-sample costs the scheduler can balance: ``attention`` = ``P**2`` (default), ``tokens`` = ``P``.
+COSTS: tuple[str, ...] = ("attention", "tokens")
 #: Most exchanges the refinement makes per step.
 MAX_ROUNDS = 32
-#: Shortest samples of a partner rank considered for two-sample exchanges.
-POOL_SIZE = 20
-#: Partner ranks tried per exchange.
+#: Least loaded ranks the refinement tries as partners of the most loaded one.
 PARTNERS = 2
+#: The refinement stops once the largest rank cost is within this share of the lower bound.
+TOLERANCE = 1e-4
 
 
-def greedy_ranks(lengths: Sequence[int] | np.ndarray, dp_size: int) -> np.ndarray:
-    """DP rank (int64) of every sample from the two-load greedy (step 1a; exact integer keys)."""
-    arr = np.asarray(lengths, dtype=np.int64)
-    ranks = np.zeros(arr.shape[0], dtype=np.int64)
-    if arr.size == 0 or dp_size == 1:
+# ------------------------------------------------------------------------------------------------
+# Costs and the first assignment
+# ------------------------------------------------------------------------------------------------
+
+
+def sample_costs(lengths: Sequence[int], cost: str = "attention") -> list[int]:
+    """The per-sample cost (exact Python ints): ``P**2`` for ``"attention"``, ``P`` for ``"tokens"``."""
+    if cost == "attention":
+        return [x * x for x in lengths]
+    if cost == "tokens":
+        return [int(x) for x in lengths]
+    raise UsageError(f"unknown balanced cost {cost!r}; choose one of {', '.join(COSTS)}", field="cost")
+
+
+def longest_first(values: Sequence[int]) -> list[int]:
+    """Sample ids by value, largest first, ties in id order (a stable sort)."""
+    return sorted(range(len(values)), key=values.__getitem__, reverse=True)
+
+
+def lpt_ranks(costs: Sequence[int], dp_size: int, order: Sequence[int] | None = None) -> list[int]:
+    """DP rank of every sample: largest cost first, each to the least loaded rank (ties: lower rank).
+
+    ``order``: the ids largest cost first, when the caller has them already.
+    """
+    ranks = [0] * len(costs)
+    if dp_size == 1:
         return ranks
-    values = arr.tolist()
-    total = sum(values)
-    total_sq = sum(x * x for x in values)
-    # key = max(tokens / total, squares / total_sq) scaled by total * total_sq: exact Python ints
-    heap = [(0, d, 0, 0) for d in range(dp_size)]
+    heap = [(0, d) for d in range(dp_size)]
     replace = heapq.heapreplace
-    out = [0] * len(values)
-    for i in np.argsort(-arr, kind="stable").tolist():
-        _, d, tok, sq = heap[0]
-        tok += values[i]
-        sq += values[i] * values[i]
-        a, b = tok * total_sq, sq * total
-        replace(heap, (a if a > b else b, d, tok, sq))
-        out[i] = d
-    ranks[:] = out
+    for i in longest_first(costs) if order is None else order:
+        load, d = heap[0]
+        replace(heap, (load + costs[i], d))
+        ranks[i] = d
     return ranks
 
 
-def refine_ranks(lengths: Sequence[int] | np.ndarray, ranks: np.ndarray, dp_size: int) -> np.ndarray:
-    """Improve an assignment by bounded one-for-at-most-two exchanges (step 1b); returns a new array."""
-    arr = np.asarray(lengths, dtype=np.float64)
-    out = np.array(ranks, dtype=np.int64, copy=True)
-    if arr.size == 0 or dp_size == 1:
-        return out
-    tok = arr * (dp_size / arr.sum())
-    att = arr * arr
-    att *= dp_size / att.sum()
-    load_t = np.bincount(out, tok, dp_size)
-    load_a = np.bincount(out, att, dp_size)
-    settled = np.zeros(dp_size, dtype=bool)
-    everyone = np.arange(dp_size)
-    for _ in range(MAX_ROUNDS):
-        key = np.maximum(load_t, load_a)
-        if key.max() <= 1.0 + TOLERANCE or settled.all():
-            break
-        p = int(np.where(settled, -np.inf, key).argmax())
-        peak = key[p]
-        binding = load_a if load_a[p] >= load_t[p] else load_t
-        room = np.where(settled | (everyone == p), -np.inf, 1.0 - binding)
-        mine = np.flatnonzero(out == p)
-        give_t = np.append(tok[mine], 0.0)
-        give_a = np.append(att[mine], 0.0)
-        best: tuple[float, int, list[int], list[int]] | None = None
-        for o in np.argsort(-room, kind="stable")[:PARTNERS].tolist():
-            if not np.isfinite(room[o]):
-                continue
-            theirs = np.flatnonzero(out == o)
-            pool = theirs[np.argsort(tok[theirs], kind="stable")[:POOL_SIZE]]
-            first, second = np.triu_indices(pool.size, 1)
-            take_t = np.concatenate([tok[theirs], [0.0], tok[pool][first] + tok[pool][second]])
-            take_a = np.concatenate([att[theirs], [0.0], att[pool][first] + att[pool][second]])
-            moved_t = give_t[:, None] - take_t[None, :]
-            moved_a = give_a[:, None] - take_a[None, :]
-            worst = np.maximum(np.maximum(load_t[p] - moved_t, load_a[p] - moved_a),
-                               np.maximum(load_t[o] + moved_t, load_a[o] + moved_a))
-            worst[-1, theirs.size] = np.inf  # giving nothing for nothing
-            k = int(worst.argmin())
-            value = float(worst.flat[k])
-            if value < peak * (1.0 - 1e-12) and (best is None or value < best[0]):
-                g, t = divmod(k, take_t.size)
-                give = [int(mine[g])] if g < mine.size else []
-                if t < theirs.size:
-                    take = [int(theirs[t])]
-                elif t == theirs.size:
-                    take = []
-                else:
-                    j = t - theirs.size - 1
-                    take = [int(pool[first[j]]), int(pool[second[j]])]
-                best = (value, o, give, take)
-        if best is None:
-            settled[p] = True
-            continue
-        _, o, give, take = best
-        for i in give:
-            out[i] = o
-            load_t[p] -= tok[i]
-            load_a[p] -= att[i]
-            load_t[o] += tok[i]
-            load_a[o] += att[i]
-        for i in take:
-            out[i] = p
-            load_t[o] -= tok[i]
-            load_a[o] -= att[i]
-            load_t[p] += tok[i]
-            load_a[p] += att[i]
+def cost_lower_bound(costs: Sequence[int], dp_size: int, order: Sequence[int] | None = None) -> int:
+    """A lower bound on the largest rank cost of any assignment (see the module docstring).
+
+    ``order``: the ids largest cost first, when the caller has them already.
+    """
+    if not costs:
+        return 0
+    top = [costs[g] for g in (longest_first(costs) if order is None else order)[: dp_size + 1]]
+    pair = top[dp_size - 1] + top[dp_size] if len(top) > dp_size else 0
+    return max(-(-sum(costs) // dp_size), top[0], pair)
+
+
+# ------------------------------------------------------------------------------------------------
+# Packing one rank
+# ------------------------------------------------------------------------------------------------
+
+
+def first_fit_decreasing(ids: Sequence[int], lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Packs (lists of sample ids) of the samples ``ids``: longest first (ties: lower id), each into
+    the first opened pack with room, else a new pack."""
+    return _first_fit(sorted(ids, key=lambda g: (-lengths[g], g)), lengths, capacity)
+
+
+def _first_fit(ids: Sequence[int], lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """First fit over ``ids`` in the given order.
+
+    Pure Python: a rank holds tens to hundreds of samples, where this is several times faster than
+    the array-based packer built for whole datasets.
+    """
+    room: list[int] = []
+    packs: list[list[int]] = []
+    for g in ids:
+        n = lengths[g]
+        for b, free in enumerate(room):
+            if free >= n:
+                room[b] = free - n
+                packs[b].append(g)
+                break
+        else:
+            room.append(capacity - n)
+            packs.append([g])
+    return packs
+
+
+def _members(ranks: Sequence[int], dp_size: int, order: Sequence[int]) -> list[list[int]]:
+    """The samples of every rank, in ``order``."""
+    out: list[list[int]] = [[] for _ in range(dp_size)]
+    for g in order:
+        out[ranks[g]].append(g)
     return out
 
 
-def assign_ranks(lengths: Sequence[int] | np.ndarray, dp_size: int) -> np.ndarray:
-    """DP rank (int64) of every sample: :func:`greedy_ranks`, then :func:`refine_ranks` (step 1)."""
-    return refine_ranks(lengths, greedy_ranks(lengths, dp_size), dp_size)
+def pack_ranks(
+    lengths: Sequence[int], ranks: Sequence[int], *, dp_size: int, capacity: int,
+    order: Sequence[int] | None = None,
+) -> list[list[list[int]]]:
+    """First fit decreasing packs of every rank's samples (``[d]`` = the packs of DP rank ``d``).
+
+    ``order``: the ids longest first (ties: lower id), when the caller has them already.
+    """
+    order = longest_first(lengths) if order is None else order
+    return [_first_fit(ids, lengths, capacity) for ids in _members(ranks, dp_size, order)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Step 2: fewer micro-batches where that costs no balance
+# ------------------------------------------------------------------------------------------------
+
+
+def _shed(mine: list[int], lengths: Sequence[int], costs: Sequence[int], excess: int) -> list[int]:
+    """The cheapest samples of ``mine`` whose lengths add up to at least ``excess``.
+
+    Either the shortest samples (fewest cost per token) or the single shortest sample that covers
+    the excess on its own, whichever costs less; [] when all of ``mine`` is not enough.
+    """
+    by_length = sorted(mine, key=lambda g: (lengths[g], g))
+    prefix: list[int] = []
+    moved = cost = 0
+    single = None
+    for g in by_length:
+        if single is None and lengths[g] >= excess:
+            single = g
+        if moved < excess:
+            prefix.append(g)
+            moved += lengths[g]
+            cost += costs[g]
+        if single is not None and moved >= excess:
+            break
+    if moved < excess:
+        return []
+    if single is not None and costs[single] < cost:
+        return [single]
+    return prefix
+
+
+def equalise_counts(
+    lengths: Sequence[int],
+    costs: Sequence[int],
+    ranks: Sequence[int],
+    *,
+    dp_size: int,
+    capacity: int,
+    counts: Sequence[int],
+    order: Sequence[int] | None = None,
+) -> tuple[list[int], int]:
+    """Lower the micro-batch count ``M = max(counts)`` by moving samples between ranks (step 2).
+
+    ``counts[d]`` is the number of packs rank ``d``'s samples need. Returns the new assignment and
+    its ``M``. No rank's cost ends above the largest cost of ``ranks``; every rank's first fit
+    decreasing packs number at most the returned ``M``. ``order``: as for :func:`pack_ranks`.
+    """
+    ranks = list(ranks)
+    count = max(counts, default=0)
+    floor = max(1, -(-sum(lengths) // (dp_size * capacity)))
+    if count <= floor:
+        return ranks, count
+    order = longest_first(lengths) if order is None else order
+    tokens = [0] * dp_size
+    load = [0] * dp_size
+    for g, d in enumerate(ranks):
+        tokens[d] += lengths[g]
+        load[d] += costs[g]
+    peak = max(load)
+    needs = list(counts)
+    while count > floor:
+        target = count - 1
+        budget = target * capacity
+        trial, t_tok, t_load = list(ranks), list(tokens), list(load)
+        members = _members(trial, dp_size, order)
+        changed: set[int] = set()
+        ok = True
+        for d in range(dp_size):
+            if needs[d] <= target:
+                continue
+            excess = t_tok[d] - budget
+            moving = _shed(members[d], lengths, costs, excess) if excess > 0 else []
+            if excess > 0 and not moving:
+                ok = False
+                break
+            for g in moving:
+                room = [e for e in range(dp_size)
+                        if e != d and t_tok[e] + lengths[g] <= budget and t_load[e] + costs[g] <= peak]
+                if not room:
+                    ok = False
+                    break
+                e = min(room, key=lambda e: (t_load[e], e))
+                trial[g] = e
+                t_tok[d] -= lengths[g]
+                t_tok[e] += lengths[g]
+                t_load[d] -= costs[g]
+                t_load[e] += costs[g]
+                changed.update((d, e))
+            if not ok:
+                break
+            changed.add(d)
+        if not ok:
+            break
+        members = _members(trial, dp_size, order)
+        new_needs = list(needs)
+        for d in changed:
+            new_needs[d] = len(_first_fit(members[d], lengths, capacity))
+        if max(new_needs) > target:
+            break
+        ranks, tokens, load, needs, count = trial, t_tok, t_load, new_needs, target
+    return ranks, count
+
+
+# ------------------------------------------------------------------------------------------------
+# Step 3: lower the largest load
+# ------------------------------------------------------------------------------------------------
+
+
+def _best_exchange(
+    p: int, members: list[list[int]], lengths: Sequence[int], costs: Sequence[int],
+    load: list[int], tokens: list[int], budget: int,
+) -> tuple[int, int, int, int | None] | None:
+    """(new pair peak, partner rank, sample given, sample taken or None) of the best exchange."""
+    best: tuple[int, int, int, int | None] | None = None
+    partners = sorted((d for d in range(len(members)) if load[d] < load[p]), key=lambda d: (load[d], d))
+    for o in partners[:PARTNERS]:
+        gap = load[p] - load[o]
+        theirs = members[o]
+        pool = sorted(theirs, key=lambda g: (costs[g], g))
+        doubled = [2 * costs[g] for g in pool]
+        for i in members[p]:
+            # the ideal sample to take costs costs[i] - gap / 2: try its two neighbours, and nothing
+            k = bisect_left(doubled, 2 * costs[i] - gap)
+            for j in (None, *pool[max(0, k - 1) : k + 1]):
+                delta = costs[i] - (0 if j is None else costs[j])
+                shift = lengths[i] - (0 if j is None else lengths[j])
+                if not 0 < delta < gap or tokens[o] + shift > budget or tokens[p] - shift > budget:
+                    continue
+                peak = max(load[p] - delta, load[o] + delta)
+                if best is None or peak < best[0]:
+                    best = (peak, o, i, j)
+    return best
+
+
+def refine_ranks(
+    lengths: Sequence[int],
+    costs: Sequence[int],
+    ranks: Sequence[int],
+    *,
+    dp_size: int,
+    budget: int,
+    order: Sequence[int] | None = None,
+) -> list[int]:
+    """Lower the largest rank cost by moves and one-for-one swaps within a token budget (step 3).
+
+    ``order``: as for :func:`pack_ranks`.
+    """
+    ranks = list(ranks)
+    if dp_size == 1 or not ranks:
+        return ranks
+    order = longest_first(lengths) if order is None else order
+    bound = cost_lower_bound(costs, dp_size, order)
+    good_enough = bound + int(bound * TOLERANCE)
+    load = [0] * dp_size
+    tokens = [0] * dp_size
+    for g, d in enumerate(ranks):
+        load[d] += costs[g]
+        tokens[d] += lengths[g]
+    if max(load) <= good_enough:
+        return ranks
+    members = _members(ranks, dp_size, order)
+    for _ in range(MAX_ROUNDS):
+        p = max(range(dp_size), key=lambda d: (load[d], -d))
+        if load[p] <= good_enough:
+            break
+        best = _best_exchange(p, members, lengths, costs, load, tokens, budget)
+        if best is None:
+            break
+        _, o, i, j = best
+        for g, src, dst in ((i, p, o), (j, o, p)):
+            if g is None:
+                continue
+            members[src].remove(g)
+            members[dst].append(g)
+            ranks[g] = dst
+            load[src] -= costs[g]
+            load[dst] += costs[g]
+            tokens[src] -= lengths[g]
+            tokens[dst] += lengths[g]
+    return ranks
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole schedule
+# ------------------------------------------------------------------------------------------------
+
+
+def assign_ranks(
+    lengths: Sequence[int], dp_size: int, *, capacity: int, cost: str = "attention", improve: bool = True
+) -> tuple[list[int], list[list[list[int]]]]:
+    """DP rank of every sample (steps 1-3) and every rank's first fit decreasing packs (step 4).
+
+    ``improve=False`` stops after step 1: plain LPT, the baseline the scheduler is measured against.
+    """
+    values = [int(x) for x in lengths]
+    costs = sample_costs(values, cost)
+    order = longest_first(values)  # also largest cost first: both costs grow with the length
+    ranks = lpt_ranks(costs, dp_size, order)
+    packs = pack_ranks(values, ranks, dp_size=dp_size, capacity=capacity, order=order)
+    if dp_size == 1 or not improve:
+        return ranks, packs
+    equal, count = equalise_counts(values, costs, ranks, dp_size=dp_size, capacity=capacity,
+                                   counts=[len(p) for p in packs], order=order)
+    packs = _repack(values, ranks, equal, packs, capacity, order)
+    refined = refine_ranks(values, costs, equal, dp_size=dp_size, budget=count * capacity, order=order)
+    trial = _repack(values, equal, refined, packs, capacity, order)
+    if max(len(p) for p in trial) <= count:
+        return refined, trial
+    return equal, packs
+
+
+def _repack(
+    lengths: Sequence[int], old: list[int], new: list[int], packs: list[list[list[int]]], capacity: int,
+    order: Sequence[int],
+) -> list[list[list[int]]]:
+    """``packs`` (of assignment ``old``) updated for assignment ``new``: ranks that changed are repacked."""
+    if old == new:
+        return packs
+    changed = {d for a, b in zip(old, new) if a != b for d in (a, b)}
+    members = _members(new, len(packs), order)
+    return [_first_fit(members[d], lengths, capacity) if d in changed else packs[d] for d in range(len(packs))]
 
 
 def _split(pack: list[int], lengths: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -172,26 +412,16 @@ def _split(pack: list[int], lengths: Sequence[int]) -> tuple[list[int], list[int
     return sorted(halves[0]), sorted(halves[1])
 
 
-def balanced_packs(
-    lengths: Sequence[int], *, dp_size: int, capacity: int
+def slot_packs(
+    per_rank: list[list[list[int]]], lengths: Sequence[int], costs: Sequence[int]
 ) -> tuple[list[tuple[int, ...]], list[str]]:
-    """Packs in slot order and the adjustments made (see the module docstring)."""
-    if not lengths:
-        return [], []
-    arr = np.asarray(lengths, dtype=np.int64)
-    ranks = assign_ranks(arr, dp_size)
-    per_rank: list[list[list[int]]] = []
-    for d in range(dp_size):
-        ids = np.flatnonzero(ranks == d)
-        if ids.size == 0:
-            per_rank.append([])
-            continue
-        result = pack_lengths(arr[ids], capacity, "first_fit_decreasing")
-        per_rank.append([sorted(ids[b].tolist()) for b in map(np.asarray, result.bins())])
+    """Steps 5 and 6: equal pack counts by splits and fillers, packs ordered by cost, in slot order."""
+    dp_size = len(per_rank)
+    per_rank = [[sorted(p) for p in packs] for packs in per_rank]
     target = max(len(p) for p in per_rank)
     notes: list[str] = []
     splits = fillers = 0
-    for d, packs in enumerate(per_rank):
+    for packs in per_rank:
         while len(packs) < target:
             widest = max(range(len(packs)), key=lambda j: (len(packs[j]), j), default=None)
             if widest is None or len(packs[widest]) < 2:
@@ -201,26 +431,64 @@ def balanced_packs(
             a, b = _split(packs.pop(widest), lengths)
             packs.extend((a, b))
             splits += 1
-        packs.sort(key=lambda p: (-sum(lengths[g] ** 2 for g in p), -sum(lengths[g] for g in p), p[:1]))
+        packs.sort(key=lambda p: (-sum([costs[g] for g in p]), -sum([lengths[g] for g in p]), p[:1]))
     if splits:
         notes.append(f"split {splits} pack(s) so every DP rank runs {target} micro-batch(es)")
     if fillers:
         empty = sum(1 for packs in per_rank for p in packs if not p)
         notes.append(f"{fillers} DP rank(s) hold fewer than {target} sample(s); added {empty} filler pack(s)")
-    slots = [tuple(per_rank[d][k]) for k in range(target) for d in range(dp_size)]
-    return slots, notes
+    return [tuple(per_rank[d][k]) for k in range(target) for d in range(dp_size)], notes
+
+
+def balanced_packs(
+    lengths: Sequence[int], *, dp_size: int, capacity: int, cost: str = "attention", improve: bool = True
+) -> tuple[list[tuple[int, ...]], list[str]]:
+    """Packs in slot order and the adjustments made (see the module docstring; ``improve`` as for
+    :func:`assign_ranks`)."""
+    costs = sample_costs(lengths, cost)
+    if not lengths:
+        return [], []
+    _, per_rank = assign_ranks(lengths, dp_size, capacity=capacity, cost=cost, improve=improve)
+    return slot_packs(per_rank, lengths, costs)
+
+
+def lpt_packs(
+    lengths: Sequence[int], *, dp_size: int, capacity: int, cost: str = "attention"
+) -> tuple[list[tuple[int, ...]], list[str]]:
+    """Plain LPT (steps 1 and 4-6 only), the baseline of the benchmark and the tests."""
+    return balanced_packs(lengths, dp_size=dp_size, capacity=capacity, cost=cost, improve=False)
 
 
 class BalancedScheduler(Scheduler):
-    """seqpack's ``balanced`` scheduler (see the module docstring)."""
+    """seqpack's ``balanced`` scheduler (see the module docstring).
+
+    ``cost`` picks the balanced load: ``"attention"`` (sum of ``P**2``, the registered default) or
+    ``"tokens"`` (sum of ``P``); pass ``BalancedScheduler(cost="tokens")`` as the ``scheduler``.
+    """
 
     name = "balanced"
+
+    def __init__(self, cost: str = "attention") -> None:
+        sample_costs([], cost)  # rejects an unknown cost now
+        self.cost = cost
 
     def make_packs(
         self, lengths: Sequence[int], *, dp_size: int, capacity: int
     ) -> tuple[list[tuple[int, ...]], list[str]]:
         """See :func:`balanced_packs`."""
-        return balanced_packs(lengths, dp_size=dp_size, capacity=capacity)
+        return balanced_packs(lengths, dp_size=dp_size, capacity=capacity, cost=self.cost)
+
+
+class LPTScheduler(BalancedScheduler):
+    """Plain LPT (:func:`lpt_packs`), the baseline of the benchmark and the tests; not registered."""
+
+    name = "lpt"
+
+    def make_packs(
+        self, lengths: Sequence[int], *, dp_size: int, capacity: int
+    ) -> tuple[list[tuple[int, ...]], list[str]]:
+        """See :func:`lpt_packs`."""
+        return lpt_packs(lengths, dp_size=dp_size, capacity=capacity, cost=self.cost)
 
 
 register_scheduler(BalancedScheduler())

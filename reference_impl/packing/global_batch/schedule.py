@@ -168,20 +168,21 @@ class GlobalSchedule:
         rank, and no pack above the capacity."""
         if len(self.packs) % self.dp_size:
             raise PackingError(f"{len(self.packs)} packs do not split evenly over {self.dp_size} DP ranks")
-        seen = [0] * self.num_samples
-        for pack in self.packs:
-            for gid in pack:
-                if not 0 <= gid < self.num_samples:
+        n = self.num_samples
+        flat = sorted(g for pack in self.packs for g in pack)
+        if flat != list(range(n)):
+            seen = [0] * n
+            for gid in flat:
+                if not 0 <= gid < n:
                     raise PackingError(f"pack holds unknown sample id {gid}")
                 seen[gid] += 1
-        bad = [g for g, n in enumerate(seen) if n != 1]
-        if bad:
-            raise PackingError(f"sample {bad[0]} appears {seen[bad[0]]} times in the schedule (must be once)")
+            bad = next(g for g, k in enumerate(seen) if k != 1)
+            raise PackingError(f"sample {bad} appears {seen[bad]} times in the schedule (must be once)")
+        lengths = self.lengths
         for p, pack in enumerate(self.packs):
-            if self.pack_tokens(pack) > self.capacity:
-                raise PackingError(
-                    f"pack {p} holds {self.pack_tokens(pack)} tokens, above the capacity {self.capacity}"
-                )
+            tokens = sum([lengths[g] for g in pack])
+            if tokens > self.capacity:
+                raise PackingError(f"pack {p} holds {tokens} tokens, above the capacity {self.capacity}")
 
     def to_dict(self, *, include_packs: bool = True) -> dict[str, Any]:
         """JSON-able form: settings, counts, FLOPs sums, loads and (optionally) the packs."""
@@ -231,9 +232,9 @@ def check_capacity(
     The message names the first such sample (global id, loading DP rank and local index, dataset
     row when known), its padded length and the capacity, and says how many more there are.
     """
-    over = [g for g, n in enumerate(lengths) if n > capacity]
-    if not over:
+    if not lengths or max(lengths) <= capacity:
         return
+    over = [g for g, n in enumerate(lengths) if n > capacity]
     gid = over[0]
     rank = max(d for d in range(len(rank_offsets) - 1) if rank_offsets[d] <= gid)
     row = None if row_indices is None or row_indices[gid] < 0 else int(row_indices[gid])
@@ -319,6 +320,18 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _positive_lengths(rank: int, rank_lengths: Sequence[Any]) -> list[int]:
+    """DP rank ``rank``'s lengths as Python ints; UsageError naming the first one that is not a positive integer."""
+    values = rank_lengths.tolist() if hasattr(rank_lengths, "tolist") else list(rank_lengths)
+    if set(map(type, values)) <= {int} and (not values or min(values) >= 1):
+        return values  # the common case, checked in one pass
+    for i, n in enumerate(rank_lengths):
+        if isinstance(n, bool) or not hasattr(n, "__index__") or int(n) < 1:
+            raise UsageError(f"DP rank {rank}, sample {i}: length must be a positive integer, got {n!r}",
+                             row=i, field="padded_seq_len")
+    return [int(n) for n in rank_lengths]
+
+
 def schedule_global_batch(
     lengths_per_rank: Sequence[Sequence[int]],
     *,
@@ -342,11 +355,7 @@ def schedule_global_batch(
     lengths: list[int] = []
     offsets = [0]
     for d, rank_lengths in enumerate(lengths_per_rank):
-        for i, n in enumerate(rank_lengths):
-            if isinstance(n, bool) or not hasattr(n, "__index__") or int(n) < 1:
-                raise UsageError(f"DP rank {d}, sample {i}: length must be a positive integer, got {n!r}",
-                                 row=i, field="padded_seq_len")
-            lengths.append(int(n))
+        lengths.extend(_positive_lengths(d, rank_lengths))
         offsets.append(len(lengths))
     rows = None
     if row_indices_per_rank is not None:
@@ -363,7 +372,7 @@ def schedule_global_batch(
         capacity=capacity,
         lengths=tuple(lengths),
         rank_offsets=tuple(offsets),
-        packs=tuple(tuple(int(g) for g in p) for p in packs),
+        packs=tuple(tuple(map(int, p)) for p in packs),
         adjustments=tuple(notes),
     )
     schedule.validate()
