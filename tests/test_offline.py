@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from reference_impl.data import ByteTokenizer, PromptCompletionSchema, demo_path, tokenize_row
 from reference_impl.data.jsonl import JsonlFile
-from reference_impl.errors import ArtifactError, InputError, PackingError, UsageError
+from reference_impl.errors import ArtifactError, InputError, UsageError
 from reference_impl.packing.offline import MANIFEST_NAME, prepare_packed_dataset
 from reference_impl.packing.packed_dataset import PackedParquetDataset
 from reference_impl.packing.parquet import PackedParquetReader

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import json
 import types
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Iterable, Literal, Mapping, Union, get_args, get_origin,
 import yaml
 
 from reference_impl.config.schema import TrainingConfig
-from reference_impl.config.yaml_bounded import MAX_YAML_CHARS, load_yaml
+from reference_impl.config.yaml_bounded import load_yaml, read_text
 from reference_impl.errors import ConfigError
 
 #: Keys renamed or moved upstream; the loader points users at the current name instead of guessing.
@@ -181,28 +180,7 @@ def parse_config_text(text: str, *, source_name: str = "<text>") -> tuple[dict[s
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], _Ctx]:
-    try:
-        with open(path, "rb") as fh:  # at most one byte over the limit, whatever the file (even /dev/zero)
-            raw = fh.read(MAX_YAML_CHARS * 4 + 1)
-    except FileNotFoundError:
-        raise ConfigError("config file not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise ConfigError("config path is a directory, not a file", file=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file: {exc.strerror or exc}", file=str(path)) from None
-    if len(raw) > MAX_YAML_CHARS * 4:
-        raise ConfigError(f"config file is larger than {MAX_YAML_CHARS * 4} bytes", file=str(path))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file is not UTF-8 (byte {exc.start})", file=str(path)) from None
-    if path.suffix.lower() == ".json":
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"malformed JSON: {exc.msg} (column {exc.colno})", file=str(path), line=exc.lineno) from None
-        except (ValueError, RecursionError):
-            pass  # a too long number or too deep nesting: the bounded YAML reader below names the line
+    text = read_text(path, what="config file")
     data, locations = parse_config_text(text, source_name=str(path))
     return data, _Ctx(str(path), locations)
 

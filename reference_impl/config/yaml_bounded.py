@@ -19,14 +19,16 @@ memoised), so checking costs time linear in the text, whatever the expansion.
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from reference_impl.errors import ConfigError, SeqpackError
 
-__all__ = ["MAX_YAML_CHARS", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_yaml"]
+__all__ = ["MAX_YAML_CHARS", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_yaml", "read_text"]
 
 #: Longest YAML/JSON text read (a training config is a few KB).
 MAX_YAML_CHARS = 1_000_000
@@ -106,6 +108,37 @@ def _check_duplicate_keys(node: yaml.MappingNode, source: str, error: type[Seqpa
                 fix="keep one of the two entries",
             )
         seen[ident] = _line(key_node)
+
+
+def read_text(path: Path, *, what: str, error: type[SeqpackError] = ConfigError) -> str:
+    """The text of a YAML/JSON file written by a user: read to the size limit at most (``/dev/zero``
+    too), decoded as UTF-8, and for a ``.json`` file checked as JSON so a syntax error names its line.
+
+    ``what`` names the file in messages ("config file", "blend manifest").
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_CHARS * 4 + 1)
+    except FileNotFoundError:
+        raise error(f"{what} not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise error(f"{what} path is a directory, not a file", file=str(path)) from None
+    except OSError as exc:
+        raise error(f"cannot read the {what}: {exc.strerror or exc}", file=str(path)) from None
+    if len(raw) > MAX_YAML_CHARS * 4:
+        raise error(f"{what} is larger than {MAX_YAML_CHARS * 4} bytes", file=str(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} is not UTF-8 (byte {exc.start})", file=str(path)) from None
+    if path.suffix.lower() == ".json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"malformed JSON: {exc.msg} (column {exc.colno})", file=str(path), line=exc.lineno) from None
+        except (ValueError, RecursionError):
+            pass  # a too long number or too deep nesting: load_yaml names the line
+    return text
 
 
 def load_yaml(

@@ -47,7 +47,7 @@ from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
 from reference_impl.data.artifacts import check_output_directory, check_replace_target
 from reference_impl.data.atomic import atomic_directory
-from reference_impl.errors import ArtifactError, InputError, PackingError, UsageError
+from reference_impl.errors import InputError, PackingError, UsageError
 from reference_impl.packing import artifact
 from reference_impl.packing.artifact import FORMAT, MANIFEST_NAME
 from reference_impl.reports import PreparedPacks

@@ -15,7 +15,6 @@ loaded; rows are read lazily by index.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,22 +92,10 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
 
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
-    from reference_impl.config.yaml_bounded import load_yaml
+    from reference_impl.config.yaml_bounded import load_yaml, read_text
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("blend manifest not found", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"blend manifest is not UTF-8 (byte {exc.start})", file=str(path)) from None
-    if path.suffix.lower() == ".json":
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"blend manifest is not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
-        except (ValueError, RecursionError):
-            pass  # too long a number or too deep: the bounded reader below names the line
+    text = read_text(path, what="blend manifest", error=InputError)
     data, _ = load_yaml(text, source=str(path), error=InputError)  # JSON is YAML; bounded like configs
     splits = {"training": data} if isinstance(data, list) else data
     if not isinstance(splits, dict) or not splits:

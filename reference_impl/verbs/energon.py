@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_SHARD_SIZE
 from reference_impl.reports import PreparedEnergonDataset
 from reference_impl.verbs.common import check_path, check_seed

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_SEQS_PER_PACK, MAX_WORKERS
 from reference_impl.reports import PreparedPacks

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.alignment import DEFAULT_PACK_LENGTHS
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.errors import UsageError
 from reference_impl.limits import (

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import PACKING_PATHS, SMOKE_SIZES
 from reference_impl.errors import SeqpackError, UsageError
 from reference_impl.limits import MAX_SMOKE_SECONDS

@@ -10,7 +10,6 @@ seqpack temporary left behind, no half-written or broken artifact trusted, and f
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path

@@ -12,7 +12,6 @@ import json
 import os
 import time
 
-import anyio
 import pytest
 from mcp import Client
 
