@@ -46,6 +46,19 @@ def test_a_deleted_split_file_is_an_issue(cli, packs, victim):
     assert "integrity issues" in cli("inspect", packs).out
 
 
+def test_rows_removed_from_a_split(cli, packs):
+    import pyarrow.parquet as pq
+
+    path = packs / "training_256.idx.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows // 3), path)  # two thirds of the training packs gone
+    run = cli("inspect", packs, "--json")
+    checks, report = _issues(run.out)
+    assert run.code == 1 and "manifest" in checks
+    assert any("packs for training" in i["message"] for i in report["issues"])
+    assert cli("inspect", packs).out.splitlines()[-1] == "RESULT: integrity issues"
+
+
 def test_a_stray_parquet_file_is_not_counted_as_data(cli, packs):
     clean = json.loads(cli("inspect", packs, "--json").out)
     (packs / "extra.parquet").write_bytes((packs / "validation_256.idx.parquet").read_bytes())

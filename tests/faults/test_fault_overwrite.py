@@ -195,3 +195,14 @@ def test_overwrite_places_are_refused_by_the_library_too(tmp_path, monkeypatch):
         with pytest.raises(ArtifactError, match=why):
             check_replace_target(target, inputs=[inp])
     check_replace_target(tmp_path / "elsewhere", inputs=[inp])  # a place of its own is fine
+
+
+def test_a_truncated_energon_shard_is_refused_before_training(cli, data, tmp_path):
+    from reference_impl.packing.energon.prepare import read_manifest
+
+    out = tmp_path / "ds"
+    assert cli("energon-prepare", data, "--out", out).code == 0
+    shard = next((out / "shards").glob("*.tar"))
+    shard.write_bytes(shard.read_bytes()[:512])
+    with pytest.raises(ArtifactError, match=r"shards/train-00000.tar is missing or not the size"):
+        read_manifest(out)

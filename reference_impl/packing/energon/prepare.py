@@ -357,7 +357,9 @@ def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
     """Read and check the manifest of a dataset made by :func:`prepare_energon_dataset`.
 
     Raises :class:`~reference_impl.errors.ArtifactError` when it is missing, of another format,
-    or does not match its own fingerprint.
+    does not match its own fingerprint, or a file it records is missing or of another size (a
+    truncated shard is refused before training starts, not met mid-epoch; sizes only, so opening a
+    large dataset costs no read of its shards).
     """
     from reference_impl.errors import ArtifactError
 
@@ -378,6 +380,12 @@ def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
         raise ArtifactError("manifest content does not match its fingerprint (edited or corrupt)", file=str(path))
     if not (root / ".nv-meta" / "split.yaml").is_file():
         raise ArtifactError("energon metadata (.nv-meta/split.yaml) is missing", file=str(root))
+    for name, record in (manifest.get("files") or {}).items():
+        target = root / name
+        if not target.is_file() or target.stat().st_size != record.get("size"):
+            raise ArtifactError(f"{name} is missing or not the size the manifest recorded ({record.get('size')} "
+                                "bytes); the dataset is damaged", file=str(target),
+                                fix="prepare it again with `seqpack energon-prepare ... --overwrite`")
     return _result(root, manifest)
 
 
