@@ -7,15 +7,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import PACKING_PATHS, SMOKE_SIZES
-from reference_impl.errors import UsageError
+from reference_impl.errors import SeqpackError, UsageError
 from reference_impl.limits import MAX_SMOKE_SECONDS
 from reference_impl.smoke import SmokeReport
-from reference_impl.verbs.common import check_choice, check_path
+from reference_impl.verbs.common import check_choice, check_path, check_seed
 from reference_impl.verbs.validation import check_overrides, config_source
 
 __all__ = ["SmokeOptions", "smoke", "smoke_paths"]
+
+#: The name of the smoke test's working copy of the data rows (``smoke._subset`` writes it).
+SMOKE_COPY_NAME = "smoke_input.jsonl"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,15 +56,34 @@ def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
     request = SmokeRequest(path, source, check_path("data", options.data, allow_none=True),
                            check_overrides(options.overrides))
     shared = dict(
-        size=options.size, seed=non_negative_int("seed", options.seed), cp_check=options.cp_check,
+        size=options.size, seed=check_seed(options.seed), cp_check=options.cp_check,
         cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
         cp_timeout=float(options.cp_timeout), progress=options.progress,
     )
     return request, shared
 
 
+def _in_user_file(err: SeqpackError, data: Any) -> SeqpackError:
+    """An error about the smoke test's working copy of the rows, made to name the user's file and line.
+
+    The copy holds the first rows of ``data`` in order, one per line, so its row ``k`` is row ``k``
+    of the user's file.
+    """
+    if data is None or err.file is None or os.path.basename(err.file) != SMOKE_COPY_NAME:
+        return err
+    from reference_impl.data.jsonl import JsonlFile
+
+    row = err.row if err.row is not None else (err.line - 1 if err.line is not None else None)
+    err.file = os.fspath(data)
+    if row is not None:
+        with JsonlFile(data, use_cache=False) as jf:
+            err.line = jf.line_number(row) if row < len(jf) else None
+    return err
+
+
 def smoke(options: SmokeOptions) -> SmokeReport:
-    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``."""
+    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``; an error about a data row
+    names the row in ``options.data`` (never the test's temporary copy)."""
     return smoke_paths(options, [options.path])[0]
 
 
@@ -77,4 +99,7 @@ def smoke_paths(options: SmokeOptions, paths: Sequence[str]) -> list[SmokeReport
                            or options.config is not None):
         raise UsageError("a config describes one packing path; run the paths one at a time", field="config")
     checked = [_request(options, p) for p in paths]
-    return run_packing_smoke_tests([request for request, _ in checked], **checked[0][1])
+    try:
+        return run_packing_smoke_tests([request for request, _ in checked], **checked[0][1])
+    except SeqpackError as err:
+        raise _in_user_file(err, checked[0][0].data) from None
