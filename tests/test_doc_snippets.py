@@ -28,8 +28,8 @@ PYTHON = re.compile(r"```python\n(.*?)```", re.S)
 BASH = re.compile(r"```bash\n(.*?)```", re.S)
 
 
-#: Commands that load torch and build batches or run the model take seconds: their blocks are ``slow``.
-SLOW_COMMANDS = re.compile(r"seqpack (smoke|batches)\b")
+#: Commands that take seconds (torch and batches, the model, Energon, the adversarial eval): ``slow`` blocks.
+SLOW_COMMANDS = re.compile(r"seqpack (smoke|batches|energon-prepare|eval adversarial)\b")
 
 
 def _blocks(pattern):
