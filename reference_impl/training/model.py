@@ -6,6 +6,15 @@ every packed sequence), pre-norm blocks of multi-head self-attention under a boo
 head. Weights come from a seeded generator, so two models built with the same seed are
 identical; ``dtype=torch.float64`` makes packed/unpacked comparisons exact to rounding.
 
+The forward takes one row (``tokens [T]``, ``mask [T, Tk]``) or a stack of rows (``tokens [B, T]``,
+``mask [B, T, Tk]``); the rows of a stack never see each other, so a padded stack computes every
+row as if it ran alone. The smoke test's batched equivalence
+(:mod:`reference_impl.training.equivalence`) reads the model through two methods:
+:meth:`TinyGPT.token_outputs` (every per-token output, by name) and :meth:`TinyGPT.token_losses`
+(every per-token loss, by name). A model option that adds an output or a loss (an MTP head, a
+router's probabilities) adds it there, and the smoke test compares it packed against unpacked
+without further code.
+
 For context parallelism the forward takes an optional ``kv_exchange`` callable: each rank
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
 (:class:`reference_impl.training.cp_exchange.KVExchange`), and the local queries attend to the
@@ -16,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,7 +34,10 @@ from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import masked_attention
 
-__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope"]
+if TYPE_CHECKING:
+    from reference_impl.training.equivalence import TokenLoss, TokenRows
+
+__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope", "rope_tables", "rotate"]
 
 KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -57,14 +69,25 @@ class TinyGPTConfig:
         return asdict(self)
 
 
-def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate ``x`` ``[T, heads, d]`` by the angles of ``position_ids`` ``[T]`` (rotate-half convention)."""
+def rope_tables(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the rotary angles of ``position_ids`` ``[..., T]``."""
+    half = head_dim // 2
+    inv_freq = base ** (-torch.arange(half, dtype=dtype, device=position_ids.device) / half)
+    angles = position_ids.to(dtype)[..., None] * inv_freq
+    return angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
+
+
+def rotate(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by :func:`rope_tables` (rotate-half convention)."""
+    cos, sin = tables
     half = x.shape[-1] // 2
-    inv_freq = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
-    angles = position_ids.to(x.dtype)[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by the angles of ``position_ids`` ``[..., T]`` (rotate-half convention)."""
+    return rotate(x, rope_tables(position_ids, x.shape[-1], base, x.dtype))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -84,24 +107,25 @@ class _Block(nn.Module):
         self.fc2 = draw(f, h)
 
     def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, kv_exchange: KVExchangeFn | None
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+        kv_exchange: KVExchangeFn | None,
     ) -> torch.Tensor:
         cfg = self.cfg
-        t = x.shape[0]
+        b, t = x.shape[:2]
         heads, d = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        q, k, v = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).split(cfg.hidden_size, dim=-1)
-        q = apply_rope(q.reshape(t, heads, d), position_ids, cfg.rope_base)
-        k = apply_rope(k.reshape(t, heads, d), position_ids, cfg.rope_base)
-        v = v.reshape(t, heads, d)
-        if kv_exchange is not None:
-            k, v = kv_exchange(k, v)
-        x = x + masked_attention(q, k, v, mask).reshape(t, cfg.hidden_size) @ self.proj
+        qkv = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).reshape(b, t, 3 * heads, d)
+        q, k = rotate(qkv[:, :, : 2 * heads], rope).split(heads, dim=2)  # queries and keys in one rotation
+        v = qkv[:, :, 2 * heads :]
+        if kv_exchange is not None:  # one row (checked by TinyGPT.forward)
+            k, v = (part[None] for part in kv_exchange(k[0], v[0]))
+        x = x + masked_attention(q, k, v, mask).reshape(b, t, cfg.hidden_size) @ self.proj
         hidden = torch.nn.functional.gelu(_rms_norm(x, self.mlp_norm, cfg.norm_eps) @ self.fc1)
         return x + hidden @ self.fc2
 
 
 class TinyGPT(nn.Module):
-    """Reference decoder: ``forward(tokens [T], position_ids [T], mask [T, Tk]) -> logits [T, V]``."""
+    """Reference decoder: ``forward(tokens [T], position_ids [T], mask [T, Tk]) -> logits [T, V]``
+    (or ``[B, T]``, ``[B, T]``, ``[B, T, Tk]`` -> ``[B, T, V]`` for a stack of independent rows)."""
 
     def __init__(self, config: TinyGPTConfig | None = None, *, seed: int, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
@@ -129,16 +153,58 @@ class TinyGPT(nn.Module):
         *,
         kv_exchange: KVExchangeFn | None = None,
     ) -> torch.Tensor:
-        """Logits for 1-D ``tokens``; ``mask`` is ``[T, T_keys]`` (``T_keys`` = gathered length under CP)."""
-        if tokens.dim() != 1 or position_ids.shape != tokens.shape:
+        """Logits for ``tokens`` ``[T]`` (``mask`` ``[T, T_keys]``, ``T_keys`` = gathered length under CP)
+        or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``)."""
+        if tokens.dim() not in (1, 2) or position_ids.shape != tokens.shape:
             raise UsageError(
-                f"tokens and position_ids must be 1-D of equal length, got {list(tokens.shape)} "
+                f"tokens and position_ids must be [T] or [B, T] of equal shape, got {list(tokens.shape)} "
                 f"and {list(position_ids.shape)}"
             )
+        one_row = tokens.dim() == 1
+        if mask.dim() != tokens.dim() + 1 or mask.shape[:-1] != tokens.shape:
+            raise UsageError(f"mask must be [{'T' if one_row else 'B, T'}, T_keys] for tokens {list(tokens.shape)}, "
+                             f"got {list(mask.shape)}")
+        if kv_exchange is not None and not one_row:
+            raise UsageError("kv_exchange (context parallelism) takes one row: tokens [T]")
         vocab = self.config.vocab_size
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
             raise UsageError(f"token ids must lie in [0, {vocab}), got [{int(tokens.min())}, {int(tokens.max())}]")
+        if one_row:
+            tokens, position_ids, mask = tokens[None], position_ids[None], mask[None]
         x = self.embedding[tokens]
+        cfg = self.config
+        rope = rope_tables(position_ids, cfg.hidden_size // cfg.num_heads, cfg.rope_base, x.dtype)
         for layer in self.layers:
-            x = layer(x, position_ids, mask, kv_exchange)
-        return _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
+            x = layer(x, rope, mask, kv_exchange)
+        logits = _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
+        return logits[0] if one_row else logits
+
+    @property
+    def token_inputs(self) -> tuple[str, ...]:
+        """Per-token batch keys the model reads besides tokens and positions (none here). An option that
+        needs one (image embeddings, M-RoPE positions) names it, and the smoke test carries it from the
+        batches and samples into :attr:`TokenRows.extras`."""
+        return ()
+
+    def token_outputs(self, rows: TokenRows) -> dict[str, torch.Tensor]:
+        """Every per-token output ``[B, T, ...]`` of a stack of rows, by name (here: ``logits``).
+
+        The smoke test compares each output at every real token, packed against unpacked, and
+        checks that perturbing one sequence leaves the others' outputs unchanged. A model option
+        that adds an output adds it here.
+        """
+        return {"logits": self(rows.tokens, rows.position_ids, rows.attention)}
+
+    def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
+        """Every per-token loss of a stack of rows, by name (here: ``lm``, the next-token cross-entropy).
+
+        A loss is a :class:`~reference_impl.training.equivalence.TokenLoss`: values ``[B, T]`` and the
+        weight of each position (the loss mask). The smoke test compares the per-sequence sums of
+        every loss, packed against unpacked, and the gradients of their weighted sum. A model
+        option that adds a loss (an MTP head's, an auxiliary loss) adds it here.
+        """
+        from reference_impl.training.equivalence import TokenLoss
+        from reference_impl.training.loss import token_cross_entropy
+
+        mask = rows.loss_mask
+        return {"lm": TokenLoss(token_cross_entropy(outputs["logits"], rows.labels, mask), mask)}
