@@ -35,6 +35,8 @@ MAX_MIX_LENGTH = MAX_PACK_LEN
 MAX_BLEND_SAMPLES = 1 << 32
 #: Most tokenizer worker processes.
 MAX_WORKERS = 256
+#: Most packs per Parquet row group of offline packs (a writer holds one row group in memory).
+MAX_ROW_GROUP_SIZE = 100_000
 
 # -- output sizes --------------------------------------------------------------------------------
 #: Most bins a packing simulation returns in one page.

@@ -1,0 +1,134 @@
+"""Spill files: tokenized samples on disk while a split is packed, so memory grows with samples only.
+
+Every process that tokenizes (a worker, or a rank of a ``torchrun`` job) appends the samples it
+produces to its own pair of files in a spill directory: ``<name>.ids`` (the unshifted token ids in
+the narrowest dtype the vocabulary allows, :func:`id_dtype`) and ``<name>.mask`` (the unshifted
+loss mask, ``uint8``). A sample is then located by three numbers kept in memory, the index of its
+file, its element offset in that file and its length (:class:`SampleIndex`); the bin packing only
+needs the lengths.
+
+Filling packs reads samples back with :meth:`SpillReader.gather`: the files are memory-mapped
+for one gather and released right after, so the pages of a spill never accumulate in a process's
+resident set (file-backed pages count there while mapped).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference_impl.data.ranges import concat_ranges, offsets_of
+from reference_impl.errors import PackingError
+
+MASK_DTYPE = np.dtype(np.uint8)
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype that holds every id below ``vocab_size``: uint16, int32, then uint32."""
+    if vocab_size <= 1 << 16:
+        return np.dtype(np.uint16)
+    if vocab_size <= 1 << 31:
+        return np.dtype(np.int32)
+    if vocab_size <= 1 << 32:
+        return np.dtype(np.uint32)
+    raise PackingError(f"vocabulary of {vocab_size} ids does not fit 32 bits")
+
+
+def _paths(directory: Path, name: str) -> tuple[Path, Path]:
+    return directory / f"{name}.ids", directory / f"{name}.mask"
+
+
+class SpillWriter:
+    """Appends samples (flat ids and masks of a batch) to one process's pair of spill files."""
+
+    def __init__(self, directory: str | os.PathLike[str], name: str, dtype: np.dtype) -> None:
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self._limit = np.iinfo(self.dtype).max
+        ids_path, mask_path = _paths(Path(directory), name)
+        self._ids = open(ids_path, "ab")
+        self._mask = open(mask_path, "ab")
+        self.size = self._ids.tell() // self.dtype.itemsize
+
+    def append(self, ids: np.ndarray, mask: np.ndarray) -> int:
+        """Write one batch; returns the element offset where it starts. Data is flushed to the OS."""
+        if ids.shape != mask.shape:
+            raise PackingError(f"spill: {ids.size} ids but {mask.size} mask entries")
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) > self._limit):
+            raise PackingError(
+                f"token id {int(ids.max()) if int(ids.max()) > self._limit else int(ids.min())} is outside "
+                f"the tokenizer's vocabulary (spill dtype {self.dtype})"
+            )
+        start = self.size
+        self._ids.write(np.ascontiguousarray(ids, dtype=self.dtype).tobytes())
+        self._mask.write(np.ascontiguousarray(mask, dtype=MASK_DTYPE).tobytes())
+        self._ids.flush()
+        self._mask.flush()
+        self.size += int(ids.size)
+        return start
+
+    def close(self) -> None:
+        """Close both files (safe to call twice)."""
+        self._ids.close()
+        self._mask.close()
+
+
+@dataclass(frozen=True)
+class SampleIndex:
+    """Where the samples of a split lie: per sample, spill file number, element offset and length."""
+
+    names: tuple[str, ...]
+    file: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    length: np.ndarray  # int32, stored (unshifted) tokens
+
+    def __len__(self) -> int:
+        return int(self.length.shape[0])
+
+    def take(self, samples: np.ndarray) -> SampleIndex:
+        """The index restricted to ``samples`` (in that order)."""
+        return SampleIndex(self.names, self.file[samples], self.offset[samples], self.length[samples])
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the per-sample arrays."""
+        return int(self.file.nbytes + self.offset.nbytes + self.length.nbytes)
+
+
+class SpillReader:
+    """Reads samples back from the spill files named in a :class:`SampleIndex`."""
+
+    def __init__(self, directory: str | os.PathLike[str], dtype: np.dtype) -> None:
+        self.directory = Path(directory)
+        self.dtype = np.dtype(dtype)
+
+    def _map(self, path: Path, dtype: np.dtype) -> Any:
+        if path.stat().st_size == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r")
+
+    def gather(self, index: SampleIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Ids (``int64``) and masks (``uint8``) of the indexed samples, concatenated in index order."""
+        out_offsets = offsets_of(index.length)
+        total = int(out_offsets[-1])
+        ids = np.empty(total, dtype=np.int64)
+        mask = np.empty(total, dtype=MASK_DTYPE)
+        for f in np.unique(index.file).tolist():
+            sel = np.flatnonzero(index.file == f)
+            src = concat_ranges(index.offset[sel], index.length[sel])
+            dest = concat_ranges(out_offsets[:-1][sel], index.length[sel])
+            ids_path, mask_path = _paths(self.directory, index.names[f])
+            mapped = self._map(ids_path, self.dtype)
+            ids[dest] = mapped[src]
+            del mapped
+            mapped = self._map(mask_path, MASK_DTYPE)
+            mask[dest] = mapped[src]
+            del mapped
+        return ids, mask
+
+
+__all__ = ["MASK_DTYPE", "SampleIndex", "SpillReader", "SpillWriter", "id_dtype"]
