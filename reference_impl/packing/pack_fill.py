@@ -49,20 +49,15 @@ class PartJob:
 
 def fill_group(job: PartJob) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Flat ``(input_ids, loss_mask, row_offsets, seq_start_id, start_offsets)`` of the job's packs."""
-    ids_in, mask_in = SpillReader(job.spill_dir, np.dtype(job.id_dtype)).gather(job.samples)
-    lengths = job.samples.length.astype(np.int64)
     slots = job.aligned.astype(np.int64) + 1  # stored slot per sample: aligned runtime + 1
     slot_start = offsets_of(slots)
     total = int(slot_start[-1])
     ids = np.full(total, job.pad_id, dtype=np.int64)
     mask = np.zeros(total, dtype=np.int8)
-    dest = concat_ranges(slot_start[:-1], lengths)
-    ids[dest] = ids_in
-    # rolled mask: the mask of token j (j >= 1) of a sample goes to position j - 1
-    first = offsets_of(lengths)[:-1]
-    keep = np.ones(dest.size, dtype=bool)
-    keep[first] = False
-    mask[dest[keep] - 1] = mask_in[keep] != 0
+    # ids at the start of the slot; the rolled mask holds the mask of token j (j >= 1) at position j - 1
+    SpillReader(job.spill_dir, np.dtype(job.id_dtype)).gather_into(
+        job.samples, ids, slot_start[:-1], mask, slot_start[:-1], mask_skip=1
+    )
     pack_of_sample = np.repeat(np.arange(job.counts.size), job.counts)
     row_offsets = offsets_of(np.bincount(pack_of_sample, weights=slots, minlength=job.counts.size).astype(np.int64))
     start_offsets = offsets_of(job.counts)

@@ -111,23 +111,30 @@ class SpillReader:
             return np.zeros(0, dtype=dtype)
         return np.memmap(path, dtype=dtype, mode="r")
 
-    def gather(self, index: SampleIndex) -> tuple[np.ndarray, np.ndarray]:
-        """Ids (``int64``) and masks (``uint8``) of the indexed samples, concatenated in index order."""
-        out_offsets = offsets_of(index.length)
-        total = int(out_offsets[-1])
-        ids = np.empty(total, dtype=np.int64)
-        mask = np.empty(total, dtype=MASK_DTYPE)
+    def gather_into(
+        self, index: SampleIndex, ids: np.ndarray, ids_at: np.ndarray, mask: np.ndarray, mask_at: np.ndarray,
+        *, mask_skip: int = 0,
+    ) -> None:
+        """Copy every indexed sample's ids to ``ids[ids_at[i]:...]`` and its mask, without its first
+        ``mask_skip`` entries, to ``mask[mask_at[i]:...]`` (no intermediate copy of the samples)."""
         for f in np.unique(index.file).tolist():
             sel = np.flatnonzero(index.file == f)
-            src = concat_ranges(index.offset[sel], index.length[sel])
-            dest = concat_ranges(out_offsets[:-1][sel], index.length[sel])
+            lengths = index.length[sel].astype(np.int64)
             ids_path, mask_path = _paths(self.directory, index.names[f])
             mapped = self._map(ids_path, self.dtype)
-            ids[dest] = mapped[src]
+            ids[concat_ranges(ids_at[sel], lengths)] = mapped[concat_ranges(index.offset[sel], lengths)]
             del mapped
+            kept = np.maximum(lengths - mask_skip, 0)
             mapped = self._map(mask_path, MASK_DTYPE)
-            mask[dest] = mapped[src]
+            mask[concat_ranges(mask_at[sel], kept)] = mapped[concat_ranges(index.offset[sel] + mask_skip, kept)]
             del mapped
+
+    def gather(self, index: SampleIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Ids (``int64``) and masks (``uint8``) of the indexed samples, concatenated in index order."""
+        starts = offsets_of(index.length)
+        ids = np.empty(int(starts[-1]), dtype=np.int64)
+        mask = np.empty(int(starts[-1]), dtype=MASK_DTYPE)
+        self.gather_into(index, ids, starts[:-1], mask, starts[:-1])
         return ids, mask
 
 
