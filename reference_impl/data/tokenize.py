@@ -66,11 +66,11 @@ import numpy as np
 from reference_impl.choices import TRUNCATION_MODES
 from reference_impl.data import rejections as rj
 from reference_impl.data.ranges import concat_ranges, offsets_of
-from reference_impl.data.location import RowLocation, at_row
+from reference_impl.data.location import RowLocation, at_row, stamp
 from reference_impl.data.rejections import SampleRejected
 from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema, Schema
 from reference_impl.data.tokenizers import ChatRendering, Tokenizer
-from reference_impl.errors import InputError, UsageError
+from reference_impl.errors import InputError, SeqpackError, UsageError
 
 TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
 
@@ -374,11 +374,12 @@ def tokenize_batch(
 
     def guarded(pos: int, fn: Any, *args: Any) -> Any:
         try:
-            with at_row(where[pos]):
-                return fn(*args)
+            return fn(*args)
         except SampleRejected as err:
-            rejected.append((pos, err))
+            rejected.append((pos, stamp(err, where[pos])))
             return None
+        except SeqpackError as err:
+            raise stamp(err, where[pos])
 
     if isinstance(schema, PromptCompletionSchema):
         texts = {pos: guarded(pos, _pc_texts, row, schema, tokenizer) for pos, row in enumerate(rows)}
@@ -460,11 +461,7 @@ def _pc_batch(
             rj.TOO_LONG: f"{int(original[k])} tokens > max_length {max_length}",
             rj.TOO_SHORT: f"{int(size[k])} token(s); at least 2 are needed",
         }.get(reasons[k])
-        try:
-            with at_row(where[ok[k]]):
-                raise SampleRejected(reasons[k], detail)
-        except SampleRejected as err:
-            rejected.append((ok[k], err))
+        rejected.append((ok[k], stamp(SampleRejected(reasons[k], detail), where[ok[k]])))
     rejected.sort(key=lambda item: item[0])
     keep = np.flatnonzero(reasons == "")
     # four pieces per sample: [bos], kept prompt, kept completion, [eos]; the specials sit after the texts

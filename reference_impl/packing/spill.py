@@ -7,21 +7,21 @@ loss mask, ``uint8``). A sample is then located by three numbers kept in memory,
 file, its element offset in that file and its length (:class:`SampleIndex`); the bin packing only
 needs the lengths.
 
-Filling packs reads samples back with :meth:`SpillReader.gather`: the files are memory-mapped
-for one gather and released right after, so the pages of a spill never accumulate in a process's
-resident set (file-backed pages count there while mapped).
+Filling packs reads samples back with :meth:`SpillReader.gather_into` (one slice copy per
+sample): the files are memory-mapped for one gather and unmapped right after, so the pages of a
+spill never accumulate in a process's resident set (file-backed pages count there while mapped).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
-from reference_impl.data.ranges import concat_ranges, offsets_of
+from reference_impl.data.ranges import offsets_of
 from reference_impl.errors import PackingError
 
 MASK_DTYPE = np.dtype(np.uint8)
@@ -106,28 +106,36 @@ class SpillReader:
         self.directory = Path(directory)
         self.dtype = np.dtype(dtype)
 
-    def _map(self, path: Path, dtype: np.dtype) -> Any:
-        if path.stat().st_size == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(path, dtype=dtype, mode="r")
+    @staticmethod
+    def _copy(path: Path, dtype: np.dtype, out: np.ndarray, pieces: Iterator[tuple[int, int, int]], skip: int) -> None:
+        """For each ``(source offset, length, destination)``: ``out[dst:dst+n-skip] = file[src+skip:src+n]``.
+
+        The file is memory-mapped for this call only, so its pages leave the resident set after it.
+        """
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            source = np.frombuffer(mm, dtype=dtype)
+            for src, n, dst in pieces:
+                out[dst : dst + n - skip] = source[src + skip : src + n]
+            del source
+        finally:
+            mm.close()
 
     def gather_into(
         self, index: SampleIndex, ids: np.ndarray, ids_at: np.ndarray, mask: np.ndarray, mask_at: np.ndarray,
         *, mask_skip: int = 0,
     ) -> None:
         """Copy every indexed sample's ids to ``ids[ids_at[i]:...]`` and its mask, without its first
-        ``mask_skip`` entries, to ``mask[mask_at[i]:...]`` (no intermediate copy of the samples)."""
+        ``mask_skip`` entries, to ``mask[mask_at[i]:...]`` (one slice copy per sample, no index arrays)."""
         for f in np.unique(index.file).tolist():
             sel = np.flatnonzero(index.file == f)
-            lengths = index.length[sel].astype(np.int64)
+            starts, lengths = index.offset[sel].tolist(), index.length[sel].tolist()
             ids_path, mask_path = _paths(self.directory, index.names[f])
-            mapped = self._map(ids_path, self.dtype)
-            ids[concat_ranges(ids_at[sel], lengths)] = mapped[concat_ranges(index.offset[sel], lengths)]
-            del mapped
-            kept = np.maximum(lengths - mask_skip, 0)
-            mapped = self._map(mask_path, MASK_DTYPE)
-            mask[concat_ranges(mask_at[sel], kept)] = mapped[concat_ranges(index.offset[sel] + mask_skip, kept)]
-            del mapped
+            self._copy(ids_path, self.dtype, ids, zip(starts, lengths, ids_at[sel].tolist()), 0)
+            self._copy(mask_path, MASK_DTYPE, mask, zip(starts, lengths, mask_at[sel].tolist()), mask_skip)
 
     def gather(self, index: SampleIndex) -> tuple[np.ndarray, np.ndarray]:
         """Ids (``int64``) and masks (``uint8``) of the indexed samples, concatenated in index order."""
