@@ -4,7 +4,9 @@
 once against :class:`Collective`; a single process is a group of one (:class:`LocalCollective`,
 every operation a no-op), and under ``torchrun`` :class:`TorchCollective` uses
 ``torch.distributed`` (gloo works on CPU; an existing process group is reused, otherwise one is
-created from torchrun's environment and destroyed at the end).
+created from torchrun's environment and kept for later calls, then destroyed at exit: under
+torchrun a default group that was destroyed cannot be created again in the same process, so a
+second call would hang).
 
 Two operations carry all the coordination, and both make a failure on one rank a failure on every
 rank (so no rank is left waiting in a collective that the failed rank never reaches):
@@ -23,6 +25,7 @@ environment as torchrun sets it); ``True`` requires it; ``False`` never uses it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -97,11 +100,10 @@ class LocalCollective:
 class TorchCollective:
     """The ranks of the default ``torch.distributed`` process group."""
 
-    def __init__(self, *, owns_group: bool) -> None:
+    def __init__(self) -> None:
         import torch.distributed as dist
 
         self._dist = dist
-        self._owns_group = owns_group
         self.rank = int(dist.get_rank())
         self.world_size = int(dist.get_world_size())
 
@@ -124,9 +126,7 @@ class TorchCollective:
         return [value for _, value in outcomes]
 
     def close(self) -> None:
-        """Destroy the process group if this object created it."""
-        if self._owns_group and self._dist.is_initialized():
-            self._dist.destroy_process_group()
+        """Nothing: the process group stays for later calls (see the module docstring)."""
 
 
 def _env_world_size() -> int:
@@ -146,13 +146,21 @@ def _initialised_world() -> int:
     return int(dist.get_world_size())
 
 
+def _destroy_at_exit() -> None:
+    """Destroy the group seqpack created (gloo aborts the process at exit while a group is alive)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def resolve_collective(distributed: bool | None = None) -> Collective:
     """The group to run in (see the module docstring for ``distributed``)."""
     if distributed is False:
         return LocalCollective()
     world = _initialised_world()
     if world > 1:
-        return TorchCollective(owns_group=False)
+        return TorchCollective()
     env_world = _env_world_size()
     if env_world > 1:
         import torch.distributed as dist
@@ -164,8 +172,9 @@ def resolve_collective(distributed: bool | None = None) -> Collective:
                 field="distributed",
             )
         dist.init_process_group(backend="gloo")
+        atexit.register(_destroy_at_exit)
         log.info("offline packing on %d ranks (gloo process group created)", dist.get_world_size())
-        return TorchCollective(owns_group=True)
+        return TorchCollective()
     if distributed and world == 0 and "WORLD_SIZE" not in os.environ:
         raise UsageError(
             "distributed packing needs torchrun (WORLD_SIZE > 1) or an initialised torch.distributed group",
