@@ -73,7 +73,8 @@ def build_input(path: Path, rows: int, stretch: int = 1) -> int:
 def export_revision(ref: str, target: Path) -> Path:
     """The package at git revision ``ref``, exported into ``target`` (returned as an import root)."""
     target.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "reference_impl"], capture_output=True, check=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "reference_impl"], capture_output=True,
+                             check=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return target
 
@@ -152,7 +153,8 @@ def main() -> None:
         loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
         entry = {
             "impl": name, "input": kind, "rows": rows, "tokens": best["tokens"], "workers": workers,
-            "wall_s": best["wall_s"], "rows_per_s": rows / best["wall_s"], "tokens_per_s": best["tokens"] / best["wall_s"],
+            "wall_s": best["wall_s"], "rows_per_s": rows / best["wall_s"],
+            "tokens_per_s": best["tokens"] / best["wall_s"],
             "main_peak_rss_mb": peak, "worker_peak_rss_mb": wpeak, "output_mb": best["output_mb"],
             "load_min": min(loads), "load_max": max(loads), "runs": runs,
         }
@@ -169,7 +171,7 @@ def main() -> None:
     by_key = {(r["impl"], r["input"], r["rows"], r["workers"]): r for r in results}
     for name in {r["impl"] for r in results}:
         for workers in args.workers:
-            short = sorted((r for r in results if r["impl"] == name and r["input"] == "short" and r["workers"] == workers),
+            short = sorted((r for r in results if (r["impl"], r["input"], r["workers"]) == (name, "short", workers)),
                            key=lambda r: r["rows"])
             s = {}
             if len(short) >= 2:

@@ -92,7 +92,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
            str(ROOT / "tests" / "distributed" / "offline_worker.py"), "--cases", str(tmp / "cases.json"),
            "--out", str(reports_dir)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     reports = [json.loads((reports_dir / f"rank{r}.json").read_text()) for r in range(NPROC)]
@@ -152,7 +153,8 @@ def test_metadata_appended_once_like_one_process(run):
 
 def test_second_call_reuses_on_every_rank(run):
     assert all(r["cases"]["reuse"]["reused"] is True for r in run["reports"])
-    assert {r["cases"]["reuse"]["root"] for r in run["reports"]} == {r["cases"]["library"]["root"] for r in run["reports"]}
+    roots = {r["cases"]["library"]["root"] for r in run["reports"]}
+    assert {r["cases"]["reuse"]["root"] for r in run["reports"]} == roots
 
 
 @pytest.mark.parametrize("name, line", [("bad_rank1", 1500), ("bad_both", 100)])

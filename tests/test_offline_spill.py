@@ -129,7 +129,8 @@ def _oracle(rows, pack_size, m, seed):
     bins = [bins[i] for i in np.random.default_rng(seed).permutation(len(bins))]
     out = []
     for b in bins:
-        filled = _naive_fill([(samples[i].input_ids, samples[i].loss_mask) for i in b], aligned[b], [len(b)], tok.eos_id)
+        pieces = [(samples[i].input_ids, samples[i].loss_mask) for i in b]
+        filled = _naive_fill(pieces, aligned[b], [len(b)], tok.eos_id)
         out.append(filled[0])
     return out
 

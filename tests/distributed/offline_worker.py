@@ -4,8 +4,9 @@ Run as ``python -m torch.distributed.run --nproc_per_node 2 tests/distributed/of
 --cases CASES.json --out DIR`` from the repository root. ``CASES.json`` lists the cases in order;
 each is ``{"name", "kind": "cli" | "library", "args" | "kwargs"}``. The first case runs
 ``seqpack pack`` in-process before any process group exists, so the command detects torchrun and
-creates the gloo group itself; the library cases after it reuse that group. Every rank writes ``DIR/rank<R>.json``: per case the result (root, reused,
-files) or the error (class, message, file, line), and the CLI's exit code and output.
+creates the gloo group itself; the library cases after it reuse that group. Every rank writes
+``DIR/rank<R>.json``: per case the result (root, reused, files) or the error (class, message, file,
+line), and the CLI's exit code and output.
 """
 
 from __future__ import annotations
