@@ -8,7 +8,7 @@ row with a unique prefix); ``--long-rows N`` adds an input of N rows whose compl
 times longer, so the peak RSS can be compared at the same row count and about 3x the tokens.
 Every cell runs `prepare_packed_dataset` (pack size 8192, pad_seq_to_mult 8, byte tokenizer) in a
 fresh child process and records its wall time, the peak RSS of the main process (ru_maxrss) and
-of its worker processes, and the load average around it. With ``--baseline-ref``, the same cells
+of its worker processes, its CPU time (main and workers), and the load average around it. With ``--baseline-ref``, the same cells
 run the package as it is at that git revision (exported with `git archive`), taking turns with
 the working tree in each repeat; the baseline holds all tokens in memory, so it runs only up to
 ``--baseline-max-rows``. Best wall time and highest peak RSS over the repeats are reported.
@@ -49,6 +49,9 @@ print(json.dumps({
     "main_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     "output_mb": os.path.getsize(res.files["training"]) / 1e6,
+    "main_cpu_s": sum(getattr(resource.getrusage(resource.RUSAGE_SELF), f) for f in ("ru_utime", "ru_stime")),
+    "cpu_s": sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                 for f in ("ru_utime", "ru_stime")),
 }))
 """
 
@@ -156,16 +159,17 @@ def main() -> None:
             "wall_s": best["wall_s"], "rows_per_s": rows / best["wall_s"],
             "tokens_per_s": best["tokens"] / best["wall_s"],
             "main_peak_rss_mb": peak, "worker_peak_rss_mb": wpeak, "output_mb": best["output_mb"],
+            "cpu_s": best["cpu_s"], "main_cpu_s": best["main_cpu_s"],
             "load_min": min(loads), "load_max": max(loads), "runs": runs,
         }
         results.append(entry)
         table.append([name, kind, f"{rows:,}", f"{best['tokens'] / 1e6:.1f} M", workers, f"{best['wall_s']:.1f} s",
                       f"{entry['rows_per_s']:,.0f}", f"{entry['tokens_per_s'] / 1e6:.2f} M", f"{peak:,.0f} MB",
-                      f"{wpeak:,.0f} MB", f"{min(loads):.1f}-{max(loads):.1f}"])
+                      f"{wpeak:,.0f} MB", f"{best['cpu_s']:.1f} / {best['main_cpu_s']:.1f} s", f"{min(loads):.1f}-{max(loads):.1f}"])
     print(f"\npack_size={args.pack_size}, pad_seq_to_mult={args.pad_seq_to_mult}, byte tokenizer, best of {args.repeat}"
           f" (wall) / highest (RSS), {os.cpu_count()} CPUs")
     print(text_table(["impl", "input", "rows", "tokens", "workers", "wall", "rows/s", "tokens/s", "main peak RSS",
-                      "worker peak RSS", "load"], table))
+                      "worker peak RSS", "CPU all / main", "load"], table))
 
     summary = {}
     by_key = {(r["impl"], r["input"], r["rows"], r["workers"]): r for r in results}

@@ -1,8 +1,9 @@
 """Work units of offline packing and the process pool that runs them.
 
 Tokenization is cut into *jobs* of consecutive draws from one source file (:func:`tokenize_jobs`).
-A worker process keeps its tokenizer, schema and open JSONL files for its whole life (they are
-handed over once, by the pool initializer, not with every job), tokenizes a job with
+A worker process keeps its tokenizer, schema and JSONL files (their line indexes) for its whole
+life (they are handed over once, by the pool initializer, not with every job; a file is mapped
+for one job at a time so its pages do not pile up in the worker's memory), tokenizes a job with
 :func:`reference_impl.data.tokenize.tokenize_batch` and appends the samples to its own spill files
 (:mod:`reference_impl.packing.spill`); only lengths, counts and rejections travel back. Filling
 and writing packs is the other kind of job (:func:`reference_impl.packing.pack_fill.write_part`).
@@ -149,6 +150,7 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
         for pos, err in batch.rejected
     ]
+    jf.close()  # unmap the file: its pages would otherwise stay in this process's resident set
     spill, start = None, 0
     if ctx.spill_dir is not None:
         writer = _spill_writer(ctx)
