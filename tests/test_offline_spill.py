@@ -16,7 +16,7 @@ from reference_impl.packing import algorithms
 from reference_impl.packing.offline import WORK_DIR, prepare_packed_dataset
 from reference_impl.packing.pack_fill import PartJob, auto_row_group_size, fill_group
 from reference_impl.packing.parquet import PackedParquetReader
-from reference_impl.packing.spill import SampleIndex, SpillReader, SpillWriter, id_dtype
+from reference_impl.packing.spill import SampleIndex, SpillReader, SpillWriter, id_dtype, record_sizes
 
 
 @settings(max_examples=60, deadline=None)
@@ -43,27 +43,54 @@ def _index(names, records):
 
 
 def test_spill_round_trip_across_files_in_any_order(tmp_path):
-    a = SpillWriter(tmp_path, "a", np.uint16)
-    b = SpillWriter(tmp_path, "b", np.uint16)
-    s0 = a.append(np.array([1, 2, 3], np.int32), np.array([0, 1, 1], np.uint8))
-    s1 = b.append(np.array([7, 8], np.int32), np.array([1, 0], np.uint8))
-    s2 = a.append(np.array([65535, 4], np.int32), np.array([1, 1], np.uint8))
+    a = SpillWriter(tmp_path, "a", id_dtype(264))
+    b = SpillWriter(tmp_path, "b", id_dtype(264))
+    s0 = a.append(np.array([1, 2, 3, 65535, 4], np.int32), np.array([0, 1, 1, 1, 1], np.uint8), np.array([3, 2]))
+    s1 = b.append(np.array([7, 8], np.int32), np.array([1, 0], np.uint8), np.array([2]))
     a.close()
     b.close()
-    assert (s0, s1, s2) == (0, 0, 3)
-    assert (tmp_path / "a.ids").stat().st_size == 5 * 2  # uint16 on disk
-    index = _index(["a", "b"], [(0, 3, 2), (1, 0, 2), (0, 0, 3)])
-    ids, mask = SpillReader(tmp_path, np.uint16).gather(index)
+    assert (s0, s1) == (0, 0)
+    assert (tmp_path / "a.spill").stat().st_size == 5 * 3  # uint16 ids + uint8 mask per token
+    second = int(record_sizes(np.array([3]), id_dtype(264))[0])
+    index = _index(["a", "b"], [(0, second, 2), (1, 0, 2), (0, 0, 3)])
+    ids, mask = SpillReader(tmp_path, id_dtype(264)).read(index)
     assert ids.tolist() == [65535, 4, 7, 8, 1, 2, 3] and ids.dtype == np.int64
     assert mask.tolist() == [1, 1, 1, 0, 0, 1, 1]
-    assert SpillReader(tmp_path, np.uint16).gather(index.take(np.array([1])))[0].tolist() == [7, 8]
+    assert SpillReader(tmp_path, id_dtype(264)).read(index.take(np.array([1])))[0].tolist() == [7, 8]
 
 
-def test_spill_refuses_ids_outside_its_dtype(tmp_path):
-    writer = SpillWriter(tmp_path, "w", np.uint16)
+def test_spill_refuses_ids_outside_its_dtype_and_a_truncated_file(tmp_path):
+    writer = SpillWriter(tmp_path, "w", id_dtype(264))
     with pytest.raises(PackingError, match="outside the tokenizer's vocabulary"):
-        writer.append(np.array([70000], np.int32), np.array([1], np.uint8))
+        writer.append(np.array([70000], np.int32), np.array([1], np.uint8), np.array([1]))
+    writer.append(np.array([5, 6], np.int32), np.array([1, 1], np.uint8), np.array([2]))
     writer.close()
+    with open(tmp_path / "w.spill", "r+b") as fh:
+        fh.truncate(4)
+    with pytest.raises(PackingError, match="shorter than their index"):
+        SpillReader(tmp_path, id_dtype(264)).read(_index(["w"], [(0, 0, 2)]))
+
+
+def test_reading_back_keeps_the_spill_out_of_the_resident_set(tmp_path):
+    """A gather of scattered samples from a large spill must not map the spill (file pages count as RSS)."""
+    dtype = id_dtype(264)
+    writer = SpillWriter(tmp_path, "big", dtype)
+    lengths = np.full(20_000, 1000)  # 20 M tokens: a 60 MB spill
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 264, int(lengths.sum())).astype(np.int32)
+    start = writer.append(ids, np.ones(ids.size, np.uint8), lengths)
+    writer.close()
+    offsets = start + offsets_of(record_sizes(lengths, dtype))[:-1]
+    pick = np.sort(rng.choice(lengths.size, 2000, replace=False))
+
+    def rss_file_mb() -> float:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("RssFile")) / 1024
+
+    before = rss_file_mb()
+    got, _ = SpillReader(tmp_path, dtype).read(_index(["big"], [(0, int(offsets[k]), 1000) for k in pick]))
+    assert rss_file_mb() - before < 10  # the spill is 60 MB; a mapped gather would bring most of it in
+    assert got[:1000].tolist() == ids[pick[0] * 1000 : pick[0] * 1000 + 1000].tolist()
 
 
 def _naive_fill(samples, aligned, counts, pad_id):
@@ -92,8 +119,8 @@ def test_fill_group_equals_a_per_sample_loop(tmp_path_factory, data):
     m = data.draw(st.sampled_from([1, 2, 4, 8]))
     lengths = rng.integers(2, 40, n)
     samples = [(rng.integers(0, 300, L), rng.integers(0, 2, L).astype(np.uint8)) for L in lengths]
-    writer = SpillWriter(tmp, "w", np.uint16)
-    starts = [writer.append(ids, mask) for ids, mask in samples]
+    writer = SpillWriter(tmp, "w", id_dtype(264))
+    starts = [writer.append(ids, mask, np.array([ids.size])) for ids, mask in samples]
     writer.close()
     aligned = -(-(lengths - 1) // m) * m
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4)) if n > 1 else []))

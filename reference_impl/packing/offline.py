@@ -262,9 +262,9 @@ def _tokenize(
     return [done for per_rank in comm.everywhere(work) for done in per_rank]
 
 
-def _account(stream: Any, done: list[Any]) -> tuple[SplitAccount, Any]:
+def _account(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccount, Any]:
     """Accounting of a split's rows and the index of its spilled samples, in draw order."""
-    from reference_impl.packing.spill import SampleIndex
+    from reference_impl.packing.spill import SampleIndex, record_sizes
 
     account = SplitAccount(rows_in=len(stream))
     names: dict[str, int] = {}
@@ -276,7 +276,7 @@ def _account(stream: Any, done: list[Any]) -> tuple[SplitAccount, Any]:
         if job.spill is not None and job.lengths.size:
             number = names.setdefault(job.spill, len(names))
             files.append(np.full(job.lengths.size, number, dtype=np.int32))
-            offsets.append(job.start + offsets_of(job.lengths)[:-1])
+            offsets.append(job.start + offsets_of(record_sizes(job.lengths, dtype))[:-1])
         lengths.append(job.lengths)
 
     def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -517,7 +517,7 @@ def _pack_split(
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
     context = TokenizeContext(schema, tokenizer, options.cap + 1, options.truncation, str(spill_dir), dtype.name,
                               f"rank{comm.rank}")
-    account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress))
+    account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -603,7 +603,8 @@ def sample_lengths(
     if schema is None:
         schema = _detect(stream)
     context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
-    account, index = _account(stream, _tokenize(LocalCollective(), stream, context, num_workers, False))
+    account, index = _account(stream, _tokenize(LocalCollective(), stream, context, num_workers, False),
+                              np.dtype(context.id_dtype))
     return SampleLengths(lengths=index.length.astype(np.int64) - 1, truncated=account.truncated,
                          account=account.to_dict())
 

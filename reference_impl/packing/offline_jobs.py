@@ -154,7 +154,7 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
     spill, start = None, 0
     if ctx.spill_dir is not None:
         writer = _spill_writer(ctx)
-        spill, start = writer.name, writer.append(batch.ids, batch.loss_mask)
+        spill, start = writer.name, writer.append(batch.ids, batch.loss_mask, np.diff(batch.offsets))
     return TokenizedJob(
         index=job.index,
         lengths=np.diff(batch.offsets).astype(np.int32),
