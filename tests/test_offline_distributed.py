@@ -134,6 +134,7 @@ def test_command_under_torchrun_matches_one_process(run):
 def test_library_under_torchrun_is_byte_identical(run, name):
     roots = {r["cases"][name]["root"] for r in run["reports"]}
     assert len(roots) == 1 and all(r["cases"][name]["reused"] is False for r in run["reports"])
+    assert all(r["cases"][name]["complete_on_return"] for r in run["reports"])
     root = Path(roots.pop())
     assert root.name == run["single"][name].name
     files = _files(root)

@@ -684,8 +684,8 @@ def _prepare(
         files = {s: root / v["file"] for s, v in reused["splits"].items()}
         return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, reused, reused=True)
 
-    stack = ExitStack()
-    with stack:
+    stack = ExitStack()  # rank 0's temporary directory; the other ranks' stack stays empty
+    try:
         # ``root`` is replaced only with overwrite=True, and it carries this run's fingerprint in its name
         tmp = Path(comm.from_root(lambda: str(stack.enter_context(atomic_directory(root, replace=overwrite)))))
         work = tmp / WORK_DIR
@@ -706,6 +706,10 @@ def _prepare(
             (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
 
         comm.from_root(finish)
+    except BaseException as exc:
+        stack.__exit__(type(exc), exc, exc.__traceback__)  # rank 0 removes the temporary directory
+        raise
+    comm.from_root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
     if metadata_path is not None:
         comm.from_root(lambda: append_metadata(metadata_path, metadata))
     files = {s: root / v["file"] for s, v in splits.items()}

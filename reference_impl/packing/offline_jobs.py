@@ -171,8 +171,11 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
 
 
 def _start_method() -> str:
-    """``fork`` (cheap, shares the parent's imports) unless torch is loaded (its threads make fork unsafe)."""
-    return "spawn" if "torch" in sys.modules else "fork"
+    """``fork`` (cheap, shares the parent's imports) unless a torch.distributed group is alive: its
+    communication threads make forking unsafe, so workers are spawned (the launching script needs the
+    usual ``if __name__ == "__main__":`` guard then)."""
+    dist = sys.modules.get("torch.distributed")
+    return "spawn" if dist is not None and dist.is_available() and dist.is_initialized() else "fork"
 
 
 @contextmanager

@@ -39,7 +39,10 @@ def run_library(kwargs: dict) -> dict:
         res = prepare_packed_dataset(**kwargs)
     except SeqpackError as exc:
         return {"error": type(exc).__name__, "message": exc.message, "file": exc.file, "line": exc.line}
-    return {"root": str(res.root), "reused": res.reused, "files": {k: str(v) for k, v in res.files.items()}}
+    # checked the moment the call returns: every rank must find the directory already renamed into place
+    complete = all(Path(f).is_file() for f in (*res.files.values(), res.manifest_path, res.metadata_path))
+    return {"root": str(res.root), "reused": res.reused, "files": {k: str(v) for k, v in res.files.items()},
+            "complete_on_return": complete}
 
 
 def main() -> None:
