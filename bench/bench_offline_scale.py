@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--pack-size", type=int, default=8192)
     parser.add_argument("--pad-seq-to-mult", type=int, default=8)
     parser.add_argument("--baseline-ref", default=None, help="git revision to compare against (e.g. main)")
+    parser.add_argument("--baseline-dir", default=None,
+                        help="or: a directory holding the baseline's reference_impl (named by --baseline-ref)")
     parser.add_argument("--baseline-max-rows", type=int, default=200_000)
     parser.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
     args = parser.parse_args()
@@ -123,7 +125,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
         impls = {"current": ROOT}
-        if args.baseline_ref:
+        if args.baseline_dir:
+            impls[f"baseline:{args.baseline_ref or args.baseline_dir}"] = Path(args.baseline_dir).resolve()
+        elif args.baseline_ref:
             impls[f"baseline:{args.baseline_ref}"] = export_revision(args.baseline_ref, tmp / "baseline")
         inputs = []
         for rows in args.rows:
