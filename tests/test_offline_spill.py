@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_impl.data import ByteTokenizer, PromptCompletionSchema, tokenize_row
-from reference_impl.data.ranges import concat_ranges, offsets_of
+from reference_impl.data.ranges import alternating_runs, concat_ranges, offsets_of
 from reference_impl.errors import PackingError
 from reference_impl.packing import algorithms
 from reference_impl.packing.offline import WORK_DIR, prepare_packed_dataset
@@ -27,6 +27,8 @@ def test_concat_ranges_equals_a_loop(pieces):
     expected = [s + k for s, n in pieces for k in range(n)]
     assert concat_ranges(starts, lengths).tolist() == expected
     assert offsets_of(lengths).tolist() == [0, *np.cumsum(lengths).tolist()]
+    gaps = lengths[::-1]
+    assert alternating_runs(lengths, gaps).tolist() == [b for n, g in zip(lengths, gaps) for b in [True] * n + [False] * g]
 
 
 def test_id_dtype_is_the_narrowest_that_holds_the_vocabulary():

@@ -20,6 +20,14 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
+def alternating_runs(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Booleans over ``sum(first) + sum(second)`` positions: ``first[i]`` True then ``second[i]`` False, for
+    every ``i`` in turn (e.g. the real tokens and the padding of consecutive slots)."""
+    first = np.asarray(first, dtype=np.int64)
+    counts = np.stack([first, np.asarray(second, dtype=np.int64)], axis=1).ravel()
+    return np.repeat(np.tile(np.array([True, False]), first.size), counts)
+
+
 def offsets_of(lengths: np.ndarray) -> np.ndarray:
     """``[0, l0, l0 + l1, ...]`` as ``int64`` (length ``n + 1``)."""
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -27,4 +35,4 @@ def offsets_of(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["concat_ranges", "offsets_of"]
+__all__ = ["alternating_runs", "concat_ranges", "offsets_of"]

@@ -225,19 +225,6 @@ def _block(n: int, rank: int, world: int) -> tuple[int, int]:
     return n * rank // world, n * (rank + 1) // world
 
 
-@dataclass
-class _SplitSamples:
-    """A split after tokenization: where every kept sample is spilled, and where every row went."""
-
-    index: Any  # spill.SampleIndex
-    account: SplitAccount
-
-    @property
-    def runtime(self) -> np.ndarray:
-        """Runtime length of every sample (stored ids minus one), before alignment."""
-        return self.index.length.astype(np.int64) - 1
-
-
 def _tokenize(
     comm: Any, stream: Any, context: Any, num_workers: int, progress: bool
 ) -> list[Any]:
@@ -388,7 +375,7 @@ def _part_jobs(
         last = min(bins.count, first + rows_per_group)
         samples = bins.order[bins.offsets[first] : bins.offsets[last]]
         jobs.append(PartJob(
-            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.name,
+            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
             pad_id=pad_id, counts=sizes[first:last], aligned=aligned[samples], samples=index.take(samples),
         ))
     return jobs
@@ -515,7 +502,7 @@ def _pack_split(
 
     dtype = id_dtype(int(tokenizer.vocab_size))
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
-    context = TokenizeContext(schema, tokenizer, options.cap + 1, options.truncation, str(spill_dir), dtype.name,
+    context = TokenizeContext(schema, tokenizer, options.cap + 1, options.truncation, str(spill_dir), dtype.str,
                               f"rank{comm.rank}")
     account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant

@@ -36,7 +36,7 @@ class TokenizeContext:
     max_ids: int
     truncation: str
     spill_dir: str | None = None  # None: only lengths are wanted (no spill)
-    id_dtype: str = "uint16"
+    id_dtype: str = "<u2"
     spill_prefix: str = "w"
 
 

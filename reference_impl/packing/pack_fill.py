@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reference_impl.data.ranges import offsets_of
+from reference_impl.data.ranges import alternating_runs, offsets_of
 from reference_impl.packing.spill import SampleIndex, SpillReader
 
 #: Tokens per row group the automatic row-group size aims at (bounds a writer's memory).
@@ -47,24 +47,18 @@ class PartJob:
     samples: SampleIndex
 
 
-def _runs(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Booleans: ``first[i]`` True then ``second[i]`` False, for every i in turn."""
-    counts = np.stack([first, second], axis=1).ravel()
-    return np.repeat(np.tile(np.array([True, False]), first.size), counts)
-
-
 def fill_group(job: PartJob) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Flat ``(input_ids, loss_mask, row_offsets, seq_start_id, start_offsets)`` of the job's packs."""
     lengths = job.samples.length.astype(np.int64)
     slots = job.aligned.astype(np.int64) + 1  # stored slot per sample: aligned runtime + 1
     ids_in, mask_in = SpillReader(job.spill_dir, np.dtype(job.id_dtype)).read(job.samples)
     ids = np.full(int(slots.sum()), job.pad_id, dtype=np.int64)
-    ids[_runs(lengths, slots - lengths)] = ids_in  # each sample at the start of its slot, then padding
+    ids[alternating_runs(lengths, slots - lengths)] = ids_in  # each sample at the start of its slot, then padding
     # rolled mask: the mask of token j (j >= 1) of a sample at slot position j - 1, 0 elsewhere
     later = np.ones(mask_in.size, dtype=bool)
     later[offsets_of(lengths)[:-1]] = False
     mask = np.zeros(ids.size, dtype=np.int8)
-    mask[_runs(lengths - 1, slots - lengths + 1)] = mask_in[later] != 0
+    mask[alternating_runs(lengths - 1, slots - lengths + 1)] = mask_in[later] != 0
     slot_start = offsets_of(slots)
     pack_of_sample = np.repeat(np.arange(job.counts.size), job.counts)
     row_offsets = offsets_of(np.bincount(pack_of_sample, weights=slots, minlength=job.counts.size).astype(np.int64))

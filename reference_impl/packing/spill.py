@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reference_impl.data.ranges import offsets_of
+from reference_impl.data.ranges import alternating_runs
 from reference_impl.errors import PackingError
 
 MASK_DTYPE = np.dtype(np.uint8)
@@ -48,8 +48,7 @@ def record_sizes(lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def _id_bytes(lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Over the concatenated records: True on id bytes, False on mask bytes."""
     n = np.asarray(lengths, dtype=np.int64)
-    parts = np.stack([n * np.dtype(dtype).itemsize, n], axis=1).ravel()
-    return np.repeat(np.tile(np.array([True, False]), n.size), parts)
+    return alternating_runs(n * np.dtype(dtype).itemsize, n)
 
 
 class SpillWriter:
