@@ -13,6 +13,11 @@ run the package as it is at that git revision (exported with `git archive`), tak
 the working tree in each repeat; the baseline holds all tokens in memory, so it runs only up to
 ``--baseline-max-rows``. Best wall time and highest peak RSS over the repeats are reported.
 
+Each repeat also times a control: a perfectly parallel pure-CPU job in one process and in two. On
+a shared machine with ``sched_autogroup`` (one CPU share per session, whatever the number of its
+processes) its speedup is the ceiling any second worker can reach at that moment; compare the
+packing speedup with it.
+
 From the cells of the working tree it fits the peak RSS against rows (short rows) and against
 tokens (short vs long rows at the same row count): the first slope is what memory costs per
 sample, the second what it costs per token (it must be near zero). Writes
@@ -54,6 +59,32 @@ print(json.dumps({
                  for f in ("ru_utime", "ru_stime")),
 }))
 """
+
+
+CONTROL = r"""
+import json, multiprocessing as mp, sys, time
+def unit(n):
+    return sum(i * i for i in range(n))
+n, workers = int(sys.argv[1]), int(sys.argv[2])
+t0 = time.perf_counter()
+if workers == 1:
+    [unit(n) for _ in range(2)]
+else:
+    with mp.get_context("fork").Pool(2) as pool:
+        pool.map(unit, [n, n])
+print(json.dumps({"wall_s": time.perf_counter() - t0}))
+"""
+
+
+def run_control(workers: int, n: int) -> dict:
+    """A perfectly parallel pure-CPU job (two equal units) in one process or two: the speedup the
+    machine allows a second process at this moment (on a busy machine with ``sched_autogroup``, a
+    session's processes share one slice of the CPU, so this ceiling can be far below 2)."""
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, "-c", CONTROL, str(n), str(workers)], capture_output=True, text=True,
+                          check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**result, "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
 def build_input(path: Path, rows: int, stretch: int = 1) -> int:
@@ -119,6 +150,8 @@ def main() -> None:
                         help="or: a directory holding the baseline's reference_impl (named by --baseline-ref)")
     parser.add_argument("--baseline-max-rows", type=int, default=200_000)
     parser.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
+    parser.add_argument("--control", type=int, default=20_000_000,
+                        help="iterations of one unit of the parallel control job (0: no control)")
     args = parser.parse_args()
 
     cells: dict[tuple, dict] = {}
@@ -137,7 +170,13 @@ def main() -> None:
         sizes = {}
         for kind, rows, path, stretch in inputs:
             sizes[(kind, rows)] = build_input(path, rows, stretch)
+        control: dict[int, list[dict]] = {}
         for rep in range(args.repeat):
+            if args.control and 1 in args.workers and 2 in args.workers:
+                for workers in (1, 2):
+                    control.setdefault(workers, []).append(run_control(workers, args.control))
+                print(f"  [{rep + 1}/{args.repeat}] control (perfectly parallel CPU job): 1 process "
+                      f"{control[1][-1]['wall_s']:.1f} s, 2 processes {control[2][-1]['wall_s']:.1f} s", flush=True)
             for kind, rows, path, _ in inputs:
                 for workers in args.workers:
                     for name, code_root in impls.items():
@@ -196,12 +235,17 @@ def main() -> None:
             one, two = by_key.get((name, "short", rows, 1)), by_key.get((name, "short", rows, 2))
             if one and two:
                 summary.setdefault(f"{name} speedup 2 vs 1 workers", {})[rows] = one["wall_s"] / two["wall_s"]
+    if args.control and 1 in args.workers and 2 in args.workers:
+        pairs = [a["wall_s"] / b["wall_s"] for a, b in zip(control[1], control[2])]
+        best = min(r["wall_s"] for r in control[1]) / min(r["wall_s"] for r in control[2])
+        summary["control: 2 vs 1 processes on a perfectly parallel job"] = {
+            "mean_of_repeats": sum(pairs) / len(pairs), "best_vs_best": best}
     print("\nslopes and speedups:")
     for key, value in summary.items():
         print(f"  {key}: " + ", ".join(f"{k}={v:.3g}" for k, v in value.items()))
     out = ROOT / "bench" / "results" / "offline_scale.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "cells": results,
+    out.write_text(json.dumps({"args": vars(args), "cells": results, "control": control,
                                "summary": {k: {str(kk): vv for kk, vv in v.items()} for k, v in summary.items()},
                                "cpus": os.cpu_count(), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
