@@ -62,16 +62,16 @@ import numpy as np
 
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
+from reference_impl.data.artifacts import check_output_directory, check_replace_target
 from reference_impl.data.atomic import atomic_directory, remove_path
 from reference_impl.data.ranges import concat_ranges, offsets_of
 from reference_impl.errors import ArtifactError, InputError, PackingError, UsageError
 from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_ROW_GROUP_SIZE, MAX_SEQS_PER_PACK, MAX_WORKERS
+from reference_impl.packing import artifact
+from reference_impl.packing.artifact import FORMAT, MANIFEST_NAME
 from reference_impl.reports import PreparedPacks
 
 log = logging.getLogger(__name__)
-
-MANIFEST_NAME = "seqpack_manifest.json"
-FORMAT = "seqpack-packed-parquet/1"
 EXAMPLES_PER_REASON = 5
 SPLITS = ("training", "validation", "test")
 #: Scratch directory inside the temporary output directory: spill files and Parquet parts.
@@ -474,7 +474,9 @@ def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str
     return {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
 
 
-def _detect(stream: Any) -> Any:
+def _detect(stream: Any, schema: Any = None) -> Any:
+    """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
+    configured prompt/completion column must be in the first row (no silent fallback to another)."""
     from reference_impl.data.jsonl import JsonlFile
     from reference_impl.data.schemas import default_schema, detect_schema
 
@@ -485,10 +487,14 @@ def _detect(stream: Any) -> Any:
     finally:
         jf.close()
     try:
-        return default_schema(detect_schema(row))
+        if schema is None:
+            return default_schema(detect_schema(row))
+        if hasattr(schema, "require_columns"):
+            schema.require_columns(row)
+        return schema
     except InputError as err:
         line = jf.line_number(int(stream.row_ids[0]))
-        raise InputError(err.message, file=first, line=line, field=err.field) from None
+        raise InputError(err.message, file=first, line=line, field=err.field, fix=err.fix) from None
 
 
 def _pack_split(
@@ -645,51 +651,83 @@ def prepare_packed_dataset(
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
     comm = resolve_collective(distributed)
     try:
-        return _prepare(comm, inputs, Path(out_root), options, schema, tokenizer, num_workers, row_group_size,
+        return _prepare(comm, inputs, out_root, options, schema, tokenizer, num_workers, row_group_size,
                         None if metadata_path is None else Path(metadata_path), overwrite, progress)
     finally:
         comm.close()
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What rank 0 decides before any tokenization (and hands to every rank)."""
+
+    streams: dict[str, Any]
+    schema: Any
+    fingerprint: str
+    root: Path
+    reusable: dict[str, Any] | None  # the manifest of packs to reuse as they are
+    rebuilt: str | None  # why an own, damaged pack directory is rebuilt
+    replace: bool
+
+
+def _plan(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tok: Any, overwrite: bool) -> _Plan:
+    streams = _resolve_inputs(inputs, options.seed, options.num_samples)
+    schema = _detect(next(iter(streams.values())), schema)
+    fp = fingerprint(streams, options, schema, tok)
+    root = check_output_directory(out_root) / (
+        f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
+    rebuilt = None
+    if root.exists() or root.is_symlink():
+        state = artifact.examine(root, fp)
+        if state.reusable and not overwrite:
+            return _Plan(streams, schema, fp, root, state.manifest, None, False)
+        artifact.require_replaceable(root, fp)  # refuses a directory holding anything seqpack did not write
+        sources = [src.path for stream in streams.values() for src in stream.sources]
+        check_replace_target(root, inputs=sources, owner="seqpack pack")
+        if not state.reusable:
+            rebuilt = "; ".join(state.problems[:5])
+            log.warning("rebuilding %s: %s", root, rebuilt)
+    return _Plan(streams, schema, fp, root, None, rebuilt, rebuilt is not None or overwrite)
+
+
 def _prepare(
-    comm: Any, inputs: Any, out_root: Path, options: OfflinePackOptions, schema: Any, tokenizer: Any,
+    comm: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
     num_workers: int, row_group_size: int | None, metadata_path: Path | None, overwrite: bool, progress: bool,
 ) -> PreparedPacks:
     tok = _tokenizer(tokenizer)
-
-    def plan() -> tuple[dict[str, Any], Any, str]:
-        streams = _resolve_inputs(inputs, options.seed, options.num_samples)
-        chosen = schema if schema is not None else _detect(next(iter(streams.values())))
-        return streams, chosen, fingerprint(streams, options, chosen, tok)
-
-    streams, schema, fp = comm.from_root(plan)
-    root = out_root / f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}"
+    plan = comm.from_root(lambda: _plan(inputs, out_root, options, schema, tok, overwrite))
+    root, fp, streams = plan.root, plan.fingerprint, plan.streams
+    if plan.reusable is not None:
+        log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
+        return _prepared(root, plan.reusable, reused=True)
     metadata_name = f"{options.pack_size}_metadata.jsonl"
-    reused = comm.from_root(lambda: _reusable(root, fp, overwrite))
-    if reused is not None:
-        log.info("reusing packs in %s (same fingerprint)", root)
-        files = {s: root / v["file"] for s, v in reused["splits"].items()}
-        return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, reused, reused=True)
+
+    def enter() -> str:
+        # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it,
+        # and a concurrent run that wrote the same packs first wins when they verify
+        return str(stack.enter_context(atomic_directory(
+            root, replace=plan.replace, check_replace=lambda path: artifact.require_replaceable(path, fp),
+            keep_existing=lambda path: artifact.examine(path, fp).reusable)))
 
     stack = ExitStack()  # rank 0's temporary directory; the other ranks' stack stays empty
     try:
-        # ``root`` is replaced only with overwrite=True, and it carries this run's fingerprint in its name
-        tmp = Path(comm.from_root(lambda: str(stack.enter_context(atomic_directory(root, replace=overwrite)))))
+        tmp = Path(comm.from_root(enter))
         work = tmp / WORK_DIR
         _check_shared(comm, work)
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
                 continue
-            meta, summary = _pack_split(comm, split, streams[split], options, schema, tok, work, tmp, num_workers,
-                                        row_group_size, progress)
+            meta, summary = _pack_split(comm, split, streams[split], options, plan.schema, tok, work, tmp,
+                                        num_workers, row_group_size, progress)
             metadata.append(meta)
             splits[split] = summary
-        manifest = _manifest(fp, options, schema, tok, metadata_name, splits)
+        manifest = _manifest(fp, options, plan.schema, tok, metadata_name, splits)
 
         def finish() -> None:
             remove_path(work)
             (tmp / metadata_name).write_text(json.dumps(metadata, indent=2) + "\n")
+            artifact.record_pack_files(tmp, manifest)  # size and SHA-256 of every file: reuse verifies them
             (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
 
         comm.from_root(finish)
@@ -699,9 +737,13 @@ def _prepare(
     comm.from_root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
     if metadata_path is not None:
         comm.from_root(lambda: append_metadata(metadata_path, metadata))
-    files = {s: root / v["file"] for s, v in splits.items()}
-    return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, manifest,
-                                       reused=False)
+    return _prepared(root, manifest, reused=False, rebuilt=plan.rebuilt)
+
+
+def _prepared(root: Path, manifest: Any, *, reused: bool, rebuilt: str | None = None) -> PreparedPacks:
+    files = {s: root / v["file"] for s, v in manifest["splits"].items()}
+    return PreparedPacks.from_manifest(root, files, root / manifest["metadata_file"], root / MANIFEST_NAME,
+                                       manifest, reused=reused, rebuilt=rebuilt)
 
 
 def _tokenizer(tokenizer: Any) -> Any:
@@ -711,20 +753,6 @@ def _tokenizer(tokenizer: Any) -> Any:
     if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
         return tokenizer
     return load_tokenizer(tokenizer)
-
-
-def _reusable(root: Path, fp: str, overwrite: bool) -> dict[str, Any] | None:
-    """The manifest of a complete pack with this fingerprint at ``root`` (None: write it)."""
-    if not root.exists() or overwrite:
-        return None
-    manifest = _read_manifest(root / MANIFEST_NAME)
-    if manifest is not None and manifest.get("fingerprint") == fp:
-        return manifest
-    raise PackingError(
-        "output directory exists but is not a complete pack with this fingerprint",
-        file=str(root),
-        fix="remove it or pass overwrite=True (--overwrite)",
-    )
 
 
 def _check_shared(comm: Any, work: Path) -> None:
@@ -761,6 +789,7 @@ def _manifest(
         "name": getattr(tok, "name", type(tok).__name__),
         "fingerprint": tok.fingerprint(),
         "eos_id": tok.eos_id,
+        "vocab_size": getattr(tok, "vocab_size", None),
         "pad_id": getattr(tok, "pad_id", None),
     }
     if pre_pad_id(tok) != tok.eos_id:
@@ -798,19 +827,15 @@ def append_metadata(path: str | os.PathLike[str], entries: list[dict[str, Any]])
     return target
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+def find_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The seqpack manifest next to a packed file (or inside a pack directory), if any.
 
-
-def find_manifest(artifact: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The seqpack manifest next to a packed file (or inside a pack directory), if any."""
-    path = Path(artifact)
-    directory = path if path.is_dir() else path.parent
-    return _read_manifest(directory / MANIFEST_NAME)
+    A manifest that is there but unreadable or of another format raises
+    :class:`~reference_impl.errors.ArtifactError`.
+    """
+    p = Path(path)
+    directory = p if p.is_dir() else p.parent
+    return artifact.read_manifest(directory / MANIFEST_NAME)
 
 
 __all__ = [

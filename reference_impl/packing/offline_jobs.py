@@ -199,11 +199,15 @@ def map_jobs(
     """``fn(job)`` for every job, results in job order; ``workers > 1`` runs them in a process pool.
 
     ``context`` is installed in every worker before its first job (the tokenization state);
-    ``progress(job)`` is called as each result arrives.
+    ``progress(job)`` is called as each result arrives. Each job passes
+    :func:`reference_impl.data.interrupt.checkpoint`, so a cancelled MCP job stops between jobs.
     """
+    from reference_impl.data.interrupt import checkpoint
+
     if workers <= 1 or len(jobs) <= 1:
         with _serial(context):
             for job in jobs:
+                checkpoint()  # a cancelled MCP job stops here
                 out = fn(job)
                 if progress is not None:
                     progress(job)
@@ -214,6 +218,7 @@ def map_jobs(
     pool = mp.get_context(_start_method()).Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(context,))
     try:
         for job, out in zip(jobs, pool.imap(fn, jobs, chunksize=1)):
+            checkpoint()  # a cancelled MCP job stops here (the pool is terminated on the way out)
             if progress is not None:
                 progress(job)
             yield out
