@@ -13,6 +13,7 @@ run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON.
 import json
 import os
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,13 @@ import pytest
 # The tests' tensors are tiny: threads cost more than they give, and on a busy machine spinning
 # OpenMP threads slow torch down several-fold. Set before torch is imported (children inherit it).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# No test may write into the real home directory (``install-skill --user``, the fuzzers, a client
+# config): every test process and its children see a fresh, empty HOME. The real one is kept in
+# SEQPACK_REAL_HOME for a test that needs to say where it was.
+if "SEQPACK_REAL_HOME" not in os.environ:
+    os.environ["SEQPACK_REAL_HOME"] = os.environ.get("HOME", "")
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
 
 #: A test taking longer than this on a quiet machine is marked ``slow`` (or ``distributed``).
 SLOW_SECONDS = 2.0

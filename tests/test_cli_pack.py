@@ -38,3 +38,29 @@ def test_pack_errors_exit_2(tmp_path, capsys):
     assert main(["pack", str(bad), "--out", str(tmp_path / "o"), "--pack-size", "64"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_reasoning_policy_masks_the_reasoning_of_assistant_turns(tmp_path, capsys):
+    """--reasoning mask drops reasoning tokens from the loss (and changes the fingerprint); it needs --schema chat."""
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "chat.jsonl"
+    with data.open("w") as f:
+        for i in range(12):
+            f.write(json.dumps({"messages": [
+                {"role": "user", "content": f"question {i}"},
+                {"role": "assistant", "content": f"answer {i}", "reasoning_content": f"let me think about {i} slowly"},
+            ]}) + "\n")
+    trained = {}
+    for policy in ("train", "mask"):
+        assert main(["pack", str(data), "--out", str(tmp_path / policy), "--pack-size", "512", "--schema", "chat",
+                     "--reasoning", policy, "--json"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        masks = pq.read_table(res["files"]["training"]).column("loss_mask").to_pylist()
+        trained[policy] = (sum(map(sum, masks)), res["fingerprint"])
+    (n_train, fp_train), (n_mask, fp_mask) = trained["train"], trained["mask"]
+    # every sample loses at least the reasoning text itself ("let me think about i slowly") from its loss
+    assert n_train - n_mask >= 12 * len("let me think about 0 slowly") and fp_train != fp_mask
+    assert main(["pack", str(data), "--out", str(tmp_path / "x"), "--pack-size", "512", "--reasoning", "mask"]) == 2
+    err = capsys.readouterr().err
+    assert "reasoning" in err and "--schema chat" in err and not (tmp_path / "x").exists()

@@ -195,3 +195,36 @@ def test_skill_evals_are_the_exported_dataset(tmp_path):
     doc = json.loads((SKILL / "evals" / "evals.json").read_text())
     assert doc["skill_name"] == SKILL.name and len(doc["evals"]) >= 140
     assert {"id", "prompt", "expected_output", "assertions"} <= set(doc["evals"][0])
+
+
+def test_skill_names_every_mcp_tool_and_every_json_script_command(skill):
+    """SKILL.md lists every registered MCP tool and documents every command the JSON wrapper accepts."""
+    import importlib
+    import pkgutil
+
+    import reference_impl.mcp_support as mcp_support
+    from reference_impl.mcp_support.registry import TOOLS
+
+    for mod in pkgutil.iter_modules(mcp_support.__path__):
+        importlib.import_module(f"reference_impl.mcp_support.{mod.name}")
+    _, _, body = skill
+    listed = body.split("The MCP server offers the same as tools:", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"[a-z_]+_[a-z_]+", listed))
+    assert TOOLS and named == set(TOOLS), (set(TOOLS) - named, named - set(TOOLS))
+
+    wrapper = (SKILL / "scripts" / "seqpack_json.py").read_text(encoding="utf-8")
+    commands = re.search(r"COMMANDS = \(([^)]*)\)", wrapper).group(1)
+    commands = set(re.findall(r'"([a-z-]+)"', commands))
+    rows = set(re.findall(r"^\| scripts/seqpack_json\.py ([a-z-]+) \|", body, re.M))
+    assert commands and rows == commands, (commands - rows, rows - commands)
+
+
+def test_tests_never_see_the_real_home(tmp_path):
+    """conftest gives every test an empty HOME, so `install-skill --user` in a test cannot touch the real one."""
+    from reference_impl.cli import main
+
+    home = Path.home()
+    assert os.environ.get("SEQPACK_REAL_HOME") is not None and str(home) != os.environ["SEQPACK_REAL_HOME"]
+    assert home.name.startswith("seqpack-test-home-")
+    assert main(["install-skill", "--client", "agents", "--user"]) == 0
+    assert (home / ".agents" / "skills" / "megatron-sequence-packing" / "SKILL.md").is_file()

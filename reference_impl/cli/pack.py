@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.choices import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    LOSS_MODES,
+    REASONING_POLICIES,
+    SCHEMA_OPTIONS,
+    TRUNCATION_MODES,
+)
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "pack"
@@ -30,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--completion-column", default="completion")
     p.add_argument("--loss-mode", choices=LOSS_MODES, default=None,
                    help="completion|full (prompt/completion), assistant|last_turn|full (chat)")
+    p.add_argument("--reasoning", choices=REASONING_POLICIES, default=None,
+                   help="chat only: train on the reasoning of assistant turns (train, the default) or mask it")
     p.add_argument("--tokenizer", default=None, help="local tokenizer.json (default: the embedded byte tokenizer)")
     p.add_argument("--truncation", choices=TRUNCATION_MODES, default="right")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM)
@@ -62,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         input=args.input, out=args.out, validation=args.validation, pack_size=args.pack_size,
         tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pad_seq_to_mult=args.pad_seq_to_mult,
         max_seq_length=args.max_seq_length, schema=args.schema, prompt_column=args.prompt_column,
-        completion_column=args.completion_column, loss_mode=args.loss_mode, tokenizer=args.tokenizer,
+        completion_column=args.completion_column, loss_mode=args.loss_mode, reasoning=args.reasoning,
+        tokenizer=args.tokenizer,
         truncation=args.truncation, algorithm=args.algorithm, seed=args.seed,
         max_seqs_per_pack=args.max_seqs_per_pack, bridge_compat=args.bridge_compat, num_samples=args.num_samples,
         pad_seq_length_to_mult=args.pad_seq_length_to_mult, metadata_path=args.metadata_path, workers=args.workers,

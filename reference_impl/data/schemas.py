@@ -388,15 +388,19 @@ def schema_from_options(
     prompt_column: str = "prompt",
     completion_column: str = "completion",
     loss_mode: str | None = None,
-    reasoning: str = "train",
+    reasoning: str | None = None,
 ) -> Schema | None:
     """The schema object for command-line style options; None means "detect from the first row".
 
     ``kind`` is ``auto``, ``prompt_completion`` or ``chat``; custom column names imply
-    prompt/completion; a ``loss_mode`` needs an explicit kind; ``reasoning`` applies to chat.
+    prompt/completion; a ``loss_mode`` needs an explicit kind; ``reasoning`` (``train`` or
+    ``mask``, default ``train``) applies to chat only and needs ``kind="chat"``.
     """
     if kind == "chat":
-        return ChatSchema(loss_mode=loss_mode or "assistant", reasoning=reasoning)
+        return ChatSchema(loss_mode=loss_mode or "assistant", reasoning=reasoning or "train")
+    if reasoning is not None:
+        raise ConfigError("a reasoning policy applies to chat data: pass the chat schema (--schema chat)",
+                          field="reasoning")
     if kind == "prompt_completion" or prompt_column != "prompt" or completion_column != "completion":
         return PromptCompletionSchema(
             prompt_column=prompt_column, completion_column=completion_column, loss_mode=loss_mode or "completion"

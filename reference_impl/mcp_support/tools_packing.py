@@ -22,6 +22,7 @@ from reference_impl.choices import (
     LENGTH_MIXES,
     LOSS_MODES,
     OVERSIZE_MODES,
+    REASONING_POLICIES,
     RUNTIME_DATALOADER_TYPES,
     SCHEDULERS,
     SCHEMA_KINDS,
@@ -208,6 +209,9 @@ async def pack_dataset(
     loss_mode: Annotated[literal(LOSS_MODES) | None,  # type: ignore[valid-type]
                          Field(description="completion|full (prompt/completion), assistant|last_turn|full (chat)")]
     = None,
+    reasoning: Annotated[literal(REASONING_POLICIES) | None,  # type: ignore[valid-type]
+                         Field(description="chat only: train (default) or mask the reasoning of assistant turns")]
+    = None,
     tokenizer_path: Annotated[str | None, Field(description="tokenizer.json (default: the byte tokenizer)",
                                                 max_length=MAX_PATH_CHARS)] = None,
     truncation: Truncation = "right",
@@ -238,7 +242,7 @@ async def pack_dataset(
     options = PackOptions(
         input=train, out=out, validation=validation, pack_size=pack_size, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, max_seq_length=max_seq_length, schema=schema, prompt_column=prompt_column,
-        completion_column=completion_column, loss_mode=loss_mode,
+        completion_column=completion_column, loss_mode=loss_mode, reasoning=reasoning,
         tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), truncation=truncation, algorithm=algorithm,
         seed=seed, max_seqs_per_pack=max_seqs_per_pack, bridge_compat=bridge_compat, num_samples=num_samples,
         pad_seq_length_to_mult=pad_seq_length_to_mult,

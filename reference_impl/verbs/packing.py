@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.arguments import positive_int
-from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.choices import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    LOSS_MODES,
+    REASONING_POLICIES,
+    SCHEMA_OPTIONS,
+    TRUNCATION_MODES,
+)
 from reference_impl.limits import (
     MAX_BLEND_SAMPLES,
     MAX_PACK_LEN,
@@ -41,6 +48,7 @@ class PackOptions(AlignedOptions):
     prompt_column: str = "prompt"
     completion_column: str = "completion"
     loss_mode: str | None = None
+    reasoning: str | None = None
     tokenizer: Any = None
     truncation: str = "right"
     algorithm: str = DEFAULT_ALGORITHM
@@ -69,6 +77,7 @@ def pack(options: PackOptions) -> PreparedPacks:
     multiple = options.multiple()
     check_choice("schema", options.schema, SCHEMA_OPTIONS)
     check_choice("loss_mode", options.loss_mode, LOSS_MODES, allow_none=True)
+    check_choice("reasoning", options.reasoning, REASONING_POLICIES, allow_none=True)
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
     check_choice("algorithm", options.algorithm, ALGORITHMS)
     if not isinstance(options.input, Mapping):
@@ -87,7 +96,8 @@ def pack(options: PackOptions) -> PreparedPacks:
         pad_seq_to_mult=multiple,
         max_seq_length=positive_int("max_seq_length", options.max_seq_length, allow_none=True, maximum=MAX_PACK_LEN),
         schema=schema_from_options(options.schema, prompt_column=options.prompt_column,
-                                   completion_column=options.completion_column, loss_mode=options.loss_mode),
+                                   completion_column=options.completion_column, loss_mode=options.loss_mode,
+                                   reasoning=options.reasoning),
         tokenizer=options.tokenizer,
         truncation=options.truncation,
         algorithm=options.algorithm,
