@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import AlignmentError, PackingError, UsageError
 
 __all__ = [
@@ -77,17 +78,6 @@ RESERVED_KEYS: frozenset[str] = frozenset(
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _MAX_LISTED = 16  # lengths quoted in an error message before eliding
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_positive_int(name: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if not _is_int(value) or int(value) < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}", field=name)
 
 
 def _to_numpy_1d(value: Any, *, row: int, key: str) -> np.ndarray:
@@ -152,11 +142,10 @@ class THDOptions:
 
     def check(self) -> None:
         """Raise UsageError for a bad value, AlignmentError for a misaligned fixed width."""
-        _check_positive_int("pad_seq_to_mult", self.pad_seq_to_mult, allow_none=False)
-        _check_positive_int("max_length", self.max_length)
-        _check_positive_int("max_row_length", self.max_row_length)
-        _check_positive_int("static_num_seqs", self.static_num_seqs)
-        _check_positive_int("static_max_seqlen", self.static_max_seqlen)
+        positive_int("pad_seq_to_mult", self.pad_seq_to_mult)
+        for name in ("max_length", "max_row_length", "static_num_seqs", "static_max_seqlen"):
+            if getattr(self, name) is not None:  # optional: unset means no cap
+                positive_int(name, getattr(self, name))
         if self.slack not in SLACK_MODES:
             raise UsageError(
                 f"unknown slack mode {self.slack!r}; choose one of {', '.join(SLACK_MODES)}", field="slack"
@@ -366,7 +355,7 @@ def _check_same_keys(row: Mapping[str, Any], key_set: set[str], i: int) -> None:
 def _valid_length(v: Any, u: int, i: int) -> int:
     if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim == 0 and v.dtype not in (torch.bool, np.bool_):
         v = v.item()
-    if not _is_int(v) or not 0 <= int(v) <= u:
+    if not is_int(v) or not 0 <= int(v) <= u:
         raise PackingError(f"valid_length must be an integer in [0, {u}], got {v!r}", row=i, field="valid_length")
     return int(v)
 
@@ -599,7 +588,7 @@ def validate_thd_batch(batch: Mapping[str, Any], *, pad_seq_to_mult: int = 1) ->
     ``[start_i, start_i + logical_i)``". With ``pad_seq_to_mult`` > 1 every physical length must be
     a multiple of it (AlignmentError otherwise).
     """
-    _check_positive_int("pad_seq_to_mult", pad_seq_to_mult, allow_none=False)
+    positive_int("pad_seq_to_mult", pad_seq_to_mult)
     width = None
     for key, dtype in _ROW_KEYS_DTYPES:
         value = batch.get(key)
@@ -653,7 +642,7 @@ def validate_thd_batch(batch: Mapping[str, Any], *, pad_seq_to_mult: int = 1) ->
         )
     for key in ("max_seqlen_q", "max_seqlen_kv"):
         value = batch.get(key)
-        if not _is_int(value):
+        if not is_int(value):
             raise PackingError(f"expected a Python int, got {type(value).__name__}", field=key)
         if value < int(physical.max()):
             raise PackingError(f"{value} is below the longest physical sequence {physical.max()}",

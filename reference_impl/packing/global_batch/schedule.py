@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reference_impl.arguments import positive_int
 from reference_impl.errors import PackingError, UsageError
 
 __all__ = [
@@ -314,12 +315,6 @@ def _load_builtin() -> None:
     from reference_impl.packing.global_batch import balanced, dp_balanced  # noqa: F401
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}", field=name)
-    return value
-
-
 def _positive_lengths(rank: int, rank_lengths: Sequence[Any]) -> list[int]:
     """DP rank ``rank``'s lengths as Python ints; UsageError naming the first one that is not a positive integer."""
     values = rank_lengths.tolist() if hasattr(rank_lengths, "tolist") else list(rank_lengths)
@@ -346,8 +341,8 @@ def schedule_global_batch(
     (``row_indices_per_rank``, when given, lets the message name the dataset row). The result is
     identical on every rank given identical input; it is validated before it is returned.
     """
-    cap_rank = _check_int("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank, 1)
-    cp = _check_int("cp_size", cp_size, 1)
+    cap_rank = positive_int("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
+    cp = positive_int("cp_size", cp_size)
     if isinstance(lengths_per_rank, (str, bytes)) or not isinstance(lengths_per_rank, Sequence) or not lengths_per_rank:
         raise UsageError("lengths_per_rank must be a non-empty list (one list of lengths per DP rank)")
     sched = scheduler if isinstance(scheduler, Scheduler) else get_scheduler(scheduler)
