@@ -25,6 +25,7 @@ smoke test small. numpy, plus Pillow when an image is decoded or resized.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -199,24 +200,26 @@ def _pil() -> Any:
     return Image
 
 
-def load_image(source: str | os.PathLike[str] | np.ndarray | Any) -> np.ndarray:
-    """An image as uint8 RGB ``[H, W, 3]``: from a file (any format Pillow reads), a Pillow image,
-    or an array (``[H, W]`` grey, ``[H, W, 3]`` RGB, ``[H, W, 4]`` RGBA; uint8, or floats in [0, 1]).
+def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.ndarray:
+    """An image as uint8 RGB ``[H, W, 3]``: from a file or its bytes (any format Pillow reads), a
+    Pillow image, or an array (``[H, W]`` grey, ``[H, W, 3]`` RGB, ``[H, W, 4]`` RGBA; uint8, or
+    floats in [0, 1]).
 
     Refuses images over :data:`~reference_impl.limits.MAX_IMAGE_PIXELS` pixels before decoding them.
     """
     Image = _pil()
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        encoded = isinstance(source, (bytes, bytearray, memoryview))
+        what = "image bytes" if encoded else str(Path(source))
         try:
-            with Image.open(path) as img:
-                _check_pixels(img.width, img.height, str(path))
+            with Image.open(io.BytesIO(bytes(source)) if encoded else Path(source)) as img:
+                _check_pixels(img.width, img.height, what)
                 img.load()
                 return np.asarray(img.convert("RGB"), dtype=np.uint8)
         except FileNotFoundError:
-            raise InputError(f"image file not found: {path}", field="image") from None
-        except (OSError, Image.DecompressionBombError, ValueError) as exc:
-            raise InputError(f"cannot decode image {path}: {exc}", field="image") from None
+            raise InputError(f"image file not found: {what}", field="image") from None
+        except (OSError, Image.DecompressionBombError, ValueError, SyntaxError) as exc:
+            raise InputError(f"cannot decode {what}: {exc}", field="image") from None
     if isinstance(source, Image.Image):
         _check_pixels(source.width, source.height, "image")
         return np.asarray(source.convert("RGB"), dtype=np.uint8)

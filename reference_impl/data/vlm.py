@@ -42,7 +42,7 @@ from reference_impl.data.location import RowLocation, at_row
 from reference_impl.data.mrope import MRopeSpec, rope_index
 from reference_impl.data.rejections import SampleRejected
 from reference_impl.data.schemas import CHAT_KEYS, Schema
-from reference_impl.data.tokenize import TokenizedSample, to_training_example, tokenize_row
+from reference_impl.data.tokenize import VISUAL_FIELDS, TokenizedSample, to_training_example, tokenize_row
 from reference_impl.data.tokenizers import Tokenizer
 from reference_impl.data.vision import VisionSpec, VisualItem, encode_frames, encode_image
 from reference_impl.errors import InputError, UsageError
@@ -53,6 +53,7 @@ __all__ = [
     "VIDEO_MARKER",
     "VISUAL_FIELDS",
     "VLMExample",
+    "VLMSettings",
     "VisionTokens",
     "find_subsequence",
     "mrope_spec",
@@ -63,8 +64,6 @@ __all__ = [
 
 IMAGE_MARKER = "<image>"
 VIDEO_MARKER = "<video>"
-#: Row fields that carry visual items.
-VISUAL_FIELDS: tuple[str, ...] = ("images", "videos")
 #: Qwen's special-token texts, in the order image pad, video pad, vision start, vision end.
 QWEN_VISION_TOKENS: tuple[str, ...] = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 
@@ -104,6 +103,33 @@ class VisionTokens:
         """JSON-able form."""
         return {"image": self.image, "video": self.video, "start": self.start, "end": self.end,
                 "vocab_size": self.vocab_size}
+
+
+@dataclass(frozen=True)
+class VLMSettings:
+    """Everything a VLM loader needs besides the text settings: the vision spec, the vision token
+    ids and where text after a vision block starts (:data:`~reference_impl.data.mrope.TEXT_AFTER_VISION`)."""
+
+    vision: VisionSpec
+    tokens: VisionTokens
+    text_after_vision: str = "max"
+
+    @classmethod
+    def create(cls, vision: str | VisionSpec | None, tokenizer: Tokenizer, text_after_vision: str = "max") -> VLMSettings:
+        """Settings for a preset name (or spec) and a tokenizer."""
+        from reference_impl.data.vision import vision_spec
+
+        return cls(vision_spec(vision), VisionTokens.for_tokenizer(tokenizer), text_after_vision)
+
+    @property
+    def mrope(self) -> MRopeSpec:
+        """The M-RoPE spec of these settings."""
+        return mrope_spec(self.vision, self.tokens, self.text_after_vision)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (what a resumed loader must match)."""
+        return {"vision": self.vision.to_dict(), "tokens": self.tokens.to_dict(),
+                "text_after_vision": self.text_after_vision}
 
 
 def mrope_spec(vision: VisionSpec, tokens: VisionTokens, text_after_vision: str = "max") -> MRopeSpec:
@@ -206,12 +232,19 @@ def _flatten_parts(parts: list[Any], where: str) -> tuple[str, list[Any], list[A
     return "".join(texts), images, videos
 
 
+def image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
+    """What an image entry points at: a path (relative ones resolved against ``base_dir``) or pixels."""
+    return _image_source(ref, base_dir, field)
+
+
 def _image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
     if isinstance(ref, Mapping):
         if "pixels" in ref:
-            return np.asarray(ref["pixels"]) if not isinstance(ref["pixels"], np.ndarray) else ref["pixels"]
+            if not isinstance(ref["pixels"], (list, np.ndarray)):
+                raise InputError("pixels must be a nested list [H][W][3] of 0-255 integers", field=field)
+            return ref["pixels"]
         ref = ref.get("path")
-    if isinstance(ref, np.ndarray):
+    if isinstance(ref, (np.ndarray, bytes)):
         return ref
     if not isinstance(ref, str) or not ref:
         raise InputError("an image must be a path, {path: ...} or {pixels: [...]}", field=field)

@@ -343,7 +343,7 @@ def prepare_energon_dataset(
     ctx: Context,
     input_path: _INPUT,
     output_dir: Annotated[PathArg, Field(description="dataset directory inside an allowed root (written atomically)")],
-    with_media: Annotated[bool, Field(description="attach seeded synthetic image patches to about half the rows")]
+    with_media: Annotated[bool, Field(description="give about half the rows without images a seeded synthetic picture")]
     = False,
     shard_size: Annotated[int, Field(ge=1, le=MAX_SHARD_SIZE, description="samples per tar shard")] = 1000,
     val_fraction: Annotated[float, Field(ge=0.0, lt=1.0, description="fraction of rows in the val split")] = 0.0,
