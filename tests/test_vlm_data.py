@@ -202,3 +202,18 @@ def test_every_demo_row_encodes_with_both_presets():
             ex = _encode(jf.row(i), spec)
             assert len(ex.tokens) <= 256
             ex.mrope_position_ids(mrope_spec(spec, ex.vision_tokens))
+
+
+def test_header_only_length_equals_the_encoded_length():
+    from reference_impl.data.vlm import vlm_sample_length
+
+    jf = JsonlFile(vlm_demo_path())
+    for spec in (TINY, VISION_PRESETS["qwen2_vl"]):
+        for i in range(len(jf)):
+            row = jf.row(i)
+            ex = _encode(row, spec)
+            got = vlm_sample_length(row, CHAT, TOK, vision=spec, base_dir=DEMO_DIR)
+            assert (got.tokens, got.vision_tokens) == (len(ex.tokens), ex.num_vision_tokens)
+            assert got.images + got.videos == len(ex.visuals)
+    with pytest.raises(SampleRejected):
+        vlm_sample_length(jf.row(2), CHAT, TOK, vision=TINY, base_dir=DEMO_DIR, max_length=50)

@@ -47,6 +47,7 @@ __all__ = [
     "VisualItem",
     "encode_frames",
     "encode_image",
+    "image_size",
     "load_image",
     "smart_resize",
     "vision_spec",
@@ -224,6 +225,23 @@ def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.
         _check_pixels(source.width, source.height, "image")
         return np.asarray(source.convert("RGB"), dtype=np.uint8)
     return _array_image(source)
+
+
+def image_size(source: Any) -> tuple[int, int]:
+    """``(height, width)`` of an image from its header (files and bytes are not decoded) or its array."""
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        Image = _pil()
+        encoded = isinstance(source, (bytes, bytearray, memoryview))
+        what = "image bytes" if encoded else str(Path(source))
+        try:
+            with Image.open(io.BytesIO(bytes(source)) if encoded else Path(source)) as img:
+                return int(img.height), int(img.width)
+        except FileNotFoundError:
+            raise InputError(f"image file not found: {what}", field="image") from None
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise InputError(f"cannot decode {what}: {exc}", field="image") from None
+    rgb = load_image(source)
+    return int(rgb.shape[0]), int(rgb.shape[1])
 
 
 def _check_pixels(width: int, height: int, what: str) -> None:

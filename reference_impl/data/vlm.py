@@ -60,6 +60,7 @@ __all__ = [
     "normalize_visual_row",
     "row_has_visuals",
     "tokenize_vlm_row",
+    "vlm_sample_length",
 ]
 
 IMAGE_MARKER = "<image>"
@@ -351,12 +352,17 @@ def find_subsequence(ids: np.ndarray, pattern: np.ndarray) -> list[int]:
 
 
 def _expand(
-    sample: TokenizedSample, images: list[VisualItem], videos: list[VisualItem], tokenizer: Tokenizer,
-    vt: VisionTokens, vision: VisionSpec,
-) -> tuple[np.ndarray, np.ndarray, tuple[VisualItem, ...]]:
+    sample: TokenizedSample, image_tokens: Sequence[int], video_tokens: Sequence[int], tokenizer: Tokenizer,
+    vt: VisionTokens,
+) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+    """Replace every marker by ``<vision_start>``, its item's pad tokens and ``<vision_end>`` (loss 0).
+
+    ``image_tokens[k]`` / ``video_tokens[k]``: the pad tokens of the k-th image / video. Returns the
+    ids, the mask and the items in token order as ``(kind, index)``.
+    """
     ids, mask = sample.input_ids, sample.loss_mask
     hits: list[tuple[int, int, str]] = []
-    for kind, marker, wanted in (("image", IMAGE_MARKER, len(images)), ("video", VIDEO_MARKER, len(videos))):
+    for kind, marker, wanted in (("image", IMAGE_MARKER, len(image_tokens)), ("video", VIDEO_MARKER, len(video_tokens))):
         marker_ids = np.asarray(tokenizer.encode(marker), dtype=np.int64)
         found = find_subsequence(ids, marker_ids)
         if len(found) != wanted:
@@ -366,28 +372,38 @@ def _expand(
             )
         hits += [(s, len(marker_ids), kind) for s in found]
     hits.sort()
-    queues = {"image": list(images), "video": list(videos)}
+    counts = {"image": list(image_tokens), "video": list(video_tokens)}
+    taken = {"image": 0, "video": 0}
     pad = {"image": vt.image, "video": vt.video}
     pieces_ids: list[np.ndarray] = []
     pieces_mask: list[np.ndarray] = []
-    order: list[VisualItem] = []
+    order: list[tuple[str, int]] = []
     at = 0
     for start, width, kind in hits:
         if start < at:
             raise InputError("image and video markers overlap", field=f"{kind}s")
-        item = queues[kind].pop(0)
-        n = item.n_tokens(vision.merge_size)
-        block = np.concatenate(([vt.start], np.full(n, pad[kind]), [vt.end])).astype(np.int64)
+        k = taken[kind]
+        taken[kind] += 1
+        block = np.concatenate(([vt.start], np.full(counts[kind][k], pad[kind]), [vt.end])).astype(np.int64)
         pieces_ids += [ids[at:start], block]
         pieces_mask += [mask[at:start], np.zeros(block.size, dtype=mask.dtype)]
-        order.append(item)
+        order.append((kind, k))
         at = start + width
     pieces_ids.append(ids[at:])
     pieces_mask.append(mask[at:])
     new_ids = np.concatenate(pieces_ids)
     new_mask = np.concatenate(pieces_mask)
     new_mask[vt.is_vision(new_ids)] = 0  # a literal vision id in the text is never trained either
-    return new_ids, new_mask, tuple(order)
+    return new_ids, new_mask, order
+
+
+def _check_length(n: int, text: int, items: int, max_length: int) -> None:
+    if n > max_length:
+        raise SampleRejected(
+            rj.TOO_LONG,
+            f"{n} tokens ({n - text} more from {items} image/video item(s)) > max_length {max_length}; "
+            "VLM samples are never truncated",
+        )
 
 
 def tokenize_vlm_row(
@@ -413,14 +429,12 @@ def tokenize_vlm_row(
         text_row, images, videos = normalize_visual_row(row)
         sample = tokenize_row(text_row, schema, tokenizer, max_length=sys.maxsize, truncation="reject")
         image_items, video_items = encode_visuals(images, videos, vision, base)
-        ids, mask, order = _expand(sample, image_items, video_items, tokenizer, vt, vision)
-        if ids.size > max_length:
-            n_vis = ids.size - sample.input_ids.size
-            raise SampleRejected(
-                rj.TOO_LONG,
-                f"{ids.size} tokens ({n_vis} more from {len(order)} image/video item(s)) > max_length "
-                f"{max_length}; VLM samples are never truncated",
-            )
+        merge = vision.merge_size
+        ids, mask, placed = _expand(sample, [v.n_tokens(merge) for v in image_items],
+                                    [v.n_tokens(merge) for v in video_items], tokenizer, vt)
+        items = {"image": image_items, "video": video_items}
+        order = tuple(items[kind][k] for kind, k in placed)
+        _check_length(ids.size, sample.input_ids.size, len(order), max_length)
         if vt.is_vision(ids[-1:]).any():
             raise InputError("an image or video may not end the sample (its last token would be cut by the shift)",
                              field="images")
@@ -428,3 +442,54 @@ def tokenize_vlm_row(
         if not float(ex.loss_mask.sum()):
             raise SampleRejected(rj.NO_SUPERVISED_TOKENS)
         return VLMExample(ex.tokens, ex.labels, ex.loss_mask, order, vt, original_length=int(ids.size))
+
+
+@dataclass(frozen=True)
+class VLMLength:
+    """Training length of a VLM sample (after the shift) and how many of its tokens are vision pads."""
+
+    tokens: int
+    vision_tokens: int
+    images: int
+    videos: int
+
+
+def vlm_sample_length(
+    row: Mapping[str, Any],
+    schema: Schema,
+    tokenizer: Tokenizer,
+    *,
+    vision: VisionSpec,
+    vision_tokens: VisionTokens | None = None,
+    max_length: int = sys.maxsize,
+    base_dir: str | os.PathLike[str] | None = None,
+    location: RowLocation | None = None,
+) -> VLMLength:
+    """The length :func:`tokenize_vlm_row` would give, from image headers alone (no pixel decoding):
+    what planning and inspection need. Same errors and rejections."""
+    from reference_impl.data.vision import image_size
+
+    vt = vision_tokens or VisionTokens.for_tokenizer(tokenizer)
+    base = None if base_dir is None else Path(base_dir)
+    with at_row(location):
+        text_row, images, videos = normalize_visual_row(row)
+        sample = tokenize_row(text_row, schema, tokenizer, max_length=sys.maxsize, truncation="reject")
+
+        def tokens_of(ref: Any, field: str, frames: int = 1) -> int:
+            try:
+                h, w = image_size(_image_source(ref, base, field))
+            except InputError as err:
+                raise InputError(err.message, field=field, fix=err.fix) from None
+            return vision.tokens_for_grid(vision.grid_for_size(h, w, frames))
+
+        image_counts = [tokens_of(ref, f"images[{k}]") for k, ref in enumerate(images)]
+        video_counts = []
+        for k, video in enumerate(videos):
+            if not isinstance(video, Mapping) or not isinstance(video.get("frames"), list) or not video["frames"]:
+                raise InputError("a video must be {frames: [...], fps: ...} with at least one frame", field=f"videos[{k}]")
+            video_counts.append(tokens_of(video["frames"][0], f"videos[{k}]", len(video["frames"])))
+        ids, mask, placed = _expand(sample, image_counts, video_counts, tokenizer, vt)
+        _check_length(ids.size, sample.input_ids.size, len(placed), max_length)
+        if not mask[1:].any():
+            raise SampleRejected(rj.NO_SUPERVISED_TOKENS)
+        return VLMLength(int(ids.size) - 1, sum(image_counts) + sum(video_counts), len(images), len(videos))
