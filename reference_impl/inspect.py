@@ -63,12 +63,18 @@ def inspect_packed_dataset(
     eos_id: int | None = None,
     pad_to_max_length: bool | None = None,
     pad_seq_length_to_mult: int = 16,
+    vision: Any = "auto",
 ) -> InspectReport:
-    """Check and describe a packed Parquet artifact (file, glob or directory)."""
+    """Check and describe a packed Parquet artifact (file, glob or directory), or a prepared Energon
+    dataset directory (:func:`reference_impl.packing.energon.inspect.inspect_energon_dataset`: samples,
+    images and image tokens under ``vision``; ``pack_size`` is then the Energon ``seq_length``)."""
+    from reference_impl.packing.energon.inspect import inspect_energon_dataset, is_energon_dataset
     from reference_impl.packing.offline import find_manifest
     from reference_impl.packing.parquet import PackedParquetReader
 
     topo = _as_topology(topology)
+    if is_energon_dataset(path):
+        return inspect_energon_dataset(path, topo, seq_length=pack_size, vision=vision)
     reader = PackedParquetReader(path)
     manifest = find_manifest(reader.paths[0])
     opts = (manifest or {}).get("options", {})

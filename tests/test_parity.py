@@ -10,6 +10,7 @@ location and fix in ``_meta``.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,11 @@ def root(tmp_path: Path) -> Path:
     (root / "job.yaml").write_text("train:\n  micro_batch_size: 1\ndataset:\n  enable_in_batch_packing: true\n")
     (root / "bad.yaml").write_text("train:\n  micro_batch_sise: 1\n")
     (root / "existing").mkdir()
+    # VLM rows: the shipped demo chat with its images (paths relative to the JSONL)
+    from reference_impl.data.demo_vlm import vlm_demo_path
+
+    shutil.copytree(vlm_demo_path().parent / "images", root / "images")
+    shutil.copy(vlm_demo_path(), root / "vlm.jsonl")
     packed = verbs.pack(verbs.PackOptions(input=root / "data.jsonl", out=tmp_path / "packs", pack_size=256, cp=2))
     packed.root.rename(root / "artifact")  # a fixed name for the inspect case
     return root
@@ -147,6 +153,16 @@ SUCCESSES = [
         input=r / "data.jsonl", seq_length=128, cp=2, num_batches=2)),
          ["batches", "{root}/data.jsonl", "--seq-length", "128", "--cp", "2", "--num-batches", "2"],
          "inspect_in_batch", {"input_path": "{root}/data.jsonl", "seq_length": 128, "cp": 2, "num_batches": 2}),
+    Case("batches-in-batch-vlm", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "vlm.jsonl", seq_length=256, cp=2, num_batches=2, vision="tiny")),
+         ["batches", "{root}/vlm.jsonl", "--seq-length", "256", "--cp", "2", "--num-batches", "2", "--vision", "tiny"],
+         "inspect_in_batch", {"input_path": "{root}/vlm.jsonl", "seq_length": 256, "cp": 2, "num_batches": 2,
+                              "vision": "tiny"}),
+    Case("plan-jsonl-vlm", lambda r, f: verbs.plan(verbs.PlanOptions(jsonl=str(r / "vlm.jsonl"), candidates=(256, 512),
+                                                                     token_slots=2048, cp=2)),
+         ["plan", "--jsonl", "{root}/vlm.jsonl", "--candidates", "256,512", "--token-slots", "2048", "--cp", "2"],
+         "plan_pack_length", {"jsonl_path": "{root}/vlm.jsonl", "candidates": [256, 512], "token_slots": 2048,
+                              "cp": 2}),
     Case("batches-global-batch", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "data.jsonl", mode="global-batch", seq_length=128, dp=2, gbs=8, num_steps=2, scheduler="balanced")),
          ["batches", "{root}/data.jsonl", "--mode", "global-batch", "--seq-length", "128", "--dp", "2", "--gbs", "8",
@@ -191,6 +207,10 @@ REFUSALS = [
     Case("batches-in-batch-mbs1", lambda r, f: verbs.batches(verbs.BatchesOptions(input=r / "data.jsonl", mbs=1)),
          ["batches", "{root}/data.jsonl", "--mbs", "1"], "inspect_in_batch",
          {"input_path": "{root}/data.jsonl", "mbs": 1}, exit_code=1),  # a broken rule: exit 1, like validate
+    Case("batches-images-without-vision", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "vlm.jsonl", vision="none")),
+         ["batches", "{root}/vlm.jsonl", "--vision", "none"], "inspect_in_batch",
+         {"input_path": "{root}/vlm.jsonl", "vision": "none"}, exit_code=2),
     Case("energon-existing-output", lambda r, f: verbs.energon_prepare(verbs.EnergonPrepareOptions(
         input=r / "data.jsonl", out=r / "existing")),
          ["energon-prepare", "{root}/data.jsonl", "--out", "{root}/existing"], "prepare_energon_dataset",

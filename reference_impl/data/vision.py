@@ -124,7 +124,7 @@ class VisionSpec:
         return out
 
 
-#: Named specs (``--vision`` on the CLI).
+#: Named specs (``--vision`` on the CLI); the names are :data:`reference_impl.choices.VISION_PRESETS`.
 VISION_PRESETS: dict[str, VisionSpec] = {
     "qwen2_vl": VisionSpec(),
     "qwen2_5_vl": VisionSpec(name="qwen2_5_vl", rope="qwen2_5_vl"),

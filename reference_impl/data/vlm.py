@@ -55,9 +55,12 @@ __all__ = [
     "VLMExample",
     "VLMSettings",
     "VisionTokens",
+    "file_has_visuals",
     "find_subsequence",
+    "measure_vlm_file",
     "mrope_spec",
     "normalize_visual_row",
+    "resolve_vision",
     "row_has_visuals",
     "tokenize_vlm_row",
     "vlm_sample_length",
@@ -493,3 +496,105 @@ def vlm_sample_length(
         if not mask[1:].any():
             raise SampleRejected(rj.NO_SUPERVISED_TOKENS)
         return VLMLength(int(ids.size) - 1, sum(image_counts) + sum(video_counts), len(images), len(videos))
+
+
+_VISUAL_HINTS: tuple[bytes, ...] = (b'"images"', b'"videos"', b'"image"', b'"video"')
+
+
+def file_has_visuals(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> bool:
+    """True when some row of the JSONL file carries images or videos (rows are parsed only when
+    their raw bytes mention them, so a text file is scanned at byte speed)."""
+    from reference_impl.data.jsonl import JsonlFile
+
+    jf = JsonlFile(path, cache_dir=cache_dir)
+    try:
+        for i in range(len(jf)):
+            raw = jf.raw(i)
+            if any(hint in raw for hint in _VISUAL_HINTS) and row_has_visuals(jf.row(i)):
+                return True
+        return False
+    finally:
+        jf.close()
+
+
+def resolve_vision(option: str | VisionSpec | None, path: str | os.PathLike[str] | None = None) -> VisionSpec | None:
+    """The vision spec an option asks for: a preset name or spec as given; ``"none"``/None: text
+    only; ``"auto"``: ``qwen2_vl`` when the file at ``path`` carries images or videos, else text only."""
+    from reference_impl.choices import VISION_OPTIONS
+    from reference_impl.data.vision import vision_spec
+
+    if option is None or option == "none":
+        return None
+    if option == "auto":
+        return vision_spec("qwen2_vl") if path is not None and file_has_visuals(path) else None
+    if isinstance(option, str) and option not in VISION_OPTIONS:
+        raise UsageError(f"unknown vision option {option!r}; choose one of {', '.join(VISION_OPTIONS)}",
+                         field="vision")
+    return vision_spec(option)
+
+
+@dataclass(frozen=True, eq=False)
+class VLMFileLengths:
+    """Training lengths of every usable row of a VLM JSONL file (header-only, :func:`vlm_sample_length`).
+
+    ``lengths`` and ``vision_tokens`` (int64, one per usable row), counts of images and videos, and
+    the rejected rows by reason.
+    """
+
+    lengths: np.ndarray
+    vision_tokens: np.ndarray
+    rows: int
+    images: int
+    videos: int
+    rows_with_visuals: int
+    rejected: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Counts (not the arrays)."""
+        total = int(self.lengths.sum())
+        vision = int(self.vision_tokens.sum())
+        return {"rows": self.rows, "samples": int(self.lengths.size), "rows_with_visuals": self.rows_with_visuals,
+                "images": self.images, "videos": self.videos, "vision_tokens": vision, "text_tokens": total - vision,
+                "vision_token_share": vision / total if total else 0.0, "rejected": dict(self.rejected)}
+
+
+def measure_vlm_file(
+    path: str | os.PathLike[str],
+    *,
+    vision: VisionSpec,
+    schema: Schema | None = None,
+    tokenizer: Tokenizer | None = None,
+    max_length: int = sys.maxsize,
+) -> VLMFileLengths:
+    """:func:`vlm_sample_length` of every row of a JSONL file; rejected rows are counted, malformed
+    rows raise (file, line, row, field)."""
+    from collections import Counter
+
+    from reference_impl.data.jsonl import JsonlFile
+    from reference_impl.data.schemas import default_schema, detect_schema
+    from reference_impl.data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    vt = VisionTokens.for_tokenizer(tok)
+    jf = JsonlFile(path)
+    try:
+        sch = schema or default_schema(detect_schema(normalize_visual_row(jf.row(0))[0]))
+        lengths, vision_tokens = [], []
+        images = videos = with_visuals = 0
+        rejected: Counter = Counter()
+        for i in range(len(jf)):
+            try:
+                got = vlm_sample_length(jf.row(i), sch, tok, vision=vision, vision_tokens=vt, max_length=max_length,
+                                        base_dir=jf.path.parent, location=jf.location(i))
+            except SampleRejected as err:
+                rejected[err.reason] += 1
+                continue
+            lengths.append(got.tokens)
+            vision_tokens.append(got.vision_tokens)
+            images += got.images
+            videos += got.videos
+            with_visuals += bool(got.images or got.videos)
+        return VLMFileLengths(np.asarray(lengths, dtype=np.int64), np.asarray(vision_tokens, dtype=np.int64),
+                              len(jf), images, videos, with_visuals, dict(sorted(rejected.items())))
+    finally:
+        jf.close()

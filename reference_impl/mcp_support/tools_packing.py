@@ -25,6 +25,7 @@ from reference_impl.choices import (
     SCHEMA_KINDS,
     SCHEMA_OPTIONS,
     TRUNCATION_MODES,
+    VISION_OPTIONS,
     literal,
 )
 from reference_impl.limits import (
@@ -127,6 +128,10 @@ def plan_pack_length(
     schema: Annotated[SchemaOption, Field(description="row schema of jsonl_path")] = "auto",
     tokenizer_path: Annotated[str | None, Field(description="tokenizer.json for jsonl_path (default: bytes)",
                                                 max_length=MAX_PATH_CHARS)] = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="jsonl_path rows with images: auto (qwen2_vl preset when the file has "
+                                        "images), none (refuse them) or a preset; lengths count image tokens")]
+    = "auto",
 ) -> PackPlan:
     """Compare candidate pack lengths at equal token slots per step and recommend one.
 
@@ -141,7 +146,7 @@ def plan_pack_length(
         lengths=lengths, histogram=histogram, jsonl=jsonl, mix=mix, n=n, max_len=max_len,
         candidates=tuple(candidates), token_slots=token_slots, dp=dp, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, algorithm=algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack,
-        truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"),
+        truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), vision=vision,
     ))
 
 
@@ -223,11 +228,11 @@ def pack_dataset(
     ))
 
 
-@tool(title="Inspect packed Parquet (integrity, stats, topology fit)")
+@tool(title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)")
 def inspect_packed_dataset(
     ctx: Context,
-    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside "
-                                   "a root")],
+    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), or a "
+                                   "prepared Energon dataset directory, inside a root")],
     tp: TP = None,
     cp: CP = None,
     sp: SP = False,
@@ -236,18 +241,27 @@ def inspect_packed_dataset(
                                            description="needed for artifacts without a manifest")] = None,
     eos_id: Annotated[int | None, Field(ge=0, description="EOS id (real-token counts of foreign packs)")] = None,
     fixed_width: Annotated[bool | None, Field(description="the run pads rows to pack_size")] = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="Energon datasets: the vision preset that counts image tokens "
+                                        "(auto: qwen2_vl when the dataset holds images)")] = "auto",
 ) -> InspectReport:
     """Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
 
     Reports integrity issues (segment structure, loss on positions without a label, rows over
     capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
     pack, inferred alignment), and with a topology whether every physical segment is a
-    multiple of the derived pad_seq_to_mult (topology.usable and reasons).
+    multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+    Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
+    and with pack_size (its seq_length) the samples that would not fit.
     """
+    from reference_impl.packing.energon.inspect import is_energon_dataset
     from reference_impl.packing.parquet import resolve_parquet_paths
 
     roots = roots_of(ctx)
     target = roots.resolve(path, field="path")
+    if is_energon_dataset(target):
+        return inspect_packs(InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size,
+                                            vision=vision))
     files = resolve_parquet_paths(target)
     for f in files:
         roots.check_resolved(f, field="path")
@@ -255,7 +269,7 @@ def inspect_packed_dataset(
     if manifest.exists():
         roots.check_resolved(manifest, field="path")
     return inspect_packs(InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size,
-                                        eos_id=eos_id, fixed_width=fixed_width))
+                                        eos_id=eos_id, fixed_width=fixed_width, vision=vision))
 
 
 def _batches_options(
@@ -294,6 +308,9 @@ def inspect_in_batch(
     pad_to_max_length: Annotated[bool, Field(description="fixed packed width (static-shape kernels)")] = False,
     width: Annotated[int | None, Field(ge=1, le=MAX_PACK_LEN, description="the fixed width (default seq_length)")]
     = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="rows with images: auto (qwen2_vl preset when the file has images), "
+                                        "none (refuse them) or a preset")] = "auto",
 ) -> InBatchReport:
     """Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
     micro-batches: rows, lengths, cu_seqlens (real and padded), width, alignment and width padding
@@ -302,7 +319,7 @@ def inspect_in_batch(
     return batches(_batches_options(
         ctx, "in-batch", input_path, tokenizer_path, mbs=mbs, seq_length=seq_length, tp=tp, cp=cp, sp=sp,
         eval_cp=eval_cp, num_batches=num_batches, dataloader=dataloader, seed=seed, schema=schema,
-        truncation=truncation, pad_to_max_length=pad_to_max_length, width=width,
+        truncation=truncation, pad_to_max_length=pad_to_max_length, width=width, vision=vision,
     ))  # type: ignore[return-value]
 
 

@@ -49,6 +49,7 @@ from reference_impl.errors import InputError, PackingError, SeqpackError, UsageE
 from reference_impl.packing.algorithms import pack_lengths
 from reference_impl.data.vision import VisionSpec
 from reference_impl.data.vlm import VLMSettings, tokenize_vlm_row
+from reference_impl.packing.energon.media import resolve_members
 from reference_impl.packing.energon.samples import EncodedSample, PackedGroup, RowSample, cook_row_sample
 from reference_impl.packing.thd import build_thd_batch
 from reference_impl.packing.vlm import VISUAL_KEYS, attach_visual_inputs
@@ -72,27 +73,6 @@ def _name_sample(err: SeqpackError, key: str) -> SeqpackError:
         err.message = prefix + err.message
         err.args = (err.message,)
     return err
-
-
-def _resolve_members(row: dict[str, Any], media: dict[str, bytes]) -> dict[str, Any]:
-    """``row`` with every ``{"member": name}`` image reference replaced by that member's bytes."""
-
-    def resolve(ref: Any, field: str) -> Any:
-        if isinstance(ref, dict) and "member" in ref:
-            if ref["member"] not in media:
-                raise InputError(f"the shard has no member {ref['member']!r} for this sample", field=field)
-            return media[ref["member"]]
-        return ref
-
-    out = dict(row)
-    if isinstance(row.get("images"), list):
-        out["images"] = [resolve(r, f"images[{k}]") for k, r in enumerate(row["images"])]
-    if isinstance(row.get("videos"), list):
-        out["videos"] = [
-            {**v, "frames": [resolve(f, f"videos[{k}]") for f in v.get("frames", [])]} if isinstance(v, dict) else v
-            for k, v in enumerate(row["videos"])
-        ]
-    return out
 
 
 class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict]):
@@ -154,7 +134,7 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
     def _encode(self, sample: RowSample) -> EncodedSample:
         if self.vlm is not None:
             ex = tokenize_vlm_row(
-                _resolve_members(sample.row, sample.media or {}), self.schema, self.tokenizer,
+                resolve_members(sample.row, sample.media or {}), self.schema, self.tokenizer,
                 vision=self.vlm.vision, vision_tokens=self.vlm.tokens, max_length=sys.maxsize,
             )
             example, visuals = ex, tuple(ex.visuals)

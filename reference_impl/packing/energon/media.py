@@ -125,3 +125,24 @@ def insert_marker(row: dict[str, Any], marker: str = DEFAULT_MARKER) -> dict[str
             out[key] = new_turns
             return out
     raise InputError("a media row needs a user turn to hold the image marker", field=key)
+
+
+def resolve_members(row: dict[str, Any], media: dict[str, bytes]) -> dict[str, Any]:
+    """``row`` with every ``{"member": name}`` image reference replaced by that member's bytes."""
+
+    def resolve(ref: Any, field: str) -> Any:
+        if isinstance(ref, dict) and "member" in ref:
+            if ref["member"] not in media:
+                raise InputError(f"the shard has no member {ref['member']!r} for this sample", field=field)
+            return media[ref["member"]]
+        return ref
+
+    out = dict(row)
+    if isinstance(row.get("images"), list):
+        out["images"] = [resolve(r, f"images[{k}]") for k, r in enumerate(row["images"])]
+    if isinstance(row.get("videos"), list):
+        out["videos"] = [
+            {**v, "frames": [resolve(f, f"videos[{k}]") for f in v.get("frames", [])]} if isinstance(v, dict) else v
+            for k, v in enumerate(row["videos"])
+        ]
+    return out
