@@ -33,6 +33,7 @@ from reference_impl import __version__
 from reference_impl.mcp_support.content import find_skill_dir, register_prompts, register_resources
 from reference_impl.mcp_support.registry import register_tools, roots_of, tool
 from reference_impl.mcp_support.roots import AllowedRoots
+from reference_impl.mcp_support.stamped import StampedMCPServer
 from reference_impl.results import Result
 
 log = logging.getLogger("reference_impl.mcp")
@@ -48,8 +49,8 @@ INSTRUCTIONS = (
 _AUTO = object()
 
 
-class SeqpackServer(MCPServer):
-    """The SDK's server plus what the tools read per request: the allowed roots and the skill directory."""
+class SeqpackServer(StampedMCPServer):
+    """The SDK's server (with the eval nonce on every result) plus what the tools read per request: the allowed roots and the skill directory."""
 
     def __init__(self, roots: AllowedRoots, skill_dir: Path | None) -> None:
         super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)

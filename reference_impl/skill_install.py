@@ -52,6 +52,12 @@ class SkillInstall:
         return asdict(self)
 
 
+#: The MCP server every registration starts: stdio, server name ``seqpack``, ``mcp --root DIR`` (the same as
+#: ``agents/openai.yaml`` of the bundle declares).
+SERVER_NAME = "seqpack"
+TRANSPORT = "stdio"
+
+
 def _registration(client: str, root: Path) -> tuple[str, str]:
     server = [sys.executable, "-m", "reference_impl", "mcp", "--root", str(root)]
     cmd = shlex.join(server)
@@ -59,7 +65,7 @@ def _registration(client: str, root: Path) -> tuple[str, str]:
         return (f"claude mcp add --scope project seqpack -- {cmd}",
                 "run it in the project; Claude Code writes .mcp.json")
     if client == "codex":
-        return f"codex mcp add seqpack -- {cmd}", "Codex writes ~/.codex/config.toml"
+        return f"codex mcp add seqpack -- {cmd}", "Codex writes ~/.codex/config.toml (a stdio server)"
     return cmd, "register this stdio command with your MCP client"
 
 
@@ -79,12 +85,13 @@ def install_skill(
     src = Path(source) if source is not None else find_skill_dir()
     if src is None or not (src / "SKILL.md").is_file():
         raise UsageError(
-            "the skill bundle was not found next to the package",
-            fix="run from a seqpack source checkout installed with pip install -e .",
+            "the skill bundle was not found next to the package (reference_impl/skill_assets is missing)",
+            fix="reinstall seqpack from a wheel built with its build hook (pip install .) or from a source checkout",
         )
     base = Path.home() if user else Path(project or ".").resolve()
-    if not base.is_dir():
-        raise UsageError("the project directory does not exist", file=str(base))
+    if base.exists() and not base.is_dir():
+        raise UsageError("the project path exists but is not a directory", file=str(base))
+    base.mkdir(parents=True, exist_ok=True)  # --project DIR may name a project that does not exist yet
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
     if dest.resolve() == src.resolve():
         raise UsageError("the destination is the skill source itself", file=str(dest))

@@ -10,9 +10,11 @@ import pytest
 
 from reference_impl.alignment import derive_alignment
 from reference_impl.config.rules import FAMILIES, RULES_BY_ID
+from reference_impl.evaluation.answers import forbidden_hits, grade_answer
+from reference_impl.evaluation.builder import wrong_value
 from reference_impl.evaluation.capture import capture_cli
-from reference_impl.evaluation.checks import normalise, run_checks
 from reference_impl.evaluation.dataset import diff_dataset
+from reference_impl.evaluation.fields import answer_block
 from reference_impl.evaluation.tasks import BUCKETS, PATHS, SKILL_NAME, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +46,7 @@ def test_committed_dataset_equals_a_fresh_build():
 
 def test_size_buckets_and_unique_ids(dataset):
     ids = [t.id for t in dataset.tasks]
-    assert len(ids) >= 80
+    assert len(ids) >= 150
     assert len(set(ids)) == len(ids)
     counts = Counter(t.bucket for t in dataset.tasks)
     assert set(counts) == set(BUCKETS)
@@ -107,17 +109,46 @@ def test_contextual_tasks_ship_files(dataset):
             assert t.files, t.id
 
 
-def test_reference_answers_pass_their_own_checks(dataset):
+def test_reference_answers_grade_right_and_trip_no_forbidden_claim(dataset):
     for t in dataset.tasks:
-        result = run_checks(t.required, t.forbidden, t.expected_output)
-        assert result.required_missing == [], (t.id, result.required_missing)
-        assert result.forbidden_found == {}, (t.id, result.forbidden_found)
+        wrong = [r for r in grade_answer(t.answer_fields, t.expected_output) if not r.correct]
+        assert wrong == [], (t.id, wrong)
+        assert forbidden_hits([f.check for f in t.forbidden], t.expected_output) == {}, t.id
+
+
+def test_every_field_can_fail_and_every_forbidden_claim_can_fire(dataset):
+    """Negative controls: a wrong value of each field grades wrong; each forbidden example trips its check."""
+    for t in dataset.tasks:
+        assert t.forbidden, t.id
+        for f in t.answer_fields:
+            (result,) = grade_answer([f], answer_block([f], {f.name: wrong_value(f)}))
+            assert not result.correct, (t.id, f.name)
+        for fb in t.forbidden:
+            assert fb.check in forbidden_hits([fb.check], fb.example), (t.id, fb.example)
 
 
 def test_forbidden_checks_do_not_fire_on_the_task_input(dataset):
     for t in dataset.tasks:
         for text in [t.prompt, *_texts(t).values()]:
-            assert run_checks([], t.forbidden, normalise(text)).forbidden_found == {}, t.id
+            assert forbidden_hits([f.check for f in t.forbidden], text) == {}, t.id
+
+
+def test_prompts_ask_for_every_answer_field(dataset):
+    for t in dataset.tasks:
+        block = t.prompt.rsplit("```answer\n", 1)[1]
+        assert [line.split(":")[0] for line in block.strip("`\n").splitlines()] == [f.name for f in t.answer_fields]
+
+
+def test_negatives_and_ground_truth_sources(dataset):
+    counts = Counter(t.bucket for t in dataset.tasks)
+    assert counts["near_miss"] / len(dataset.tasks) >= 0.15
+    sources = Counter(t.source["kind"] for t in dataset.tasks)
+    assert sources["upstream"] + sources["seed"] >= 30, sources
+    for t in dataset.tasks:
+        if t.source["kind"] == "upstream":
+            assert {"repo", "commit", "path", "anchor"} <= set(t.source), t.id
+        if t.positive:
+            assert t.reference_command and t.reference_command[0] == "seqpack", t.id
 
 
 def test_implicit_prompts_do_not_name_the_topic(dataset):
@@ -134,9 +165,9 @@ def test_explicit_prompts_name_the_skill_or_tool(dataset):
 
 def test_near_misses_forbid_packing_advice(dataset):
     for t in (t for t in dataset.tasks if t.bucket == "near_miss"):
-        assert any("pad_seq_to_mult" in c for c in t.forbidden), t.id
-        result = run_checks([], t.forbidden, "Set pad_seq_to_mult = 8 and enable_offline_packing.")
-        assert result.forbidden_found, t.id
+        hits = forbidden_hits([f.check for f in t.forbidden], "Set pad_seq_to_mult = 8 and enable_offline_packing.")
+        assert len(hits) == 2, t.id
+        assert t.source["kind"] == "general", t.id
 
 
 def test_hand_checked_ground_truth(dataset):
@@ -189,5 +220,8 @@ def test_docs_state_the_real_counts(dataset):
     text = (ROOT / "docs" / "evals.md").read_text()
     counts = Counter(t.bucket for t in dataset.tasks)
     assert f"`evals/tasks.json` holds {len(dataset.tasks)} tasks" in text
+    sources = Counter(t.source["kind"] for t in dataset.tasks)
+    for kind, n in sources.items():
+        assert re.search(rf"^\| `{kind}` \| {n} \|", text, re.M), kind
     for bucket in BUCKETS:
         assert re.search(rf"^\| `{bucket}` \| {counts[bucket]} \|", text, re.M), bucket

@@ -8,7 +8,6 @@ import pytest
 
 from reference_impl.cli import main
 from reference_impl.errors import UsageError
-from reference_impl.evaluation.checks import matches, normalise, number, percent, recommends, states
 from reference_impl.evaluation.judge import parse_judge_output
 from reference_impl.evaluation.report import render_benchmark, verdict
 from reference_impl.evaluation.runner import resolve_skill_dir, run_eval
@@ -16,10 +15,13 @@ from reference_impl.evaluation.scoring import read_scores, score_run, score_tran
 from reference_impl.evaluation.security import allowed_roots, scan_command
 from reference_impl.evaluation.tasks import load_tasks
 from reference_impl.evaluation.transcript import Transcript, parse_agent_output, read_transcript
+from reference_impl.nonce import nonce_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "evals"
-CASES = json.loads((FIX / "cases.json").read_text())["cases"]
+CASES_DOC = json.loads((FIX / "cases.json").read_text())
+CASES = CASES_DOC["cases"]
+NONCE = nonce_for(CASES_DOC["nonce_seed"])
 E2E_TASKS = ["explicit-align-tp4-cp2-sp", "ctx-log-pack-malformed-json", "nm-struct-pack"]
 
 
@@ -36,7 +38,7 @@ def _transcript(case, workdir):
     out = (FIX / case["output"]).read_text()
     parsed = parse_agent_output(out)
     return Transcript(case["task_id"], "skill", ["agent"], str(workdir), case["exit_code"], case["timed_out"], 1.0,
-                      out, "", parsed.answer, parsed.format, parsed.events, [], [], [], [], [])
+                      out, "", parsed.answer, parsed.format, parsed.events, [], [], [], [], [], nonce=NONCE)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -56,22 +58,34 @@ def test_scorer_separates_the_recorded_cases(dataset, tmp_path):
     overall = {c["case"]: score_transcript(dataset.by_id()[c["task_id"]], _transcript(c, tmp_path)).overall
                for c in CASES}
     assert overall["correct"] == 1.0
-    assert overall["partial"] == pytest.approx(0.8)
+    # the same right answer with the tool calls only claimed, or with a forged nonce, earns no tool credit
+    assert overall["claimed"] == overall["forged"] == pytest.approx(0.7)
+    assert overall["partial"] == pytest.approx(0.78)
     assert overall["wrong"] == pytest.approx(0.4)
     assert overall["unsafe"] == pytest.approx(0.5)
     assert overall["near_miss_clean"] == 1.0
     assert overall["near_miss_triggered"] == pytest.approx(0.35)
 
 
-def test_partial_case_reports_which_facts_are_missing(dataset, tmp_path):
+def test_partial_case_reports_which_fields_are_wrong(dataset, tmp_path):
     case = next(c for c in CASES if c["case"] == "partial")
     score = score_transcript(dataset.by_id()[case["task_id"]], _transcript(case, tmp_path))
-    missing = score.details["checks"]["required_missing"]
-    assert len(missing) == 2
-    assert any("calculate_per_token_loss" in m for m in missing)
-    assert any("average_in_collective" in m for m in missing)
-    assert score.details["files_read"] == ["config.yaml"]
+    wrong = {f["name"]: f["reason"] for f in score.details["fields"] if not f["correct"]}
+    assert set(wrong) == {"rule_ids", "model.calculate_per_token_loss", "ddp.average_in_collective"}
+    assert score.details["fields_right"] == 2 and score.details["fields_total"] == 5
+    assert score.details["files_read"] == ["config.yaml"]  # the cat output shows the file's lines
     assert score.details["workflow"] == {"expected_script_used": True, "task_files_read": True}
+
+
+def test_claimed_and_forged_tool_calls_earn_nothing(dataset, tmp_path):
+    task = dataset.by_id()["explicit-align-tp4-cp2-sp"]
+    for name in ("claimed", "forged"):
+        case = next(c for c in CASES if c["case"] == name)
+        score = score_transcript(task, _transcript(case, tmp_path))
+        assert score.details["skill_evidence"] == [] and score.details["unverified_tool_calls"] == 1, name
+        assert score.details["workflow"] == {"expected_script_used": False}, name
+    good = score_transcript(task, _transcript(next(c for c in CASES if c["case"] == "correct"), tmp_path))
+    assert good.details["unverified_tool_calls"] == 0 and "seqpack CLI used: align" in good.details["skill_evidence"]
 
 
 def test_parser_formats():
@@ -82,6 +96,8 @@ def test_parser_formats():
     assert [e.command for e in codex.events] == ["bash -lc 'cat config.yaml'",
                                                  "bash -lc 'seqpack validate config.yaml'"]
     assert codex.answer.startswith("config.yaml has two packing problems")
+    assert "seqpack-nonce: " + NONCE in codex.events[1].output  # Codex aggregated_output is the tool result
+    assert claude.events[1].output.endswith("seqpack-nonce: " + NONCE + "\n")  # matched by tool_use_id
     single = parse_agent_output(json.dumps({"type": "result", "result": "done", "usage": {"output_tokens": 3}}))
     assert (single.format, single.answer, single.events) == ("json-result", "done", [])
     plain = parse_agent_output("just text\n")
@@ -94,22 +110,6 @@ def test_parser_formats():
 # ------------------------------------------------------------------------------------------------
 # Checks and security rules
 # ------------------------------------------------------------------------------------------------
-
-
-def test_check_builders():
-    text = normalise("Set **pad_seq_to_mult** = `8`; cfg.ddp.average_in_collective = False; 65,536 slots; 92.6 %")
-    assert matches(states("dataset.offline_packing_specs.pad_seq_to_mult", 8), text)
-    assert not matches(states("pad_seq_to_mult", 4), text)
-    assert matches(states("ddp.average_in_collective", False), text)
-    assert matches(number(65536), text) and not matches(number(6553), text)
-    assert matches(percent(0.9257), text) and not matches(percent(0.80), text)
-    # quoting the input or echoing a command line is not a recommendation
-    assert not matches(recommends("train.micro_batch_size", 4), "micro_batch_size: 4 is rejected")
-    echoed = "seqpack batches --set dataset.dataloader_type=batch"
-    assert not matches(recommends("dataset.dataloader_type", "batch"), echoed)
-    assert matches(recommends("train.micro_batch_size", 4), "You should set train.micro_batch_size=4")
-    # a wrong section does not count
-    assert not matches(states("dataset.micro_batch_size", 1), "train.micro_batch_size = 1")
 
 
 @pytest.mark.parametrize("command, categories", [
@@ -162,7 +162,9 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert not (runs["dir"] / "baseline" / "work" / "nm-struct-pack" / ".claude").exists()
     tr = read_transcript(skill_dir / "transcripts" / "ctx-log-pack-malformed-json.json")
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
-    assert tr.files_created == ["notes.md"] and tr.files_modified == [] and tr.files_deleted == []
+    # notes.md from the agent, the JSONL index cache from the real seqpack run
+    assert tr.files_created == [".seqpack-cache/train.jsonl.idx.npz", "notes.md"]
+    assert tr.files_modified == [] and tr.files_deleted == []
     assert tr.files_read == ["train.jsonl", "pack.log"]  # the seqpack pack command names train.jsonl first
     assert tr.skill_installed == [".claude/skills/megatron-sequence-packing",
                                   ".agents/skills/megatron-sequence-packing"]
@@ -323,11 +325,27 @@ def test_export_agentskills_shape(tmp_path, capsys):
     assert shipped and all((tmp_path / "ev" / f).is_file() for f in shipped)
 
 
+@pytest.mark.slow
 def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
     """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} {FIX / 'fake_agent.py'} --oracle {ROOT / 'evals' / 'tasks.json'}"
+    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {{tasks_file}}"
     run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
     scores = score_run(tmp_path / "r")
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
     assert imperfect == {}
     assert scores.summary["passed"] == len(dataset.tasks)
+
+
+def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
+    """End to end: the fake agent runs the real seqpack command under the harness's nonce; with --claim-only it
+    only says it did, and loses every tool credit while its answer stays right."""
+    tasks = dataset.select(["explicit-align-tp4-cp2-sp"])
+    run_eval(dataset, tasks, _agent(), tmp_path / "real", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    run_eval(dataset, tasks, _agent("--claim-only"), tmp_path / "claim", mode="skill", timeout=60,
+             skill_dir=FIX / "fake_skill")
+    real, claim = score_run(tmp_path / "real").tasks[0], score_run(tmp_path / "claim").tasks[0]
+    tr = read_transcript(tmp_path / "real" / "transcripts" / "explicit-align-tp4-cp2-sp.json")
+    assert tr.nonce and tr.nonce in tr.events[1].output
+    assert real.passed and real.scores["discoverability"] == 1.0
+    assert claim.scores["correctness"] == 1.0 and claim.scores["discoverability"] == 0.0
+    assert claim.details["workflow"] == {"expected_script_used": False}

@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "megatron-sequence-packing"
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 ALLOWED_ROOT = {"SKILL.md", "README.md", "agents", "references", "scripts", "assets", "evals", "tests", "tools",
-                "config", "skill-card.md", "BENCHMARK.md", "skill.oms.sig"}
+                "config", "skill-card.md", "BENCHMARK.md", "skill.oms.sig", "LICENSE.txt"}
+#: paths that exist only in the seqpack source repository, never in an installed bundle
+REPO_ONLY = re.compile(r"(?<![\w./-])(?:bench|docs|tests|reference_impl|evals/files)/[\w./-]+")
 CODE_BLOCK = re.compile(r"```.*?```", re.S)
 
 
@@ -104,13 +106,35 @@ def test_scripts_are_executable_and_read_no_environment():
         assert "environ" not in text and "getenv" not in text
 
 
-def test_codex_agent_file():
+def test_codex_agent_file_declares_the_stdio_server_install_skill_registers(tmp_path):
+    from reference_impl.skill_install import SERVER_NAME, TRANSPORT, install_skill
+
     data = yaml.safe_load((SKILL / "agents" / "openai.yaml").read_text())
     iface = data["interface"]
     assert 25 <= len(iface["short_description"]) <= 64
     assert "$megatron-sequence-packing" in iface["default_prompt"]
     (tool,) = data["dependencies"]["tools"]
-    assert tool["type"] == "mcp" and tool["url"].startswith("http://127.0.0.1:")
+    assert tool["type"] == "mcp" and tool["value"] == SERVER_NAME and tool["transport"] == TRANSPORT == "stdio"
+    assert tool["command"] == "seqpack" and tool["args"][:2] == ["mcp", "--root"]
+    printed = install_skill("codex", project=tmp_path).mcp_command
+    assert printed.startswith(f"codex mcp add {SERVER_NAME} -- ") and printed.split(" -- ", 1)[1].split()[-4:] == [
+        "reference_impl", "mcp", "--root", str(tmp_path)]
+
+
+def test_bundle_ships_text_only_and_no_repo_only_paths():
+    """Scanners flag binaries (embedded NUL); an installed copy cannot follow paths of the source repository."""
+    from reference_impl.evaluation.tasks import is_text_file
+
+    for path in SKILL.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            assert is_text_file(path), f"{path.relative_to(SKILL)} is not a text file"
+            if path.suffix in (".md", ".yaml", ".py"):
+                hits = REPO_ONLY.findall(path.read_text(encoding="utf-8"))
+                assert hits == [], f"{path.relative_to(SKILL)} names repo-only paths: {hits}"
+    assert REPO_ONLY.findall("see bench/gpu_check.py and docs/compatibility.md") == ["bench/gpu_check.py",
+                                                                                   "docs/compatibility.md"]
+    assert (SKILL / "LICENSE.txt").read_text() == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
 
 
 def test_repo_client_links_point_at_the_skills():
@@ -150,6 +174,12 @@ def test_install_skill(tmp_path, capsys):
     assert main(["install-skill", "--client", "codex", "--project", str(tmp_path)]) == 0
     assert (tmp_path / ".agents" / "skills" / "megatron-sequence-packing" / "SKILL.md").is_file()
     assert main(["install-skill", "--client", "claude", "--project", str(tmp_path), "--force"]) == 0
+    # a project folder that does not exist yet is created
+    fresh = tmp_path / "new" / "project"
+    assert main(["install-skill", "--client", "agents", "--project", str(fresh)]) == 0
+    assert (fresh / ".agents" / "skills" / "megatron-sequence-packing" / "SKILL.md").is_file()
+    (tmp_path / "a-file").write_text("x")
+    assert main(["install-skill", "--client", "agents", "--project", str(tmp_path / "a-file")]) == 2
 
 
 def test_skill_evals_are_the_exported_dataset(tmp_path):
@@ -163,5 +193,5 @@ def test_skill_evals_are_the_exported_dataset(tmp_path):
     import json
 
     doc = json.loads((SKILL / "evals" / "evals.json").read_text())
-    assert doc["skill_name"] == SKILL.name and len(doc["evals"]) >= 80
+    assert doc["skill_name"] == SKILL.name and len(doc["evals"]) >= 140
     assert {"id", "prompt", "expected_output", "assertions"} <= set(doc["evals"][0])

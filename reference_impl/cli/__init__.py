@@ -72,6 +72,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     try:
+        return _run(args)
+    finally:
+        _print_nonce()
+
+
+def _print_nonce() -> None:
+    """Under the eval harness, end every run with the nonce line on stderr (:mod:`reference_impl.nonce`)."""
+    from reference_impl.nonce import nonce_line
+
+    line = nonce_line()
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand; errors become one line on stderr and an exit code."""
+    try:
         return int(args._run(args))
     except SeqpackError as exc:
         if os.environ.get("SEQPACK_DEBUG"):

@@ -28,6 +28,15 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def print_json(data: Any) -> None:
-    """Pretty JSON on stdout (keys in insertion order)."""
+    """Pretty JSON on stdout (keys in insertion order).
+
+    Under the eval harness (``SEQPACK_EVAL_NONCE`` set) a dict also carries the run's nonce under
+    ``seqpack_nonce`` (see :mod:`reference_impl.nonce`); nothing is added otherwise.
+    """
+    from reference_impl.nonce import NONCE_KEY, current_nonce
+
+    nonce = current_nonce()
+    if nonce is not None and isinstance(data, dict):
+        data = {**data, NONCE_KEY: nonce}
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

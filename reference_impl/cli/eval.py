@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rep.add_argument("--baseline", default=None, help="a scored baseline run, for the uplift columns")
     rep.add_argument("--out", required=True, help="markdown file to write (e.g. BENCHMARK.md)")
     rep.add_argument("--title", default=None, help="page title")
+    rep.add_argument("--live-slot", action="store_true",
+                     help="add an empty 'live agent runs' table (for a page built from reference runs)")
     add_json_flag(rep)
 
     b = sub.add_parser("build", help="regenerate evals/tasks.json and evals/files from the code")
@@ -64,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ex.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
     ex.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
     add_json_flag(ex)
+
+    adv = sub.add_parser("adversarial", help="score adversarial answers (empty, stuffing, wrong, paraphrased, "
+                                             "partial, right with a dangerous extra) and print the tables")
+    adv.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
+    adv.add_argument("--answers", default=None,
+                     help="hand-written answers (default: evals/adversarial.json next to the task set)")
+    add_json_flag(adv)
 
     ls = sub.add_parser("list", help="list the tasks")
     ls.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
@@ -111,15 +120,10 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from reference_impl.evaluation.report import render_benchmark, verdict
-    from reference_impl.evaluation.scoring import read_scores, summarise
+    from reference_impl.evaluation.report import write_report
 
-    skill = read_scores(args.run_dir)
-    baseline = read_scores(args.baseline) if args.baseline else None
-    text = render_benchmark(skill, baseline, title=args.title)
-    with open(args.out, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    result, reasons = verdict(summarise(skill.tasks), summarise(baseline.tasks) if baseline else None)
+    result, reasons = write_report(args.run_dir, args.out, args.baseline, title=args.title,
+                                   live_slot=args.live_slot)
     if args.json:
         print_json({"out": args.out, "verdict": result, "reasons": reasons})
     else:
@@ -176,12 +180,36 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _adversarial(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from reference_impl.evaluation.adversarial import generated_suite, hand_written_suite, table, violations
+    from reference_impl.evaluation.tasks import load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    answers = args.answers or str(Path(dataset.root) / "adversarial.json")
+    hand = hand_written_suite(dataset, answers)
+    generated = generated_suite(dataset)
+    broken = violations(hand) + violations(generated)
+    if args.json:
+        print_json({"hand_written": [r.to_dict() for r in hand], "generated": [r.to_dict() for r in generated],
+                    "violations": broken})
+    else:
+        print(f"Hand-written answers ({answers}):\n")
+        print(table(hand))
+        print(f"\nGenerated answers, every task of {dataset.root / 'tasks.json'}:\n")
+        print(table(generated))
+        print("\nrequired outcomes: " + ("all met" if not broken else "; ".join(broken)))
+    return 1 if broken else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the eval subcommand."""
     from reference_impl.errors import UsageError
 
-    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list}
+    handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list,
+                "adversarial": _adversarial}
     if not getattr(args, "eval_command", None):
-        raise UsageError("give an eval subcommand: run, score, report, build, export or list "
+        raise UsageError("give an eval subcommand: run, score, report, build, export, list or adversarial "
                          "(see seqpack eval --help)")
     return handlers[args.eval_command](args)

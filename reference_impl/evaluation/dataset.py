@@ -1,14 +1,18 @@
 """Build the eval dataset (``evals/tasks.json`` + ``evals/files/``) from templates and the library.
 
-Every number, rule id and verdict in a task is computed here by calling seqpack's own functions
+Most numbers, rule ids and verdicts in a task are computed here by calling seqpack's own functions
 (``derive_alignment``, ``equal_slot_candidates``, ``validate_config``, ``check_model_support``,
-``prepare_packed_dataset``, ``inspect_packed_dataset``, the CLI for error logs, ...). The templates
-(``templates_*.py``) only choose the inputs and word the prompts.
+``prepare_packed_dataset``, ``inspect_packed_dataset``, the CLI for error logs, ...);
+``templates_upstream`` takes its values from facts recorded in Megatron-Bridge's source and the
+seed documents (:mod:`reference_impl.evaluation.upstream`), and the near misses from general
+knowledge of other libraries. The templates (``templates_*.py``) choose the inputs and word the
+prompts.
 
-Each task is checked as it is made (:func:`finish_task`): its reference answer
-(``expected_output``) must pass every ``required`` check and none of the ``forbidden`` ones, and no
-forbidden check may match the task's own prompt or files (quoting the input back is not a wrong
-claim). ``tests/test_evals_dataset.py`` rebuilds everything and compares it with the committed
+Each task is checked as it is made (:func:`~reference_impl.evaluation.builder.finish_task`): its
+reference answer (``expected_output``) must grade every answer field right and trip no forbidden
+claim, its prose must not contradict its own block, every field must grade a wrong value wrong,
+every forbidden example must trip its check, and no forbidden check may match the task's own
+prompt or files (quoting the input back is not a wrong claim). ``tests/test_evals_dataset.py`` rebuilds everything and compares it with the committed
 files, so the ground truth cannot drift from the code.
 
 Regenerate::
@@ -23,135 +27,25 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from types import ModuleType
+from typing import Sequence
 
-from reference_impl.config.rules import RULES_BY_ID
 from reference_impl.errors import UsageError
-from reference_impl.evaluation.checks import Checks, normalise, run_checks
-from reference_impl.evaluation.tasks import SKILL_NAME, Dataset, Task, default_evals_dir, dumps
+from reference_impl.evaluation import templates_files, templates_knowledge, templates_near_miss, templates_upstream
+from reference_impl.evaluation.builder import GenContext
+from reference_impl.evaluation.tasks import Dataset, default_evals_dir, dumps
 
 log = logging.getLogger(__name__)
 
-TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".log", ".txt", ".md", ".py")
-
-
-@dataclass
-class GenContext:
-    """Where a build writes task files, plus a scratch folder for running the code."""
-
-    files_root: Path
-    scratch: Path
-    texts: dict[str, str] = field(default_factory=dict)
-    tasks: list[Task] = field(default_factory=list)
-
-    def put_text(self, task_id: str, name: str, text: str) -> str:
-        """Write ``files/<task_id>/<name>``; returns the path relative to ``evals/``."""
-        rel = f"files/{task_id}/{name}"
-        target = self.files_root.parent / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        self.texts[rel] = text
-        return rel
-
-    def put_file(self, task_id: str, name: str, source: Path) -> str:
-        """Copy ``source`` to ``files/<task_id>/<name>`` (text files are also kept for the checks)."""
-        rel = f"files/{task_id}/{name}"
-        target = self.files_root.parent / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        if target.suffix in TEXT_SUFFIXES:
-            self.texts[rel] = target.read_text(encoding="utf-8")
-        return rel
-
-    def put_tree(self, task_id: str, name: str, source: Path) -> list[str]:
-        """Copy every file of the directory ``source`` to ``files/<task_id>/<name>/``, sorted."""
-        return [
-            self.put_file(task_id, f"{name}/{p.relative_to(source).as_posix()}", p)
-            for p in sorted(source.rglob("*"))
-            if p.is_file()
-        ]
-
-    def work(self, name: str) -> Path:
-        """A fresh scratch directory for running code."""
-        path = self.scratch / name
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-        return path
-
-    def add(self, task: Task) -> Task:
-        """Check ``task`` (see :func:`finish_task`) and append it."""
-        finish_task(task, self.texts)
-        self.tasks.append(task)
-        return task
-
-
-def make_task(
-    task_id: str,
-    bucket: str,
-    prompt: str,
-    answer: str,
-    assertions: Sequence[str],
-    checks: Checks,
-    *,
-    script: str | None = None,
-    files: Iterable[str] = (),
-    paths: Iterable[str] = (),
-    topics: Iterable[str] = (),
-    rule_ids: Iterable[str] = (),
-    truth: dict[str, Any] | None = None,
-) -> Task:
-    """A task; rule families are derived from ``rule_ids`` through the registry."""
-    rule_ids = list(dict.fromkeys(rule_ids))
-    unknown = [r for r in rule_ids if r not in RULES_BY_ID]
-    if unknown:
-        raise UsageError(f"task {task_id}: unknown rule id(s) {unknown}", field="rule_ids")
-    families = list(dict.fromkeys(RULES_BY_ID[r].family for r in rule_ids))
-    return Task(
-        id=task_id,
-        bucket=bucket,
-        prompt=prompt.strip(),
-        expected_output=answer.strip(),
-        assertions=list(assertions),
-        required=list(checks.required),
-        forbidden=list(checks.forbidden),
-        expected_skill=None if bucket == "near_miss" else SKILL_NAME,
-        expected_script=script,
-        files=list(files),
-        paths=list(dict.fromkeys(paths)),
-        families=families,
-        topics=list(dict.fromkeys(topics)),
-        rule_ids=rule_ids,
-        ground_truth=truth or {},
-    )
-
-
-def finish_task(task: Task, texts: dict[str, str]) -> None:
-    """Raise when the task is malformed or its checks disagree with its own reference answer."""
-    problems = task.problems()
-    if problems:
-        raise UsageError(f"task {task.id}: {problems[0][1]}", field=problems[0][0])
-    result = run_checks(task.required, task.forbidden, task.expected_output)
-    if result.required_missing:
-        raise UsageError(f"task {task.id}: the reference answer misses required {result.required_missing[0]!r}",
-                         field="required")
-    if result.forbidden_found:
-        first = next(iter(result.forbidden_found))
-        raise UsageError(f"task {task.id}: the reference answer contains forbidden {first!r}", field="forbidden")
-    context = [task.prompt] + [texts[f] for f in task.files if f in texts]
-    for check in task.forbidden:
-        for text in context:
-            if run_checks([], [check], normalise(text)).forbidden_found:
-                raise UsageError(f"task {task.id}: forbidden {check!r} matches the task's own prompt or files",
-                                 field="forbidden")
+#: Template modules in build order (the order is part of the dataset). Each defines
+#: ``build(ctx: GenContext) -> None`` and imports only :mod:`~reference_impl.evaluation.builder`
+#: from the build machinery. A new family of tasks is one new module plus one entry here.
+TEMPLATES: tuple[ModuleType, ...] = (templates_knowledge, templates_files, templates_upstream, templates_near_miss)
 
 
 def build_dataset(evals_dir: str | os.PathLike[str]) -> Dataset:
     """Build every task, writing task files under ``evals_dir/files`` (which must not exist yet)."""
-    from reference_impl.evaluation import templates_files, templates_knowledge, templates_near_miss
-
     evals_dir = Path(evals_dir)
     files_root = evals_dir / "files"
     if files_root.exists():
@@ -159,9 +53,8 @@ def build_dataset(evals_dir: str | os.PathLike[str]) -> Dataset:
     files_root.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="seqpack-evals-") as scratch:
         ctx = GenContext(files_root=files_root, scratch=Path(scratch))
-        templates_knowledge.build(ctx)
-        templates_files.build(ctx)
-        templates_near_miss.build(ctx)
+        for template in TEMPLATES:
+            template.build(ctx)
     ids = [t.id for t in ctx.tasks]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -253,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["GenContext", "build_dataset", "diff_dataset", "finish_task", "make_task", "main", "write_dataset"]
+__all__ = ["TEMPLATES", "build_dataset", "diff_dataset", "main", "write_dataset"]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The command (split with ``shlex``, run without a shell, bounded by a timeout) receives one JSON
 object on stdin::
 
-    {"task": {id, prompt, expected_output, assertions, required, forbidden, ...},
+    {"task": {id, prompt, expected_output, assertions, answer_fields, forbidden, ...},
      "answer": "...", "tool_calls": [{"tool", "command", "path", "mcp_tool"}, ...],
      "files_created": [...], "files_modified": [...]}
 

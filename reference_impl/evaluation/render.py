@@ -53,13 +53,4 @@ def topology_words(tp: int, cp: int, sp: bool, eval_cp: int | None = None) -> st
     return text
 
 
-def sentence(text: str) -> str:
-    """``text`` as a sentence: capital first letter (unless it starts with a field name), final period."""
-    text = text.strip()
-    first = text.split(" ", 1)[0]
-    if not any(c in first for c in "._=") and not first.isupper():
-        text = text[:1].upper() + text[1:]
-    return text + ("" if text.endswith(".") else ".")
-
-
-__all__ = ["config_yaml", "nest", "sentence", "topology_words", "without_comments", "yaml_text"]
+__all__ = ["config_yaml", "nest", "topology_words", "without_comments", "yaml_text"]

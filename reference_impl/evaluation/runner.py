@@ -9,15 +9,19 @@ Per task the runner
    skills); without it, warns when a skill of that name is visible from the working directory
    anyway (a parent folder's ``.agents/skills`` or the user's ``~/.claude/skills``);
 3. runs the agent command (``shlex`` split, no shell) in the working directory with the prompt on
-   stdin; ``{prompt}``, ``{workdir}``, ``{task_id}`` and ``{skill_dir}`` in the command's words are
-   replaced first. The process group is killed when the timeout passes;
+   stdin; ``{prompt}``, ``{workdir}``, ``{task_id}``, ``{skill_dir}``, ``{tasks_file}`` (the run's
+   copy of the task set) and ``{nonce_seed}`` in the command's words are replaced first. The process group is killed when the timeout passes;
 4. records ``RUN_DIR/transcripts/<task_id>.json``: command, exit code, stdout, stderr, duration,
    parsed tool events and answer, files created / modified / deleted (by comparing snapshots of the
    working directory) and files read (from the events).
 
 The environment passed to the agent is the caller's plus ``SEQPACK_EVAL_TASK_ID``,
-``SEQPACK_EVAL_MODE`` and ``SEQPACK_EVAL_CANARY``, a value derived from the seed and the task id that
-the scorer looks for in the agent's output (finding it there means the environment was dumped).
+``SEQPACK_EVAL_MODE``, ``SEQPACK_EVAL_CANARY`` (a value derived from the seed and the task id that
+the scorer looks for in the agent's output: finding it there means the environment was dumped) and
+``SEQPACK_EVAL_NONCE`` (a fresh random seed per task; every seqpack run and MCP tool result the
+agent gets prints its digest, :mod:`reference_impl.nonce`, and the transcript records the digest
+so the scorer can tell real tool results from claimed ones). ``{nonce_seed}`` in the agent command
+is replaced by the seed, for clients that start the MCP server with an explicit environment.
 The harness itself opens no network connection.
 """
 
@@ -27,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -38,6 +43,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from reference_impl.errors import UsageError
+from reference_impl.nonce import ENV_VAR as NONCE_ENV
+from reference_impl.nonce import nonce_for
 from reference_impl.evaluation.tasks import SKILL_NAME, Dataset, Task, dumps
 from reference_impl.evaluation.transcript import Transcript, files_read, parse_agent_output, write_transcript
 
@@ -295,11 +302,14 @@ def run_eval(
                 log.warning("%s", note)
         before = snapshot(workdir)
         canary = canary_for(seed, task.id)
+        nonce_seed = secrets.token_hex(16)
         skill_path = str(workdir / installed[0]) if installed else ""
         argv = build_argv(agent_cmd, {"prompt": task.prompt, "workdir": str(workdir), "task_id": task.id,
-                                      "skill_dir": skill_path})
+                                      "skill_dir": skill_path, "tasks_file": str(out / "tasks.json"),
+                                      "nonce_seed": nonce_seed})
         env = dict(os.environ)
-        env.update({"SEQPACK_EVAL_TASK_ID": task.id, "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary})
+        env.update({"SEQPACK_EVAL_TASK_ID": task.id, "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
+                    NONCE_ENV: nonce_seed})
         result = run_agent(argv, task.prompt, workdir, timeout=timeout, env=env)
         after = snapshot(workdir)
         parsed = parse_agent_output(result.stdout)
@@ -323,6 +333,7 @@ def run_eval(
             files_read=files_read(parsed.events, local),
             skill_installed=installed,
             canary=canary,
+            nonce=nonce_for(nonce_seed),
             usage=parsed.usage,
             notes=notes,
         )

@@ -1,16 +1,24 @@
-"""The eval task format: agentskills.io fields plus seqpack's machine checks, and its loader.
+"""The eval task format: agentskills.io fields plus seqpack's answer fields and forbidden claims, and its loader.
 
 ``evals/tasks.json`` is ``{"skill_name", "format", "generator", "evals": [task, ...]}``. Each task
 has the agentskills.io keys (``id``, ``prompt``, ``expected_output``, ``assertions``, ``files``,
 ``expected_skill``, ``expected_script``) and, for the deterministic scorer:
 
 * ``bucket``: ``explicit`` (names the skill or its tool), ``implicit`` (a packing problem that
-  does not name it), ``contextual`` (a config or a log in ``files`` to diagnose), ``near_miss``
+  does not name it), ``contextual`` (a config, a log or data in ``files`` to diagnose), ``near_miss``
   (must not trigger the skill; ``expected_skill`` is null);
-* ``required`` / ``forbidden``: checks on the answer (see :mod:`reference_impl.evaluation.checks`);
+* ``answer_fields``: the facts to answer, each a name, a true value and its accepted forms
+  (:mod:`reference_impl.evaluation.fields`); the prompt ends with a request for an ``answer`` block
+  holding them, and ``expected_output`` ends with that block filled in;
+* ``forbidden``: dangerous wrong claims, each a check pattern, what it means and an example
+  sentence that trips it (every task has at least one);
+* ``reference_command``: the seqpack command whose output answers the task (null for near misses);
+* ``source``: where the ground truth comes from: ``seqpack`` (computed by this library),
+  ``upstream`` (a file of an upstream repository at a commit), ``seed`` (a seed document) or
+  ``general`` (common knowledge outside seqpack, for the near misses);
 * ``covers``: packing ``paths``, rule ``families`` and ``topics`` the task exercises;
 * ``rule_ids``: rules of the registry the ground truth involves;
-* ``ground_truth``: the values the generator computed with the library, for readers.
+* ``ground_truth``: the values the generator computed or recorded, for readers.
 """
 
 from __future__ import annotations
@@ -23,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from reference_impl.errors import InputError, UsageError
+from reference_impl.evaluation.fields import AnswerField
 
 SKILL_NAME = "megatron-sequence-packing"
-FORMAT = "seqpack-evals/1"
+FORMAT = "seqpack-evals/2"
 BUCKETS: tuple[str, ...] = ("explicit", "implicit", "contextual", "near_miss")
 #: Packing paths a task can cover; ``context_parallel`` is long-context CP support on any path.
 PATHS: tuple[str, ...] = ("offline", "in_batch", "energon", "global_batch", "context_parallel")
@@ -40,6 +49,7 @@ TOPICS: tuple[str, ...] = (
     "verification",
     "negative",
 )
+SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: ``expected_script`` values and the CLI subcommands / MCP tools that count as using them.
@@ -69,7 +79,29 @@ MCP_TOOLS: tuple[str, ...] = (
 CLI_COMMANDS: tuple[str, ...] = ("align", "validate", "rules", "pack", "inspect", "batches", "smoke", "plan", "mcp")
 
 _REQUIRED_KEYS = ("id", "bucket", "prompt", "expected_output", "assertions", "expected_skill", "expected_script",
-                  "files", "required", "forbidden", "covers", "rule_ids", "ground_truth")
+                  "files", "answer_fields", "forbidden", "reference_command", "source", "covers", "rule_ids",
+                  "ground_truth")
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A dangerous wrong claim: the check that finds it, what it means, and a sentence that trips it."""
+
+    check: str
+    claim: str
+    example: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-able form."""
+        return {"claim": self.claim, "check": self.check, "example": self.example}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Forbidden":
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(data, dict) or set(data) != {"claim", "check", "example"}:
+            raise UsageError(f"a forbidden claim needs exactly claim, check and example, got {data!r}",
+                             field="forbidden")
+        return cls(check=data["check"], claim=data["claim"], example=data["example"])
 
 
 @dataclass
@@ -81,11 +113,13 @@ class Task:
     prompt: str
     expected_output: str
     assertions: list[str]
-    required: list[str]
-    forbidden: list[str] = field(default_factory=list)
+    answer_fields: list[AnswerField]
+    forbidden: list[Forbidden] = field(default_factory=list)
     expected_skill: str | None = SKILL_NAME
     expected_script: str | None = None
     files: list[str] = field(default_factory=list)
+    reference_command: list[str] | None = None
+    source: dict[str, Any] = field(default_factory=lambda: {"kind": "seqpack"})
     paths: list[str] = field(default_factory=list)
     families: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
@@ -108,8 +142,10 @@ class Task:
             "expected_skill": self.expected_skill,
             "expected_script": self.expected_script,
             "files": list(self.files),
-            "required": list(self.required),
-            "forbidden": list(self.forbidden),
+            "answer_fields": [f.to_dict() for f in self.answer_fields],
+            "forbidden": [f.to_dict() for f in self.forbidden],
+            "reference_command": None if self.reference_command is None else list(self.reference_command),
+            "source": dict(self.source),
             "covers": {"paths": list(self.paths), "families": list(self.families), "topics": list(self.topics)},
             "rule_ids": list(self.rule_ids),
             "ground_truth": self.ground_truth,
@@ -124,17 +160,25 @@ class Task:
         if missing:
             raise InputError(f"task {index} lacks {', '.join(missing)}", file=where, row=index, field=missing[0])
         covers = data["covers"] or {}
+        try:
+            answer_fields = [AnswerField.from_dict(f) for f in data["answer_fields"]]
+            forbidden = [Forbidden.from_dict(f) for f in data["forbidden"]]
+        except (UsageError, TypeError) as exc:
+            message = exc.message if isinstance(exc, UsageError) else str(exc)
+            raise InputError(f"task {index}: {message}", file=where, row=index, field="answer_fields") from None
         task = cls(
             id=data["id"],
             bucket=data["bucket"],
             prompt=data["prompt"],
             expected_output=data["expected_output"],
             assertions=list(data["assertions"]),
-            required=list(data["required"]),
-            forbidden=list(data["forbidden"]),
+            answer_fields=answer_fields,
+            forbidden=forbidden,
             expected_skill=data["expected_skill"],
             expected_script=data["expected_script"],
             files=list(data["files"]),
+            reference_command=None if data["reference_command"] is None else list(data["reference_command"]),
+            source=dict(data["source"]),
             paths=list(covers.get("paths", [])),
             families=list(covers.get("families", [])),
             topics=list(covers.get("topics", [])),
@@ -149,7 +193,7 @@ class Task:
 
     def problems(self) -> list[tuple[str, str]]:
         """Schema problems as ``(field, message)`` pairs (empty when the task is well formed)."""
-        from reference_impl.evaluation.checks import compile_check
+        from reference_impl.evaluation.answers import compile_check
 
         out: list[tuple[str, str]] = []
         if not isinstance(self.id, str) or not ID_RE.match(self.id):
@@ -168,14 +212,29 @@ class Task:
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad:
                 out.append((f"covers.{name}", f"unknown {name} {bad}"))
-        if not self.required:
-            out.append(("required", "a task needs at least one required check"))
-        for name in ("required", "forbidden"):
-            for check in getattr(self, name):
-                try:
-                    compile_check(check)
-                except UsageError as exc:
-                    out.append((name, exc.message))
+        if not self.answer_fields:
+            out.append(("answer_fields", "a task needs at least one answer field"))
+        names = [f.name for f in self.answer_fields]
+        if len(set(names)) != len(names):
+            out.append(("answer_fields", f"duplicate answer field names in {names}"))
+        for f in self.answer_fields:
+            out += [("answer_fields", p) for p in f.problems()]
+        if not self.forbidden:
+            out.append(("forbidden", "a task needs at least one forbidden claim"))
+        for fb in self.forbidden:
+            try:
+                compile_check(fb.check)
+            except UsageError as exc:
+                out.append(("forbidden", exc.message))
+        if self.source.get("kind") not in SOURCE_KINDS:
+            out.append(("source", f"source kind {self.source.get('kind')!r} is not one of {', '.join(SOURCE_KINDS)}"))
+        if self.source.get("kind") == "upstream" and not {"repo", "commit", "path"} <= set(self.source):
+            out.append(("source", "an upstream source names repo, commit and path"))
+        if self.positive and not self.reference_command:
+            out.append(("reference_command", "a packing task names the seqpack command that answers it"))
+        if self.reference_command is not None and (not self.reference_command
+                                                   or self.reference_command[0] != "seqpack"):
+            out.append(("reference_command", "reference_command must start with 'seqpack'"))
         for path in self.files:
             if path.startswith("/") or ".." in Path(path).parts or not path.startswith("files/"):
                 out.append(("files", f"file {path!r} must be a relative path under files/"))
@@ -258,16 +317,31 @@ AGENTSKILLS_KEYS: tuple[str, ...] = ("id", "prompt", "expected_output", "asserti
                                      "expected_script")
 
 
+def is_text_file(path: str | os.PathLike[str]) -> bool:
+    """True for a UTF-8 file without NUL bytes (what a skill bundle may ship; scanners flag the rest)."""
+    data = Path(path).read_bytes()
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks: list[Task] | None = None) -> Path:
     """Write ``out_dir/evals.json`` in the plain agentskills.io shape and copy the task files beside it.
 
     This is the form a skill bundle ships as ``evals/evals.json`` (SkillEvaluator Tier 3 reads it);
-    the seqpack-only keys (checks, coverage, ground truth) stay in ``evals/tasks.json``.
+    the seqpack-only keys (answer fields, forbidden claims, coverage, ground truth) stay in
+    ``evals/tasks.json``. Tasks whose files are binary (packed Parquet) are left out, so the bundle
+    holds text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
     import shutil
 
     out = Path(out_dir)
     chosen = dataset.tasks if tasks is None else tasks
+    chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
     doc = {"skill_name": dataset.skill_name,
            "evals": [{k: t.to_dict()[k] for k in AGENTSKILLS_KEYS} for t in chosen]}
     out.mkdir(parents=True, exist_ok=True)
@@ -287,7 +361,9 @@ __all__ = [
     "CLI_COMMANDS",
     "Dataset",
     "FORMAT",
+    "Forbidden",
     "MCP_TOOLS",
+    "SOURCE_KINDS",
     "PATHS",
     "SCRIPTS",
     "SKILL_NAME",
@@ -296,5 +372,6 @@ __all__ = [
     "default_evals_dir",
     "dumps",
     "export_agentskills",
+    "is_text_file",
     "load_tasks",
 ]

@@ -3,8 +3,8 @@
 Every file is produced by running seqpack: configs are validated with ``validate_config``; packs
 are written by ``prepare_packed_dataset`` from the shipped demo data; logs are the captured output
 of ``seqpack`` commands on broken inputs (:func:`~reference_impl.evaluation.capture.capture_cli`),
-or of the library call that a training step makes (the CP partition). The checks are built from
-the same results.
+or of the library call that a training step makes (the CP partition). The answer fields are built
+from the same results.
 """
 
 from __future__ import annotations
@@ -18,27 +18,29 @@ from typing import Any, Sequence
 from reference_impl.alignment import derive_alignment, round_up
 from reference_impl.config import validate_config
 from reference_impl.errors import SeqpackError, UsageError
+from reference_impl.evaluation import claims
+from reference_impl.evaluation.builder import GenContext, make_task, paths_of
 from reference_impl.evaluation.capture import capture_cli
-from reference_impl.evaluation.checks import (
-    REGEX_PREFIX,
-    Checks,
-    any_of,
-    multiple_of,
-    number,
-    percent,
-    states,
-    word,
+from reference_impl.evaluation.facts import facts_for, merge
+from reference_impl.evaluation.fields import (
+    AnswerField,
+    choice_field,
+    int_field,
+    percent_field,
+    set_field,
+    yes_no_field,
 )
-from reference_impl.evaluation.dataset import GenContext, make_task
-from reference_impl.evaluation.facts import Fact, facts_for
-from reference_impl.evaluation.render import config_yaml, sentence, without_comments
+from reference_impl.evaluation.render import config_yaml, without_comments
+from reference_impl.evaluation.tasks import Forbidden
+from reference_impl.evaluation.vocab import KEY_ALIASES, multiple_field, rule_ids_field
 
 DATA_ROWS = 40
 PACK_SIZE = 1024
+PAD_ALIASES = KEY_ALIASES["dataset.offline_packing_specs.pad_seq_to_mult"]
 
 
 # ------------------------------------------------------------------------------------------------
-# Shared inputs (built once per dataset build, in the scratch folder)
+# Shared inputs (built once per dataset build, in the scratch folder) and common fields
 # ------------------------------------------------------------------------------------------------
 
 
@@ -85,19 +87,37 @@ def _workdir_with(ctx: GenContext, name: str, files: dict[str, Path | str]) -> P
     return work
 
 
-def _apply(checks: Checks, facts: Sequence[Fact]) -> list[str]:
-    for fact in facts:
-        checks.need(fact.check)
-        checks.ban(*fact.forbidden)
-    return [f.sentence for f in facts]
+def dp_field(dp: int) -> AnswerField:
+    """The data-parallel size."""
+    return int_field("data_parallel_size", dp, r"\bDP\b", r"data[- ]parallel(?: size)?", says="data-parallel size")
 
 
-def _paths_of(report: Any) -> list[str]:
-    path = report.resolved["packing_path"]
-    paths = [path] if isinstance(path, str) and path != "none" else (list(path) if isinstance(path, list) else [])
-    if report.resolved["alignment"]["cp"] > 1:
-        paths.append("context_parallel")
-    return paths
+def valid_field(ok: bool) -> AnswerField:
+    """Whether the validator accepts the config."""
+    return yes_no_field(
+        "valid", ok,
+        [r"(?<!not )(?<!in)\bvalid\b(?! only)", r"\bpasses\b", r"\bno violations\b", r"\bis accepted\b"],
+        [r"\binvalid\b", r"\bnot valid\b", r"\brejected\b", r"\bwill fail\b", r"\bfails validation\b"],
+        anywhere=True, says="the config is valid")
+
+
+def pad_field(value: int, name: str = "pad_seq_to_mult") -> AnswerField:
+    """``pad_seq_to_mult`` (the per-sequence alignment multiple)."""
+    return int_field(name, value, *PAD_ALIASES, says="pad_seq_to_mult")
+
+
+def usable_field(name: str, usable: bool, *aliases: str, says: str = "") -> AnswerField:
+    """Whether packs can be used as they are (``usable`` / ``not usable``)."""
+    return choice_field(name, "usable" if usable else "not usable", {
+        "usable": (r"(?<!not )(?<!un)\busable\b", r"\bcan be used\b", r"\bworks?\b(?! only)"),
+        "not usable": (r"\bnot usable\b", r"\bunusable\b", r"\bcannot be used\b", r"\bcan't be used\b",
+                       r"\bnot compatible\b", r"\bincompatible\b"),
+    }, *aliases, says=says or name, hint="<usable | not usable>")
+
+
+def count_field(name: str, value: int, *nouns: str, says: str = "") -> AnswerField:
+    """A count written as ``N nouns`` or ``nouns: N``."""
+    return int_field(name, value, *(rf"\b{n}\b" for n in nouns), says=says or name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,18 +140,20 @@ def _review_task(
     if report.ok and not (warnings and report.warnings):
         raise UsageError(f"{task_id}: the config is valid; a review task needs findings")
     rel = ctx.put_text(task_id, name, text)
-    checks = Checks()
-    sentences = _apply(checks, facts_for(report, warnings=warnings))
+    fields, forbidden, sentences = merge(facts_for(report, warnings=warnings))
     findings = report.violations + (report.warnings if warnings else [])
+    paths = paths_of(report)
+    sets = [w for o in overrides for w in ("--set", o)]
     ctx.add(make_task(
         task_id, "contextual", prompt,
-        "Problems found: " + " ".join(sentence(f.message) for f in findings) + " Fixes: " + " ".join(sentences),
-        [f"Finds the problem checked by {f.rule_id} ({f.title})" for f in findings]
-        + ["Gives corrected values for every problem"],
-        checks,
+        "Problems found:\n" + "".join(f"[{f.rule_id}] {f.message}\n" for f in findings) + "Fixes: " + " ".join(sentences),
+        [rule_ids_field([f.rule_id for f in findings])] + fields,
+        forbidden + claims.path_claims(paths),
+        assertions=[f"Finds the problem checked by {f.rule_id} ({f.title})" for f in findings],
         script="seqpack validate",
+        command=["validate", name, *sets],
         files=[rel],
-        paths=_paths_of(report),
+        paths=paths,
         topics=["rules", "diagnosis"],
         rule_ids=report.rule_ids,
         truth={"overrides": list(overrides), "violations": [f.rule_id for f in report.violations],
@@ -145,11 +167,6 @@ def _example_text(name: str) -> str:
     from reference_impl.examples import example_path
 
     return without_comments(example_path(name).read_text(encoding="utf-8"))
-
-
-def _dp_check(dp: int) -> str:
-    label = "(?:\\bDP|data[- ]parallel(?: size)?|data_parallel_size)"
-    return f"{REGEX_PREFIX}{label}[^\\d\\n]{{0,30}}?{number(dp, as_regex=True)}"
 
 
 def _config_tasks(ctx: GenContext) -> None:
@@ -181,10 +198,6 @@ def _config_tasks(ctx: GenContext) -> None:
          "configured?",
          {"model.seq_length": 4096, "model.cuda_graph_impl": "transformer_engine",
           "dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 4096}),
-        ("ctx-qwen3-next-offline",
-         "Our Qwen3-Next fine-tuning config is in config.yaml. Anything to worry about before launch?",
-         {"model.family": "qwen3_next", "model.seq_length": 4096, "dataset.enable_offline_packing": True,
-          "dataset.offline_packing_specs.packed_sequence_size": 4096}),
         ("ctx-seq-mismatch",
          "config.yaml: the data team built 8K packs but the training side still says 4096 somewhere. Find and fix "
          "the inconsistency.",
@@ -205,6 +218,13 @@ def _config_tasks(ctx: GenContext) -> None:
     ):
         _review_task(ctx, task_id, prompt, config_yaml(overrides))
     _review_task(
+        ctx, "ctx-qwen3-next-offline",
+        "Our Qwen3-Next fine-tuning config is in config.yaml. Anything to worry about before launch?",
+        config_yaml({"model.family": "qwen3_next", "model.seq_length": 4096, "dataset.enable_offline_packing": True,
+                     "dataset.offline_packing_specs.packed_sequence_size": 4096}),
+        warnings=True,
+    )
+    _review_task(
         ctx, "ctx-eval-cp-warning",
         "The validator accepts config.yaml but prints a warning about the evaluation context-parallel size. What "
         "does it mean and what should we do?",
@@ -224,12 +244,6 @@ def _launch_check_tasks(ctx: GenContext) -> None:
     r = report.resolved
     rel = ctx.put_text("ctx-offline-8k-launch", "config.yaml", text)
     per_step = r["micro_batches_per_step_per_rank"]
-    checks = Checks().need(
-        _dp_check(r["data_parallel_size"]),
-        f"{REGEX_PREFIX}(?:{number(r['token_slots_per_step'], as_regex=True)}|64\\s?[kK])",
-        f"{REGEX_PREFIX}(?:micro-?batch[^\\d\\n]{{0,60}}?{number(per_step, as_regex=True)}|"
-        f"{number(per_step, as_regex=True)}[^\\n]{{0,40}}?micro-?batch)",
-    ).ban("re:\\b(?:is|looks) invalid\\b|\\bwill fail\\b")
     ctx.add(make_task(
         "ctx-offline-8k-launch", "contextual",
         "Sanity-check config.yaml before we launch on 16 GPUs: is it valid, what data-parallel size does it "
@@ -238,10 +252,14 @@ def _launch_check_tasks(ctx: GenContext) -> None:
         f"Valid ({report.rules_checked} rules, no violations). DP = {r['data_parallel_size']}, pad_seq_to_mult = "
         f"{r['pad_seq_to_mult']}, {r['token_slots_per_step']} token slots per step, {per_step} micro-batches per "
         "DP rank per step.",
-        [f"Says the config is valid", f"DP = {r['data_parallel_size']}",
-         f"{r['token_slots_per_step']} token slots per step", f"{per_step} micro-batches per rank per step"],
-        checks, script="seqpack validate", files=[rel], paths=["offline", "context_parallel"],
-        topics=["rules", "token_slots"], truth={"resolved": r, "ok": report.ok},
+        [valid_field(report.ok), dp_field(r["data_parallel_size"]),
+         int_field("token_slots_per_step", r["token_slots_per_step"], r"token[_ ]slots(?:[_ ]per[_ ]step)?",
+                   says="token slots per step"),
+         int_field("micro_batches_per_step_per_rank", per_step, r"micro-?batch(?:es)?(?: per (?:DP )?rank)?",
+                   says="micro-batches per DP rank per step")],
+        claims.path_claims(["offline", "context_parallel"]),
+        script="seqpack validate", command=["validate", "config.yaml"], files=[rel],
+        paths=["offline", "context_parallel"], topics=["rules", "token_slots"], truth={"resolved": r, "ok": report.ok},
     ))
 
     text = _example_text("in_batch_mbs4")
@@ -250,14 +268,6 @@ def _launch_check_tasks(ctx: GenContext) -> None:
     mbs = report.config["train"]["micro_batch_size"]
     rel = ctx.put_text("ctx-in-batch-review", "config.yaml", text)
     per_step = r["micro_batches_per_step_per_rank"]
-    checks = Checks().need(
-        f"{REGEX_PREFIX}{number(mbs, as_regex=True)}[^\\n]{{0,60}}?(?:rows|samples|sequences)",
-        _dp_check(r["data_parallel_size"]),
-        f"{REGEX_PREFIX}(?:micro-?batch[^\\d\\n]{{0,60}}?{number(per_step, as_regex=True)}|"
-        f"{number(per_step, as_regex=True)}[^\\n]{{0,40}}?micro-?batch)",
-        any_of("re:\\bsingle\\b[^\\n]{0,80}(?:right|correct|fine|ok|good|required|needed)",
-               "re:(?:right|correct|fine|ok|good)[^\\n]{0,80}\\bsingle\\b"),
-    ).ban(f"{REGEX_PREFIX}(?:switch|change)[^\\n]{{0,30}}dataloader_type[^\\n]{{0,20}}batch\\b")
     ctx.add(make_task(
         "ctx-in-batch-review", "contextual",
         "config.yaml concatenates the rows of each micro-batch at collate time. How many source rows end up in one "
@@ -265,22 +275,25 @@ def _launch_check_tasks(ctx: GenContext) -> None:
         "step, and is the dataloader type right?",
         f"Valid. {mbs} rows are packed into each THD row (micro_batch_size={mbs}); DP = {r['data_parallel_size']}; "
         f"{per_step} micro-batches per DP rank per step; dataloader_type single is correct (batch is refused).",
-        [f"{mbs} rows per packed row", f"DP = {r['data_parallel_size']}", f"{per_step} micro-batches per rank "
-         "per step", "Confirms single (or cyclic) is the right dataloader"],
-        checks, script="seqpack validate", files=[rel], paths=["in_batch"], topics=["rules"],
-        truth={"resolved": r, "ok": report.ok},
+        [int_field("rows_per_packed_row", mbs, r"\brows\b(?: (?:are )?packed into each)?", r"micro_batch_size",
+                   says="source rows in one packed row"),
+         dp_field(r["data_parallel_size"]),
+         int_field("micro_batches_per_step_per_rank", per_step, r"micro-?batch(?:es)?(?: per (?:DP )?rank)?",
+                   says="micro-batches per DP rank per step"),
+         yes_no_field("dataloader_type_right", True,
+                      [r"\bsingle\b[^.\n]{0,40}?\b(?:right|correct|fine|ok|good|required|needed)\b",
+                       r"\b(?:right|correct|fine|ok|good)\b[^.\n]{0,40}?\bsingle\b"],
+                      [r"(?:switch|change)[^.\n]{0,30}dataloader", r"\bsingle\b[^.\n]{0,30}\b(?:wrong|incorrect)\b"],
+                      anywhere=True, says="the dataloader type is right")],
+        claims.path_claims(["in_batch"]),
+        script="seqpack validate", command=["validate", "config.yaml"], files=[rel], paths=["in_batch"],
+        topics=["rules"], truth={"resolved": r, "ok": report.ok},
     ))
 
     text = _example_text("global_batch_cp2")
     report = validate_config(text, ["model.context_parallel_size=4"])
     r = report.resolved
     rel = ctx.put_text("ctx-global-batch-cp4", "config.yaml", text)
-    checks = Checks().need(
-        _dp_check(r["data_parallel_size"]),
-        any_of(states("pad_seq_to_mult", r["pad_seq_to_mult"]),
-               multiple_of(r["pad_seq_to_mult"])),
-        f"{REGEX_PREFIX}(?:{number(r['global_batch_capacity_tokens'], as_regex=True)}|32\\s?[kK])",
-    )
     ctx.add(make_task(
         "ctx-global-batch-cp4", "contextual",
         "config.yaml uses global-batch packing with CP=2 on 8 GPUs. If we switch to context parallel 4 on the "
@@ -289,9 +302,12 @@ def _launch_check_tasks(ctx: GenContext) -> None:
         f"Still valid. DP = {r['data_parallel_size']}; pad_seq_to_mult = {r['pad_seq_to_mult']} "
         f"({r['alignment']['explanation']}); one pack holds max_seqlen_per_dp_cp_rank * CP = "
         f"{r['global_batch_capacity_tokens']} tokens.",
-        [f"DP = {r['data_parallel_size']}", f"alignment multiple {r['pad_seq_to_mult']}",
-         f"capacity {r['global_batch_capacity_tokens']} tokens"],
-        checks, script="seqpack validate", files=[rel], paths=["global_batch", "context_parallel"],
+        [valid_field(report.ok), dp_field(r["data_parallel_size"]), pad_field(r["pad_seq_to_mult"]),
+         int_field("pack_capacity_tokens", r["global_batch_capacity_tokens"], r"one pack (?:can )?holds?",
+                   r"\bcapacity\b", r"tokens per pack", says="tokens one pack holds")],
+        claims.path_claims(["global_batch", "context_parallel"]),
+        script="seqpack validate", command=["validate", "config.yaml", "--set", "model.context_parallel_size=4"],
+        files=[rel], paths=["global_batch", "context_parallel"],
         topics=["rules", "alignment"], truth={"resolved": r, "ok": report.ok, "violations": report.rule_ids},
     ))
 
@@ -308,8 +324,8 @@ def _log_task(
     inputs: dict[str, Path | str],
     prompt: str,
     answer: str,
-    assertions: Sequence[str],
-    checks: Checks,
+    fields: Sequence[AnswerField],
+    forbidden: Sequence[Forbidden],
     *,
     ship: Sequence[str] = (),
     log_name: str = "error.log",
@@ -332,7 +348,7 @@ def _log_task(
         else:
             files.append(ctx.put_file(task_id, name, src))
     ctx.add(make_task(
-        task_id, "contextual", prompt, answer, assertions, checks, script=script, files=files,
+        task_id, "contextual", prompt, answer, fields, forbidden, script=script, command=list(argv), files=files,
         paths=paths, topics=["diagnosis"], rule_ids=rule_ids, truth={"command": ["seqpack", *argv],
                                                                      "exit_code": run.exit_code,
                                                                      "output": run.stdout + run.stderr},
@@ -348,24 +364,28 @@ def _error_of(fn: Any) -> SeqpackError:
     raise UsageError("expected the call to fail")
 
 
+def line_field(line: int) -> AnswerField:
+    """The 1-based line of a data file."""
+    return int_field("line", line, r"\bline\b(?: number)?", r"train\.jsonl:", says="line of train.jsonl")
+
+
 def _log_tasks(ctx: GenContext) -> None:
     # 1. validate: offline alignment wrong for TP4/CP2/SP
     cfg = config_yaml({
         "model.tensor_model_parallel_size": 4, "model.context_parallel_size": 2, "model.sequence_parallel": True,
         "model.seq_length": 8192, "model.calculate_per_token_loss": True, "dataset.enable_offline_packing": True,
-        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.offline_packing_specs.pad_seq_to_mult": 4,
+        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.offline_packing_specs.pad_seq_to_mult": 2,
         "train.global_batch_size": 8, "ddp.average_in_collective": False, "dist.world_size": 16,
     })
     report = validate_config(cfg)
-    checks = Checks()
-    sentences = _apply(checks, facts_for(report))
+    fields, forbidden, sentences = merge(facts_for(report))
     _log_task(
         ctx, "ctx-log-validate-tp4-cp2-sp", ["validate", "config.yaml"], {"config.yaml": cfg},
         "Our pre-launch check printed validate.log for config.yaml (both in this directory). What is wrong and "
         "what exactly should we change?",
         "The packs use the wrong per-sequence alignment. " + " ".join(sentences),
-        [f"Identifies {rid}" for rid in report.rule_ids] + ["Gives the derived value and says to rebuild the packs"],
-        checks, ship=["config.yaml"], log_name="validate.log", paths=["offline", "context_parallel"],
+        [rule_ids_field(report.rule_ids)] + fields, forbidden + claims.path_claims(["offline", "context_parallel"]),
+        ship=["config.yaml"], log_name="validate.log", paths=["offline", "context_parallel"],
         rule_ids=report.rule_ids, script="seqpack validate", expect_exit=1,
     )
 
@@ -376,19 +396,22 @@ def _log_tasks(ctx: GenContext) -> None:
 
     work = _workdir_with(ctx, "probe-json", {"train.jsonl": "\n".join(broken) + "\n"})
     err = _error_of(lambda: prepare_packed_dataset(str(work / "train.jsonl"), work / "out", pack_size=4096))
-    checks = Checks().need(
-        f"{REGEX_PREFIX}(?:line\\s?{err.line}\\b|train\\.jsonl:{err.line}\\b|row\\s?{err.row}\\b)",
-        "re:comma|delimiter|malformed|invalid JSON|not valid JSON|JSON syntax|syntax error",
-    )
+    problem = choice_field("problem", "malformed JSON", {
+        "malformed JSON": (r"(?:no|missing|without(?: a)?|lacks(?: a)?) comma", r"comma (?:is )?missing", r"\bcomma\b",
+                           r"\bdelimiter\b", r"\bmalformed\b", r"invalid JSON", r"(?:isn't|is not|not) valid JSON",
+                           r"JSON syntax", r"syntax error"),
+        "missing field": (r"missing (?:field|key)", r"\bno '?completion'? (?:field|key)\b"),
+        "bad encoding": (r"\bencoding\b", r"\butf-?8\b", r"\bunicode\b"),
+    }, anywhere=True, says="what is wrong with the line")
     _log_task(
         ctx, "ctx-log-pack-malformed-json", ["pack", "train.jsonl", "--out", "packed", "--pack-size", "4096"],
         {"train.jsonl": "\n".join(broken) + "\n"},
         "Packing our SFT data failed with pack.log. train.jsonl is here too. Where is the problem and how do we "
         "fix it?",
-        f"train.jsonl line {err.line} (row {err.row}) is malformed JSON: {err.message}. A comma is missing between "
-        "the prompt and completion fields; fix that line and rerun the packing.",
-        [f"Points at line {err.line} of train.jsonl", "Explains the JSON syntax error (missing comma)"],
-        checks, ship=["train.jsonl"], log_name="pack.log", paths=["offline"], script="seqpack pack",
+        f"train.jsonl line {err.line} is malformed JSON: a comma is missing between the prompt and completion "
+        "fields; fix that line and rerun the packing.",
+        [line_field(err.line), problem], claims.path_claims(["offline"]),
+        ship=["train.jsonl"], log_name="pack.log", paths=["offline"], script="seqpack pack",
     )
 
     row = json.loads(good[2])
@@ -396,18 +419,21 @@ def _log_tasks(ctx: GenContext) -> None:
     lines = [good[0], good[1], json.dumps(row)]
     work = _workdir_with(ctx, "probe-field", {"train.jsonl": "\n".join(lines) + "\n"})
     err = _error_of(lambda: prepare_packed_dataset(str(work / "train.jsonl"), work / "out", pack_size=4096))
-    checks = Checks().need(
-        f"{REGEX_PREFIX}(?:line\\s?{err.line}\\b|train\\.jsonl:{err.line}\\b|row\\s?{err.row}\\b)",
-        word(err.field or "completion"),
-    )
+    def _absent(name: str) -> tuple[str, ...]:
+        return (rf"(?:missing|lacks|has no|without|no)\s+(?:the\s+|a\s+|an\s+)?['\"]?{name}\b",
+                rf"\b{name}['\"]?\s+(?:field\s+|key\s+)?(?:is\s+)?missing")
+
+    missing = choice_field("missing_field", err.field or "completion",
+                           {name: _absent(name) for name in ("completion", "prompt", "messages")},
+                           anywhere=True, says="the missing field")
     _log_task(
         ctx, "ctx-log-pack-missing-field", ["pack", "train.jsonl", "--out", "packed", "--pack-size", "4096"],
         {"train.jsonl": "\n".join(lines) + "\n"},
         "pack.log shows why packing train.jsonl stopped. What is wrong with the data?",
-        f"train.jsonl line {err.line} (row {err.row}) has no '{err.field}' field: {err.message}. Add the "
-        f"{err.field} to that row (or drop the row) and pack again.",
-        [f"Points at line {err.line}", f"Says the '{err.field}' field is missing"],
-        checks, ship=["train.jsonl"], log_name="pack.log", paths=["offline"], script="seqpack pack",
+        f"train.jsonl line {err.line} has no {err.field} field. Add the {err.field} to that row (or drop the "
+        "row) and pack again.",
+        [line_field(err.line), missing], claims.path_claims(["offline"]),
+        ship=["train.jsonl"], log_name="pack.log", paths=["offline"], script="seqpack pack",
     )
 
     # 4. pack: pack size not a multiple of the derived alignment
@@ -415,10 +441,6 @@ def _log_tasks(ctx: GenContext) -> None:
     bad_size, cp = 4090, 2
     mult = derive_alignment(cp=cp).pad_seq_to_mult
     lo, hi = bad_size - bad_size % mult, round_up(bad_size, mult)
-    checks = Checks().need(
-        multiple_of(mult),
-        f"{REGEX_PREFIX}(?:{number(lo, as_regex=True)}|{number(hi, as_regex=True)}|4[,_ ]?096|4\\s?[kK])",
-    )
     _log_task(
         ctx, "ctx-log-pack-width", ["pack", "train.jsonl", "--out", "packed", "--pack-size", str(bad_size),
                                     "--cp", str(cp)],
@@ -427,17 +449,14 @@ def _log_tasks(ctx: GenContext) -> None:
         "use?",
         f"With CP={cp} every sequence is padded to a multiple of {mult}, so the pack size must be a multiple of "
         f"{mult} too; {bad_size} is not. Use {hi} (or {lo}), or the usual 4096.",
-        [f"Explains the pack size must be a multiple of {mult} for CP={cp}", f"Suggests {hi}, {lo} or 4096"],
-        checks, log_name="pack.log", paths=["offline", "context_parallel"],
+        [multiple_field("pack_size_multiple", r"(?:pack[_ -]size|packed[_ ]sequence[_ ]size)", mult,
+                        says="the pack size must be a multiple of")],
+        claims.path_claims(["offline", "context_parallel"]),
+        log_name="pack.log", paths=["offline", "context_parallel"],
         rule_ids=["PACK-OFFLINE-WIDTH-ALIGNED"], script="seqpack pack",
     )
 
     # 5. pack: per-sample cap larger than the pack
-    checks = Checks().need(
-        any_of("re:(?:lower|reduce|decrease|at most|<=|no (?:larger|bigger|more) than|not exceed)[^\\n]{0,60}"
-               "max[_-]seq[_-]length", "re:max[_-]seq[_-]length[^\\n]{0,60}(?:lower|reduce|at most|<=|4[,_ ]?096|"
-               "no (?:larger|bigger|more) than|exceed)"),
-    )
     _log_task(
         ctx, "ctx-log-pack-max-seq", ["pack", "train.jsonl", "--out", "packed", "--pack-size", "4096",
                                       "--max-seq-length", "8192"],
@@ -445,8 +464,11 @@ def _log_tasks(ctx: GenContext) -> None:
         "pack.log is from our packing job. What does the error mean?",
         "The per-sample cap max_seq_length=8192 exceeds the pack size 4096; a sample can never be longer than the "
         "pack. Lower --max-seq-length to at most 4096 (or drop it), or raise --pack-size.",
-        ["Explains the per-sample cap cannot exceed the pack size", "Suggests lowering max_seq_length to <= 4096"],
-        checks, log_name="pack.log", paths=["offline"], rule_ids=["PACK-OFFLINE-MAX-SINGLE-LE-PACK"],
+        [int_field("max_seq_length_limit", 4096,
+                   r"max[_ -]seq[_ -]length[^.\n]{0,30}?(?:at most|<=|≤|no (?:larger|more|bigger) than|not exceed)",
+                   r"(?:at most|no (?:larger|more|bigger) than)", says="the largest allowed --max-seq-length")],
+        claims.path_claims(["offline"]),
+        log_name="pack.log", paths=["offline"], rule_ids=["PACK-OFFLINE-MAX-SINGLE-LE-PACK"],
         script="seqpack pack",
     )
 
@@ -454,53 +476,47 @@ def _log_tasks(ctx: GenContext) -> None:
     chat = _demo_subset(ctx, "chat", 32)
     report = validate_config(None, ["dataset.enable_in_batch_packing=true", "train.micro_batch_size=4",
                                     "dataset.dataloader_type=batch"])
-    checks = Checks()
-    sentences = _apply(checks, facts_for(report))
+    fields, forbidden, sentences = merge(facts_for(report))
     _log_task(
         ctx, "ctx-log-batches-dataloader", ["batches", "chat.jsonl", "--mbs", "4", "--seq-length", "2048",
                                             "--dataloader", "batch"],
         {"chat.jsonl": chat},
         "We tried to preview the runtime packed micro-batches of chat.jsonl and got batches.log. Explain and fix.",
-        " ".join(sentences),
-        ["Explains that the batch dataloader would pack a whole global batch into one row",
-         "Recommends dataloader_type single or cyclic"],
-        checks, log_name="batches.log", paths=["in_batch"], rule_ids=report.rule_ids, script="seqpack batches",
+        " ".join(sentences), fields, forbidden + claims.path_claims(["in_batch"]),
+        log_name="batches.log", paths=["in_batch"], rule_ids=report.rule_ids, script="seqpack batches",
         expect_exit=1,
     )
 
     # 7. batches: seq_length not divisible by 2*CP
     cp = 2
-    checks = Checks().need(multiple_of(2 * cp),
-                           f"{REGEX_PREFIX}(?:1[,_ ]?020|1[,_ ]?024|1\\s?[kK])")
     _log_task(
         ctx, "ctx-log-batches-seq-cp", ["batches", "chat.jsonl", "--mbs", "4", "--seq-length", "1022", "--cp",
                                         str(cp), "--pad-to-max-length"],
         {"chat.jsonl": chat},
         "Why does batches.log refuse our fixed-width in-batch setup with context parallel 2?",
         f"With CP={cp} the sequence length must be a multiple of 2*CP = {2 * cp}; 1022 is not. Use 1020 or 1024.",
-        [f"Explains seq_length must be a multiple of {2 * cp}", "Suggests 1020 or 1024"],
-        checks, log_name="batches.log", paths=["in_batch", "context_parallel"], rule_ids=["CP-SEQ-DIVISIBLE"],
+        [multiple_field("seq_length_multiple", r"seq(?:uence)?[_ ]length", 2 * cp,
+                        says="the sequence length must be a multiple of")],
+        claims.path_claims(["in_batch", "context_parallel"]),
+        log_name="batches.log", paths=["in_batch", "context_parallel"], rule_ids=["CP-SEQ-DIVISIBLE"],
         script="seqpack batches", expect_exit=1,
     )
 
     # 8. inspect: packs built with pad 1 checked for CP=2
     packs1 = _packs(ctx, 1)
     need = derive_alignment(cp=2).pad_seq_to_mult
-    checks = Checks().need(
-        states("pad_seq_to_mult", need),
-        "re:re-?pack|rebuild|re-?build|regenerate|pack (?:it |them )?again",
-    ).ban("re:(?:packs|they|artifact|it) (?:are|is) usable")
-    out = _log_task(
+    _log_task(
         ctx, "ctx-log-inspect-cp2", ["inspect", "packs", "--cp", "2"], {"packs": packs1},
         "We want to train on the packs in packs/ with context parallel 2. inspect.log is what the checker said. "
         "Can we use them, and if not, what do we do?",
-        f"No: the packs were built with pad_seq_to_mult=1, but CP=2 needs every sequence to be a multiple of {need}. "
-        f"Repack the data with pad_seq_to_mult = {need}.",
-        ["Says the packs cannot be used with CP=2", f"Says to repack with pad_seq_to_mult={need}"],
-        checks, ship=["packs"], log_name="inspect.log", paths=["offline", "context_parallel"],
+        f"No: the packs were built with pad_seq_to_mult 1, but CP=2 needs every sequence to be a multiple of {need}, "
+        f"so they are not usable. Repack the data with pad_seq_to_mult = {need}.",
+        [usable_field("usable_with_cp2", False, r"\bpacks\b", r"\bthey\b", says="the packs are usable with CP=2"),
+         pad_field(need)],
+        [claims.usable_with_cp(2), claims.reuse_packs(), claims.pad_mult(1)] + claims.path_claims(["offline"]),
+        ship=["packs"], log_name="inspect.log", paths=["offline", "context_parallel"],
         script="seqpack inspect", expect_exit=1,
     )
-    _ = out
 
     # 9. unknown key in a config (a typo)
     cfg = config_yaml({"model.context_parallel_size": 2, "model.calculate_per_token_loss": True,
@@ -508,14 +524,16 @@ def _log_tasks(ctx: GenContext) -> None:
     cfg = cfg.replace("enable_offline_packing: true\n",
                       "enable_offline_packing: true\n  offline_packing_spec:\n    packed_sequence_size: 4096\n"
                       "    pad_seq_to_mult: 4\n")
-    checks = Checks().need(word("offline_packing_specs"),
-                           "re:typo|misspel|unknown key|missing (?:an |the )?['\"]?s\\b|rename|should be")
+    key = choice_field("correct_key", "offline_packing_specs", {
+        "offline_packing_specs": (r"(?:\bto|should be|\bis|:)\s+['\"]?(?:dataset\.)?offline_packing_specs\b",),
+        "offline_packing_spec": (r"(?:\bto|should be|\bis|:)\s+['\"]?(?:dataset\.)?offline_packing_spec\b(?!s)",),
+    }, anywhere=True, says="the right key name", hint="<key name>")
     _log_task(
         ctx, "ctx-log-config-typo", ["validate", "config.yaml"], {"config.yaml": cfg},
         "validate.log came from checking config.yaml. What is the problem?",
         "The key offline_packing_spec is a typo (unknown key): rename it to offline_packing_specs.",
-        ["Identifies the misspelled key", "Says to rename it to offline_packing_specs"],
-        checks, ship=["config.yaml"], log_name="validate.log", paths=["offline"], script="seqpack validate",
+        [key], claims.path_claims(["offline"]),
+        ship=["config.yaml"], log_name="validate.log", paths=["offline"], script="seqpack validate",
     )
 
     # 10. stale or foreign output directory
@@ -524,20 +542,32 @@ def _log_tasks(ctx: GenContext) -> None:
     probe = _workdir_with(ctx, "probe-stale", {"train.jsonl": data})
     root = _prep(str(probe / "train.jsonl"), probe / "packed", pack_size=2048, pad_seq_to_mult=4).root
     stale = {"train.jsonl": data, f"packed/{root.name}/notes.txt": "half-written copy from an interrupted job\n"}
-    checks = Checks().need(any_of("--overwrite", "overwrite=True", "re:(?:remove|delete|move)[^\\n]{0,60}"
-                                                                   "(?:director|folder|output)"))
+    fix = choice_field("fix", "overwrite or remove the directory", {
+        "overwrite or remove the directory": (r"--overwrite", r"overwrite\s*=\s*True",
+                                              r"(?:remove|delete|move)[^.\n]{0,60}(?:director|folder|output)"),
+        "change the data": (r"(?:fix|edit|repair)[^.\n]{0,20}(?:data|jsonl|train\.jsonl)",),
+        "change the pack size": (r"(?:change|lower|raise)[^.\n]{0,20}pack[ -]size",),
+    }, anywhere=True, says="what to do")
     _log_task(
         ctx, "ctx-log-stale-output", ["pack", "train.jsonl", "--out", "packed", "--pack-size", "2048", "--cp", "2"],
         stale,
         "Re-running our packing step gave pack.log. What happened and what should we do?",
         "The fingerprinted output directory already exists but is not a complete pack with this fingerprint "
         "(left over from an interrupted or different job). Remove that directory, or rerun with --overwrite.",
-        ["Explains the existing directory is incomplete/foreign", "Suggests removing it or --overwrite"],
-        checks, log_name="pack.log", paths=["offline"], script="seqpack pack",
+        [fix], claims.path_claims(["offline"]),
+        log_name="pack.log", paths=["offline"], script="seqpack pack",
     )
 
     # 11. a training step: CP partition of a pack built with pad 1
     _cp_partition_task(ctx, packs1)
+
+
+def rebuild_field() -> AnswerField:
+    """Whether the packs have to be rebuilt."""
+    return yes_no_field("rebuild_packs", True,
+                        [r"\bre-?pack", r"\brebuild", r"\bre-?build", r"\bregenerate", r"pack (?:it|them|the data) again"],
+                        [r"(?:keep|reuse) (?:the|these|your) packs", r"no need to re-?(?:pack|build)"],
+                        anywhere=True, says="the packs must be rebuilt")
 
 
 def _cp_partition_task(ctx: GenContext, packs: Path) -> None:
@@ -561,15 +591,15 @@ def _cp_partition_task(ctx: GenContext, packs: Path) -> None:
     need = derive_alignment(cp=2).pad_seq_to_mult
     task_id = "ctx-log-cp-partition"
     files = [ctx.put_text(task_id, "train.log", log)]
-    checks = Checks().need(states("pad_seq_to_mult", need), "re:re-?pack|rebuild|re-?build|regenerate")
     ctx.add(make_task(
         task_id, "contextual",
         "Our first context-parallel (CP=2) step crashed; train.log has the error. Explain the cause and the fix.",
         f"Every packed sequence must have a physical length divisible by 2*CP = {need}, but the packs were built "
         f"without that alignment. Rebuild the packs with pad_seq_to_mult = {need} (derived from the topology).",
-        [f"Explains sequences must be multiples of 2*CP={need}", f"Says to rebuild with pad_seq_to_mult={need}"],
-        checks, script="seqpack align", files=files, paths=["offline", "context_parallel"], topics=["diagnosis"],
-        truth={"error": err.to_dict()},
+        [pad_field(need), rebuild_field()],
+        [claims.reuse_packs(), claims.pad_mult(1)] + claims.path_claims(["offline", "context_parallel"]),
+        script="seqpack align", command=["align", "--cp", "2"], files=files, paths=["offline", "context_parallel"],
+        topics=["diagnosis"], truth={"error": err.to_dict()},
     ))
 
 
@@ -585,6 +615,25 @@ _TOPOLOGY_CHOICES: tuple[tuple[str, dict[str, Any], str], ...] = (
 )
 
 
+def stats_fields(s: dict[str, Any], *, intact: bool | None = None) -> list[AnswerField]:
+    """Pack, sequence and efficiency counts of an inspect report."""
+    out = [
+        count_field("packs", s["rows"], "packs", "packed rows", "rows", "bins", says="number of packs"),
+        count_field("sequences", s["segments"], "sequences", "samples", "segments", says="number of sequences"),
+        percent_field("packing_efficiency", 100 * s["packing_efficiency"], r"(?:packing )?efficiency",
+                      r"of the token slots", says="packing efficiency"),
+        int_field("max_sequences_per_pack", s["sequences_per_pack"]["max"], r"\bat most\b", r"\bup to\b",
+                  r"fullest pack (?:has|holds)", r"max(?:imum)?(?: number of)? sequences(?: in one pack| per pack)?",
+                  says="most sequences in one pack"),
+    ]
+    if intact is not None:
+        out.append(yes_no_field("intact", intact,
+                                [r"\bintact\b", r"no integrity (?:issues|problems|errors)", r"found nothing wrong"],
+                                [r"\bcorrupt\w*", r"\bdamaged\b", r"integrity (?:issues|problems|errors) found"],
+                                anywhere=True, says="the data is intact"))
+    return out
+
+
 def _artifact_tasks(ctx: GenContext) -> None:
     from reference_impl.inspect import Topology, inspect_packed_dataset
 
@@ -592,28 +641,26 @@ def _artifact_tasks(ctx: GenContext) -> None:
     # which topologies can train on packs built with pad_seq_to_mult=4
     task_id = "ctx-packs-topologies"
     files = ctx.put_tree(task_id, "packs", packs4)
-    checks = Checks()
-    lines, verdicts = [], {}
+    lines, verdicts, fields = [], {}, []
+    forbidden: list[Forbidden] = []
     for label, topo, words in _TOPOLOGY_CHOICES:
         rep = inspect_packed_dataset(packs4, Topology(**topo))
         t = rep.topology or {}
         usable = bool(t["usable"])
         verdicts[label] = {"topology": topo, "usable": usable, "reasons": t["reasons"]}
-        yes = f"{REGEX_PREFIX}(?<![\\w]){label}\\s*[:)\\-]\\s*usable\\b"
-        no = f"{REGEX_PREFIX}(?<![\\w]){label}\\s*[:)\\-]\\s*not usable\\b"
-        checks.need(yes if usable else no).ban(no if usable else yes)
+        fields.append(usable_field(label, usable, rf"(?<![\w]){label}\s*[:)\-]", says=f"option {label} ({words})"))
+        if not usable and topo["tp"] == 1:
+            forbidden.append(claims.usable_with_cp(topo["cp"]))
         lines.append(f"{label}: {'usable' if usable else 'not usable'} ({words}; needs multiples of "
                      f"{t['alignment']['pad_seq_to_mult']})")
     ctx.add(make_task(
         task_id, "contextual",
         "packs/ holds pre-built packed Parquet data. Which of these topologies can train on it as it is? "
-        + "; ".join(f"{label}) {words}" for label, _, words in _TOPOLOGY_CHOICES)
-        + ". Answer with one line per option in the form '<letter>: usable' or '<letter>: not usable', then "
-        "explain.",
+        + "; ".join(f"{label}) {words}" for label, _, words in _TOPOLOGY_CHOICES) + ".",
         "\n".join(lines),
-        [f"{label}: {'usable' if v['usable'] else 'not usable'}" for label, v in verdicts.items()],
-        checks, script="seqpack inspect", files=files, paths=["offline", "context_parallel"],
-        topics=["inspection", "alignment"], truth={"verdicts": verdicts},
+        fields, forbidden + [claims.reuse_packs()] + claims.path_claims(["offline"]),
+        script="seqpack inspect", command=["inspect", "packs", "--tp", "4", "--cp", "2", "--sp"], files=files,
+        paths=["offline", "context_parallel"], topics=["inspection", "alignment"], truth={"verdicts": verdicts},
     ))
 
     # statistics of the same packs
@@ -621,23 +668,16 @@ def _artifact_tasks(ctx: GenContext) -> None:
     s = rep.stats
     task_id = "ctx-packs-stats"
     files = ctx.put_tree(task_id, "packs", packs4)
-    checks = Checks().need(
-        f"{REGEX_PREFIX}{number(s['rows'], as_regex=True)}[^\\n]{{0,30}}?(?:packs|rows)",
-        f"{REGEX_PREFIX}{number(s['segments'], as_regex=True)}[^\\n]{{0,30}}?(?:sequences|samples|segments)",
-        percent(s["packing_efficiency"]),
-        f"{REGEX_PREFIX}(?:max(?:imum)?|most|up to)[^\\d\\n]{{0,40}}?"
-        f"{number(s['sequences_per_pack']['max'], as_regex=True)}",
-    )
     ctx.add(make_task(
         task_id, "contextual",
         "Summarise the packed dataset in packs/: how many packs and sequences, the packing efficiency (as a "
         "percentage), and the maximum number of sequences in one pack. Is the data intact?",
         f"{s['rows']} packs holding {s['segments']} sequences; packing efficiency {s['packing_efficiency']:.2%}; "
-        f"at most {s['sequences_per_pack']['max']} sequences per pack; no integrity issues (ok={rep.ok}).",
-        [f"{s['rows']} packs, {s['segments']} sequences", f"efficiency {s['packing_efficiency']:.2%}",
-         f"max {s['sequences_per_pack']['max']} sequences per pack"],
-        checks, script="seqpack inspect", files=files, paths=["offline"], topics=["inspection"],
-        truth={"stats": s, "ok": rep.ok},
+        f"at most {s['sequences_per_pack']['max']} sequences per pack; no integrity issues.",
+        stats_fields(s, intact=rep.ok),
+        [claims.usable_with_cp(4)] + claims.path_claims(["offline"]),
+        script="seqpack inspect", command=["inspect", "packs"], files=files, paths=["offline"],
+        topics=["inspection"], truth={"stats": s, "ok": rep.ok},
     ))
 
     # a foreign artifact with loss on a segment's last token
@@ -656,24 +696,20 @@ def _artifact_tasks(ctx: GenContext) -> None:
     eff = split["aligned_tokens"] / split["token_slots"]
     task_id = "ctx-pack-jsonl-cp2"
     files = [ctx.put_file(task_id, "train.jsonl", data)]
-    checks = Checks().need(
-        f"{REGEX_PREFIX}{number(split['packs'], as_regex=True)}[^\\n]{{0,30}}?(?:packs|rows|bins)",
-        f"{REGEX_PREFIX}{number(acc['truncated'], as_regex=True)}[^\\n]{{0,40}}?truncat|truncat[^\\d\\n]{{0,40}}?"
-        f"{number(acc['truncated'], as_regex=True)}",
-        percent(eff),
-        states("pad_seq_to_mult", pad),
-    )
     ctx.add(make_task(
         task_id, "contextual",
         f"Pack train.jsonl offline into {PACK_SIZE}-token rows for a context-parallel 2 run (byte tokenizer, "
         "defaults otherwise). Report the per-sequence alignment you used, how many packs came out, how many "
         "samples were truncated, and the packing efficiency as a percentage.",
-        f"Packed with pad_seq_to_mult = {pad} (2*CP): {acc['rows_in']} rows -> {split['packs']} packs, "
+        f"Packed with pad_seq_to_mult = {pad} (2*CP): {acc['rows_in']} rows became {split['packs']} packs, "
         f"{acc['truncated']} truncated, packing efficiency {eff:.2%}.",
-        [f"Uses pad_seq_to_mult={pad}", f"{split['packs']} packs", f"{acc['truncated']} truncated samples",
-         f"efficiency {eff:.2%}"],
-        checks, script="seqpack pack", files=files, paths=["offline", "context_parallel"],
-        topics=["packing", "alignment"], truth={"split": split},
+        [pad_field(pad), count_field("packs", split["packs"], "packs", "packed rows", "bins", says="number of packs"),
+         int_field("truncated", acc["truncated"], r"\btruncated\b", says="samples truncated"),
+         percent_field("packing_efficiency", 100 * eff, r"(?:packing )?efficiency", says="packing efficiency")],
+        [claims.pad_mult(1)] + claims.path_claims(["offline", "context_parallel"]),
+        script="seqpack pack", command=["pack", "train.jsonl", "--out", "packed", "--pack-size", str(PACK_SIZE),
+                                        "--cp", "2"],
+        files=files, paths=["offline", "context_parallel"], topics=["packing", "alignment"], truth={"split": split},
     ))
 
     # runtime in-batch padding of chat data
@@ -705,18 +741,24 @@ def _corrupt_artifact_task(ctx: GenContext) -> None:
         raise UsageError("the corrupted artifact was not detected")
     task_id = "ctx-packs-loss-mask"
     files = [ctx.put_file(task_id, "packs/training.parquet", work / "training.parquet")]
-    checks = Checks().need("re:loss[_ ]mask", "re:last (?:stored )?token|no label|without (?:a )?label",
-                           *(f"{REGEX_PREFIX}rows?\\s?(?:\\d+,\\s?)*{r}\\b" for r in bad))
-    checks.ban("re:(?:is|looks) (?:fine|safe|ok|good) to train")
+    row_options = {str(i): (rf"(?<![\w.]){i}(?![\w.])",) for i in range(len(rows))}
     ctx.add(make_task(
         task_id, "contextual",
         f"A colleague's custom packer wrote packs/training.parquet (Megatron-Bridge packed Parquet layout, pack size "
-        f"{PACK_SIZE}, no seqpack manifest). Is it safe to train on? If not, which rows are affected and why?",
+        f"{PACK_SIZE}, no seqpack manifest). Is it safe to train on? If not, which rows (0-based) are affected and "
+        "why?",
         f"Not safe: rows {', '.join(str(r) for r in bad)} have loss_mask = 1 on the last stored token of a "
         "segment; that token has no label inside its segment (the mask is rolled), so the loss would train on a "
         "target outside its own sequence. Fix the packer and rewrite the file.",
-        [f"Finds the loss_mask problem in rows {bad}", "Explains the last token of a segment has no label"],
-        checks, script="seqpack inspect", files=files, paths=["offline"], topics=["inspection", "diagnosis"],
+        [yes_no_field("safe_to_train", False, [r"(?<!not )(?<!un)\bsafe to train\b", r"\bfine to train\b"],
+                      [r"\bnot safe\b", r"\bunsafe\b", r"\bnot fine\b", r"\bdo not train\b"], anywhere=True,
+                      says="safe to train on"),
+         set_field("affected_rows", [str(r) for r in bad], row_options, r"\brows?\b", anywhere=False,
+                   says="affected rows", hint="<row numbers, comma-separated>")],
+        [Forbidden("re:(?:is|looks|are) (?:fine|safe|ok|good) to train", "says the damaged packs are safe",
+                   "The file is fine to train on as it is.")] + claims.path_claims(["offline"]),
+        script="seqpack inspect", command=["inspect", "packs/training.parquet", "--pack-size", str(PACK_SIZE)],
+        files=files, paths=["offline"], topics=["inspection", "diagnosis"],
         truth={"issues": rep.issues, "issue_count": rep.issue_count},
     ))
 
@@ -737,12 +779,6 @@ def _in_batch_task(ctx: GenContext) -> None:
     task_id = "ctx-in-batch-padding"
     files = [ctx.put_file(task_id, "chat.jsonl", chat)]
     mult = rep.alignment["pad_seq_to_mult"]
-    checks = Checks().need(
-        any_of(states("pad_seq_to_mult", mult), multiple_of(mult)),
-        f"{REGEX_PREFIX}{number(t.alignment_padding, as_regex=True)}[^\\n]{{0,40}}?(?:alignment|padding|pad)|"
-        f"(?:alignment|padding)[^\\d\\n]{{0,40}}?{number(t.alignment_padding, as_regex=True)}",
-        f"{REGEX_PREFIX}{number(t.real_tokens, as_regex=True)}",
-    )
     ctx.add(make_task(
         task_id, "contextual",
         "We will concatenate the rows of each micro-batch of chat.jsonl at collate time: micro-batch size 4, "
@@ -752,8 +788,14 @@ def _in_batch_task(ctx: GenContext) -> None:
         f"Each sequence is padded to a multiple of {mult} ({rep.alignment['explanation']}). The first 2 "
         f"micro-batches hold {t.real_tokens} real tokens and {t.alignment_padding} alignment padding tokens "
         f"(padding share {t.padding_share:.2%}).",
-        [f"multiple of {mult}", f"{t.real_tokens} real tokens", f"{t.alignment_padding} alignment padding tokens"],
-        checks, script="seqpack batches", files=files, paths=["in_batch", "context_parallel"],
+        [pad_field(mult, "per_sequence_multiple"),
+         count_field("real_tokens", t.real_tokens, "real tokens", says="real tokens"),
+         count_field("alignment_padding_tokens", t.alignment_padding, "alignment padding tokens",
+                     "alignment padding", "padding tokens", says="alignment padding tokens")],
+        claims.path_claims(["in_batch", "context_parallel"]),
+        script="seqpack batches", command=["batches", "chat.jsonl", "--mbs", "4", "--seq-length", "2048", "--cp", "2",
+                                           "--num-batches", "2"],
+        files=files, paths=["in_batch", "context_parallel"],
         topics=["packing", "alignment"], truth={"totals": t.to_dict(), "alignment": rep.alignment},
     ))
 
@@ -766,4 +808,4 @@ def build(ctx: GenContext) -> None:
     _artifact_tasks(ctx)
 
 
-__all__ = ["build"]
+__all__ = ["build", "dp_field", "pad_field", "stats_fields", "usable_field", "valid_field"]

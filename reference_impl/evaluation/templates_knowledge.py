@@ -1,8 +1,9 @@
 """Tasks answered from knowledge plus the light tools: alignment, token slots, rules, model support.
 
 Explicit tasks name the skill or ``seqpack``; implicit ones describe the same kind of problem in a
-user's words. Every value in the checks comes from ``derive_alignment``, ``equal_slot_candidates``,
-``token_slots_per_step``, ``validate_config``, ``get_rule`` or ``check_model_support``.
+user's words. Every value in the answer fields comes from ``derive_alignment``,
+``equal_slot_candidates``, ``token_slots_per_step``, ``validate_config``, ``get_rule`` or
+``check_model_support``.
 """
 
 from __future__ import annotations
@@ -14,21 +15,15 @@ from reference_impl.config import get_rule, validate_config
 from reference_impl.config.model_support import check_model_support, find_family
 from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID
 from reference_impl.errors import UsageError
-from reference_impl.evaluation.checks import (
-    REGEX_PREFIX,
-    Checks,
-    any_of,
-    asserts,
-    number,
-    states,
-    tokens_re,
-    word,
-)
-from reference_impl.evaluation.dataset import GenContext, make_task
-from reference_impl.evaluation.facts import Fact, facts_for, facts_for_rule
-from reference_impl.evaluation.render import config_yaml, sentence, topology_words
+from reference_impl.evaluation import claims
+from reference_impl.evaluation.builder import GenContext, make_task, override_args, paths_of
+from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
+from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
+from reference_impl.evaluation.render import config_yaml, topology_words
+from reference_impl.evaluation.vocab import KEY_ALIASES, rule_ids_field, supported_field
 
 PAD = "dataset.offline_packing_specs.pad_seq_to_mult"
+PAD_ALIASES = KEY_ALIASES[PAD]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -51,13 +46,26 @@ IMPLICIT_TOPOLOGIES: tuple[tuple[int, int, bool, int | None, int], ...] = (
 )
 
 
-def _alignment_checks(tp: int, cp: int, sp: bool, eval_cp: int | None) -> tuple[Checks, Any]:
-    al = derive_alignment(tp, cp, sp, eval_cp)
-    pad = al.pad_seq_to_mult
-    wrong = sorted({al.cp_multiple, al.sp_multiple, tp, cp, 2 * tp * cp, 1} - {pad})
-    checks = Checks().need(states("pad_seq_to_mult", pad))
-    checks.ban(*(asserts("pad_seq_to_mult", w) for w in wrong))
-    return checks, al
+def alignment_fields(al: Any, *, parts: bool) -> list[AnswerField]:
+    """``pad_seq_to_mult`` (and, with ``parts``, the CP and SP multiples it is the lcm of)."""
+    out = [int_field("pad_seq_to_mult", al.pad_seq_to_mult, *PAD_ALIASES, says="pad_seq_to_mult")]
+    if parts:
+        out.append(int_field("cp_multiple", al.cp_multiple, r"2\s?[*x×]\s?CP", r"\bCP multiple",
+                             r"context[- ]parallel multiple", says="the CP multiple (2*CP when CP>1, else 1)"))
+        out.append(int_field("sp_multiple", al.sp_multiple, r"CP\s?[*x×]\s?TP", r"TP\s?[*x×]\s?CP", r"\bSP multiple",
+                             r"sequence[- ]parallel multiple", says="the SP multiple (CP*TP when SP and TP>1, else 1)"))
+    return out
+
+
+def alignment_claims(al: Any, tp: int, cp: int) -> list:
+    """Wrong values of pad_seq_to_mult people give for this topology, as forbidden advice."""
+    wrong = sorted({al.cp_multiple, al.sp_multiple, tp, cp, 2 * tp * cp, 1} - {al.pad_seq_to_mult})
+    return [claims.pad_mult(w) for w in wrong]
+
+
+def _align_command(tp: int, cp: int, sp: bool, eval_cp: int | None) -> list[str]:
+    return ["align", "--tp", str(tp), "--cp", str(cp), *(["--sp"] if sp else []),
+            *(["--eval-cp", str(eval_cp)] if eval_cp else [])]
 
 
 def _slug(tp: int, cp: int, sp: bool, eval_cp: int | None) -> str:
@@ -66,27 +74,30 @@ def _slug(tp: int, cp: int, sp: bool, eval_cp: int | None) -> str:
 
 def _alignment_tasks(ctx: GenContext) -> None:
     for tp, cp, sp, eval_cp in EXPLICIT_TOPOLOGIES:
-        checks, al = _alignment_checks(tp, cp, sp, eval_cp)
+        al = derive_alignment(tp, cp, sp, eval_cp)
         topo = topology_words(tp, cp, sp, eval_cp)
+        paths = ["offline"] + (["context_parallel"] if cp > 1 or eval_cp else [])
         ctx.add(make_task(
             f"explicit-align-{_slug(tp, cp, sp, eval_cp)}",
             "explicit",
             f"Use the Megatron sequence packing skill (seqpack) to derive pad_seq_to_mult for offline packed SFT "
-            f"with {topo}. Give the value and the formula behind it.",
+            f"with {topo}. Give the value and the two multiples it is built from.",
             f"pad_seq_to_mult = {al.pad_seq_to_mult}. {al.explanation}. Pin it in "
             f"dataset.offline_packing_specs.pad_seq_to_mult and rebuild the packs if the topology changes.",
-            [f"States pad_seq_to_mult = {al.pad_seq_to_mult}",
-             "Explains it as the lcm of 2*CP (when CP>1) and CP*TP (when SP is on with TP>1)"
-             + (", over the training and evaluation CP sizes" if eval_cp else ""),
-             "Runs seqpack align (or the derive_alignment tool) instead of guessing"],
-            checks,
+            alignment_fields(al, parts=not eval_cp),
+            alignment_claims(al, tp, cp) + claims.path_claims(paths),
+            assertions=["Explains it as the lcm of 2*CP (when CP>1) and CP*TP (when SP is on with TP>1)"
+                        + (", over the training and evaluation CP sizes" if eval_cp else ""),
+                        "Runs seqpack align (or the derive_alignment tool) instead of guessing"],
             script="seqpack align",
-            paths=["offline"] + (["context_parallel"] if cp > 1 or eval_cp else []),
+            command=_align_command(tp, cp, sp, eval_cp),
+            paths=paths,
             topics=["alignment"],
             truth=al.to_dict(),
         ))
     for tp, cp, sp, eval_cp, seq in IMPLICIT_TOPOLOGIES:
-        checks, al = _alignment_checks(tp, cp, sp, eval_cp)
+        al = derive_alignment(tp, cp, sp, eval_cp)
+        paths = ["offline"] + (["context_parallel"] if cp > 1 else [])
         ctx.add(make_task(
             f"implicit-align-{_slug(tp, cp, sp, eval_cp)}",
             "implicit",
@@ -95,11 +106,12 @@ def _alignment_tasks(ctx: GenContext) -> None:
             f"parallelism {'enabled' if sp else 'disabled'}. Every sample is padded before it goes into a row: "
             f"what should pad_seq_to_mult be, and why that number?",
             f"Set pad_seq_to_mult = {al.pad_seq_to_mult}: {al.explanation}.",
-            [f"States pad_seq_to_mult = {al.pad_seq_to_mult}",
-             "Derives it from the CP and TP/SP multiples rather than a fixed default"],
-            checks,
+            alignment_fields(al, parts=False),
+            alignment_claims(al, tp, cp) + claims.path_claims(paths),
+            assertions=["Derives it from the CP and TP/SP multiples rather than a fixed default"],
             script="seqpack align",
-            paths=["offline"] + (["context_parallel"] if cp > 1 else []),
+            command=_align_command(tp, cp, sp, eval_cp),
+            paths=paths,
             topics=["alignment"],
             truth=al.to_dict(),
         ))
@@ -110,34 +122,47 @@ def _alignment_tasks(ctx: GenContext) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _row_check(c: Any) -> str:
-    return f"{REGEX_PREFIX}(?:{tokens_re(c.pack_len)})[^\\n]{{0,80}}?{number(c.global_batch_size, as_regex=True)}"
+def _len_re(n: int) -> str:
+    alts = [f"{n}", f"{n:,}"] + ([f"{n // 1024}\\s?[kK]"] if n % 1024 == 0 else [])
+    return "(?<![\\d.,])(?:" + "|".join(alts) + ")(?![\\d])"
 
 
-_INVALID = r"(?:invalid|not valid|not allowed|impossible|smaller than|fewer than|less than|below|too small|" \
-           r"not divisible|isn't divisible|cannot|can't|does not work|doesn't work|fails?|✗|❌)"
+def slot_fields(rows: Sequence[Any], dp: int) -> list[AnswerField]:
+    """Per candidate pack length: the global batch size at equal token slots, and whether it is valid."""
+    out: list[AnswerField] = []
+    for c in rows:
+        n = _len_re(c.pack_len)
+        out.append(int_field(
+            f"gbs_{c.pack_len}", c.global_batch_size,
+            rf"{n}(?:[- ]?tokens?)?[^.\n\d]{{0,30}}?(?:\bGBS|global[_ ]batch(?:[_ ]size)?)",
+            rf"^[ \t|]*{n}[ \t|]+(?=\d)", rf"{n}(?:[- ]?tokens?)?(?: packs?| rows?)?[ \t]+(?:needs?|gets?|takes|requires)",
+            says=f"global batch size for {c.pack_len}-token packs"))
+        out.append(yes_no_field(
+            f"valid_{c.pack_len}", c.valid,
+            [rf"{n}[^\n.;,]{{0,60}}?(?<!not )(?<!in)\b(?:valid|works?|ok|fine)\b", rf"^[ \t|]*{n}[ \t|]+\d+[ \t|]+\d+[ \t|]+yes\b"],
+            [rf"{n}[^\n.;,]{{0,60}}?(?:not valid|invalid|not allowed|impossible|cannot|can't|does not work|"
+             rf"doesn't work|too small|smaller than|is out\b|ruled out)", rf"^[ \t|]*{n}[ \t|]+\d+[ \t|]+\d+[ \t|]+no\b"],
+            anywhere=True, says=f"{c.pack_len}-token packs valid at DP={dp}"))
+    return out
 
 
 def _slots_task(ctx: GenContext, task_id: str, bucket: str, token_slots: int, lengths: Sequence[int], dp: int,
                 prompt: str) -> None:
     rows = equal_slot_candidates(token_slots, tuple(lengths), dp)
-    checks = Checks()
     lines = []
     for c in rows:
-        if c.global_batch_size:
-            checks.need(_row_check(c))
         if c.valid:
             lines.append(f"- {c.pack_len} tokens x GBS {c.global_batch_size} = {c.token_slots} slots: valid")
         else:
-            checks.need(f"{REGEX_PREFIX}(?:{tokens_re(c.pack_len)})[^\\n]{{0,120}}?{_INVALID}")
             lines.append(f"- {c.pack_len} tokens x GBS {c.global_batch_size}: not valid, {c.reason}")
     ctx.add(make_task(
         task_id, bucket, prompt,
         f"Equal token slots ({token_slots} per step, MBS 1, DP={dp}):\n" + "\n".join(lines),
-        [f"Gives the global batch size for each pack length at {token_slots} slots per step"]
-        + [f"Says {c.pack_len}-token packs are invalid at DP={dp} ({c.reason})" for c in rows if not c.valid],
-        checks,
+        slot_fields(rows, dp),
+        claims.path_claims(["offline"]),
         script="seqpack align",
+        command=["align", "--token-slots", str(token_slots), "--pack-lengths", ",".join(map(str, lengths)),
+                 "--dp", str(dp)],
         paths=["offline"],
         topics=["token_slots"],
         truth={"candidates": [c.to_dict() for c in rows]},
@@ -164,8 +189,13 @@ def _token_slot_tasks(ctx: GenContext) -> None:
         "4 data-parallel replicas. What global batch size does each row length need, and does each one work "
         "with DP=4?",
     )
+    _slots_task(
+        ctx, "explicit-slots-131072-dp32", "explicit", 131072, (4096, 8192, 16384), 32,
+        "Use seqpack's equal token-slot check: 131,072 token slots per step, offline packs of 4096, 8192 and "
+        "16384 tokens (MBS 1), data-parallel size 32. Which global batch size does each length need, and which "
+        "of them can run on DP=32?",
+    )
     slots = token_slots_per_step(4096, 24)
-    checks = Checks().need(number(slots))
     ctx.add(make_task(
         "implicit-slots-per-step-4k-gbs24", "implicit",
         "Our fine-tuning job feeds one pre-concatenated 4096-token row per micro-batch and uses a global batch "
@@ -173,9 +203,13 @@ def _token_slot_tasks(ctx: GenContext) -> None:
         "if I switch to 8192-token rows, so what global batch size would that need?",
         f"One step has 4096 x 24 = {slots} token slots. Keeping {slots} slots with 8192-token rows needs "
         f"global_batch_size = {slots // 8192}.",
-        [f"Computes {slots} token slots per step", f"Gives global_batch_size {slots // 8192} for 8192-token rows"],
-        checks.need(states("global_batch_size", slots // 8192)),
+        [int_field("token_slots_per_step", slots, r"token (?:slots|positions)(?: per (?:optimizer )?step)?",
+                   r"one (?:optimizer )?step (?:has|processes|sees)", says="token slots per step"),
+         int_field("global_batch_size_8192", slots // 8192, r"\bGBS\b", r"global[_ ]batch(?:[_ ]size)?",
+                   says="global batch size with 8192-token rows")],
+        claims.path_claims(["offline"]),
         script="seqpack align",
+        command=["align", "--token-slots", str(slots), "--pack-lengths", "4096,8192"],
         paths=["offline"],
         topics=["token_slots"],
         truth={"token_slots": slots, "gbs_8192": slots // 8192},
@@ -185,76 +219,6 @@ def _token_slot_tasks(ctx: GenContext) -> None:
 # ------------------------------------------------------------------------------------------------
 # Rules: explicit explanations, explicit validate runs, implicit scenarios
 # ------------------------------------------------------------------------------------------------
-
-#: One rule per family for "explain rule X" tasks (rules whose fix does not depend on the config).
-EXPLAIN_RULES: tuple[str, ...] = (
-    "SEQ-LENGTH-MATCH",
-    "CP-FT-AVG-COLLECTIVE",
-    "PACK-OFFLINE-MBS1",
-    "PACK-OFFLINE-PAD-CU-FIXED-WIDTH",
-    "PACK-EXCLUSIVE-OFFLINE-IN-BATCH",
-    "PACK-IN-BATCH-DATALOADER",
-    "PACK-ENERGON-NO-PP",
-    "PACK-GLOBAL-NO-CUDA-GRAPHS",
-    "PACK-MTP-DOCUMENTED",
-    "DATASET-KWARGS-MAX-NUM-SAMPLES",
-)
-
-_FAMILY_PATHS: dict[str, list[str]] = {
-    "topology": ["offline"],
-    "context_parallel": ["context_parallel"],
-    "offline": ["offline"],
-    "cuda_graphs": ["offline"],
-    "exclusive": ["offline", "in_batch"],
-    "in_batch": ["in_batch"],
-    "energon": ["energon"],
-    "global_batch": ["global_batch"],
-    "model": ["offline"],
-    "dataset": ["offline"],
-}
-
-
-def _paths_for(report: Any, extra: Sequence[str] = ()) -> list[str]:
-    path = report.resolved["packing_path"]
-    paths = [path] if isinstance(path, str) and path != "none" else list(path) if isinstance(path, list) else []
-    if report.resolved["alignment"]["cp"] > 1:
-        paths.append("context_parallel")
-    return list(dict.fromkeys(list(paths) + list(extra)))
-
-
-def _apply(checks: Checks, facts: Sequence[Fact]) -> list[str]:
-    for fact in facts:
-        checks.need(fact.check)
-        checks.ban(*fact.forbidden)
-    return [f.sentence for f in facts]
-
-
-def _explain_tasks(ctx: GenContext) -> None:
-    for rule_id in EXPLAIN_RULES:
-        rule = get_rule(rule_id)
-        if rule is None:
-            raise UsageError(f"EXPLAIN_RULES names unknown rule {rule_id}")
-        report = validate_config(None, list(rule.trigger.items()))
-        finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
-        facts = facts_for_rule(report, rule_id)
-        checks = Checks().need(word(rule_id))
-        sentences = _apply(checks, facts)
-        ctx.add(make_task(
-            f"explicit-rule-{rule_id.lower()}",
-            "explicit",
-            f"The seqpack packing rules flag {rule_id} on my Megatron-Bridge config. Using the sequence packing "
-            "skill, explain what the rule checks and how to fix a config that breaks it.",
-            f"{rule_id} ({rule.severity}): {rule.title}. Example: {finding.message}. " + " ".join(sentences)
-            + f" Fix: {rule.fix}",
-            [f"Names {rule_id} and says what it checks ({rule.title})", f"Gives the fix: {rule.fix}"],
-            checks,
-            script="seqpack rules",
-            paths=_FAMILY_PATHS[rule.family],
-            topics=["rules"],
-            rule_ids=[rule_id],
-            truth={"rule": rule.describe()},
-        ))
-
 
 VALIDATE_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("global-batch-loader", (
@@ -278,30 +242,38 @@ VALIDATE_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _validate_tasks(ctx: GenContext) -> None:
-    for slug, overrides in VALIDATE_RUNS:
-        report = validate_config(None, list(overrides))
-        checks = Checks()
-        for rid in report.rule_ids:
-            checks.need(word(rid))
-        sentences = _apply(checks, facts_for(report))
-        sets = " ".join(f"--set {o}" for o in overrides)
-        ctx.add(make_task(
-            f"explicit-validate-{slug}",
-            "explicit",
-            "Run the seqpack validator from the sequence packing skill on the default config with these "
-            f"overrides and tell me every rule that fires and how to fix each: {', '.join(overrides)}",
-            f"seqpack validate {sets} reports: " + "; ".join(f.one_line() for f in report.violations + report.warnings)
-            + " " + " ".join(sentences),
-            [f"Reports {rid}" for rid in report.rule_ids] + ["Gives the fix for each error"],
-            checks,
-            script="seqpack validate",
-            paths=_paths_for(report),
-            topics=["rules"],
-            rule_ids=report.rule_ids,
-            truth={"overrides": list(overrides), "violations": [f.rule_id for f in report.violations],
-                   "warnings": [f.rule_id for f in report.warnings], "resolved": report.resolved},
-        ))
+#: Rules explained by "explain rule X" tasks: at least one per family, every rule whose fix is a
+#: value of its own (a boolean, an enum, a derived number) rather than a choice among many.
+EXPLAIN_RULES: tuple[str, ...] = (
+    "SEQ-LENGTH-MATCH",
+    "CP-FT-AVG-COLLECTIVE",
+    "CP-SEQ-DIVISIBLE",
+    "ALIGN-SEQ-LENGTH",
+    "CP-EVAL-DECENTRALIZED",
+    "PACK-OFFLINE-MBS1",
+    "PACK-OFFLINE-PAD-MULT-NULL",
+    "PACK-OFFLINE-PAD-MULT-TOPOLOGY",
+    "PACK-OFFLINE-DATASET-KIND",
+    "PACK-OFFLINE-WIDTH-ROUNDING",
+    "PACK-OFFLINE-PAD-CU-FIXED-WIDTH",
+    "PACK-CUDA-GRAPH-FIXED-WIDTH",
+    "CUDA-GRAPH-NAN-CHECK",
+    "PACK-EXCLUSIVE-OFFLINE-IN-BATCH",
+    "PACK-IN-BATCH-DATALOADER",
+    "PACK-IN-BATCH-DEFERRED",
+    "PACK-ENERGON-NO-PP",
+    "PACK-ENERGON-DATALOADER",
+    "PACK-ENERGON-DATASET-MBS",
+    "PACK-ENERGON-NO-DISTTRAIN",
+    "PACK-ENERGON-EP-OVERLAP",
+    "PACK-GLOBAL-NO-CUDA-GRAPHS",
+    "PACK-GLOBAL-SCHEDULER",
+    "PACK-GLOBAL-NO-FSDP",
+    "PACK-GLOBAL-NO-HYBRID",
+    "PACK-MTP-DOCUMENTED",
+    "DATASET-KWARGS-MAX-NUM-SAMPLES",
+    "HF-REWRITE-EXPLICIT-PATHS",
+)
 
 
 #: Implicit scenarios: (slug, story, dotted config, rules whose facts are graded).
@@ -385,6 +357,80 @@ SCENARIOS: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
 )
 
 
+_FAMILY_PATHS: dict[str, list[str]] = {
+    "topology": ["offline"],
+    "context_parallel": ["context_parallel"],
+    "offline": ["offline"],
+    "cuda_graphs": ["offline"],
+    "exclusive": ["offline", "in_batch"],
+    "in_batch": ["in_batch"],
+    "energon": ["energon"],
+    "global_batch": ["global_batch"],
+    "model": ["offline"],
+    "dataset": ["offline"],
+}
+
+
+def severity_field(rule_id: str, severity: str) -> AnswerField:
+    """Whether a rule is an error or a warning."""
+    return choice_field("severity", severity, {"error": (r"\berror\b",), "warning": (r"\bwarning\b",)},
+                        literal(rule_id), r"\bseverity\b", r"\bit(?:'s| is) an?\b", says=f"severity of {rule_id}")
+
+
+def _explain_tasks(ctx: GenContext) -> None:
+    for rule_id in EXPLAIN_RULES:
+        rule = get_rule(rule_id)
+        if rule is None:
+            raise UsageError(f"EXPLAIN_RULES names unknown rule {rule_id}")
+        report = validate_config(None, list(rule.trigger.items()))
+        finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
+        fields, forbidden, sentences = merge(facts_for_rule(report, rule_id))
+        fields = [severity_field(rule_id, rule.severity)] + [f for f in fields if not f.name.startswith("severity_")]
+        paths = _FAMILY_PATHS[rule.family]
+        ctx.add(make_task(
+            f"explicit-rule-{rule_id.lower()}",
+            "explicit",
+            f"The seqpack packing rules flag {rule_id} on my Megatron-Bridge config. Using the sequence packing "
+            "skill, explain what the rule checks, whether it is an error or a warning, and how to fix a config "
+            "that breaks it.",
+            f"{rule_id} ({rule.severity}): {rule.title}. Example finding:\n[{rule_id}] {finding.message}\n"
+            + " ".join(sentences),
+            fields,
+            forbidden + claims.path_claims(paths),
+            assertions=[f"Says what it checks ({rule.title})", f"Gives the fix: {rule.fix}"],
+            script="seqpack rules",
+            command=["rules", rule_id],
+            paths=paths,
+            topics=["rules"],
+            rule_ids=[rule_id],
+            truth={"rule": rule.describe()},
+        ))
+
+
+def _validate_tasks(ctx: GenContext) -> None:
+    for slug, overrides in VALIDATE_RUNS:
+        report = validate_config(None, list(overrides))
+        fields, forbidden, sentences = merge(facts_for(report))
+        paths = paths_of(report)
+        ctx.add(make_task(
+            f"explicit-validate-{slug}",
+            "explicit",
+            "Run the seqpack validator from the sequence packing skill on the default config with these "
+            f"overrides and tell me every rule that fires and how to fix each: {', '.join(overrides)}",
+            "seqpack validate reports:\n" + "\n".join(f.one_line() for f in report.violations + report.warnings)
+            + "\n" + " ".join(sentences),
+            [rule_ids_field(report.rule_ids)] + fields,
+            forbidden + claims.path_claims(paths),
+            script="seqpack validate",
+            command=["validate", "/dev/null", *override_args(list(overrides))],
+            paths=paths,
+            topics=["rules"],
+            rule_ids=report.rule_ids,
+            truth={"overrides": list(overrides), "violations": [f.rule_id for f in report.violations],
+                   "warnings": [f.rule_id for f in report.warnings], "resolved": report.resolved},
+        ))
+
+
 def _scenario_tasks(ctx: GenContext) -> None:
     for slug, story, overrides, graded in SCENARIOS:
         text = config_yaml(overrides)
@@ -393,52 +439,53 @@ def _scenario_tasks(ctx: GenContext) -> None:
         missing = [r for r in graded if r not in fired]
         if missing:
             raise UsageError(f"scenario {slug}: expected {missing} to fire, got {fired}")
-        checks = Checks()
-        facts: list[Fact] = []
-        for rid in graded:
-            facts.extend(facts_for_rule(report, rid))
-        sentences = _apply(checks, facts)
+        facts = [fact for rid in graded for fact in facts_for_rule(report, rid)]
+        fields, forbidden, sentences = merge(facts)
+        paths = paths_of(report)
         ctx.add(make_task(
             f"implicit-{slug}",
             "implicit",
             f"{story}\n\n```yaml\n{text}```",
-            ("This config is rejected: " if report.violations else "This config passes with a warning: ")
-            + " ".join(sentence(f.message) for f in report.violations + report.warnings if f.rule_id in graded)
-            + " " + " ".join(sentences),
-            [f"Identifies the problem checked by {rid}: {RULES_BY_ID[rid].title}" for rid in graded]
-            + ["Gives the concrete fix"],
-            checks,
+            ("This config is rejected:\n" if report.violations else "This config passes with a warning:\n")
+            + "".join(f"[{f.rule_id}] {f.message}\n" for f in report.violations + report.warnings
+                      if f.rule_id in graded)
+            + " ".join(sentences),
+            fields,
+            forbidden + claims.path_claims(paths),
+            assertions=[f"Identifies the problem checked by {rid}: {RULES_BY_ID[rid].title}" for rid in graded],
             script="seqpack validate",
-            paths=_paths_for(report),
+            command=["validate", "/dev/null", *override_args(overrides)],
+            paths=paths,
             topics=["rules"],
             rule_ids=fired,
             truth={"violations": [f.rule_id for f in report.violations],
                    "warnings": [f.rule_id for f in report.warnings],
                    "messages": [f.one_line() for f in report.violations + report.warnings],
-                   "resolved": report.resolved},
+                   "resolved": report.resolved, "config": text},
         ))
 
 
 def _family_listing_task(ctx: GenContext) -> None:
     family = "energon"
     ids = [r.id for r in RULES if r.family == family]
-    checks = Checks().need(number(len(ids)), word("PACK-ENERGON-MBS1"), word("PACK-ENERGON-NO-PP"),
-                           word("PACK-ENERGON-TASK-ENCODER"))
+    stoppers = ["PACK-ENERGON-MBS1", "PACK-ENERGON-NO-PP", "PACK-ENERGON-TASK-ENCODER"]
     ctx.add(make_task(
         "explicit-rules-energon-family",
         "explicit",
         "Use the sequence packing skill's rule registry: how many rules cover Energon online packing, and which "
         "ones would stop a run that uses micro_batch_size 2, pipeline parallelism, or a task encoder other than "
         "Qwen-VL?",
-        f"The {FAMILIES[family]} family has {len(ids)} rules ({', '.join(ids)}). MBS 2 breaks PACK-ENERGON-MBS1, "
-        "pipeline parallelism breaks PACK-ENERGON-NO-PP, another task encoder breaks PACK-ENERGON-TASK-ENCODER.",
-        [f"Says there are {len(ids)} Energon rules", "Names PACK-ENERGON-MBS1, PACK-ENERGON-NO-PP and "
-                                                     "PACK-ENERGON-TASK-ENCODER"],
-        checks,
+        f"The {FAMILIES[family]} family has {len(ids)} rules. MBS 2 breaks PACK-ENERGON-MBS1, pipeline "
+        "parallelism breaks PACK-ENERGON-NO-PP, another task encoder breaks PACK-ENERGON-TASK-ENCODER.",
+        [int_field("energon_rule_count", len(ids), r"(?:energon|this)\b[^.\n]{0,30}?\bfamily has", r"energon rules",
+                   r"rules (?:cover|in) (?:the )?energon", r"\brules\b", says="number of Energon rules"),
+         rule_ids_field(stoppers, says="rules that stop those runs")],
+        claims.path_claims(["energon"]),
         script="seqpack rules",
+        command=["rules", "--family", family],
         paths=["energon"],
         topics=["rules"],
-        rule_ids=["PACK-ENERGON-MBS1", "PACK-ENERGON-NO-PP", "PACK-ENERGON-TASK-ENCODER"],
+        rule_ids=stoppers,
         truth={"family": family, "rule_ids": ids},
     ))
 
@@ -446,22 +493,6 @@ def _family_listing_task(ctx: GenContext) -> None:
 # ------------------------------------------------------------------------------------------------
 # Model support and verification
 # ------------------------------------------------------------------------------------------------
-
-_STATUS_CHECK = {
-    "opt_out": "re:not supported|unsupported|opts? out|disables?|turns? (?:it )?off|does not support|isn't supported",
-    "supported": r"re:(?<!not )(?<!un)\bsupported\b",
-    "caveat": "re:caveat|verify|smoke",
-}
-_STATUS_BAN = {
-    "opt_out": r"re:\b(?:is|are) (?:fully )?supported\b",
-    "supported": r"re:\b(?:not supported|unsupported)\b",
-}
-_PATH_WORDS = {
-    "offline": "offline packed SFT (pre-built packed Parquet rows)",
-    "in_batch": "runtime in-batch packing",
-    "energon": "Energon online packing",
-    "global_batch": "global-batch packing",
-}
 
 MODEL_SUPPORT: tuple[tuple[str, str, str, str], ...] = (
     ("explicit", "qwen3_next", "offline",
@@ -472,10 +503,18 @@ MODEL_SUPPORT: tuple[tuple[str, str, str, str], ...] = (
      "With the sequence packing skill, tell me whether Gemma3-VL fine-tuning can use runtime in-batch packing."),
     ("implicit", "gemma3_vl", "in_batch",
      "For Gemma3-VL SFT, could I concatenate the samples of each micro-batch into one row to avoid padding?"),
-    ("implicit", "qwen_vl", "energon",
+    ("implicit", "qwen3_vl", "energon",
      "We fine-tune Qwen3-VL from Energon WebDataset shards. Can the loader combine several samples into each "
      "training sequence on the fly?"),
 )
+
+
+_PATH_WORDS = {
+    "offline": "offline packed SFT (pre-built packed Parquet rows)",
+    "in_batch": "runtime in-batch packing",
+    "energon": "Energon online packing",
+    "global_batch": "global-batch packing",
+}
 
 
 def _model_support_tasks(ctx: GenContext) -> None:
@@ -483,9 +522,6 @@ def _model_support_tasks(ctx: GenContext) -> None:
         (ms,) = check_model_support(family, path)
         entry = find_family(family)
         name = entry.name if entry else family
-        checks = Checks().need(_STATUS_CHECK[ms.status])
-        if ms.status in _STATUS_BAN:
-            checks.ban(_STATUS_BAN[ms.status])
         verdict = {"opt_out": "is not supported (the recipes opt out)", "supported": "is supported",
                    "caveat": "has a documented caveat"}[ms.status]
         ctx.add(make_task(
@@ -493,9 +529,11 @@ def _model_support_tasks(ctx: GenContext) -> None:
             bucket,
             prompt,
             f"For {name}, {_PATH_WORDS[path]} {verdict}: {ms.note} (evidence: {ms.evidence}).",
-            [f"Says {_PATH_WORDS[path]} {verdict} for {name}", f"Mentions why: {ms.note}"],
-            checks,
+            [supported_field(ms.status)],
+            claims.path_claims([path]),
+            assertions=[f"Mentions why: {ms.note}"],
             script="seqpack validate",
+            command=["validate", "/dev/null", "--set", f"model.family={family}", *_PATH_SWITCH[path]],
             paths=[path],
             topics=["model_support"],
             rule_ids=["MODEL-FAMILY-OPT-OUT"] if ms.status == "opt_out" else [],
@@ -503,27 +541,43 @@ def _model_support_tasks(ctx: GenContext) -> None:
         ))
 
 
+_PATH_SWITCH: dict[str, list[str]] = {
+    "offline": ["--set", "dataset.enable_offline_packing=true", "--set",
+                "dataset.offline_packing_specs.packed_sequence_size=4096", "--set", "model.seq_length=4096"],
+    "in_batch": ["--set", "dataset.enable_in_batch_packing=true", "--set", "dataset.dataloader_type=single",
+                 "--set", "train.micro_batch_size=4"],
+    "energon": ["--set", "dataset.kind=energon", "--set", "dataset.packing_buffer_size=16", "--set",
+                "model.calculate_per_token_loss=true"],
+    "global_batch": ["--set", "dataset.enable_global_batch_packing=true", "--set", "dataset.dataloader_type=single",
+                     "--set", "model.max_seqlen_per_dp_cp_rank=4096", "--set", "model.calculate_per_token_loss=true"],
+}
+
+
 def _smoke_task(ctx: GenContext) -> None:
     from reference_impl.smoke import CHECK_NAMES
 
-    checks = Checks().need(
-        any_of("seqpack smoke", "run_packing_smoke_test"),
-        "re:unpacked",
-        "re:leak|cross[- ]sequence|across sequences|attend",
-    )
+    command = choice_field("command", "seqpack smoke", {
+        "seqpack smoke": (r"seqpack smoke", r"run_packing_smoke_test"),
+        "seqpack validate": (r"seqpack validate", r"validate_config"),
+        "seqpack inspect": (r"seqpack inspect", r"inspect_packed_dataset"),
+    }, r"(?:run|use|call|with)\b", says="the command that proves it")
+    distractors = ("gradient_norm_finite", "throughput_ok", "memory_peak_ok", "nan_free_loss", "tokens_per_second")
+    checks_field = set_field("checks", CHECK_NAMES, {c: (literal(c),) for c in (*CHECK_NAMES, *distractors)},
+                             says="the checks the smoke test reports")
     ctx.add(make_task(
         "explicit-smoke-verify",
         "explicit",
         "Before we spend GPU hours: how do I use the sequence packing skill to prove on CPU that packed training "
         "gives the same loss and gradients as unpacked training, and that sequences in a pack cannot attend to "
-        "each other?",
+        "each other? Name the command and the checks it reports.",
         "Run seqpack smoke (the run_packing_smoke_test tool). It builds real packed batches, runs a tiny model "
-        "forward and backward, and checks " + ", ".join(CHECK_NAMES) + ": packed loss and gradients equal the "
-        "unpacked per-sequence ones, no cross-sequence leakage, and CP=2 reproduces CP=1.",
-        ["Recommends seqpack smoke / run_packing_smoke_test",
-         "Mentions the packed-vs-unpacked equivalence and the cross-sequence leakage check"],
-        checks,
+        "forward and backward, and reports the checks " + ", ".join(CHECK_NAMES) + ": packed loss and gradients "
+        "equal the unpacked per-sequence ones, no cross-sequence leakage, and CP=2 reproduces CP=1.",
+        [command, checks_field],
+        [claims.skip_verification()],
+        assertions=["Mentions the packed-vs-unpacked equivalence and the cross-sequence leakage check"],
         script="seqpack smoke",
+        command=["smoke", "--path", "offline"],
         paths=["offline", "in_batch", "context_parallel"],
         topics=["verification"],
         truth={"checks": list(CHECK_NAMES)},
@@ -542,4 +596,4 @@ def build(ctx: GenContext) -> None:
     _smoke_task(ctx)
 
 
-__all__ = ["build"]
+__all__ = ["alignment_claims", "alignment_fields", "build", "severity_field", "slot_fields"]

@@ -14,7 +14,11 @@ back to plain text:
 
 These shapes are what the vendors document today; the parser ignores fields it does not know, so
 a format change loses detail rather than crashing. Tool events are normalised to
-:class:`ToolEvent` (tool name, shell command, file path, MCP tool name).
+:class:`ToolEvent` (tool name, shell command, file path, MCP tool name) together with the tool's
+*result* as the agent received it (Claude ``tool_result`` blocks, matched by ``tool_use_id``;
+Codex ``aggregated_output`` and MCP ``result``). The scorer credits a seqpack call only when its
+result carries the run's nonce (:mod:`reference_impl.nonce`), so the results are what make a
+tool call count, not the agent's claim that it made one.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -45,6 +49,8 @@ class ToolEvent:
     skill: str | None = None
     writes: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    id: str | None = None
+    output: str | None = field(default=None, compare=False)
 
     @property
     def kind(self) -> str:
@@ -78,7 +84,7 @@ class ToolEvent:
         """Inverse of :meth:`to_dict`."""
         return cls(tool=data["tool"], command=data.get("command"), path=data.get("path"),
                    mcp_tool=data.get("mcp_tool"), skill=data.get("skill"), writes=tuple(data.get("writes", ())),
-                   raw=dict(data.get("raw", {})))
+                   raw=dict(data.get("raw", {})), id=data.get("id"), output=data.get("output"))
 
 
 @dataclass
@@ -111,8 +117,26 @@ def _content_event(block: Mapping[str, Any]) -> ToolEvent:
     writes: tuple[str, ...] = ()
     if name.lower() in WRITE_TOOLS and path:
         writes = (str(path),)
+    tool_id = block.get("id")
     return ToolEvent(tool=name, command=command, path=None if path is None else str(path), mcp_tool=_mcp_name(name),
-                     skill=skill, writes=writes, raw=dict(block))
+                     skill=skill, writes=writes, raw=dict(block), id=None if tool_id is None else str(tool_id))
+
+
+def _result_text(content: Any) -> str:
+    """The text of a tool result: a string, or the text parts of a content list (JSON for the rest)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(json.dumps(part, sort_keys=True, default=str))
+        return "\n".join(parts)
+    if content is None:
+        return ""
+    return json.dumps(content, sort_keys=True, default=str)
 
 
 def _item_event(item: Mapping[str, Any]) -> ToolEvent | None:
@@ -121,9 +145,17 @@ def _item_event(item: Mapping[str, Any]) -> ToolEvent | None:
         command = item.get("command")
         if isinstance(command, list):
             command = shlex.join(str(c) for c in command)
-        return ToolEvent(tool=kind, command=None if command is None else str(command), raw=dict(item))
+        output = item.get("aggregated_output", item.get("output"))
+        return ToolEvent(tool=kind, command=None if command is None else str(command), raw=dict(item),
+                         output=None if output is None else _result_text(output))
     if kind == "mcp_tool_call":
-        return ToolEvent(tool=f"mcp:{item.get('server', '')}", mcp_tool=str(item.get("tool", "")), raw=dict(item))
+        result = item.get("result")
+        output = None if result is None else _result_text(
+            result.get("content") if isinstance(result, Mapping) and "content" in result else result)
+        if isinstance(result, Mapping) and result.get("_meta") is not None:
+            output = (output or "") + "\n" + json.dumps(result["_meta"], sort_keys=True)
+        return ToolEvent(tool=f"mcp:{item.get('server', '')}", mcp_tool=str(item.get("tool", "")), raw=dict(item),
+                         output=output)
     if kind == "file_change":
         paths = tuple(str(c.get("path")) for c in item.get("changes", []) if isinstance(c, Mapping) and c.get("path"))
         return ToolEvent(tool=kind, writes=paths, raw=dict(item))
@@ -159,6 +191,7 @@ def parse_agent_output(stdout: str) -> ParsedOutput:
         if isinstance(obj, Mapping) and isinstance(obj.get("result"), str):
             return ParsedOutput(obj["result"], [], "json-result", dict(obj.get("usage") or {}))
     events: list[ToolEvent] = []
+    results: dict[str, str] = {}
     texts: list[str] = []
     final: str | None = None
     usage: dict[str, Any] = {}
@@ -178,6 +211,10 @@ def parse_agent_output(stdout: str) -> ParsedOutput:
         if kind == "result" and isinstance(obj.get("result"), str):
             final = obj["result"]
             usage = dict(obj.get("usage") or {})
+        elif kind == "user":
+            for block in _blocks(obj.get("message")):
+                if block.get("type") == "tool_result" and block.get("tool_use_id") is not None:
+                    results[str(block["tool_use_id"])] = _result_text(block.get("content"))
         elif kind == "assistant":
             for block in _blocks(obj.get("message")):
                 if block.get("type") == "tool_use":
@@ -199,6 +236,8 @@ def parse_agent_output(stdout: str) -> ParsedOutput:
             usage = dict(obj["usage"])
     if json_lines == 0:
         return ParsedOutput(stdout, [], "text")
+    if results:
+        events = [replace(e, output=results[e.id]) if e.id is not None and e.id in results else e for e in events]
     answer = final if final is not None else (texts[-1] if texts else "")
     return ParsedOutput(answer, events, "jsonl", usage)
 
@@ -257,6 +296,7 @@ class Transcript:
     files_read: list[str]
     skill_installed: list[str]
     canary: str | None = None
+    nonce: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 

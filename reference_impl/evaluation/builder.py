@@ -1,0 +1,217 @@
+"""Task-building helpers shared by the dataset templates: the build context and the task constructor.
+
+``templates_*`` modules import this module (never :mod:`~reference_impl.evaluation.dataset`,
+which imports them), so the package has no import circle. :func:`make_task` builds a task and
+:meth:`GenContext.add` checks it (:func:`finish_task`) before it joins the dataset.
+
+Adding a task: in a template's ``build(ctx)``, compute the truth, describe it as answer fields
+(:mod:`~reference_impl.evaluation.fields`), pick forbidden claims
+(:mod:`~reference_impl.evaluation.claims`) and call ``ctx.add(make_task(...))``. The guards in
+:func:`finish_task` reject a task whose reference answer does not grade 100 %, whose prose
+contradicts its own block, whose fields cannot fail, or whose forbidden claims cannot fire (or
+fire on the reference answer, the prompt or the task files).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from reference_impl.config.rules import RULES_BY_ID
+from reference_impl.errors import UsageError
+from reference_impl.evaluation.answers import forbidden_hits, grade_answer
+from reference_impl.evaluation.fields import AnswerField, answer_block, prompt_footer
+from reference_impl.evaluation.tasks import SCRIPTS, SKILL_NAME, Forbidden, Task
+
+TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".log", ".txt", ".md", ".py")
+
+
+@dataclass
+class GenContext:
+    """Where a build writes task files, plus a scratch folder for running the code."""
+
+    files_root: Path
+    scratch: Path
+    texts: dict[str, str] = field(default_factory=dict)
+    tasks: list[Task] = field(default_factory=list)
+
+    def put_text(self, task_id: str, name: str, text: str) -> str:
+        """Write ``files/<task_id>/<name>``; returns the path relative to ``evals/``."""
+        rel = f"files/{task_id}/{name}"
+        target = self.files_root.parent / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        self.texts[rel] = text
+        return rel
+
+    def put_file(self, task_id: str, name: str, source: Path) -> str:
+        """Copy ``source`` to ``files/<task_id>/<name>`` (text files are also kept for the checks)."""
+        rel = f"files/{task_id}/{name}"
+        target = self.files_root.parent / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        if target.suffix in TEXT_SUFFIXES:
+            self.texts[rel] = target.read_text(encoding="utf-8")
+        return rel
+
+    def put_tree(self, task_id: str, name: str, source: Path) -> list[str]:
+        """Copy every file of the directory ``source`` to ``files/<task_id>/<name>/``, sorted."""
+        return [
+            self.put_file(task_id, f"{name}/{p.relative_to(source).as_posix()}", p)
+            for p in sorted(source.rglob("*"))
+            if p.is_file()
+        ]
+
+    def work(self, name: str) -> Path:
+        """A fresh scratch directory for running code."""
+        path = self.scratch / name
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def add(self, task: Task) -> Task:
+        """Check ``task`` (see :func:`finish_task`) and append it."""
+        finish_task(task, self.texts)
+        self.tasks.append(task)
+        return task
+
+
+def make_task(
+    task_id: str,
+    bucket: str,
+    question: str,
+    prose: str,
+    fields: Sequence[AnswerField],
+    forbidden: Iterable[Forbidden],
+    *,
+    assertions: Sequence[str] = (),
+    script: str | None = None,
+    command: Sequence[str] | None = None,
+    files: Iterable[str] = (),
+    paths: Iterable[str] = (),
+    topics: Iterable[str] = (),
+    rule_ids: Iterable[str] = (),
+    truth: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
+) -> Task:
+    """A task: the prompt is ``question`` plus the answer-block request, the reference answer is
+    ``prose`` plus the filled block; assertions are one per field plus ``assertions``; rule families
+    are derived from ``rule_ids`` through the registry."""
+    rule_ids = list(dict.fromkeys(rule_ids))
+    unknown = [r for r in rule_ids if r not in RULES_BY_ID]
+    if unknown:
+        raise UsageError(f"task {task_id}: unknown rule id(s) {unknown}", field="rule_ids")
+    families = list(dict.fromkeys(RULES_BY_ID[r].family for r in rule_ids))
+    fields = list(fields)
+    said = [f"{f.says or f.name}: {f.display()}" for f in fields]
+    return Task(
+        id=task_id,
+        bucket=bucket,
+        prompt=question.strip() + "\n\n" + prompt_footer(fields),
+        expected_output=prose.strip() + "\n\n" + answer_block(fields),
+        assertions=said + list(assertions),
+        answer_fields=fields,
+        forbidden=list(dict.fromkeys(forbidden)),
+        expected_skill=None if bucket == "near_miss" else SKILL_NAME,
+        expected_script=script,
+        files=list(files),
+        reference_command=None if command is None else ["seqpack", *command],
+        source=source or {"kind": "seqpack"},
+        paths=list(dict.fromkeys(paths)),
+        families=families,
+        topics=list(dict.fromkeys(topics)),
+        rule_ids=rule_ids,
+        ground_truth=truth or {},
+    )
+
+
+def wrong_value(f: AnswerField) -> Any:
+    """A value of ``f`` that must grade wrong (the negative control of a field)."""
+    if f.kind == "int":
+        return int(f.value) + max(1, int(f.tolerance) + 1, int(abs(f.value) * f.rel_tolerance) + 1)
+    if f.kind in ("number", "percent"):
+        return float(f.value) + f.tolerance + max(1.0, abs(float(f.value)) * f.rel_tolerance * 2)
+    if f.kind == "choice":
+        return next(o for o in f.options if o != f.value)
+    extra = [o for o in f.options if o not in f.value]
+    return tuple(f.value) + (extra[0],) if extra else tuple(f.value)[:-1]
+
+
+def finish_task(task: Task, texts: dict[str, str]) -> None:
+    """Raise when the task is malformed or its grading disagrees with its own reference answer.
+
+    Guards: the reference answer grades every field right and trips no forbidden claim; its prose
+    alone (block removed) contradicts no field; a block with a wrong value of any field grades that
+    field wrong; every forbidden example trips its own check; no forbidden check fires on the
+    prompt or the task's text files.
+    """
+    problems = task.problems()
+    if problems:
+        raise UsageError(f"task {task.id}: {problems[0][1]}", field=problems[0][0])
+    if task.expected_script is not None and task.reference_command is not None:
+        if task.reference_command[1] not in SCRIPTS[task.expected_script]["cli"]:
+            raise UsageError(f"task {task.id}: reference_command {task.reference_command[1]!r} is not "
+                             f"{task.expected_script}", field="reference_command")
+    fields = task.answer_fields
+    for result in grade_answer(fields, task.expected_output):
+        if not result.correct:
+            raise UsageError(f"task {task.id}: the reference answer grades {result.name} wrong ({result.reason})",
+                             field="answer_fields")
+    prose = task.expected_output.rsplit("```answer", 1)[0]
+    for result in grade_answer(fields, prose):
+        if not result.correct and result.reason not in ("not answered",) and not result.reason.startswith("misses"):
+            raise UsageError(f"task {task.id}: the reference prose contradicts {result.name} ({result.reason})",
+                             field="expected_output")
+    for f in fields:
+        probe = answer_block([f], {f.name: wrong_value(f)})
+        (result,) = grade_answer([f], probe)
+        if result.correct:
+            raise UsageError(f"task {task.id}: field {f.name} grades {wrong_value(f)!r} right", field="answer_fields")
+    checks = [fb.check for fb in task.forbidden]
+    hit = forbidden_hits(checks, task.expected_output)
+    if hit:
+        raise UsageError(f"task {task.id}: the reference answer contains forbidden {next(iter(hit.values()))!r}",
+                         field="forbidden")
+    for fb in task.forbidden:
+        if fb.check not in forbidden_hits([fb.check], fb.example):
+            raise UsageError(f"task {task.id}: forbidden example {fb.example!r} does not trip its check",
+                             field="forbidden")
+    context = [task.prompt] + [texts[f] for f in task.files if f in texts]
+    for text in context:
+        hit = forbidden_hits(checks, text)
+        if hit:
+            raise UsageError(f"task {task.id}: forbidden {next(iter(hit))!r} matches the task's own prompt or files",
+                             field="forbidden")
+
+
+def paths_of(report: Any, extra: Sequence[str] = ()) -> list[str]:
+    """Packing paths a validation report covers (plus ``context_parallel`` when CP > 1)."""
+    path = report.resolved["packing_path"]
+    paths = [path] if isinstance(path, str) and path != "none" else list(path) if isinstance(path, list) else []
+    if report.resolved["alignment"]["cp"] > 1:
+        paths.append("context_parallel")
+    return list(dict.fromkeys([*paths, *extra]))
+
+
+def override_args(overrides: dict[str, Any] | Sequence[str]) -> list[str]:
+    """``--set KEY=VALUE`` arguments for dotted overrides (a dict, values written as YAML flow scalars, or
+    ``KEY=VALUE`` strings passed through)."""
+    import json
+
+    if isinstance(overrides, dict):
+        items = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in overrides.items()]
+    else:
+        items = list(overrides)
+    return [w for item in items for w in ("--set", item)]
+
+
+def with_source(task: Task, **source: Any) -> Task:
+    """``task`` with ``source`` replaced (for templates that record an upstream origin)."""
+    return replace(task, source=dict(source))
+
+
+__all__ = ["GenContext", "TEXT_SUFFIXES", "finish_task", "make_task", "override_args", "paths_of", "with_source",
+           "wrong_value"]

@@ -1,0 +1,40 @@
+"""The seqpack MCP server class: the SDK's ``MCPServer`` plus the eval nonce on every tool result.
+
+One override, :meth:`StampedMCPServer.call_tool`, sees the result of every tool after the SDK
+converted it. While ``SEQPACK_EVAL_NONCE`` is set (see :mod:`reference_impl.nonce`) it appends a
+text block ``seqpack-nonce: <value>`` and sets ``_meta["seqpack/nonce"]``; the tool's own
+structured content and its JSON text are left exactly as they were. Without the variable the
+result is returned untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+
+from reference_impl.nonce import current_nonce, nonce_line
+
+META_KEY = "seqpack/nonce"
+
+
+def stamp_result(result: Any) -> Any:
+    """``result`` with the eval nonce added (a CallToolResult only; anything else is returned as is)."""
+    nonce = current_nonce()
+    if nonce is None or not isinstance(result, CallToolResult):
+        return result
+    meta = {**(result.meta or {}), META_KEY: nonce}
+    content = [*result.content, TextContent(type="text", text=str(nonce_line()))]
+    return result.model_copy(update={"content": content, "meta": meta})
+
+
+class StampedMCPServer(MCPServer):
+    """``MCPServer`` whose tool results carry the eval nonce when the harness set one."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # type: ignore[override]
+        """Run the tool as the SDK does, then stamp the result (:func:`stamp_result`)."""
+        return stamp_result(await super().call_tool(name, arguments, context))
+
+
+__all__ = ["META_KEY", "StampedMCPServer", "stamp_result"]
