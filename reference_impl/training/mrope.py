@@ -1,0 +1,57 @@
+"""Multimodal rotary embedding (M-RoPE, Qwen2-VL's layout) for the reference model.
+
+The head dimension's ``d/2`` rotary frequencies are split into three consecutive sections
+``(temporal, height, width)`` (``mrope_section``, summing to ``d/2``); frequency ``j`` rotates by
+the position id of its section's axis. Qwen2-VL splits ``d/2 = 64`` as ``(16, 24, 24)``; the
+reference model uses a small split of its own head size. With the three axes equal (text), the
+rotation equals plain RoPE (:func:`reference_impl.training.model.apply_rope`), which is why a text
+batch gives the same numbers with either option.
+
+Position ids come from :mod:`reference_impl.data.mrope` (per sequence, restarting at 0) through the
+batch key ``mrope_position_ids`` ``[3, 1, T]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from reference_impl.arguments import positive_int
+from reference_impl.errors import UsageError
+
+__all__ = ["apply_mrope", "check_section", "section_axes"]
+
+
+def check_section(section: Sequence[int], head_dim: int) -> tuple[int, int, int]:
+    """``section`` as three positive ints summing to ``head_dim / 2`` (UsageError otherwise)."""
+    if len(section) != 3:
+        raise UsageError(f"mrope_section needs 3 entries (temporal, height, width), got {list(section)}",
+                         field="mrope_section")
+    parts = tuple(positive_int("mrope_section", s) for s in section)
+    if sum(parts) != head_dim // 2:
+        raise UsageError(f"mrope_section {list(parts)} must sum to head_dim/2 = {head_dim // 2}",
+                         field="mrope_section")
+    return parts  # type: ignore[return-value]
+
+
+def section_axes(section: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
+    """The axis (0 temporal, 1 height, 2 width) of every rotary frequency, int64 ``[d/2]``."""
+    return torch.repeat_interleave(torch.arange(3, device=device), torch.as_tensor(list(section), device=device))
+
+
+def apply_mrope(x: torch.Tensor, position_ids: torch.Tensor, base: float, section: Sequence[int]) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by M-RoPE angles of ``position_ids`` ``[3, ..., T]``
+    (rotate-half convention, as :func:`~reference_impl.training.model.apply_rope`)."""
+    half = x.shape[-1] // 2
+    if position_ids.shape[0] != 3 or position_ids.shape[1:] != x.shape[:-2]:
+        raise UsageError(f"M-RoPE position ids must have shape [3, {', '.join(map(str, x.shape[:-2]))}], got "
+                         f"{list(position_ids.shape)}", field="mrope_position_ids")
+    inv_freq = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
+    axes = section_axes(section, x.device)
+    # per frequency j, the position of its axis: [..., T, half]
+    chosen = position_ids.to(x.dtype).movedim(0, -1)[..., axes]
+    angles = chosen * inv_freq
+    cos, sin = angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
