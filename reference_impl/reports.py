@@ -16,7 +16,8 @@ from typing import Any
 from reference_impl.errors import UsageError
 from reference_impl.results import Result
 
-__all__ = ["InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset", "PreparedPacks"]
+__all__ = ["ImageTokens", "InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset",
+           "PreparedPacks"]
 
 
 @dataclass(frozen=True)
@@ -160,3 +161,25 @@ class PreparedEnergonDataset(Result):
     def manifest(self) -> dict[str, Any]:
         """The dataset's manifest (``seqpack_energon.json``)."""
         return self.attached("manifest", {})
+
+
+@dataclass(frozen=True)
+class ImageTokens(Result):
+    """Result of :func:`reference_impl.verbs.vision.image_tokens`: how an image (or ``frames`` frames of
+    one size) becomes patches and language-model tokens under a vision preset."""
+
+    vision: str
+    height: int
+    width: int
+    frames: int
+    resized_height: int
+    resized_width: int
+    grid_t: int
+    grid_h: int
+    grid_w: int
+    patch_rows: int
+    patch_dim: int
+    merge_size: int
+    tokens: int
+    sequence_tokens: int
+    explanation: str

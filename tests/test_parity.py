@@ -149,6 +149,9 @@ SUCCESSES = [
          exit_code=1),  # packed for CP2 (multiple 4), checked against TP4/CP2/SP (8): not usable, exit 1
     Case("model-support", lambda r, f: verbs.model_support(verbs.ModelSupportOptions(family="Qwen3-Next")),
          ["model-support", "Qwen3-Next"], "check_model_support", {"family": "Qwen3-Next"}),
+    Case("image-tokens", lambda r, f: verbs.image_tokens(verbs.ImageTokensOptions(height=480, width=640, frames=3)),
+         ["image-tokens", "--height", "480", "--width", "640", "--frames", "3"], "count_image_tokens",
+         {"height": 480, "width": 640, "frames": 3}),
     Case("batches-in-batch", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "data.jsonl", seq_length=128, cp=2, num_batches=2)),
          ["batches", "{root}/data.jsonl", "--seq-length", "128", "--cp", "2", "--num-batches", "2"],
@@ -208,6 +211,10 @@ REFUSALS = [
     Case("batches-in-batch-mbs1", lambda r, f: verbs.batches(verbs.BatchesOptions(input=r / "data.jsonl", mbs=1)),
          ["batches", "{root}/data.jsonl", "--mbs", "1"], "inspect_in_batch",
          {"input_path": "{root}/data.jsonl", "mbs": 1}, exit_code=1),  # a broken rule: exit 1, like validate
+    Case("image-tokens-too-big", lambda r, f: verbs.image_tokens(verbs.ImageTokensOptions(height=100000,
+                                                                                        width=100000)),
+         ["image-tokens", "--height", "100000", "--width", "100000"], "count_image_tokens",
+         {"height": 100000, "width": 100000}, exit_code=2),
     Case("batches-images-without-vision", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "vlm.jsonl", vision="none")),
          ["batches", "{root}/vlm.jsonl", "--vision", "none"], "inspect_in_batch",

@@ -1,4 +1,4 @@
-"""Light MCP tools: alignment, config validation, the rule registry and model-family support.
+"""Light MCP tools: alignment, config validation, the rule registry, model-family support and image tokens.
 
 Each tool parses its arguments into the verb's options and returns the verb's result
 (:mod:`reference_impl.verbs`). Nothing here imports numpy, torch or pyarrow.
@@ -11,7 +11,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from reference_impl.choices import EXAMPLES, PACKING_PATHS, RULE_FAMILIES, SEVERITIES, literal
+from reference_impl.choices import EXAMPLES, PACKING_PATHS, RULE_FAMILIES, SEVERITIES, VISION_PRESETS, literal
 from reference_impl.config.validate import ValidationReport
 from reference_impl.limits import (
     DEFAULT_RULES_RETURNED,
@@ -22,14 +22,18 @@ from reference_impl.limits import (
     MAX_PATH_CHARS,
     MAX_QUERY_CHARS,
     MAX_RULES_RETURNED,
+    MAX_VIDEO_FRAMES,
 )
 from reference_impl.mcp_support.registry import roots_of, tool
+from reference_impl.reports import ImageTokens
 from reference_impl.verbs.alignment import AlignmentReport, AlignOptions, align
 from reference_impl.verbs.rules import RuleQuery, RulesOptions, query_rules
 from reference_impl.verbs.support import ModelSupportOptions, ModelSupportReport, model_support
 from reference_impl.verbs.validation import ValidateOptions, validate
+from reference_impl.verbs.vision import ImageTokensOptions, image_tokens
 
-__all__ = ["check_model_support", "derive_alignment", "explain_rule", "list_rules", "validate_config"]
+__all__ = ["check_model_support", "count_image_tokens", "derive_alignment", "explain_rule", "list_rules",
+           "validate_config"]
 
 ParallelSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE)]
 FamilyName = literal(RULE_FAMILIES)
@@ -131,3 +135,17 @@ def check_model_support(
     names the recipe or file the record comes from.
     """
     return model_support(ModelSupportOptions(family=family, path=path))
+
+
+@tool(title="Count the tokens of an image or video in a Qwen-VL sample")
+def count_image_tokens(
+    height: Annotated[int, Field(ge=1, description="image height in pixels")],
+    width: Annotated[int, Field(ge=1, description="image width in pixels")],
+    frames: Annotated[int, Field(ge=1, le=MAX_VIDEO_FRAMES, description="frames of a video (1: an image)")] = 1,
+    vision: Annotated[literal(VISION_PRESETS),  # type: ignore[valid-type]
+                      Field(description="vision preset (qwen2_vl, qwen2_5_vl: patch 14, merge 2)")] = "qwen2_vl",
+) -> ImageTokens:
+    """How an image (or frames of one size) becomes patches and language-model tokens, as the Qwen2-VL
+    processor does: resized size, (t, h, w) grid, patch rows and tokens (t*h*w / merge**2; +2 for the
+    vision start and end tokens in a sample). Packed VLM samples align these tokens with the text."""
+    return image_tokens(ImageTokensOptions(height=height, width=width, frames=frames, vision=vision))
