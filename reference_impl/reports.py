@@ -16,7 +16,7 @@ from typing import Any
 from reference_impl.errors import UsageError
 from reference_impl.results import Result
 
-__all__ = ["ImageTokens", "InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset",
+__all__ = ["ImageTokens", "MRopeLayout", "InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset",
            "PreparedPacks"]
 
 
@@ -183,3 +183,24 @@ class ImageTokens(Result):
     tokens: int
     sequence_tokens: int
     explanation: str
+
+
+@dataclass(frozen=True)
+class MRopeLayout(Result):
+    """Result of :func:`reference_impl.verbs.vision.mrope_positions`: the M-RoPE ids of a described layout.
+
+    ``blocks``: per item of every sequence its kind, sequence, row offsets ``[start, end)`` and the
+    (t, h, w) ids of its first and last token; ``sequences``: per sequence its physical start, real
+    length and the id one past its largest; ``position_ids``: ``[3, T]`` when ``T`` is at most
+    :data:`~reference_impl.limits.MAX_MROPE_TOKENS_SHOWN`, else None.
+    """
+
+    layout: str
+    merge_size: int
+    model: str
+    text_after_vision: str
+    pad_seq_to_mult: int
+    total_tokens: int
+    blocks: list[dict[str, Any]]
+    sequences: list[dict[str, Any]]
+    position_ids: list[list[int]] | None

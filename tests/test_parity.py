@@ -152,6 +152,12 @@ SUCCESSES = [
     Case("image-tokens", lambda r, f: verbs.image_tokens(verbs.ImageTokensOptions(height=480, width=640, frames=3)),
          ["image-tokens", "--height", "480", "--width", "640", "--frames", "3"], "count_image_tokens",
          {"height": 480, "width": 640, "frames": 3}),
+    Case("mrope", lambda r, f: verbs.mrope_positions(verbs.MRopeOptions(
+        layout="text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", model="qwen2_5_vl", pad_seq_to_mult=4)),
+         ["mrope", "text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", "--model", "qwen2_5_vl",
+          "--pad-seq-to-mult", "4"], "mrope_position_ids",
+         {"layout": "text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", "model": "qwen2_5_vl",
+          "pad_seq_to_mult": 4}),
     Case("batches-in-batch", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "data.jsonl", seq_length=128, cp=2, num_batches=2)),
          ["batches", "{root}/data.jsonl", "--seq-length", "128", "--cp", "2", "--num-batches", "2"],
@@ -215,6 +221,8 @@ REFUSALS = [
                                                                                         width=100000)),
          ["image-tokens", "--height", "100000", "--width", "100000"], "count_image_tokens",
          {"height": 100000, "width": 100000}, exit_code=2),
+    Case("mrope-bad-grid", lambda r, f: verbs.mrope_positions(verbs.MRopeOptions(layout="text:2,image:1x3x4")),
+         ["mrope", "text:2,image:1x3x4"], "mrope_position_ids", {"layout": "text:2,image:1x3x4"}, exit_code=2),
     Case("batches-images-without-vision", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "vlm.jsonl", vision="none")),
          ["batches", "{root}/vlm.jsonl", "--vision", "none"], "inspect_in_batch",

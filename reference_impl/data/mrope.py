@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from reference_impl.arguments import positive_int
+from reference_impl.choices import TEXT_AFTER_VISION  # where text after a vision block starts
 from reference_impl.errors import InputError, UsageError
 
 __all__ = [
@@ -53,8 +54,6 @@ __all__ = [
     "token_types",
 ]
 
-#: Where text after a vision block starts (module docstring).
-TEXT_AFTER_VISION: tuple[str, ...] = ("max", "spatial")
 
 TEXT, IMAGE, VIDEO = 0, 1, 2
 

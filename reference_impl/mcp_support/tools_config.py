@@ -11,7 +11,16 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from reference_impl.choices import EXAMPLES, PACKING_PATHS, RULE_FAMILIES, SEVERITIES, VISION_PRESETS, literal
+from reference_impl.choices import (
+    EXAMPLES,
+    MROPE_MODELS,
+    PACKING_PATHS,
+    RULE_FAMILIES,
+    SEVERITIES,
+    TEXT_AFTER_VISION,
+    VISION_PRESETS,
+    literal,
+)
 from reference_impl.config.validate import ValidationReport
 from reference_impl.limits import (
     DEFAULT_RULES_RETURNED,
@@ -25,15 +34,15 @@ from reference_impl.limits import (
     MAX_VIDEO_FRAMES,
 )
 from reference_impl.mcp_support.registry import roots_of, tool
-from reference_impl.reports import ImageTokens
+from reference_impl.reports import ImageTokens, MRopeLayout
 from reference_impl.verbs.alignment import AlignmentReport, AlignOptions, align
 from reference_impl.verbs.rules import RuleQuery, RulesOptions, query_rules
 from reference_impl.verbs.support import ModelSupportOptions, ModelSupportReport, model_support
 from reference_impl.verbs.validation import ValidateOptions, validate
-from reference_impl.verbs.vision import ImageTokensOptions, image_tokens
+from reference_impl.verbs.vision import ImageTokensOptions, MRopeOptions, image_tokens, mrope_positions
 
 __all__ = ["check_model_support", "count_image_tokens", "derive_alignment", "explain_rule", "list_rules",
-           "validate_config"]
+           "mrope_position_ids", "validate_config"]
 
 ParallelSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE)]
 FamilyName = literal(RULE_FAMILIES)
@@ -149,3 +158,25 @@ def count_image_tokens(
     processor does: resized size, (t, h, w) grid, patch rows and tokens (t*h*w / merge**2; +2 for the
     vision start and end tokens in a sample). Packed VLM samples align these tokens with the text."""
     return image_tokens(ImageTokensOptions(height=height, width=width, frames=frames, vision=vision))
+
+
+@tool(title="Multimodal RoPE position ids of a Qwen-VL layout")
+def mrope_position_ids(
+    layout: Annotated[str, Field(description="sequences separated by |, each a comma-separated list of text:N, "
+                                 "image:1xHxW, video:TxHxW[@seconds], e.g. 'text:3,image:1x4x6,text:2|text:5'",
+                                 min_length=1, max_length=MAX_CONFIG_CHARS)],
+    merge_size: Annotated[int, Field(ge=1, le=64, description="spatial merge size")] = 2,
+    model: Annotated[literal(MROPE_MODELS),  # type: ignore[valid-type]
+                     Field(description="qwen2_vl (temporal interval 1) or qwen2_5_vl")] = "qwen2_vl",
+    tokens_per_second: Annotated[float, Field(gt=0, le=1000, description="qwen2_5_vl's tokens_per_second")] = 2.0,
+    text_after_vision: Annotated[literal(TEXT_AFTER_VISION),  # type: ignore[valid-type]
+                                 Field(description="max (Qwen code, transformers < 5.3) or spatial (>= 5.3)")]
+    = "max",
+    pad_seq_to_mult: Annotated[int, Field(ge=1, le=65536, description="alignment of each packed sequence")] = 1,
+) -> MRopeLayout:
+    """(temporal, height, width) position ids of text, images and videos as Qwen2-VL/Qwen2.5-VL's get_rope_index
+    computes them; several sequences are packed into one THD row and each restarts at (0, 0, 0). Every image
+    and video is wrapped in vision start/end tokens. Blocks give each item's offsets and first/last ids."""
+    return mrope_positions(MRopeOptions(layout=layout, merge_size=merge_size, model=model,
+                                        tokens_per_second=tokens_per_second, text_after_vision=text_after_vision,
+                                        pad_seq_to_mult=pad_seq_to_mult))
