@@ -13,7 +13,9 @@ tiny reference GPT forward and backward in float64, and checks, with numbers:
 2. ``no_cross_sequence_leakage``: perturbing one sequence's tokens leaves every other position's
    logits unchanged, while its own change;
 3. ``position_ids_restart``: position ids run 0, 1, ... inside every physical sequence (rotary
-   embeddings depend on position *differences*, so a loss check alone cannot see this);
+   embeddings depend on position *differences*, so a loss check alone cannot see this); for VLM
+   batches also the M-RoPE ids: (0, 0, 0) at every sequence start and, on the real tokens, the ids
+   of the sample alone on all three axes;
 4. ``loss_tokens_preserved``: supervised-token count of the batches equals that of the samples;
 5. ``samples_exactly_once``: the multiset of packed sequences equals the multiset of samples;
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
@@ -27,7 +29,13 @@ default config and data of every path make every check run.
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
 the negative controls in the test-suite): ``no_boundaries`` (attention ignores ``cu_seqlens``),
-``shift_loss_mask``, ``drop_sample``, ``no_position_reset``.
+``shift_loss_mask``, ``drop_sample``, ``no_position_reset``, and for VLM batches
+``misaligned_image_tokens`` (every image token shows the next merged patch window) and
+``mrope_no_restart`` (M-RoPE ids computed over the whole row as one sequence).
+
+VLM data (rows with images: the default data of the in-batch and Energon paths) runs the reference
+model with its vision stem and M-RoPE (:mod:`reference_impl.smoke_vlm`): packed equals unpacked
+covers the stem's gradients, and the leakage check also perturbs the first sequence's images.
 """
 
 from __future__ import annotations
@@ -46,6 +54,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
+from reference_impl.smoke_vlm import (
+    VISUAL_KEYS,
+    apply_vlm_faults,
+    leak_images,
+    leak_sequence,
+    model_config_for,
+    mrope_check,
+    report_details,
+    single_vlm,
+)
 from reference_impl.packing_paths import PathBatches, get_path, path_names
 from reference_impl.results import Result
 
@@ -53,7 +71,8 @@ log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-9
 SIZES = SMOKE_ROWS
-FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset")
+FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "misaligned_image_tokens",
+          "mrope_no_restart")
 CHECK_NAMES = (
     "config_valid",
     "samples_exactly_once",
@@ -171,7 +190,7 @@ def _sequences(batch: Mapping[str, Any]) -> list[tuple[int, int, int]]:
 
 def _batch_from_params(batch: Mapping[str, Any], params: Any) -> dict[str, Any]:
     """The per-token tensors of ``batch`` with boundaries taken from the ``PackedSeqParams`` object."""
-    out = {k: batch[k] for k in ("tokens", "labels", "loss_mask", "position_ids")}
+    out = {k: batch[k] for k in ("tokens", "labels", "loss_mask", "position_ids", *VISUAL_KEYS) if k in batch}
     out["cu_seqlens_q"] = params.cu_seqlens_q
     out["cu_seqlens_kv"] = params.cu_seqlens_kv
     if params.cu_seqlens_q_padded is not None:
@@ -187,7 +206,7 @@ def _single(sample: Mapping[str, Any]) -> dict[str, Any]:
 
     n = len(sample["tokens"])
     cu = torch.tensor([0, n], dtype=torch.int32)
-    return {
+    return single_vlm(sample) | {
         "tokens": torch.as_tensor(sample["tokens"], dtype=torch.int64)[None],
         "labels": torch.as_tensor(sample["labels"], dtype=torch.int64)[None],
         "loss_mask": torch.as_tensor(sample["loss_mask"], dtype=torch.float32)[None],
@@ -196,7 +215,7 @@ def _single(sample: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str]) -> list[dict[str, Any]]:
+def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any = None) -> list[dict[str, Any]]:
     import torch
 
     out = [dict(b) for b in batches]
@@ -209,7 +228,7 @@ def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str]) -> list[
             b["loss_mask"] = torch.roll(b["loss_mask"], 1, dims=1)
         if "no_position_reset" in faults:
             b["position_ids"] = torch.arange(b["tokens"].shape[1], dtype=torch.int64)[None]
-    return out
+    return apply_vlm_faults(out, faults, vlm)
 
 
 def _config_check(cfg: Any) -> Check:
@@ -255,7 +274,7 @@ def _loss_tokens(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
                  None if ok else "the loss mask changed between the rows and the batches (shifted or dropped)")
 
 
-def _positions(batches: list[dict[str, Any]]) -> Check:
+def _positions(batches: list[dict[str, Any]], pb: PathBatches | None = None) -> Check:
     import torch
 
     bad = []
@@ -265,10 +284,17 @@ def _positions(batches: list[dict[str, Any]]) -> Check:
             # a sequence's real tokens and its alignment gap count 0, 1, ...; width padding (no real token) is free
             if real and not torch.equal(pos[start : start + length], torch.arange(length, dtype=pos.dtype)):
                 bad.append((n, k))
-    ok = not bad
-    return Check("position_ids_restart", ok, {"bad_sequences": len(bad), "first": bad[:3]}, 0,
-                 "position ids restart at 0 in every sequence" if ok else f"{len(bad)} sequence(s) do not restart at 0",
-                 None if ok else "reset position ids at every cu_seqlens boundary (the THD builder does)")
+    mrope_bad, mrope_checked = mrope_check(batches, _sequences, _key, pb.samples if pb is not None else [])
+    ok = not bad and not mrope_bad
+    value = {"bad_sequences": len(bad), "first": bad[:3]}
+    if mrope_checked:
+        value.update(mrope_sequences=mrope_checked, mrope_bad_sequences=len(mrope_bad), mrope_first=mrope_bad[:3])
+    axes = " and the M-RoPE ids on all three axes" if mrope_checked else ""
+    return Check("position_ids_restart", ok, value, 0,
+                 f"position ids{axes} restart at 0 in every sequence" if ok
+                 else f"{len(bad) + len(mrope_bad)} sequence(s) do not restart at 0{axes and ' (1-D or M-RoPE)'}",
+                 None if ok else "reset position ids (and M-RoPE ids) at every cu_seqlens boundary (the THD builder "
+                 "and attach_visual_inputs do)")
 
 
 def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -315,13 +341,15 @@ def _equivalence(
         # leakage: perturb the first real sequence of a batch that holds at least two
         seqs = [s for s in _sequences(batch) if s[2] > 0]
         if len(seqs) >= 2 and leak_tested < 4:
-            start, length, real = seqs[0]
+            target = leak_sequence(batch, seqs)
+            start, length, real = target
             with torch.no_grad():
                 base = packed_forward(model, view, mode=mode)
             poked = dict(view)
             tokens = view["tokens"].clone()
             tokens[0, start : start + real] = (tokens[0, start : start + real] + 7) % model.config.vocab_size
             poked["tokens"] = tokens
+            poked.update(leak_images(view, seqs.index(target)))
             other = torch.ones(tokens.shape[1], dtype=torch.bool)
             other[start : start + length] = False
             with torch.no_grad():
@@ -375,7 +403,8 @@ def _cp_check(model: Any, cfg: Any, batches: list[dict[str, Any]], workdir: Path
     job = workdir / "cp_job.pt"
     out = workdir / "cp_result.pt"
     keep = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv",
-            "cu_seqlens_q_padded", "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask")
+            "cu_seqlens_q_padded", "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask",
+            *VISUAL_KEYS)
     torch.save({
         "batches": [{k: b[k] for k in keep if k in b} for b in chosen],
         "model_config": model.config.to_dict(),
@@ -430,11 +459,20 @@ def _cp_check(model: Any, cfg: Any, batches: list[dict[str, Any]], workdir: Path
 def _subset(data: Path, n: int, workdir: Path) -> Path:
     from reference_impl.data.jsonl import JsonlFile
 
+    import json
+
+    from reference_impl.data.vlm import row_has_visuals, with_absolute_paths
+
     jf = JsonlFile(data)
     out = workdir / "smoke_input.jsonl"
     with open(out, "wb") as fh:
         for i in range(min(n, len(jf))):
-            fh.write(jf.raw(i) + b"\n")
+            raw = jf.raw(i)
+            if b'"image' in raw or b'"video' in raw:  # relative image paths must still resolve from the copy
+                row = jf.row(i)
+                if row_has_visuals(row):
+                    raw = json.dumps(with_absolute_paths(row, jf.path.parent), ensure_ascii=False).encode("utf-8")
+            fh.write(raw + b"\n")
     return out
 
 
@@ -458,7 +496,7 @@ def run_packing_smoke_test(
 
     from reference_impl.config import load_config
     from reference_impl.data import ByteTokenizer
-    from reference_impl.training.model import TinyGPT, TinyGPTConfig
+    from reference_impl.training.model import TinyGPT
 
     spec = get_path(path)
     if size not in SIZES:
@@ -482,14 +520,14 @@ def run_packing_smoke_test(
         t0 = time.perf_counter()
         pb = spec.load("smoke_adapter")(cfg, jsonl, scratch)
         timings["build_batches_s"] = time.perf_counter() - t0
-        batches = _apply_faults(pb.batches, faults)
+        batches = _apply_faults(pb.batches, faults, pb.details.get("vlm"))
         checks.append(_exactly_once(pb, batches))
         checks.append(_loss_tokens(pb, batches))
-        checks.append(_positions(batches))
+        checks.append(_positions(batches, pb))
         notify("forward/backward", 0.3)
         t0 = time.perf_counter()
         torch.manual_seed(seed)
-        model = TinyGPT(TinyGPTConfig(vocab_size=ByteTokenizer().vocab_size), seed=seed)
+        model = TinyGPT(model_config_for(pb, ByteTokenizer().vocab_size), seed=seed)
         mode = "causal" if "no_boundaries" in faults else "thd"
         checks.extend(_equivalence(model, pb, batches, mode, notify))
         timings["equivalence_s"] = time.perf_counter() - t0
@@ -515,7 +553,7 @@ def run_packing_smoke_test(
                 "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size},
         data={"source": str(source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
-              **pb.details},
+              **report_details(pb.details)},
         timings=timings,
         faults=list(faults),
     )

@@ -64,6 +64,7 @@ __all__ = [
     "row_has_visuals",
     "tokenize_vlm_row",
     "vlm_sample_length",
+    "with_absolute_paths",
 ]
 
 IMAGE_MARKER = "<image>"
@@ -598,3 +599,39 @@ def measure_vlm_file(
                               len(jf), images, videos, with_visuals, dict(sorted(rejected.items())))
     finally:
         jf.close()
+
+
+def with_absolute_paths(row: Mapping[str, Any], base_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A copy of ``row`` whose relative image and frame paths (fields and chat content parts) are made
+    absolute against ``base_dir``, so the row can be copied to another file."""
+    base = Path(base_dir)
+
+    def fix(ref: Any) -> Any:
+        if isinstance(ref, str) and ref and not Path(ref).is_absolute():
+            return str(base / ref)
+        if isinstance(ref, Mapping) and isinstance(ref.get("path"), str) and not Path(ref["path"]).is_absolute():
+            return {**ref, "path": str(base / ref["path"])}
+        return ref
+
+    out = dict(row)
+    if isinstance(row.get("images"), list):
+        out["images"] = [fix(r) for r in row["images"]]
+    if isinstance(row.get("videos"), list):
+        out["videos"] = [{**v, "frames": [fix(f) for f in v["frames"]]}
+                         if isinstance(v, Mapping) and isinstance(v.get("frames"), list) else v for v in row["videos"]]
+
+    def fix_part(part: Any) -> Any:
+        if not isinstance(part, Mapping):
+            return part
+        if part.get("type") == "image":
+            return {k: fix(v) if k in ("image", "path") else v for k, v in part.items()}
+        if part.get("type") == "video" and isinstance(part.get("video", part.get("frames")), list):
+            return {k: [fix(f) for f in v] if k in ("video", "frames") else v for k, v in part.items()}
+        return part
+
+    for key in CHAT_KEYS:
+        if isinstance(row.get(key), list):
+            text_key = "value" if key == "conversations" else "content"
+            out[key] = [{**t, text_key: [fix_part(p) for p in t[text_key]]} if _content_list(t, text_key) else t
+                        for t in row[key]]
+    return out

@@ -13,14 +13,15 @@ batch key ``mrope_position_ids`` ``[3, 1, T]``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from reference_impl.arguments import positive_int
-from reference_impl.errors import UsageError
+from reference_impl.errors import InputError, UsageError
 
-__all__ = ["apply_mrope", "check_section", "section_axes"]
+__all__ = ["apply_mrope", "batch_positions", "check_section", "section_axes"]
 
 
 def check_section(section: Sequence[int], head_dim: int) -> tuple[int, int, int]:
@@ -55,3 +56,19 @@ def apply_mrope(x: torch.Tensor, position_ids: torch.Tensor, base: float, sectio
     cos, sin = angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def batch_positions(batch: Mapping[str, Any], *, mrope: bool) -> torch.Tensor:
+    """The position ids a model reads from a canonical batch: the M-RoPE ids ``[3, T]`` when the model
+    uses M-RoPE and the batch carries them (``mrope_position_ids`` ``[3, 1, T]``), else ``position_ids[0]``."""
+    key = "mrope_position_ids" if mrope and "mrope_position_ids" in batch else "position_ids"
+    value = batch.get(key)
+    if not isinstance(value, torch.Tensor):
+        raise InputError(f"batch needs a tensor '{key}'", field=key)
+    if key == "mrope_position_ids":
+        if value.dim() != 3 or value.shape[0] != 3 or value.shape[1] != 1:
+            raise InputError(f"'{key}' must have shape [3, 1, T], got {list(value.shape)}", field=key)
+        return value[:, 0]
+    if value.dim() != 2 or value.shape[0] != 1:
+        raise InputError(f"'{key}' must have shape [1, T], got {list(value.shape)}", field=key)
+    return value[0]

@@ -24,6 +24,8 @@ from reference_impl.training.boundaries import ThdLayout, thd_layout
 from reference_impl.training.context_parallel import thd_partition_indices
 from reference_impl.training.loss import masked_loss_pieces, token_cross_entropy
 from reference_impl.training.model import TinyGPT
+from reference_impl.training.mrope import batch_positions
+from reference_impl.training.vision import vision_inputs
 
 __all__ = [
     "SequenceLoss",
@@ -97,10 +99,10 @@ class StepResult:
 def packed_forward(model: TinyGPT, batch: Mapping[str, Any], *, mode: str = "thd") -> torch.Tensor:
     """Logits ``[T, V]`` of a whole packed row (no context parallelism)."""
     tokens = _row(batch, "tokens")
-    positions = _row(batch, "position_ids")
+    positions = batch_positions(batch, mrope=model.config.mrope_section is not None)
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
-    return model(tokens, positions, attention_mask(layout, everything, everything, mode))
+    return model(tokens, positions, attention_mask(layout, everything, everything, mode), vision=vision_inputs(batch))
 
 
 def sequence_loss_sums(

@@ -1,0 +1,148 @@
+"""The smoke test's VLM pieces: the model for VLM batches, one sample alone, M-RoPE restart, image
+leakage and the two VLM faults. :mod:`reference_impl.smoke` calls these through small hooks; on a
+text batch every function is a no-op.
+
+* :func:`model_config_for`: a VLM path's batches (``PathBatches.details["vlm"]``) get the reference
+  model with a vision stem (patch rows of the path's vision spec, its merge size) and M-RoPE, and a
+  vocabulary that embeds the vision token ids; text keeps the plain model.
+* :func:`single_vlm`: the visual keys of one reference sample run alone (its own patches, its own
+  M-RoPE ids from :func:`reference_impl.data.mrope.rope_index`), for packed == unpacked.
+* :func:`mrope_check`: every sequence of a VLM batch starts at (0, 0, 0) and its real tokens carry
+  exactly the ids its sample has alone.
+* :func:`leak_sequence` / :func:`leak_images`: the leakage check perturbs the tokens *and the
+  images* of one sequence (the first that has images) and requires every other sequence's logits
+  to stay put.
+* Faults: ``misaligned_image_tokens`` shifts ``vision_index`` by one merged window inside the row
+  (every image token shows its neighbour's patches; across a sequence boundary that is a leak);
+  ``mrope_no_restart`` recomputes the M-RoPE ids over the whole row as if it were one sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from reference_impl.packing.vlm import VISUAL_KEYS
+
+__all__ = [
+    "MROPE_SECTION",
+    "VISUAL_KEYS",
+    "apply_vlm_faults",
+    "leak_images",
+    "leak_sequence",
+    "model_config_for",
+    "mrope_check",
+    "report_details",
+    "single_vlm",
+]
+
+#: M-RoPE split of the reference model's head size 8 (4 rotary frequencies): temporal, height, width.
+MROPE_SECTION: tuple[int, int, int] = (2, 1, 1)
+
+
+def model_config_for(pb: Any, text_vocab: int) -> Any:
+    """The reference model's config for a path's batches: with a vision stem and M-RoPE for VLM data."""
+    from reference_impl.training.model import TinyGPTConfig
+    from reference_impl.training.vision import VisionStemConfig
+
+    vlm = pb.details.get("vlm")
+    if vlm is None:
+        return TinyGPTConfig(vocab_size=text_vocab)
+    return TinyGPTConfig(vocab_size=vlm.tokens.vocab_size,
+                         vision=VisionStemConfig(patch_dim=vlm.vision.patch_dim, merge_size=vlm.vision.merge_size),
+                         mrope_section=MROPE_SECTION)
+
+
+def report_details(details: Mapping[str, Any]) -> dict[str, Any]:
+    """The path's details as the report shows them (the VLM settings by their vision preset)."""
+    out = dict(details)
+    if out.get("vlm") is not None:
+        vlm = out.pop("vlm")
+        out["vision"] = vlm.vision.name
+    return out
+
+
+def single_vlm(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """Visual keys of one reference sample alone (empty for a text sample)."""
+    if "visuals" not in sample:
+        return {}
+    from reference_impl.packing.vlm_smoke import single_sample_batch
+
+    return single_sample_batch(sample, sample["vlm"])
+
+
+def mrope_check(
+    batches: Sequence[Mapping[str, Any]],
+    sequences: Callable[[Mapping[str, Any]], list[tuple[int, int, int]]],
+    key: Callable[..., tuple],
+    samples: Sequence[Mapping[str, Any]],
+) -> tuple[list[tuple[int, int]], int]:
+    """(bad ``(batch, sequence)`` pairs, sequences checked) for the M-RoPE ids of VLM batches."""
+    by_key = {key(s["tokens"], s["labels"], s["loss_mask"]): s for s in samples if "mrope" in s}
+    bad: list[tuple[int, int]] = []
+    checked = 0
+    for n, b in enumerate(batches):
+        pos = b.get("mrope_position_ids")
+        if pos is None:
+            continue
+        for k, (start, _, real) in enumerate(sequences(b)):
+            if not real:
+                continue
+            checked += 1
+            ids = pos[:, 0, start : start + real]
+            sample = by_key.get(key(b["tokens"][0, start : start + real], b["labels"][0, start : start + real],
+                                    b["loss_mask"][0, start : start + real]))
+            alone = None if sample is None else torch.as_tensor(sample["mrope"], dtype=ids.dtype)
+            if ids[:, 0].tolist() != [0, 0, 0] or alone is None or not torch.equal(ids, alone):
+                bad.append((n, k))
+    return bad, checked
+
+
+def leak_sequence(batch: Mapping[str, Any], seqs: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """The sequence the leakage check perturbs: the first with images (its images are perturbed too)."""
+    owners = batch.get("pixel_sequence_index")
+    if owners is not None and owners.numel():
+        first = int(owners.min())
+        if first < len(seqs):
+            return seqs[first]
+    return seqs[0]
+
+
+def leak_images(view: Mapping[str, Any], index: int) -> dict[str, torch.Tensor]:
+    """The patch rows of sequence ``index`` (images and videos) shifted by a constant; nothing for text."""
+    out: dict[str, torch.Tensor] = {}
+    for pixels, owners in (("pixel_values", "pixel_sequence_index"), ("pixel_values_videos", "video_sequence_index")):
+        if pixels in view and owners in view and view[owners].numel():
+            mine = view[owners] == index
+            if bool(mine.any()):
+                changed = view[pixels].clone()
+                changed[mine] += 0.5
+                out[pixels] = changed
+    return out
+
+
+def apply_vlm_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any = None) -> list[dict[str, Any]]:
+    """Apply the VLM faults (module docstring) to batches that carry images (``vlm``: the path's
+    VLM settings); others pass unchanged."""
+    if vlm is None or not {"misaligned_image_tokens", "mrope_no_restart"} & set(faults):
+        return batches
+    from reference_impl.data.mrope import rope_index
+
+    for b in batches:
+        if "vision_index" not in b:
+            continue
+        if "misaligned_image_tokens" in faults:
+            index = b["vision_index"].clone()
+            named = index >= 0
+            total = int(named.sum())
+            if total:
+                index[named] = (index[named] + 1) % total
+            b["vision_index"] = index
+        if "mrope_no_restart" in faults:
+            whole = rope_index(b["tokens"][0].numpy(), vlm.mrope, image_grid_thw=b["image_grid_thw"].numpy(),
+                               video_grid_thw=b["video_grid_thw"].numpy(),
+                               second_per_grid=b["second_per_grid_ts"].numpy())
+            b["mrope_position_ids"] = torch.from_numpy(whole)[:, None, :]
+    return batches
