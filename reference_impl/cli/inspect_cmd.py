@@ -53,10 +53,7 @@ def run(args: argparse.Namespace) -> int:
     spp = s["sequences_per_pack"]
     print(f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
           f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}")
-    for issue in report.issues:
-        print(f"  issue [{issue['check']}] row {issue['row']}: {issue['message']}")
-    if report.issue_count > len(report.issues):
-        print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+    _print_issues(report, lambda issue: f"row {issue['row']}")
     if report.topology is not None:
         t = report.topology
         al = t["alignment"]
@@ -69,20 +66,24 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _print_issues(report, where) -> None:  # noqa: ANN001 - an InspectReport, issue -> its place
+    for issue in report.issues:
+        print(f"  issue [{issue['check']}] {where(issue)}: {issue['message']}")
+    if report.issue_count > len(report.issues):
+        print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+
+
 def _print_energon(report, failed: bool) -> int:  # noqa: ANN001 - an InspectReport
     s, st = report.stats, report.settings
     counts = ", ".join(f"{split} {n}" for split, n in s["samples"].items())
-    print(f"Energon dataset {'OK' if report.ok else 'ISSUES'}: {sum(s['samples'].values())} samples ({counts}) in {len(report.files)} "
-          f"shard(s), schema {st['schema']}, vision {st['vision'] or 'none'}")
+    print(f"Energon dataset {'OK' if report.ok else 'ISSUES'}: {sum(s['samples'].values())} samples ({counts}) in "
+          f"{len(report.files)} shard(s), schema {st['schema']}, vision {st['vision'] or 'none'}")
     print(f"  {s['rows_with_visuals']} samples carry {s['images']} image(s) and {s['videos']} video(s): "
           f"{s['vision_tokens']} image tokens, {s['text_tokens']} text tokens ({s['vision_token_share']:.1%} image)")
     ln = s["length"]
     print(f"  sample length min {ln['min']} / p50 {ln['p50']} / max {ln['max']} tokens; aligned to "
           f"{st['pad_seq_to_mult']}: {s['aligned_tokens']} tokens")
-    for issue in report.issues:
-        print(f"  issue [{issue['check']}] {issue['sample']}: {issue['message']}")
-    if report.issue_count > len(report.issues):
-        print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+    _print_issues(report, lambda issue: issue["sample"])
     if report.topology is not None:
         t = report.topology
         print(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "
