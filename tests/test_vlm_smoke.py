@@ -102,3 +102,15 @@ def test_text_data_keeps_the_text_model(tmp_path):
     assert report.result == "incomplete" and "vision" not in report.data
     assert "mrope_sequences" not in report.check("position_ids_restart").value
     assert ByteTokenizer().vocab_size == 264
+
+
+@pytest.mark.slow
+def test_energon_smoke_on_synthetic_media_rows(tmp_path):
+    """The rows `energon-prepare --with-media` style data makes (inline pictures) used to fail the Energon smoke
+    test with "token ids must lie in [0, 264)": the images now reach the model."""
+    from reference_impl.packing.energon.prepare import write_synthetic_vlm_jsonl
+
+    data = write_synthetic_vlm_jsonl(tmp_path / "media.jsonl", 24, seed=4)
+    report = run_packing_smoke_test("energon", data=data, size="tiny", cp_check=False)
+    failed = [c.name for c in report.checks if c.status == "failed"]
+    assert not failed and report.skipped == ["cp_matches_cp1"] and report.data["vision"] == "tiny"
