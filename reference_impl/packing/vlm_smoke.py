@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from reference_impl.data.vlm import VLMSettings, file_has_visuals
+from reference_impl.packing.vlm import visual_token_index
 
 __all__ = ["SMOKE_VISION", "single_sample_batch", "vlm_reference_samples", "vlm_settings_for"]
 
@@ -68,11 +69,7 @@ def single_sample_batch(sample: dict[str, Any], settings: VLMSettings) -> dict[s
         arr = np.concatenate([v.patches for v in items]) if items else np.zeros((0, dim), np.float32)
         return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
 
-    tokens = np.asarray(sample["tokens"])
-    index = np.full(tokens.shape, -1, dtype=np.int64)
-    is_image, is_video = tokens == settings.tokens.image, tokens == settings.tokens.video
-    index[is_image] = np.arange(int(is_image.sum()))
-    index[is_video] = int(is_image.sum()) + np.arange(int(is_video.sum()))
+    index = visual_token_index(np.asarray(sample["tokens"]), settings.tokens.image, settings.tokens.video)
     return {
         "pixel_values": stack(images),
         "pixel_values_videos": stack(videos),

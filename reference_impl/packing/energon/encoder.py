@@ -30,12 +30,10 @@ restore.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, stateless
 
 from reference_impl.alignment import round_up
