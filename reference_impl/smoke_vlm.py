@@ -22,9 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import torch
-
-from reference_impl.packing.vlm import VISUAL_KEYS
+from reference_impl.packing.visual_keys import VISUAL_KEYS
 
 __all__ = [
     "MROPE_SECTION",
@@ -80,6 +78,8 @@ def mrope_check(
     samples: Sequence[Mapping[str, Any]],
 ) -> tuple[list[tuple[int, int]], int]:
     """(bad ``(batch, sequence)`` pairs, sequences checked) for the M-RoPE ids of VLM batches."""
+    import torch
+
     by_key = {key(s["tokens"], s["labels"], s["loss_mask"]): s for s in samples if "mrope" in s}
     bad: list[tuple[int, int]] = []
     checked = 0
@@ -110,9 +110,9 @@ def leak_sequence(batch: Mapping[str, Any], seqs: list[tuple[int, int, int]]) ->
     return seqs[0]
 
 
-def leak_images(view: Mapping[str, Any], index: int) -> dict[str, torch.Tensor]:
+def leak_images(view: Mapping[str, Any], index: int) -> dict[str, Any]:
     """The patch rows of sequence ``index`` (images and videos) shifted by a constant; nothing for text."""
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, Any] = {}
     for pixels, owners in (("pixel_values", "pixel_sequence_index"), ("pixel_values_videos", "video_sequence_index")):
         if pixels in view and owners in view and view[owners].numel():
             mine = view[owners] == index
@@ -128,6 +128,8 @@ def apply_vlm_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: 
     VLM settings); others pass unchanged."""
     if vlm is None or not {"misaligned_image_tokens", "mrope_no_restart"} & set(faults):
         return batches
+    import torch
+
     from reference_impl.data.mrope import rope_index
 
     for b in batches:

@@ -42,17 +42,10 @@ from reference_impl.data.mrope import packed_rope_index
 from reference_impl.data.vision import VisualItem
 from reference_impl.data.vlm import VLMSettings
 from reference_impl.errors import PackingError
+from reference_impl.packing.visual_keys import ROW_VISUAL_KEYS, TOKEN_VISUAL_KEYS, VISUAL_KEYS
 
 __all__ = ["ROW_VISUAL_KEYS", "TOKEN_VISUAL_KEYS", "VISUAL_KEYS", "attach_visual_inputs", "visual_token_index"]
 
-#: Keys that describe the whole row (never split by context parallelism).
-ROW_VISUAL_KEYS: tuple[str, ...] = (
-    "pixel_values", "image_grid_thw", "pixel_sequence_index",
-    "pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "video_sequence_index", "num_patches",
-)
-#: Per-token visual keys (``[1, T]`` and the axes-first ``[3, 1, T]``).
-TOKEN_VISUAL_KEYS: tuple[str, ...] = ("vision_index", "mrope_position_ids")
-VISUAL_KEYS: tuple[str, ...] = ROW_VISUAL_KEYS + TOKEN_VISUAL_KEYS
 
 
 def _stack(items: list[VisualItem], patch_dim: int) -> np.ndarray:

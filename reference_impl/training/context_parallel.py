@@ -26,7 +26,7 @@ import torch
 from reference_impl.alignment import cp_multiple
 from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import AlignmentError, InputError, UsageError
-from reference_impl.packing.vlm import ROW_VISUAL_KEYS
+from reference_impl.packing.visual_keys import ROW_VISUAL_KEYS
 from reference_impl.training.boundaries import boundary_vector, check_boundaries, physical_boundaries_for_cp
 
 __all__ = ["AXES_FIRST_KEYS", "CP_METADATA_KEYS", "slice_thd_batch_for_cp", "thd_partition_indices"]
