@@ -61,6 +61,7 @@ def root(tmp_path: Path) -> Path:
     (root / "job.yaml").write_text("train:\n  micro_batch_size: 1\ndataset:\n  enable_in_batch_packing: true\n")
     (root / "bad.yaml").write_text("train:\n  micro_batch_sise: 1\n")
     (root / "existing").mkdir()
+    (root / "existing" / "notes.txt").write_text("not ours\n")  # a non-empty directory seqpack did not write
     # VLM rows: the shipped demo chat with its images (paths relative to the JSONL)
     from reference_impl.data.demo_vlm import vlm_demo_path
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     spp = s["sequences_per_pack"]
     print(f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
           f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}")
-    _print_issues(report, lambda issue: f"row {issue['row']}")
+    _print_issues(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
     if report.topology is not None:
         t = report.topology
         al = t["alignment"]
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_issues(report, where) -> None:  # noqa: ANN001 - an InspectReport, issue -> its place
     for issue in report.issues:
-        print(f"  issue [{issue['check']}] {where(issue)}: {issue['message']}")
+        print(f"  issue [{issue['check']}]{where(issue)}: {issue['message']}")
     if report.issue_count > len(report.issues):
         print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
 
@@ -83,7 +83,7 @@ def _print_energon(report, failed: bool) -> int:  # noqa: ANN001 - an InspectRep
     ln = s["length"]
     print(f"  sample length min {ln['min']} / p50 {ln['p50']} / max {ln['max']} tokens; aligned to "
           f"{st['pad_seq_to_mult']}: {s['aligned_tokens']} tokens")
-    _print_issues(report, lambda issue: issue["sample"])
+    _print_issues(report, lambda issue: f" {issue['sample']}")
     if report.topology is not None:
         t = report.topology
         print(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "

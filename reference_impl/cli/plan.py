@@ -79,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
             f"{vlm['images']} image(s) and {vlm['videos']} video(s), {vlm['vision_tokens']} image tokens "
             f"({vlm['vision_token_share']:.1%} of all tokens); VLM samples are never cut (truncation reject)"
         )
+    acc = (s.details or {}).get("accounting")
+    if acc:
+        skipped = ", ".join(f"{k}={v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]
+                            else f"{k}={v['count']}" for k, v in acc["skipped"].items())
+        print(f"rows: {acc['rows_in']} read, {acc['packed']} planned, {acc['truncated']} truncated, "
+              f"{acc['skipped_total']} skipped" + (f" ({skipped})" if skipped else ""))
     rows = []
     for r in plan.rows:
         mark = "*" if r.pack_len == plan.recommended_pack_len else ""
