@@ -2,16 +2,17 @@
 leakage and the two VLM faults. :mod:`reference_impl.smoke` calls these through small hooks; on a
 text batch every function is a no-op.
 
-* :func:`model_config_for`: a VLM path's batches (``PathBatches.details["vlm"]``) get the reference
+* :func:`model_options`: a VLM path's batches (``PathBatches.details["vlm"]``) get the reference
   model with a vision stem (patch rows of the path's vision spec, its merge size) and M-RoPE, and a
   vocabulary that embeds the vision token ids; text keeps the plain model.
-* :func:`single_vlm`: the visual keys of one reference sample run alone (its own patches, its own
-  M-RoPE ids from :func:`reference_impl.data.mrope.rope_index`), for packed == unpacked.
+* :func:`sample_inputs`: one reference sample with the model's per-token inputs of it run alone
+  (its own patches, its own M-RoPE ids from :func:`reference_impl.data.mrope.rope_index`), for
+  packed == unpacked.
 * :func:`mrope_check`: every sequence of a VLM batch starts at (0, 0, 0) and its real tokens carry
   exactly the ids its sample has alone.
-* :func:`leak_sequence` / :func:`leak_images`: the leakage check perturbs the tokens *and the
-  images* of one sequence (the first that has images) and requires every other sequence's logits
-  to stay put.
+* :func:`leak_inputs`: the leakage check perturbs the tokens *and the images* of one sequence (the
+  first that has images; its patch rows change before the per-token inputs are built) and requires
+  every other sequence's outputs to stay put.
 * Faults: ``misaligned_image_tokens`` shifts ``vision_index`` by one merged window inside the row
   (every image token shows its neighbour's patches; across a sequence boundary that is a leak);
   ``mrope_no_restart`` recomputes the M-RoPE ids over the whole row as if it were one sequence.
@@ -25,32 +26,36 @@ from typing import Any
 from reference_impl.packing.visual_keys import VISUAL_KEYS
 
 __all__ = [
-    "MROPE_SECTION",
     "VISUAL_KEYS",
     "apply_vlm_faults",
-    "leak_images",
-    "leak_sequence",
-    "model_config_for",
+    "leak_inputs",
+    "model_options",
     "mrope_check",
+    "mrope_section_for",
     "report_details",
-    "single_vlm",
+    "sample_inputs",
 ]
 
-#: M-RoPE split of the reference model's head size 8 (4 rotary frequencies): temporal, height, width.
-MROPE_SECTION: tuple[int, int, int] = (2, 1, 1)
+
+def mrope_section_for(head_dim: int) -> tuple[int, int, int]:
+    """The reference model's M-RoPE split of ``head_dim / 2`` rotary frequencies: height and width a
+    quarter each, temporal the rest (head size 8: ``(2, 1, 1)``; 16: ``(4, 2, 2)``)."""
+    half = head_dim // 2
+    return (half - 2 * (half // 4), half // 4, half // 4)
 
 
-def model_config_for(pb: Any, text_vocab: int) -> Any:
-    """The reference model's config for a path's batches: with a vision stem and M-RoPE for VLM data."""
-    from reference_impl.training.model import TinyGPTConfig
+def model_options(pb: Any, base: Any) -> dict[str, Any]:
+    """Reference model options (:class:`~reference_impl.training.model.TinyGPTConfig` fields) for a
+    path's batches: for VLM data a vision stem, M-RoPE (split for ``base``'s head size) and the
+    vocabulary with the vision tokens; nothing for text."""
     from reference_impl.training.vision import VisionStemConfig
 
     vlm = pb.details.get("vlm")
     if vlm is None:
-        return TinyGPTConfig(vocab_size=text_vocab)
-    return TinyGPTConfig(vocab_size=vlm.tokens.vocab_size,
-                         vision=VisionStemConfig(patch_dim=vlm.vision.patch_dim, merge_size=vlm.vision.merge_size),
-                         mrope_section=MROPE_SECTION)
+        return {}
+    return {"vocab_size": vlm.tokens.vocab_size,
+            "vision": VisionStemConfig(patch_dim=vlm.vision.patch_dim, merge_size=vlm.vision.merge_size),
+            "mrope_section": mrope_section_for(base.hidden_size // base.num_heads)}
 
 
 def report_details(details: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,13 +67,21 @@ def report_details(details: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def single_vlm(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """Visual keys of one reference sample alone (empty for a text sample)."""
-    if "visuals" not in sample:
-        return {}
-    from reference_impl.packing.vlm_smoke import single_sample_batch
+def sample_inputs(model: Any, sample: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``sample`` with the model's per-token inputs (``model.token_inputs``, 1-D per token) of it run
+    alone: its own patch rows and ``vision_index``, its own M-RoPE ids (positions from 0 for text).
+    Unchanged when the model reads none."""
+    if not model.token_inputs:
+        return sample
+    import torch
 
-    return single_sample_batch(sample, sample["vlm"])
+    tokens = torch.as_tensor(sample["tokens"], dtype=torch.int64)[None]
+    alone = {"tokens": tokens, "position_ids": torch.arange(tokens.shape[1])[None]}
+    if "visuals" in sample:
+        from reference_impl.packing.vlm_smoke import single_sample_batch
+
+        alone.update(single_sample_batch(sample, sample["vlm"]))
+    return {**sample, **{k: v[0] for k, v in model.batch_inputs(alone).items()}}
 
 
 def mrope_check(
@@ -100,17 +113,25 @@ def mrope_check(
     return bad, checked
 
 
-def leak_sequence(batch: Mapping[str, Any], seqs: list[tuple[int, int, int]]) -> tuple[int, int, int]:
-    """The sequence the leakage check perturbs: the first with images (its images are perturbed too)."""
+def leak_inputs(
+    model: Any, batch: Mapping[str, Any], starts: Sequence[int], compared: Sequence[int]
+) -> tuple[int, dict[str, Any] | None]:
+    """The sequence of ``batch`` the leakage check perturbs and the model's per-token inputs after its
+    images changed: the first sequence with images (index into ``compared``, the starts of the row's
+    compared sequences; ``starts``: the start of every sequence of the batch), its patch rows
+    shifted by a constant *before* the per-token inputs are built, so that a token showing another
+    sequence's patches moves too. ``(0, None)`` for a row without images."""
     owners = batch.get("pixel_sequence_index")
-    if owners is not None and owners.numel():
-        first = int(owners.min())
-        if first < len(seqs):
-            return seqs[first]
-    return seqs[0]
+    if owners is None or not owners.numel() or int(owners.min()) >= len(starts):
+        return 0, None
+    index = int(owners.min())
+    if starts[index] not in compared:
+        return 0, None
+    changed = {**batch, **_shifted_images(batch, index)}
+    return list(compared).index(starts[index]), {k: v[0] for k, v in model.batch_inputs(changed).items()}
 
 
-def leak_images(view: Mapping[str, Any], index: int) -> dict[str, Any]:
+def _shifted_images(view: Mapping[str, Any], index: int) -> dict[str, Any]:
     """The patch rows of sequence ``index`` (images and videos) shifted by a constant; nothing for text."""
     out: dict[str, Any] = {}
     for pixels, owners in (("pixel_values", "pixel_sequence_index"), ("pixel_values_videos", "video_sequence_index")):

@@ -62,12 +62,44 @@ def test_embed_with_vision_places_visual_tokens_by_index():
     index = torch.tensor([-1, 0, 1, -1, -1])
     out = embed_with_vision(emb, VisionInputs(pixels, torch.zeros(0, 6, dtype=torch.float64), index), stem)
     visual = stem(pixels)
-    assert torch.equal(out[1], visual[0]) and torch.equal(out[2], visual[1]) and not out[[0, 3, 4]].any()
+    # per-token windows through the stem equal embedding the image and gathering (up to matmul rounding)
+    assert torch.allclose(out[1], visual[0], atol=1e-12) and torch.allclose(out[2], visual[1], atol=1e-12)
+    assert not out[[0, 3, 4]].any()
     short = torch.tensor([-1, 0, -1, -1, -1])
     with pytest.raises(InputError, match="do not line up"):
         embed_with_vision(emb, VisionInputs(pixels, pixels[:0], short), stem)
     part = embed_with_vision(emb, VisionInputs(pixels, pixels[:0], short), stem, whole_row=False)  # a CP slice
-    assert torch.equal(part[1], visual[0])
+    assert torch.allclose(part[1], visual[0], atol=1e-12)
     with pytest.raises(InputError, match="names visual token 2"):
         embed_with_vision(emb, VisionInputs(pixels, pixels[:0], torch.tensor([-1, 2, -1, -1, -1])), stem,
                           whole_row=False)
+
+
+def test_token_inputs_stack_like_single_rows_and_are_checked():
+    """The VLM inputs travel per token (``token_inputs``): a stack of rows gives each row's logits alone."""
+    from reference_impl.training.model import TinyGPT, TinyGPTConfig
+    from reference_impl.training.mrope import TOKEN_INPUT
+    from reference_impl.training.vision import TOKEN_INPUTS, token_windows
+
+    cfg = TinyGPTConfig(vision=VisionStemConfig(patch_dim=6), mrope_section=(2, 1, 1))
+    model = TinyGPT(cfg, seed=5)
+    assert model.token_inputs == (*TOKEN_INPUTS, TOKEN_INPUT)
+    assert TinyGPT(TinyGPTConfig(), seed=5).token_inputs == ()
+    gen = torch.Generator().manual_seed(1)
+    rows = []
+    for index in (torch.tensor([-1, 0, 1, -1, -1]), torch.tensor([-1, -1, 1, 0, -1])):
+        pixels = torch.randn(8, 6, generator=gen)
+        windows, named = token_windows(VisionInputs(pixels, pixels[:0], index), cfg.vision)
+        axes = torch.stack([torch.arange(5), torch.arange(5) % 2, torch.arange(5) % 3], dim=-1)
+        rows.append({TOKEN_INPUTS[0]: windows, TOKEN_INPUTS[1]: named, TOKEN_INPUT: axes})
+    tokens = torch.randint(0, cfg.vocab_size, (2, 5), generator=gen)
+    pos, mask = torch.arange(5).expand(2, 5), torch.ones(2, 5, 5, dtype=torch.bool).tril()
+    stacked = model(tokens, pos, mask, inputs={k: torch.stack([r[k] for r in rows]) for k in rows[0]})
+    for i, r in enumerate(rows):
+        alone = model(tokens[i], pos[i], mask[i], inputs=r)
+        assert torch.allclose(stacked[i], alone, atol=1e-12)
+        assert not torch.allclose(alone, model(tokens[i], pos[i], mask[i]), atol=1e-6)  # the inputs matter
+    with pytest.raises(UsageError, match="reads no token input"):
+        TinyGPT(TinyGPTConfig(), seed=5)(tokens[0], pos[0], mask[0], inputs={TOKEN_INPUT: rows[0][TOKEN_INPUT]})
+    with pytest.raises(UsageError, match="go together"):
+        model(tokens[0], pos[0], mask[0], inputs={TOKEN_INPUTS[0]: rows[0][TOKEN_INPUTS[0]]})

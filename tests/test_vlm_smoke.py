@@ -12,7 +12,9 @@ from reference_impl.packing.sft_dataset import SFTJsonlDataset, scan_rows
 from reference_impl.packing.in_batch import build_in_batch_loader
 from reference_impl.packing_paths import get_path
 from reference_impl.smoke import run_packing_smoke_test
-from reference_impl.smoke_vlm import MROPE_SECTION
+from reference_impl.smoke_vlm import mrope_section_for
+
+MROPE_SECTION = mrope_section_for(8)  # the default TinyGPTConfig: head size 8
 from reference_impl.training.model import TinyGPT, TinyGPTConfig
 from reference_impl.training.step import packed_forward, reference_step
 from reference_impl.training.vision import VisionStemConfig

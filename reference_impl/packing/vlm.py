@@ -24,7 +24,8 @@ key                        dtype, shape             meaning
 ========================== ======================== ===============================================
 
 ``vision_index`` is a per-token key, so a context-parallel split carries every rank's share of it;
-the model embeds all images once and gathers the rows its tokens name. The patch-row keys and
+the reference model gives each of its tokens the patch rows of the merge window it names
+(:func:`reference_impl.training.vision.token_windows`). The patch-row keys and
 grids describe the whole row and are never split. The layout is Hugging Face's (``pixel_values``,
 ``image_grid_thw``, ``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``,
 ``[3, B, T]`` position ids), so a Qwen-VL model reads the batch as it is.

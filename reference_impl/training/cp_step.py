@@ -32,8 +32,6 @@ from reference_impl.training.loss import (
     token_cross_entropy,
 )
 from reference_impl.training.model import TinyGPT
-from reference_impl.training.mrope import batch_positions
-from reference_impl.training.vision import vision_inputs
 from reference_impl.training.step import SequenceLoss, sequence_loss_sums
 
 __all__ = ["CPForward", "CPStepResult", "cp_forward", "cp_step"]
@@ -110,8 +108,8 @@ def cp_forward(
     keys = torch.cat(indices) if use_exchange else queries
     mask = attention_mask(layout, queries, keys, mode)
     exchange = KVExchange(group) if use_exchange else None
-    positions = batch_positions(local_batch, mrope=model.config.mrope_section is not None)
-    logits = model(tokens, positions, mask, kv_exchange=exchange, vision=vision_inputs(local_batch), whole_row=cp_size == 1)
+    inputs = {k: v[0] for k, v in model.batch_inputs(local_batch, whole_row=cp_size == 1).items()}
+    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange, inputs=inputs)
     loss_mask = _row(local_batch, "loss_mask")
     losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
     return CPForward(layout, queries, logits, losses, loss_mask)

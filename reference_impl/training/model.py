@@ -6,10 +6,21 @@ every packed sequence), pre-norm blocks of multi-head self-attention under a boo
 head. Weights come from a seeded generator, so two models built with the same seed are
 identical; ``dtype=torch.float64`` makes packed/unpacked comparisons exact to rounding.
 
+The forward takes one row (``tokens [T]``, ``mask [T, Tk]``) or a stack of rows (``tokens [B, T]``,
+``mask [B, T, Tk]``); the rows of a stack never see each other, so a padded stack computes every
+row as if it ran alone. The smoke test's batched equivalence
+(:mod:`reference_impl.training.equivalence`) reads the model through two methods:
+:meth:`TinyGPT.token_outputs` (every per-token output, by name) and :meth:`TinyGPT.token_losses`
+(every per-token loss, by name). A model option that adds an output or a loss (an MTP head, a
+router's probabilities) adds it there, and the smoke test compares it packed against unpacked
+without further code.
+
 Vision-language options (composable flags of :class:`TinyGPTConfig`, code in their own modules):
 ``vision`` adds a vision stem whose merged visual tokens replace the embeddings at image-token
 positions (:mod:`reference_impl.training.vision`), ``mrope_section`` rotates by 3-D multimodal
-position ids (:mod:`reference_impl.training.mrope`).
+position ids (:mod:`reference_impl.training.mrope`). Both read per-token inputs, named by
+:attr:`TinyGPT.token_inputs` and passed as ``inputs`` to the forward; :meth:`TinyGPT.batch_inputs`
+builds them from a canonical VLM batch (patch rows, ``vision_index``, ``mrope_position_ids``).
 
 For context parallelism the forward takes an optional ``kv_exchange`` callable: each rank
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
@@ -19,9 +30,9 @@ global keys under a mask built from the global positions of both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -29,10 +40,22 @@ from torch import nn
 from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import masked_attention
-from reference_impl.training.mrope import apply_mrope, check_section
-from reference_impl.training.vision import VisionInputs, VisionStem, VisionStemConfig, embed_with_vision
+from reference_impl.training.mrope import TOKEN_INPUT as MROPE_INPUT
+from reference_impl.training.mrope import check_section, mrope_tables, token_positions
+from reference_impl.training.vision import TOKEN_INPUTS as VISION_INPUTS
+from reference_impl.training.vision import (
+    VisionInputs,
+    VisionStem,
+    VisionStemConfig,
+    place_visual_tokens,
+    token_windows,
+    vision_inputs,
+)
 
-__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope"]
+if TYPE_CHECKING:
+    from reference_impl.training.equivalence import TokenLoss, TokenRows
+
+__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope", "rope_tables", "rotate"]
 
 KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -76,20 +99,25 @@ class TinyGPTConfig:
         return asdict(self)
 
 
-def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate ``x`` ``[T, heads, d]`` by the angles of ``position_ids`` ``[T]`` (rotate-half convention)."""
+def rope_tables(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the rotary angles of ``position_ids`` ``[..., T]``."""
+    half = head_dim // 2
+    inv_freq = base ** (-torch.arange(half, dtype=dtype, device=position_ids.device) / half)
+    angles = position_ids.to(dtype)[..., None] * inv_freq
+    return angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
+
+
+def rotate(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by :func:`rope_tables` (rotate-half convention)."""
+    cos, sin = tables
     half = x.shape[-1] // 2
-    inv_freq = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
-    angles = position_ids.to(x.dtype)[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def _rotate(x: torch.Tensor, position_ids: torch.Tensor, cfg: TinyGPTConfig) -> torch.Tensor:
-    if cfg.mrope_section is not None:
-        return apply_mrope(x, position_ids, cfg.rope_base, cfg.mrope_section)
-    return apply_rope(x, position_ids, cfg.rope_base)
+def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by the angles of ``position_ids`` ``[..., T]`` (rotate-half convention)."""
+    return rotate(x, rope_tables(position_ids, x.shape[-1], base, x.dtype))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -109,24 +137,25 @@ class _Block(nn.Module):
         self.fc2 = draw(f, h)
 
     def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, kv_exchange: KVExchangeFn | None
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+        kv_exchange: KVExchangeFn | None,
     ) -> torch.Tensor:
         cfg = self.cfg
-        t = x.shape[0]
+        b, t = x.shape[:2]
         heads, d = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        q, k, v = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).split(cfg.hidden_size, dim=-1)
-        q = _rotate(q.reshape(t, heads, d), position_ids, cfg)
-        k = _rotate(k.reshape(t, heads, d), position_ids, cfg)
-        v = v.reshape(t, heads, d)
-        if kv_exchange is not None:
-            k, v = kv_exchange(k, v)
-        x = x + masked_attention(q, k, v, mask).reshape(t, cfg.hidden_size) @ self.proj
+        qkv = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).reshape(b, t, 3 * heads, d)
+        q, k = rotate(qkv[:, :, : 2 * heads], rope).split(heads, dim=2)  # queries and keys in one rotation
+        v = qkv[:, :, 2 * heads :]
+        if kv_exchange is not None:  # one row (checked by TinyGPT.forward)
+            k, v = (part[None] for part in kv_exchange(k[0], v[0]))
+        x = x + masked_attention(q, k, v, mask).reshape(b, t, cfg.hidden_size) @ self.proj
         hidden = torch.nn.functional.gelu(_rms_norm(x, self.mlp_norm, cfg.norm_eps) @ self.fc1)
         return x + hidden @ self.fc2
 
 
 class TinyGPT(nn.Module):
-    """Reference decoder: ``forward(tokens [T], position_ids [T] (or [3, T] with M-RoPE), mask [T, Tk]) -> logits [T, V]``."""
+    """Reference decoder: ``forward(tokens [T], position_ids [T], mask [T, Tk]) -> logits [T, V]``
+    (or ``[B, T]``, ``[B, T]``, ``[B, T, Tk]`` -> ``[B, T, V]`` for a stack of independent rows)."""
 
     def __init__(self, config: TinyGPTConfig | None = None, *, seed: int, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
@@ -162,31 +191,109 @@ class TinyGPT(nn.Module):
         mask: torch.Tensor,
         *,
         kv_exchange: KVExchangeFn | None = None,
-        vision: VisionInputs | None = None,
-        whole_row: bool = True,
+        inputs: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Logits for 1-D ``tokens``; ``mask`` is ``[T, T_keys]`` (``T_keys`` = gathered length under CP).
+        """Logits for ``tokens`` ``[T]`` (``mask`` ``[T, T_keys]``, ``T_keys`` = gathered length under CP)
+        or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``).
 
-        With M-RoPE, ``position_ids`` is ``[3, T]`` (a ``[T]`` tensor counts as text on all axes);
-        ``vision`` places visual tokens (needs the vision stem); ``whole_row`` is False for a CP
-        rank's slice (:func:`~reference_impl.training.vision.embed_with_vision`).
-        """
-        if self.config.mrope_section is not None and position_ids.dim() == 1:
-            position_ids = position_ids.expand(3, -1)
-        want = tokens.shape if self.config.mrope_section is None else (3, *tokens.shape)
-        if tokens.dim() != 1 or position_ids.shape != want:
+        ``inputs``: per-token inputs named by :attr:`token_inputs`, each ``tokens.shape + [...]``
+        (:meth:`batch_inputs`); one left out counts as text (no images; M-RoPE ids equal to
+        ``position_ids`` on all three axes)."""
+        if tokens.dim() not in (1, 2) or position_ids.shape != tokens.shape:
             raise UsageError(
-                f"tokens must be 1-D and position_ids {'[3, T]' if len(want) == 2 else 'of the same length'}, "
-                f"got {list(tokens.shape)} and {list(position_ids.shape)}"
+                f"tokens and position_ids must be [T] or [B, T] of equal shape, got {list(tokens.shape)} "
+                f"and {list(position_ids.shape)}"
             )
+        one_row = tokens.dim() == 1
+        if mask.dim() != tokens.dim() + 1 or mask.shape[:-1] != tokens.shape:
+            raise UsageError(f"mask must be [{'T' if one_row else 'B, T'}, T_keys] for tokens {list(tokens.shape)}, "
+                             f"got {list(mask.shape)}")
+        if kv_exchange is not None and not one_row:
+            raise UsageError("kv_exchange (context parallelism) takes one row: tokens [T]")
         vocab = self.config.vocab_size
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
             raise UsageError(f"token ids must lie in [0, {vocab}), got [{int(tokens.min())}, {int(tokens.max())}]")
+        extra = self._checked_inputs(tokens, inputs)
+        if one_row:
+            tokens, position_ids, mask = tokens[None], position_ids[None], mask[None]
+            extra = {k: v[None] for k, v in extra.items()}
         x = self.embedding[tokens]
-        if vision is not None:
-            if self.vision is None:
-                raise UsageError("the batch carries images but the model has no vision stem (TinyGPTConfig.vision)")
-            x = embed_with_vision(x, vision, self.vision, whole_row=whole_row)
+        if self.vision is not None and VISION_INPUTS[0] in extra:
+            x = place_visual_tokens(x, *(extra[k] for k in VISION_INPUTS), self.vision)
+        cfg = self.config
+        head_dim = cfg.hidden_size // cfg.num_heads
+        if cfg.mrope_section is None:
+            rope = rope_tables(position_ids, head_dim, cfg.rope_base, x.dtype)
+        else:
+            axes = extra.get(MROPE_INPUT, position_ids[..., None].expand(*position_ids.shape, 3))
+            rope = mrope_tables(axes.movedim(-1, 0), head_dim, cfg.rope_base, cfg.mrope_section, x.dtype)
         for layer in self.layers:
-            x = layer(x, position_ids, mask, kv_exchange)
-        return _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
+            x = layer(x, rope, mask, kv_exchange)
+        logits = _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
+        return logits[0] if one_row else logits
+
+    def _checked_inputs(self, tokens: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        extra = dict(inputs or {})
+        known = self.token_inputs
+        for name, value in extra.items():
+            if name not in known:
+                raise UsageError(f"the model reads no token input {name!r} (its token_inputs: {list(known) or 'none'}; "
+                                 "images need TinyGPTConfig.vision, M-RoPE ids mrope_section)", field=name)
+            if tuple(value.shape[: tokens.dim()]) != tuple(tokens.shape):
+                raise UsageError(f"token input {name!r} has shape {list(value.shape)} for tokens {list(tokens.shape)}",
+                                 field=name)
+        if (VISION_INPUTS[0] in extra) != (VISION_INPUTS[1] in extra):
+            raise UsageError(f"the token inputs {' and '.join(VISION_INPUTS)} go together", field=VISION_INPUTS[0])
+        return extra
+
+    @property
+    def token_inputs(self) -> tuple[str, ...]:
+        """Per-token batch keys the model reads besides tokens and positions: the vision stem's
+        ``visual_patches`` and ``visual_token`` (:data:`reference_impl.training.vision.TOKEN_INPUTS`),
+        M-RoPE's ``mrope_positions`` (:data:`reference_impl.training.mrope.TOKEN_INPUT`); none for
+        the text model. The smoke test carries them from the batches and samples
+        (:meth:`batch_inputs`) into :attr:`TokenRows.extras`."""
+        return (VISION_INPUTS if self.vision is not None else ()) + (
+            (MROPE_INPUT,) if self.config.mrope_section is not None else ())
+
+    def batch_inputs(self, batch: Mapping[str, Any], *, whole_row: bool = True) -> dict[str, torch.Tensor]:
+        """Every :attr:`token_inputs` of a canonical batch, in its layout ``[1, T, ...]``: a VLM batch's
+        patch rows and ``vision_index`` as per-token merge windows
+        (:func:`~reference_impl.training.vision.token_windows`), its ``mrope_position_ids`` axes last;
+        a text batch gives text values. ``whole_row`` is False for a CP rank's slice of a row."""
+        vision = vision_inputs(batch)
+        if vision is not None and self.vision is None:
+            raise UsageError("the batch carries images but the model has no vision stem (TinyGPTConfig.vision)")
+        out: dict[str, torch.Tensor] = {}
+        if self.vision is not None:
+            if vision is None:
+                empty = torch.zeros((0, self.vision.cfg.patch_dim))
+                vision = VisionInputs(empty, empty, torch.full(batch["tokens"].shape[1:], -1, dtype=torch.int64))
+            windows, named = token_windows(vision, self.vision.cfg, whole_row=whole_row)
+            out.update(zip(VISION_INPUTS, (windows[None], named[None])))
+        if self.config.mrope_section is not None:
+            out[MROPE_INPUT] = token_positions(batch)
+        return out
+
+    def token_outputs(self, rows: TokenRows) -> dict[str, torch.Tensor]:
+        """Every per-token output ``[B, T, ...]`` of a stack of rows, by name (here: ``logits``).
+
+        The smoke test compares each output at every real token, packed against unpacked, and
+        checks that perturbing one sequence leaves the others' outputs unchanged. A model option
+        that adds an output adds it here.
+        """
+        return {"logits": self(rows.tokens, rows.position_ids, rows.attention, inputs=rows.extras)}
+
+    def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
+        """Every per-token loss of a stack of rows, by name (here: ``lm``, the next-token cross-entropy).
+
+        A loss is a :class:`~reference_impl.training.equivalence.TokenLoss`: values ``[B, T]`` and the
+        weight of each position (the loss mask). The smoke test compares the per-sequence sums of
+        every loss, packed against unpacked, and the gradients of their weighted sum. A model
+        option that adds a loss (an MTP head's, an auxiliary loss) adds it here.
+        """
+        from reference_impl.training.equivalence import TokenLoss
+        from reference_impl.training.loss import token_cross_entropy
+
+        mask = rows.loss_mask
+        return {"lm": TokenLoss(token_cross_entropy(outputs["logits"], rows.labels, mask), mask)}

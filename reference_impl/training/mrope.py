@@ -8,7 +8,9 @@ rotation equals plain RoPE (:func:`reference_impl.training.model.apply_rope`), w
 batch gives the same numbers with either option.
 
 Position ids come from :mod:`reference_impl.data.mrope` (per sequence, restarting at 0) through the
-batch key ``mrope_position_ids`` ``[3, 1, T]``.
+batch key ``mrope_position_ids`` ``[3, 1, T]``; the model reads them per token, as its token input
+:data:`TOKEN_INPUT` ``[..., T, 3]`` (:func:`token_positions`), so they stack with the other
+per-token tensors of a row.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import torch
 from reference_impl.arguments import positive_int
 from reference_impl.errors import InputError, UsageError
 
-__all__ = ["apply_mrope", "batch_positions", "check_section", "section_axes"]
+__all__ = ["TOKEN_INPUT", "apply_mrope", "check_section", "mrope_tables", "section_axes", "token_positions"]
+
+#: The model's per-token input of M-RoPE ids: int64 ``[..., T, 3]`` (temporal, height, width).
+TOKEN_INPUT = "mrope_positions"
 
 
 def check_section(section: Sequence[int], head_dim: int) -> tuple[int, int, int]:
@@ -41,34 +46,43 @@ def section_axes(section: Sequence[int], device: torch.device | None = None) -> 
     return torch.repeat_interleave(torch.arange(3, device=device), torch.as_tensor(list(section), device=device))
 
 
+def mrope_tables(
+    position_ids: torch.Tensor, head_dim: int, base: float, section: Sequence[int], dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the M-RoPE angles of ``position_ids``
+    ``[3, ..., T]``: frequency ``j`` takes the angle of its section's axis (tables for
+    :func:`~reference_impl.training.model.rotate`)."""
+    from reference_impl.training.model import rope_tables
+
+    half = head_dim // 2
+    axes = section_axes(section, position_ids.device)
+    freq = torch.arange(half, device=position_ids.device)
+    cos, sin = rope_tables(position_ids, head_dim, base, dtype)  # [3, ..., T, 1, half]
+    return cos.movedim(0, -1)[..., freq, axes], sin.movedim(0, -1)[..., freq, axes]
+
+
 def apply_mrope(x: torch.Tensor, position_ids: torch.Tensor, base: float, section: Sequence[int]) -> torch.Tensor:
     """Rotate ``x`` ``[..., T, heads, d]`` by M-RoPE angles of ``position_ids`` ``[3, ..., T]``
     (rotate-half convention, as :func:`~reference_impl.training.model.apply_rope`)."""
-    half = x.shape[-1] // 2
+    from reference_impl.training.model import rotate
+
     if position_ids.shape[0] != 3 or position_ids.shape[1:] != x.shape[:-2]:
         raise UsageError(f"M-RoPE position ids must have shape [3, {', '.join(map(str, x.shape[:-2]))}], got "
                          f"{list(position_ids.shape)}", field="mrope_position_ids")
-    inv_freq = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
-    axes = section_axes(section, x.device)
-    # per frequency j, the position of its axis: [..., T, half]
-    chosen = position_ids.to(x.dtype).movedim(0, -1)[..., axes]
-    angles = chosen * inv_freq
-    cos, sin = angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return rotate(x, mrope_tables(position_ids, x.shape[-1], base, section, x.dtype))
 
 
-def batch_positions(batch: Mapping[str, Any], *, mrope: bool) -> torch.Tensor:
-    """The position ids a model reads from a canonical batch: the M-RoPE ids ``[3, T]`` when the model
-    uses M-RoPE and the batch carries them (``mrope_position_ids`` ``[3, 1, T]``), else ``position_ids[0]``."""
-    key = "mrope_position_ids" if mrope and "mrope_position_ids" in batch else "position_ids"
+def token_positions(batch: Mapping[str, Any]) -> torch.Tensor:
+    """The :data:`TOKEN_INPUT` ``[1, T, 3]`` of a canonical batch: its ``mrope_position_ids``
+    ``[3, 1, T]`` axes last, or for a batch without them (text) its ``position_ids`` on all three axes."""
+    key = "mrope_position_ids" if "mrope_position_ids" in batch else "position_ids"
     value = batch.get(key)
     if not isinstance(value, torch.Tensor):
         raise InputError(f"batch needs a tensor '{key}'", field=key)
     if key == "mrope_position_ids":
         if value.dim() != 3 or value.shape[0] != 3 or value.shape[1] != 1:
             raise InputError(f"'{key}' must have shape [3, 1, T], got {list(value.shape)}", field=key)
-        return value[:, 0]
+        return value.movedim(0, -1)
     if value.dim() != 2 or value.shape[0] != 1:
         raise InputError(f"'{key}' must have shape [1, T], got {list(value.shape)}", field=key)
-    return value[0]
+    return value[..., None].expand(-1, -1, 3)

@@ -24,8 +24,6 @@ from reference_impl.training.boundaries import ThdLayout, thd_layout
 from reference_impl.training.context_parallel import thd_partition_indices
 from reference_impl.training.loss import masked_loss_pieces, token_cross_entropy
 from reference_impl.training.model import TinyGPT
-from reference_impl.training.mrope import batch_positions
-from reference_impl.training.vision import vision_inputs
 
 __all__ = [
     "SequenceLoss",
@@ -99,10 +97,11 @@ class StepResult:
 def packed_forward(model: TinyGPT, batch: Mapping[str, Any], *, mode: str = "thd") -> torch.Tensor:
     """Logits ``[T, V]`` of a whole packed row (no context parallelism)."""
     tokens = _row(batch, "tokens")
-    positions = batch_positions(batch, mrope=model.config.mrope_section is not None)
+    positions = _row(batch, "position_ids")
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
-    return model(tokens, positions, attention_mask(layout, everything, everything, mode), vision=vision_inputs(batch))
+    inputs = {k: v[0] for k, v in model.batch_inputs(batch).items()}  # images, M-RoPE ids (VLM options)
+    return model(tokens, positions, attention_mask(layout, everything, everything, mode), inputs=inputs)
 
 
 def sequence_loss_sums(

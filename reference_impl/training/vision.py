@@ -6,12 +6,16 @@ that pipeline and drops the transformer: a patch embedding (``patch_dim -> hidde
 the spatial merge (the ``merge_size**2`` adjacent rows of a window concatenated) and a projection
 into the LM hidden size. It is per window, so an image's tokens depend on its own patches only.
 
-:func:`embed_with_vision` builds the LM input: token embeddings, with every position whose
-``vision_index`` is ``k >= 0`` replaced by merged visual token ``k`` (images first, then videos,
-as :func:`reference_impl.packing.vlm.attach_visual_inputs` numbers them). Under context
-parallelism each rank embeds every image of the row and gathers the rows its own positions name
-(its slice of ``vision_index``), so the gradient of the stem is the sum over ranks, reduced with
-the other gradients. :func:`vision_inputs` reads the inputs from a canonical VLM batch.
+The model reads images per token (:data:`TOKEN_INPUTS`, two of
+:attr:`~reference_impl.training.model.TinyGPT.token_inputs`): :func:`token_windows` gives every
+position whose ``vision_index`` is ``k >= 0`` the patch rows of merge window ``k`` (images first,
+then videos, as :func:`reference_impl.packing.vlm.attach_visual_inputs` numbers them) and a flag;
+:func:`place_visual_tokens` replaces the embeddings of flagged positions by the stem's output for
+their window. As the stem works per window, this equals embedding every image and gathering, and
+a stack of padded rows (the smoke test's batched equivalence) or a CP rank's slice of
+``vision_index`` needs nothing more: each rank's stem gradient covers its own positions and sums
+with the other ranks'. :func:`vision_inputs` reads the inputs from a canonical VLM batch;
+:func:`embed_with_vision` is the whole placement from them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ from torch import nn
 from reference_impl.arguments import positive_int
 from reference_impl.errors import InputError
 
-__all__ = ["VisionInputs", "VisionStem", "VisionStemConfig", "embed_with_vision", "vision_inputs"]
+__all__ = ["TOKEN_INPUTS", "VisionInputs", "VisionStem", "VisionStemConfig", "embed_with_vision", "place_visual_tokens",
+           "token_windows", "vision_inputs"]
+
+#: The stem's per-token model inputs: every position's merge window of patch rows, float
+#: ``[..., T, merge**2, patch_dim]`` (zeros for text and padding), and whether it shows a visual token, bool ``[..., T]``.
+TOKEN_INPUTS: tuple[str, str] = ("visual_patches", "visual_token")
 
 
 @dataclass(frozen=True)
@@ -58,13 +67,22 @@ class VisionStem(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         window = self.cfg.merge_size ** 2
-        if pixel_values.dim() != 2 or pixel_values.shape[1] != self.cfg.patch_dim or pixel_values.shape[0] % window:
-            raise InputError(
-                f"pixel_values must be [P, {self.cfg.patch_dim}] with P a multiple of {window} (merge windows), got "
-                f"{list(pixel_values.shape)}", field="pixel_values",
-            )
-        hidden = torch.nn.functional.gelu(pixel_values.to(self.patch_proj.dtype) @ self.patch_proj)
-        return hidden.reshape(-1, window * self.cfg.hidden_size) @ self.merge_proj
+        _check_patches(pixel_values, self.cfg)
+        return self.embed_windows(pixel_values.reshape(-1, window, self.cfg.patch_dim))
+
+    def embed_windows(self, windows: torch.Tensor) -> torch.Tensor:
+        """Merged visual tokens ``[..., lm_hidden]`` of merge windows ``[..., merge**2, patch_dim]``."""
+        hidden = torch.nn.functional.gelu(windows.to(self.patch_proj.dtype) @ self.patch_proj)
+        return hidden.flatten(-2) @ self.merge_proj
+
+
+def _check_patches(pixel_values: torch.Tensor, cfg: VisionStemConfig) -> None:
+    window = cfg.merge_size ** 2
+    if pixel_values.dim() != 2 or pixel_values.shape[1] != cfg.patch_dim or pixel_values.shape[0] % window:
+        raise InputError(
+            f"pixel_values must be [P, {cfg.patch_dim}] with P a multiple of {window} (merge windows), got "
+            f"{list(pixel_values.shape)}", field="pixel_values",
+        )
 
 
 @dataclass
@@ -89,18 +107,20 @@ def vision_inputs(batch: Mapping[str, Any]) -> VisionInputs | None:
     return VisionInputs(batch["pixel_values"], batch["pixel_values_videos"], index[0])
 
 
-def embed_with_vision(
-    token_embeddings: torch.Tensor, vision: VisionInputs, stem: VisionStem, *, whole_row: bool = True
-) -> torch.Tensor:
-    """Token embeddings ``[..., T, H]`` with visual tokens at the positions ``vision.vision_index``
-    names. ``whole_row``: the positions are a whole row, so every merged visual token must be used
-    exactly as often as it is named (a CP rank sees a part and skips that check)."""
-    parts = [stem(p) for p in (vision.pixel_values, vision.pixel_values_videos) if p.shape[0]]
-    visual = torch.cat(parts) if parts else token_embeddings.new_zeros((0, token_embeddings.shape[-1]))
-    index = vision.vision_index.to(token_embeddings.device)
-    if index.shape != token_embeddings.shape[:-1]:
-        raise InputError(f"vision_index has shape {list(index.shape)} for embeddings of "
-                         f"{list(token_embeddings.shape[:-1])} positions", field="vision_index")
+def token_windows(
+    vision: VisionInputs, cfg: VisionStemConfig, *, whole_row: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position of ``vision.vision_index`` ``[T]``: the patch rows of the merge window it shows
+    ``[T, merge**2, patch_dim]`` (zeros for text) and whether it shows one (bool ``[T]``).
+    ``whole_row``: the positions are a whole row, so every merged window must be shown exactly as
+    often as it is named (a CP rank sees a part and skips that check)."""
+    window = cfg.merge_size ** 2
+    parts = [p for p in (vision.pixel_values, vision.pixel_values_videos) if p.shape[0]]
+    for p in parts:
+        _check_patches(p, cfg)
+    index = vision.vision_index
+    rows = torch.cat(parts) if parts else torch.zeros((0, cfg.patch_dim))
+    visual = rows.reshape(-1, window, cfg.patch_dim)
     named = index >= 0
     n = int(named.sum())
     if n and int(index.max()) >= visual.shape[0]:
@@ -109,7 +129,34 @@ def embed_with_vision(
     if whole_row and n != visual.shape[0]:
         raise InputError(f"{n} image/video positions but the patches make {visual.shape[0]} visual tokens: image "
                          "tokens and patches do not line up", field="vision_index")
-    if not n:
+    windows = rows.new_zeros((*index.shape, window, cfg.patch_dim))
+    if n:
+        windows[named] = visual[index[named].to(visual.device)]
+    return windows, named
+
+
+def place_visual_tokens(
+    token_embeddings: torch.Tensor, windows: torch.Tensor, named: torch.Tensor, stem: VisionStem
+) -> torch.Tensor:
+    """Token embeddings ``[..., T, H]`` with the stem's merged token of ``windows`` ``[..., T, merge**2,
+    patch_dim]`` at every position ``named`` (bool ``[..., T]``) flags (:func:`token_windows`)."""
+    if windows.shape[:-2] != token_embeddings.shape[:-1] or named.shape != token_embeddings.shape[:-1]:
+        raise InputError(f"visual inputs of {list(named.shape)} positions for embeddings of "
+                         f"{list(token_embeddings.shape[:-1])} positions", field="visual_patches")
+    if not bool(named.any()):
         return token_embeddings
-    gathered = visual[index.clamp(min=0)].to(token_embeddings.dtype)
-    return torch.where(named.unsqueeze(-1), gathered, token_embeddings)
+    visual = stem.embed_windows(windows).to(token_embeddings.dtype)
+    return torch.where(named.unsqueeze(-1), visual, token_embeddings)
+
+
+def embed_with_vision(
+    token_embeddings: torch.Tensor, vision: VisionInputs, stem: VisionStem, *, whole_row: bool = True
+) -> torch.Tensor:
+    """Token embeddings ``[T, H]`` with visual tokens at the positions ``vision.vision_index`` names
+    (:func:`token_windows`, then :func:`place_visual_tokens`)."""
+    index = vision.vision_index
+    if index.shape != token_embeddings.shape[:-1]:
+        raise InputError(f"vision_index has shape {list(index.shape)} for embeddings of "
+                         f"{list(token_embeddings.shape[:-1])} positions", field="vision_index")
+    windows, named = token_windows(vision, stem.cfg, whole_row=whole_row)
+    return place_visual_tokens(token_embeddings, windows.to(token_embeddings.device), named, stem)
