@@ -2,7 +2,8 @@
 
 Usage: python bench/bench_energon.py [--buffers 4 8 16 32 64] [--seq-length 8192] [--workers 2]
 Prepares the bundled prompt/completion demo data (2000 rows) twice, text only and with synthetic
-image patches (about half the rows, 4-64 patches of dim 16), then runs one finite epoch per
+pictures (about half the rows, 16-48 pixels a side, decoded and patchified in the workers with the
+qwen2_vl preset), then runs one finite epoch per
 buffer size and variant, side by side in one run, and reports per run: packs, mean samples per
 pack, bin fill (real tokens / (packs x seq_length)), first-batch latency (iter to first batch,
 worker start and first buffer fill included), steady samples/s after the first batch, and the

@@ -56,6 +56,14 @@ SEVERITIES: tuple[str, ...] = ("error", "warning")
 RULE_FORMATS: tuple[str, ...] = ("text", "markdown", "json")
 #: Recorded model-family support per packing path.
 SUPPORT_STATUSES: tuple[str, ...] = ("supported", "opt_out", "caveat", "unknown")
+#: Vision presets of VLM data (:data:`reference_impl.data.vision.VISION_PRESETS`), and the option
+#: values that also detect them from the data (``auto``) or turn them off (``none``).
+VISION_PRESETS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "tiny")
+VISION_OPTIONS: tuple[str, ...] = ("auto", "none", *VISION_PRESETS)
+#: M-RoPE flavours (temporal spacing of videos) and where text after a vision block starts
+#: (:data:`reference_impl.data.mrope.TEXT_AFTER_VISION`).
+MROPE_MODELS: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl")
+TEXT_AFTER_VISION: tuple[str, ...] = ("max", "spatial")
 #: Transports of ``seqpack mcp``.
 MCP_TRANSPORTS: tuple[str, ...] = ("stdio", "http")
 

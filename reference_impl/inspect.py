@@ -70,11 +70,17 @@ def inspect_packed_dataset(
     eos_id: int | None = None,
     pad_to_max_length: bool | None = None,
     pad_seq_length_to_mult: int = 16,
+    vision: Any = "auto",
 ) -> InspectReport:
-    """Check and describe a packed Parquet artifact (file, glob or directory)."""
+    """Check and describe a packed Parquet artifact (file, glob or directory), or a prepared Energon
+    dataset directory (:func:`reference_impl.packing.energon.inspect.inspect_energon_dataset`: samples,
+    images and image tokens under ``vision``; ``pack_size`` is then the Energon ``seq_length``)."""
+    from reference_impl.packing.energon.inspect import inspect_energon_dataset, is_energon_dataset
     from reference_impl.packing.parquet import PackedParquetReader, resolve_parquet_paths
 
     topo = _as_topology(topology)
+    if is_energon_dataset(path):
+        return inspect_energon_dataset(path, topo, seq_length=pack_size, vision=vision)
     issues = _Issues()
     paths = resolve_parquet_paths(path)
     manifest = _manifest(paths[0], issues)

@@ -75,6 +75,16 @@ MAX_PATH_CHARS = 4096
 #: Longest free-text query (rule keywords, model family).
 MAX_QUERY_CHARS = 200
 
+# -- images ---------------------------------------------------------------------------------------
+#: Most pixels of one decoded image or video frame (checked before decoding; 64M).
+MAX_IMAGE_PIXELS = 1 << 26
+#: Most frames of one video, and most images plus videos in one row.
+MAX_VIDEO_FRAMES = 256
+MAX_VISUALS_PER_ROW = 64
+#: Most tokens a described M-RoPE layout may hold, and most whose ids are listed in full.
+MAX_MROPE_TOKENS = 1 << 20
+MAX_MROPE_TOKENS_SHOWN = 4096
+
 # -- energon preparation -------------------------------------------------------------------------
 #: Most samples per WebDataset shard.
 MAX_SHARD_SIZE = 1_000_000

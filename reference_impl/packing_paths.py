@@ -220,7 +220,7 @@ register_path(PackingPath(
     rule_family="in_batch",
     loader="reference_impl.packing.in_batch:build_in_batch_loader",
     smoke_adapter=f"{_ADAPTERS}:in_batch_batches",
-    smoke_data=f"{_ADAPTERS}:demo_chat",
+    smoke_data=f"{_ADAPTERS}:demo_vlm_chat",
     smoke_config={
         "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
         "dataset": {"seq_length": 256, "enable_in_batch_packing": True, "dataloader_type": "single"},
@@ -243,10 +243,10 @@ register_path(PackingPath(
     rule_family="energon",
     loader="reference_impl.packing.energon.loader:get_savable_loader",
     smoke_adapter=f"{_ADAPTERS}:energon_batches",
-    smoke_data=f"{_ADAPTERS}:synthetic_short_rows",
+    smoke_data=f"{_ADAPTERS}:demo_vlm_chat",
     smoke_config={
-        "model": {"seq_length": 128, "context_parallel_size": 2, "calculate_per_token_loss": True},
-        "dataset": {"kind": "energon", "seq_length": 128, "packing_buffer_size": 8, "micro_batch_size": 1},
+        "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
+        "dataset": {"kind": "energon", "seq_length": 256, "packing_buffer_size": 8, "micro_batch_size": 1},
         "train": {"micro_batch_size": 1, "global_batch_size": 8},
         "dist": {"world_size": 2},
     },

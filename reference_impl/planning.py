@@ -146,6 +146,7 @@ def _load_lengths(
     jsonl: str | os.PathLike[str] | None,
     schema: Any,
     tokenizer: Any,
+    vision: Any = None,
 ) -> tuple[np.ndarray, LengthSummary]:
     given = [name for name, v in (("lengths", lengths), ("histogram", histogram), ("jsonl", jsonl)) if v is not None]
     if len(given) != 1:
@@ -153,6 +154,12 @@ def _load_lengths(
             f"give exactly one of lengths, histogram or jsonl (got {', '.join(given) or 'none'})",
             fix="pass a list of sample lengths, a {length: count} histogram, or a JSONL path",
         )
+    if jsonl is not None and vision is not None:
+        from reference_impl.data.vlm import measure_vlm_file
+
+        found = measure_vlm_file(jsonl, vision=vision, schema=schema, tokenizer=tokenizer)
+        details = {"path": str(jsonl), "vlm": {"vision": vision.name, **found.to_dict()}}
+        return found.lengths, _summary(found.lengths, "jsonl", details)
     if jsonl is not None:
         from reference_impl.packing.offline import sample_lengths
 
@@ -309,12 +316,16 @@ def plan_pack_length(
     truncation: str = "right",
     schema: Any = None,
     tokenizer: Any = None,
+    vision: Any = None,
 ) -> PackPlan:
     """Equal-token-slot table of candidate pack lengths with simulated packing and a recommendation.
 
     Give exactly one of ``lengths`` (runtime lengths), ``histogram`` (``{length: count}``) or
     ``jsonl`` (a JSONL file or blend manifest, tokenized with ``schema``/``tokenizer`` like the
-    offline pipeline). See the module docstring for every column and :data:`RECOMMENDATION_RULE`.
+    offline pipeline). With ``vision`` (a :class:`~reference_impl.data.vision.VisionSpec`) the
+    JSONL rows are VLM samples: lengths count their image tokens (``lengths.details["vlm"]`` says
+    how many), and since a VLM sample is never cut, truncation is ``reject``. See the module
+    docstring for every column and :data:`RECOMMENDATION_RULE`.
 
     >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
     8
@@ -342,7 +353,9 @@ def plan_pack_length(
             f"candidate pack length {small[0]} is smaller than pad_seq_to_mult={m}; no sample would fit",
             field="candidates",
         )
-    arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer)
+    if vision is not None and jsonl is not None:
+        truncation = "reject"  # a VLM sample is never cut (its image tokens would lose their patches)
+    arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer, vision)
     rows = [
         _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack)
         for c in sorted(cands)

@@ -16,7 +16,8 @@ from typing import Any
 from reference_impl.errors import UsageError
 from reference_impl.results import Result
 
-__all__ = ["InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset", "PreparedPacks"]
+__all__ = ["ImageTokens", "MRopeLayout", "InspectReport", "LengthSummary", "PackPlan", "PlanRow", "PreparedEnergonDataset",
+           "PreparedPacks"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +168,46 @@ class PreparedEnergonDataset(Result):
     def manifest(self) -> dict[str, Any]:
         """The dataset's manifest (``seqpack_energon.json``)."""
         return self.attached("manifest", {})
+
+
+@dataclass(frozen=True)
+class ImageTokens(Result):
+    """Result of :func:`reference_impl.verbs.vision.image_tokens`: how an image (or ``frames`` frames of
+    one size) becomes patches and language-model tokens under a vision preset."""
+
+    vision: str
+    height: int
+    width: int
+    frames: int
+    resized_height: int
+    resized_width: int
+    grid_t: int
+    grid_h: int
+    grid_w: int
+    patch_rows: int
+    patch_dim: int
+    merge_size: int
+    tokens: int
+    sequence_tokens: int
+    explanation: str
+
+
+@dataclass(frozen=True)
+class MRopeLayout(Result):
+    """Result of :func:`reference_impl.verbs.vision.mrope_positions`: the M-RoPE ids of a described layout.
+
+    ``blocks``: per item of every sequence its kind, sequence, row offsets ``[start, end)`` and the
+    (t, h, w) ids of its first and last token; ``sequences``: per sequence its physical start, real
+    length and the id one past its largest; ``position_ids``: ``[3, T]`` when ``T`` is at most
+    :data:`~reference_impl.limits.MAX_MROPE_TOKENS_SHOWN`, else None.
+    """
+
+    layout: str
+    merge_size: int
+    model: str
+    text_after_vision: str
+    pad_seq_to_mult: int
+    total_tokens: int
+    blocks: list[dict[str, Any]]
+    sequences: list[dict[str, Any]]
+    position_ids: list[list[int]] | None

@@ -18,7 +18,9 @@ numbers:
 2. ``no_cross_sequence_leakage``: perturbing one sequence's tokens leaves every other position's
    outputs unchanged, while its own change;
 3. ``position_ids_restart``: position ids run 0, 1, ... inside every physical sequence (rotary
-   embeddings depend on position *differences*, so a loss check alone cannot see this);
+   embeddings depend on position *differences*, so a loss check alone cannot see this); for VLM
+   batches also the M-RoPE ids: (0, 0, 0) at every sequence start and, on the real tokens, the ids
+   of the sample alone on all three axes;
 4. ``loss_tokens_preserved``: supervised-token count of the batches equals that of the samples;
 5. ``samples_exactly_once``: the multiset of packed sequences equals the multiset of samples;
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
@@ -39,7 +41,16 @@ operations are too small for threads to pay).
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
 the negative controls in the test-suite): ``no_boundaries`` (attention ignores ``cu_seqlens``),
-``shift_loss_mask``, ``drop_sample``, ``no_position_reset``.
+``shift_loss_mask``, ``drop_sample``, ``no_position_reset``, and for VLM batches
+``misaligned_image_tokens`` (every image token shows the next merged patch window) and
+``mrope_no_restart`` (M-RoPE ids computed over the whole row as one sequence).
+
+VLM data (rows with images: the default data of the in-batch and Energon paths) runs the reference
+model with its vision stem and M-RoPE (:mod:`reference_impl.smoke_vlm`). The images and M-RoPE ids
+reach the batched comparison as the model's per-token inputs (``token_inputs``, built from each
+batch and each sample alone by ``TinyGPT.batch_inputs``), so packed equals unpacked covers the
+stem's gradients, and the leakage check also perturbs the images of the first sequence that has
+some.
 """
 
 from __future__ import annotations
@@ -58,12 +69,22 @@ from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
 from reference_impl.packing_paths import PathBatches, get_path, path_names
 from reference_impl.results import Result
+from reference_impl.smoke_vlm import (
+    VISUAL_KEYS,
+    apply_vlm_faults,
+    leak_inputs,
+    model_options,
+    mrope_check,
+    report_details,
+    sample_inputs,
+)
 
 log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-9
 SIZES = SMOKE_ROWS
-FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset")
+FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "misaligned_image_tokens",
+          "mrope_no_restart")
 CHECK_NAMES = (
     "config_valid",
     "samples_exactly_once",
@@ -189,7 +210,7 @@ def _sequences(batch: Mapping[str, Any]) -> list[tuple[int, int, int]]:
     ]
 
 
-def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str]) -> list[dict[str, Any]]:
+def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any = None) -> list[dict[str, Any]]:
     import torch
 
     out = [dict(b) for b in batches]
@@ -202,7 +223,7 @@ def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str]) -> list[
             b["loss_mask"] = torch.roll(b["loss_mask"], 1, dims=1)
         if "no_position_reset" in faults:
             b["position_ids"] = torch.arange(b["tokens"].shape[1], dtype=torch.int64)[None]
-    return out
+    return apply_vlm_faults(out, faults, vlm)
 
 
 def _config_check(cfg: Any) -> Check:
@@ -248,7 +269,7 @@ def _loss_tokens(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
                  None if ok else "the loss mask changed between the rows and the batches (shifted or dropped)")
 
 
-def _positions(batches: list[dict[str, Any]]) -> Check:
+def _positions(batches: list[dict[str, Any]], pb: PathBatches | None = None) -> Check:
     import torch
 
     bad = []
@@ -258,10 +279,17 @@ def _positions(batches: list[dict[str, Any]]) -> Check:
             # a sequence's real tokens and its alignment gap count 0, 1, ...; width padding (no real token) is free
             if real and not torch.equal(pos[start : start + length], torch.arange(length, dtype=pos.dtype)):
                 bad.append((n, k))
-    ok = not bad
-    return Check("position_ids_restart", ok, {"bad_sequences": len(bad), "first": bad[:3]}, 0,
-                 "position ids restart at 0 in every sequence" if ok else f"{len(bad)} sequence(s) do not restart at 0",
-                 None if ok else "reset position ids at every cu_seqlens boundary (the THD builder does)")
+    mrope_bad, mrope_checked = mrope_check(batches, _sequences, _key, pb.samples if pb is not None else [])
+    ok = not bad and not mrope_bad
+    value = {"bad_sequences": len(bad), "first": bad[:3]}
+    if mrope_checked:
+        value.update(mrope_sequences=mrope_checked, mrope_bad_sequences=len(mrope_bad), mrope_first=mrope_bad[:3])
+    axes = " and the M-RoPE ids on all three axes" if mrope_checked else ""
+    return Check("position_ids_restart", ok, value, 0,
+                 f"position ids{axes} restart at 0 in every sequence" if ok
+                 else f"{len(bad) + len(mrope_bad)} sequence(s) do not restart at 0{axes and ' (1-D or M-RoPE)'}",
+                 None if ok else "reset position ids (and M-RoPE ids) at every cu_seqlens boundary (the THD builder "
+                 "and attach_visual_inputs do)")
 
 
 def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str, seed: int,
@@ -275,8 +303,10 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
     index: dict[tuple, int] = {}
     for j, s in enumerate(pb.samples):
         index.setdefault(_key(s["tokens"], s["labels"], s["loss_mask"]), j)
-    rows, match = [], []
+    rows, match, full = [], [], []
     for batch in batches:
+        batch = {**batch, **model.batch_inputs(batch)}  # the model's per-token inputs (images, M-RoPE ids)
+        full.append(batch)
         view = batch_with_params(batch, packed_seq_params_kwargs(batch), extra_keys)
         row = packed_row(view, mode=mode, first_segment=len(match), extra_keys=extra_keys)
         for start, _, real in row.sequences:
@@ -285,7 +315,7 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
         rows.append(row)
     used = sorted({m for m in match if m >= 0})
     slot = {j: n for n, j in enumerate(used)}
-    unpacked = [unpacked_row(pb.samples[j], n, extra_keys=extra_keys) for n, j in enumerate(used)]
+    unpacked = [unpacked_row(sample_inputs(model, pb.samples[j]), n, extra_keys=extra_keys) for n, j in enumerate(used)]
     res = compare_packed_unpacked(model, rows, unpacked, [slot.get(m, -1) for m in match], seed=seed)
     ok = res.ok(TOLERANCE)
     eq = Check(
@@ -300,10 +330,14 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
         None if ok else "attention must stay inside each sequence (pass cu_seqlens / PackedSeqParams to attention) "
         "and the loss mask must stay aligned to the labels",
     )
-    probe = [r for r in rows if len(r.sequences) >= 2][:4]
+    probe = [i for i, r in enumerate(rows) if len(r.sequences) >= 2][:4]
     if not probe:
         return eq, Check("no_cross_sequence_leakage", None, None, 0.0, "no batch holds two sequences; nothing to test")
-    leak = perturbation_leak(model, probe, model.config.vocab_size)
+    # a VLM row perturbs the first sequence with images, images included (smoke_vlm.leak_inputs)
+    targets, poked = zip(*(leak_inputs(model, full[i], [s[0] for s in _sequences(full[i])],
+                                       [s[0] for s in rows[i].sequences]) for i in probe))
+    leak = perturbation_leak(model, [rows[i] for i in probe], model.config.vocab_size, targets=targets,
+                             perturbed_extras=poked)
     leak_ok = leak.max_other_change <= TOLERANCE and leak.min_own_change > 0
     return eq, Check(
         "no_cross_sequence_leakage", leak_ok,
@@ -320,7 +354,7 @@ def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
 
 
 _CP_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
-            "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask")
+            "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask", *VISUAL_KEYS)
 
 
 def _cp_job(model: Any, cfg: Any, batches: list[dict[str, Any]], seed: int, max_batches: int) -> dict[str, Any]:
@@ -404,13 +438,21 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
 
 
 def _subset(data: Path, n: int, workdir: Path) -> Path:
+    import json
+
     from reference_impl.data.jsonl import JsonlFile
+    from reference_impl.data.vlm import row_has_visuals, with_absolute_paths
 
     jf = JsonlFile(data)
     out = workdir / "smoke_input.jsonl"
     with open(out, "wb") as fh:
         for i in range(min(n, len(jf))):
-            fh.write(jf.raw(i) + b"\n")
+            raw = jf.raw(i)
+            if b'"image' in raw or b'"video' in raw:  # relative image paths must still resolve from the copy
+                row = jf.row(i)
+                if row_has_visuals(row):
+                    raw = json.dumps(with_absolute_paths(row, jf.path.parent), ensure_ascii=False).encode("utf-8")
+            fh.write(raw + b"\n")
     return out
 
 
@@ -482,14 +524,16 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     t0 = time.perf_counter()
     run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
     run.timings["build_batches_s"] = time.perf_counter() - t0
-    run.batches = _apply_faults(run.pb.batches, faults)
+    run.batches = _apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
     run.checks.append(_exactly_once(run.pb, run.batches))
     run.checks.append(_loss_tokens(run.pb, run.batches))
-    run.checks.append(_positions(run.batches))
+    run.checks.append(_positions(run.batches, run.pb))
     notify("forward/backward, packed and unpacked (batched)", 0.4)
     t0 = time.perf_counter()
     torch.manual_seed(seed)
-    run.model = TinyGPT(model_config(**run.request.model), seed=seed)
+    # VLM data: the vision stem, M-RoPE and a vocabulary with the vision tokens (smoke_vlm.model_options)
+    vlm = model_options(run.pb, model_config(**run.request.model))
+    run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
     run.checks.extend(_equivalence(run.model, run.pb, run.batches, mode, seed, run.model.token_inputs))
     run.timings["equivalence_s"] = time.perf_counter() - t0
@@ -523,7 +567,7 @@ def _report(run: _Run) -> SmokeReport:
                 "reference_model": run.model.config.to_dict()},
         data={"source": str(run.source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
-              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **pb.details},
+              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details)},
         timings=run.timings,
         faults=list(run.request.faults),
     )

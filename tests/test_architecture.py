@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),
-    "verbs": ("smoke", "planning", "inspect", "verbs", "skill_install", "docgen"),
+    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen"),
     "edges": ("cli", "mcp_server", "mcp_support", "evaluation", "__main__"),
 }
 ORDER = list(LAYERS)

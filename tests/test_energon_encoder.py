@@ -8,12 +8,16 @@ from reference_impl.data import ByteTokenizer, to_training_example, tokenize_row
 from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema
 from reference_impl.errors import InputError, PackingError, UsageError
 from reference_impl.packing.algorithms import pack_lengths
+from reference_impl.data.vision import VISION_PRESETS
+from reference_impl.data.vlm import VisionTokens
 from reference_impl.packing.energon.encoder import PackingTaskEncoder
+from reference_impl.packing.energon.media import png_bytes
 from reference_impl.packing.energon.samples import EncodedSample, RowSample, cook_row_sample
 from reference_impl.packing.thd import validate_thd_batch
 
 TOK = ByteTokenizer()
-IMG = TOK.vocab_size  # the default image placeholder id: 264
+VT = VisionTokens.for_tokenizer(TOK)  # image pad 264, video pad 265, start 266, end 267
+PNG16 = png_bytes(np.full((16, 16, 3), 200, dtype=np.uint8))  # tiny preset: grid (1, 4, 4) -> 4 tokens
 
 
 def _encoder(**kw):
@@ -22,20 +26,23 @@ def _encoder(**kw):
     return PackingTaskEncoder(**args)
 
 
-def _row_sample(row, r=7, patches=None):
+def _row_sample(row, r=7, media=None):
     return RowSample(
         __key__=f"row{r:08d}", __restore_key__=("Webdataset", r), __subflavors__=None,
-        row=row, source={"file": "data.jsonl", "line": r + 1, "row": r}, patches=patches,
+        row=row, source={"file": "data.jsonl", "line": r + 1, "row": r}, media=media or {},
     )
 
 
-def _encoded(key, length, patches=None, m=4):
+def _encoded(key, length, m=4):
     tokens = np.arange(1, length + 1, dtype=np.int64)
     return EncodedSample(
         __key__=key, __restore_key__=("Webdataset", key), __subflavors__=None,
         tokens=tokens, labels=tokens + 100, loss_mask=np.ones(length, dtype=np.float32),
-        length=length, aligned_length=-(-length // m) * m, patches=patches, source={},
+        length=length, aligned_length=-(-length // m) * m, visuals=(), source={},
     )
+
+
+IMAGE_ROW = {"prompt": "<image>\nab", "completion": "cd", "images": [{"member": "media0"}]}
 
 
 def test_encode_text_sample_matches_the_data_layer():
@@ -53,42 +60,57 @@ def test_encode_text_sample_matches_the_data_layer():
 
 
 def test_encode_media_sample_expands_the_marker():
-    enc = _encoder(seq_length=64, patch_dim=2)
-    patches = np.arange(6, dtype=np.float32).reshape(3, 2)
-    out = enc.encode_sample(_row_sample({"prompt": "<image>\nab", "completion": "cd"}, patches=patches))
-    assert out.tokens.tolist() == [IMG, IMG, IMG, 10, 97, 98, 32, 99, 100]
-    assert out.labels.tolist() == [IMG, IMG, 10, 97, 98, 32, 99, 100, TOK.EOS]
-    assert out.loss_mask.tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1]
-    assert (out.length, out.aligned_length) == (9, 12)
-    assert out.patches is patches
-    chat = _encoder(seq_length=64, patch_dim=2, schema=ChatSchema(), image_token_id=1000)
-    row = {"messages": [{"role": "user", "content": "<image>\nhi"}, {"role": "assistant", "content": "ok"}]}
-    got = chat.encode_sample(_row_sample(row, patches=patches))
-    assert got.tokens.tolist().count(1000) == 3 and got.loss_mask[got.tokens == 1000].sum() == 0
+    enc = _encoder(seq_length=64, vision="tiny")
+    out = enc.encode_sample(_row_sample(IMAGE_ROW, media={"media0": PNG16}))
+    block = [VT.start] + [VT.image] * 4 + [VT.end]
+    assert out.tokens.tolist() == block + [10, 97, 98, 32, 99, 100]
+    assert out.labels.tolist() == block[1:] + [10, 97, 98, 32, 99, 100, TOK.EOS]
+    assert out.loss_mask.tolist() == [0] * 8 + [1, 1, 1, 1]
+    assert (out.length, out.aligned_length) == (12, 12)
+    assert len(out.visuals) == 1 and out.visuals[0].grid == (1, 4, 4)
+    chat = _encoder(seq_length=64, vision="tiny", schema=ChatSchema())
+    row = {"messages": [{"role": "user", "content": "<image>\nhi"}, {"role": "assistant", "content": "ok"}],
+           "images": [{"member": "media0"}]}
+    got = chat.encode_sample(_row_sample(row, media={"media0": PNG16}))
+    assert got.tokens.tolist().count(VT.image) == 4 and got.loss_mask[got.tokens == VT.image].sum() == 0
 
 
 def test_encode_rejects_instead_of_truncating():
-    enc = _encoder(seq_length=8, patch_dim=2)
-    sample = _row_sample({"prompt": "<image>\nab", "completion": "cd"}, patches=np.zeros((3, 2), np.float32))
+    enc = _encoder(seq_length=8, vision="tiny")
+    sample = _row_sample(IMAGE_ROW, media={"media0": PNG16})
     with pytest.raises(PackingError) as err:
         enc.encode_sample(sample)
     assert str(err.value).startswith("data.jsonl:8, row 7, field 'seq_length': sample row00000007: aligned sequence "
-                                     "length 12 (9 tokens rounded up to a multiple of 4) exceeds seq_length=8")
-    # the same sample with alignment 1 is 9 long: still too long, and named with its own numbers
-    with pytest.raises(PackingError, match=r"length 9 \(9 tokens rounded up to a multiple of 1\) exceeds seq_length=8"):
-        _encoder(seq_length=8, pad_seq_to_mult=1, patch_dim=2).encode_sample(sample)
-    with pytest.raises(InputError, match="sample row00000007: .*1 image marker") as err:
-        enc.encode_sample(_row_sample({"prompt": "<image>\nab", "completion": "cd"}))
+                                     "length 12 (12 tokens rounded up to a multiple of 4) exceeds seq_length=8")
+    with pytest.raises(PackingError, match=r"length 9 \(9 tokens rounded up to a multiple of 1\) exceeds"):
+        _encoder(seq_length=8, pad_seq_to_mult=1).encode_sample(_row_sample({"prompt": "ab", "completion": "cdefgh"}))
+    with pytest.raises(InputError, match="sample row00000007: .*1 image.*0 <image> marker") as err:
+        enc.encode_sample(_row_sample({**IMAGE_ROW, "prompt": "ab"}, media={"media0": PNG16}))
     assert err.value.line == 8
+    with pytest.raises(InputError, match="no member 'media0'"):
+        enc.encode_sample(_row_sample(IMAGE_ROW))
     with pytest.raises(InputError, match="sample row00000007: sample rejected \\(empty_completion\\)") as err:
         enc.encode_sample(_row_sample({"prompt": "ab", "completion": ""}))
     assert type(err.value) is InputError  # a plain InputError survives torch's worker re-raise
     assert (err.value.file, err.value.line, err.value.field) == ("data.jsonl", 8, "completion")
-    with pytest.raises(UsageError, match="without media"):
-        _encoder(seq_length=64).encode_sample(_row_sample({"prompt": "x", "completion": "y"},
-                                                          patches=np.zeros((1, 2), np.float32)))
-    with pytest.raises(InputError, match=r"shape \[1, 3\]"):
-        enc.encode_sample(_row_sample({"prompt": "<image>x", "completion": "y"}, patches=np.zeros((1, 3), np.float32)))
+    with pytest.raises(UsageError, match="without a vision spec"):
+        _encoder(seq_length=64).encode_sample(_row_sample(IMAGE_ROW, media={"media0": PNG16}))
+
+
+def test_vlm_batch_carries_patches_grids_and_restarting_positions():
+    enc = _encoder(seq_length=64, vision="tiny")
+    image = enc.encode_sample(_row_sample(IMAGE_ROW, media={"media0": PNG16}))
+    text = enc.encode_sample(_row_sample({"prompt": "ab", "completion": "cd"}, r=8))
+    b = enc.batch([enc.pack_selected_samples([text, image])])
+    validate_thd_batch(b, pad_seq_to_mult=4)
+    assert b["cu_seqlens_q_padded"].tolist() == [0, 8, 20]
+    assert b["pixel_values"].shape == (16, VISION_PRESETS["tiny"].patch_dim)
+    assert b["pixel_sequence_index"].tolist() == [1] * 16 and b["num_patches"].tolist() == [0, 16]
+    assert b["image_grid_thw"].tolist() == [[1, 4, 4]]
+    assert b["vision_index"][0, 9:13].tolist() == [0, 1, 2, 3] and (b["vision_index"][0, :9] == -1).all()
+    assert b["mrope_position_ids"][:, 0, 8].tolist() == [0, 0, 0]  # the second sequence restarts
+    assert b["mrope_position_ids"][1, 0, 9:13].tolist() == [1, 1, 2, 2]  # merged 2x2 grid: rows
+    assert b["mrope_position_ids"][2, 0, 9:13].tolist() == [1, 2, 1, 2]  # and columns
 
 
 def test_select_is_ffd_on_aligned_lengths_and_keeps_everything():
@@ -111,9 +133,9 @@ def test_select_is_ffd_on_aligned_lengths_and_keeps_everything():
 
 
 def test_pack_and_batch_reproduce_the_worked_example():
-    enc = _encoder(patch_dim=2)
-    five = _encoded("five", 5, patches=np.full((5, 2), 5.0, np.float32))
-    four = _encoded("four", 4, patches=np.full((4, 2), 4.0, np.float32))
+    enc = _encoder()
+    five = _encoded("five", 5)
+    four = _encoded("four", 4)
     packed = enc.pack_selected_samples([five, four])
     assert packed.__restore_key__ == () and packed.__key__ == "five,four"
     assert [s.__restore_key__ for s in packed.samples] == [("Webdataset", "five"), ("Webdataset", "four")]
@@ -124,7 +146,7 @@ def test_pack_and_batch_reproduce_the_worked_example():
     assert b["max_seqlen_q"] == 8
     assert b["labels"][0, 5:8].tolist() == [-100] * 3 and b["loss_mask"][0, 5:8].tolist() == [0] * 3
     assert b["position_ids"][0, 8].item() == 0 and b["tokens"][0, 5:8].tolist() == [TOK.PAD] * 3
-    assert b["pixel_values"][:, 0].tolist() == [5.0] * 5 + [4.0] * 4 and b["num_patches"].tolist() == [5, 4]
+    assert "pixel_values" not in b and "mrope_position_ids" not in b
     assert b["sample_keys"] == ["five", "four"] and b["__restore_key__"] == ()
     with pytest.raises(PackingError, match="micro_batch_size=1") as err:
         enc.batch([packed, packed])
@@ -140,8 +162,9 @@ def test_fixed_width_and_text_only_batches():
     assert b["tokens"].shape == (1, 12) and b["cu_seqlens_q"].tolist() == [0, 4]
     assert b["cu_seqlens_q_padded"].tolist() == [0, 12] and b["max_seqlen_q"] == 12
     assert "pixel_values" not in b and "num_patches" not in b
-    media = _encoder(patch_dim=3).thd_batch([_encoded("a", 3), _encoded("b", 2)])
-    assert media["pixel_values"].shape == (0, 3) and media["num_patches"].tolist() == [0, 0]
+    media = _encoder(vision="tiny").thd_batch([_encoded("a", 3), _encoded("b", 2)])
+    assert media["pixel_values"].shape == (0, 96) and media["num_patches"].tolist() == [0, 0]
+    assert media["mrope_position_ids"].shape == (3, 1, 8)
     with pytest.raises(PackingError, match="exceeds max_length 12"):
         enc.thd_batch([_encoded("a", 9), _encoded("b", 4)])
     with pytest.raises(UsageError):
@@ -150,9 +173,9 @@ def test_fixed_width_and_text_only_batches():
 
 def test_cooker_reads_row_documents():
     crude = {"__key__": "row00000003", "__restore_key__": ("Webdataset", 3), "json": {"row": {"prompt": "p"},
-             "source": {"row": 3}}, "patches.npy": np.ones((2, 2), dtype=np.float64)}
+             "source": {"row": 3}}, "media0": PNG16}
     sample = cook_row_sample(crude)
-    assert sample.row == {"prompt": "p"} and sample.patches.dtype == np.float32
+    assert sample.row == {"prompt": "p"} and sample.media == {"media0": PNG16}
     assert sample.__restore_key__ == ("Webdataset", 3)
     from reference_impl.errors import ArtifactError
 

@@ -10,6 +10,8 @@ from reference_impl.config import load_config
 from reference_impl.config.rules import RULES_BY_ID
 from reference_impl.data import ByteTokenizer, demo_path, tokenize_row
 from reference_impl.data.schemas import PromptCompletionSchema
+from reference_impl.data.vision import VISION_PRESETS
+from reference_impl.data.vlm import tokenize_vlm_row
 from reference_impl.errors import ConfigViolationError, InputError, PackingError, UsageError
 from reference_impl.packing.algorithms import pack_lengths
 from reference_impl.packing.energon.loader import (
@@ -28,7 +30,6 @@ torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL = 0.1
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument:UserWarning")
 
 TOK = ByteTokenizer()
-MARKER_LEN = len(TOK.encode("<image>"))
 
 
 def energon_cfg(seq_length, buffer, *overrides):
@@ -42,21 +43,24 @@ def energon_cfg(seq_length, buffer, *overrides):
 
 
 class Truth:
-    """Per-sample expectations computed from the JSONL rows with the data layer alone."""
+    """Per-sample expectations computed from the JSONL rows with the data layer alone (the VLM
+    sample contract straight from the row, never through the shards)."""
 
-    def __init__(self, jsonl, prepared):
+    def __init__(self, jsonl, prepared, vision=None):
         self.rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
         self.prepared = prepared
+        self.vision = vision
         self.length, self.supervised, self.patches = {}, {}, {}
         for r, row in enumerate(self.rows):
             key = f"row{r:08d}"
-            text = {k: v for k, v in row.items() if k != "image_patches"}
-            tok = tokenize_row(text, PromptCompletionSchema(), TOK, max_length=1 << 20)
-            patches = np.asarray(row["image_patches"], np.float32) if "image_patches" in row else None
-            n = 0 if patches is None else patches.shape[0]
-            self.length[key] = tok.num_tokens - 1 + (n - MARKER_LEN if n else 0)
-            self.supervised[key] = tok.num_supervised
-            self.patches[key] = patches
+            if vision is None:
+                tok = tokenize_row(row, PromptCompletionSchema(), TOK, max_length=1 << 20)
+                self.length[key], self.supervised[key] = tok.num_tokens - 1, tok.num_supervised
+                continue
+            ex = tokenize_vlm_row(row, PromptCompletionSchema(), TOK, vision=VISION_PRESETS[vision],
+                                  max_length=1 << 20, base_dir=jsonl.parent)
+            self.length[key], self.supervised[key] = len(ex.tokens), int(ex.loss_mask.sum())
+            self.patches[key] = ex.pixels("image", VISION_PRESETS[vision].patch_dim)
 
     def keys(self, split):
         val = {f"row{r:08d}" for r in self._val_rows()}
@@ -82,11 +86,17 @@ class Truth:
         for k, s, n in zip(keys, starts, lengths):
             assert b["loss_mask"][0, s:s + n].sum().item() == self.supervised[k]
             assert b["position_ids"][0, s].item() == 0
-        if "pixel_values" in b:
-            assert b["num_patches"].tolist() == [0 if self.patches[k] is None else len(self.patches[k]) for k in keys]
-            parts = [self.patches[k] for k in keys if self.patches[k] is not None]
-            expected = np.concatenate(parts) if parts else np.zeros((0, b["pixel_values"].shape[1]), np.float32)
-            assert np.array_equal(b["pixel_values"].numpy(), expected)
+        if self.vision is not None:
+            assert b["num_patches"].tolist() == [len(self.patches[k]) for k in keys]
+            assert np.array_equal(b["pixel_values"].numpy(), np.concatenate([self.patches[k] for k in keys]))
+            owners = np.repeat(np.arange(len(keys)), [len(self.patches[k]) for k in keys])
+            assert b["pixel_sequence_index"].tolist() == owners.tolist()
+            merged = VISION_PRESETS[self.vision].merge_size ** 2
+            assert int((b["vision_index"] >= 0).sum()) == len(b["pixel_values"]) // merged
+            for s in starts[:-1]:
+                assert b["mrope_position_ids"][:, 0, s].tolist() == [0, 0, 0]
+        else:
+            assert "pixel_values" not in b
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +104,7 @@ def vlm(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vlm")
     src = write_synthetic_vlm_jsonl(tmp / "vlm.jsonl", 120, seed=3)
     prepared = prepare_energon_dataset(src, tmp / "ds", shard_size=25, val_fraction=0.1)
-    return Truth(src, prepared)
+    return Truth(src, prepared, vision="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +117,8 @@ def text(tmp_path_factory):
 
 
 def _epoch(truth, cfg, m, **kw):
+    if truth.vision is not None:
+        kw.setdefault("vision", truth.vision)
     packed = get_train_dataset(cfg, truth.prepared.root, repeat=False, **kw)
     batches = list(get_savable_loader(packed))
     for b in batches:
@@ -122,8 +134,8 @@ def test_media_epoch_has_every_sample_once(vlm, num_workers):
     assert sorted(keys) == vlm.keys("train") and len(keys) == 108
     assert packed.worker_samples == ([108] if num_workers == 0 else [54, 54])
     assert sum(b["loss_mask"].sum().item() for b in batches) == sum(vlm.supervised[k] for k in keys)
-    assert sum(b["num_patches"].sum().item() for b in batches) == sum(
-        len(vlm.patches[k]) for k in keys if vlm.patches[k] is not None)
+    assert sum(b["num_patches"].sum().item() for b in batches) == sum(len(vlm.patches[k]) for k in keys)
+    assert any(len(vlm.patches[k]) for k in keys) and not all(len(vlm.patches[k]) for k in keys)
     assert len(batches) < 108  # packing happened
 
 
@@ -153,10 +165,10 @@ def test_val_flushes_its_partial_buffer_exactly(vlm):
     cfg = energon_cfg(128, 16)
     val_keys = vlm.keys("val")
     assert len(val_keys) == 12 < 16  # one partial buffer, flushed at the end
-    batches = list(get_savable_loader(get_val_dataset(cfg, vlm.prepared.root)))
+    batches = list(get_savable_loader(get_val_dataset(cfg, vlm.prepared.root, vision="tiny")))
     expected = pack_lengths([vlm.length[k] for k in val_keys], 128, "first_fit_decreasing").bins()
     assert [b["sample_keys"] for b in batches] == [[val_keys[i] for i in g] for g in expected]
-    two = list(get_savable_loader(get_val_dataset(cfg, vlm.prepared.root, num_workers=2)))
+    two = list(get_savable_loader(get_val_dataset(cfg, vlm.prepared.root, num_workers=2, vision="tiny")))
     assert sorted(k for b in two for k in b["sample_keys"]) == val_keys
     for b in batches + two:
         vlm.check_batch(b, 128, 1)
@@ -253,12 +265,13 @@ def test_oversize_sample_is_rejected_through_the_loader(tmp_path):
 
 
 def test_restore_sample_rebuilds_a_batch(vlm):
-    loader = get_savable_loader(get_train_dataset(energon_cfg(128, 8), vlm.prepared.root, num_workers=2))
+    loader = get_savable_loader(get_train_dataset(energon_cfg(128, 8), vlm.prepared.root, num_workers=2, vision="tiny"))
     it = iter(loader)
     batches = [next(it) for _ in range(3)]
     again = loader.restore_sample(batches[2]["__restore_key__"])
     assert again["sample_keys"] == batches[2]["sample_keys"]
-    for key in ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "pixel_values", "num_patches"):
+    for key in ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "pixel_values", "num_patches",
+                "vision_index", "mrope_position_ids"):
         assert torch.equal(again[key], batches[2][key])
 
 

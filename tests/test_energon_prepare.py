@@ -11,13 +11,10 @@ from reference_impl.cli import main
 from reference_impl.data import demo_path
 from reference_impl.errors import ArtifactError, InputError, UsageError
 from reference_impl.packing.energon import prepare as prep
-from reference_impl.packing.energon.media import (
-    MediaSpec,
-    expand_placeholders,
-    find_subsequence,
-    insert_marker,
-    synthetic_patches,
-)
+from reference_impl.data.demo_vlm import vlm_demo_path
+from reference_impl.data.vision import load_image
+from reference_impl.data.vlm import find_subsequence
+from reference_impl.packing.energon.media import MediaSpec, insert_marker, synthetic_image
 from reference_impl.packing.energon.prepare import (
     prepare_energon_dataset,
     read_manifest,
@@ -83,7 +80,7 @@ def test_same_input_gives_byte_identical_shards(tmp_path):
 
 def test_synthetic_media_members_and_marker(tmp_path):
     src = _first_rows(demo_path("prompt_completion"), 40, tmp_path / "pc.jsonl")
-    spec = MediaSpec(seed=11, patch_dim=4, min_patches=2, max_patches=5, probability=0.5)
+    spec = MediaSpec(seed=11, min_side=8, max_side=20, probability=0.5)
     res = prepare_energon_dataset(src, tmp_path / "ds", media=spec, shard_size=100)
     members = dict(_members(res.root / res.shards["train"][0]))
     original = [json.loads(line) for line in src.read_text().splitlines()]
@@ -91,21 +88,38 @@ def test_synthetic_media_members_and_marker(tmp_path):
     for r in range(40):
         key = f"row{r:08d}"
         doc = json.loads(members[f"{key}.json"])
-        expected = synthetic_patches(spec, r)
+        expected = synthetic_image(spec, r)
         if expected is None:
-            assert f"{key}.patches.npy" not in members
+            assert f"{key}.media0" not in members
             assert doc["row"] == original[r]
         else:
             n_media += 1
-            got = np.load(io.BytesIO(members[f"{key}.patches.npy"]))
-            assert got.dtype == np.float32 and np.array_equal(got, expected)
-            assert 2 <= got.shape[0] <= 5 and got.shape[1] == 4
+            assert np.array_equal(load_image(members[f"{key}.media0"]), expected)  # PNG, lossless
+            assert 8 <= min(expected.shape[:2]) and max(expected.shape[:2]) <= 20
             assert doc["row"]["prompt"] == "<image>\n" + original[r]["prompt"]
+            assert doc["row"]["images"] == [{"member": "media0"}]
     assert 0 < n_media < 40
-    assert res.media["samples_with_media"] == n_media and res.media["patch_dim"] == 4
+    assert res.media["samples_with_media"] == n_media == res.media["synthetic"] == res.media["images"]
 
 
-def test_inline_patches_are_moved_into_npy_members(tmp_path):
+def test_image_files_become_members_with_their_bytes(tmp_path):
+    res = prepare_energon_dataset(vlm_demo_path(), tmp_path / "ds", shard_size=100)
+    members = dict(_members(res.root / res.shards["train"][0]))
+    rows = [json.loads(line) for line in vlm_demo_path().read_text().splitlines()]
+    for r, row in enumerate(rows):
+        doc = json.loads(members[f"row{r:08d}.json"])["row"]
+        files = list(row.get("images", [])) + [f for v in row.get("videos", []) for f in v["frames"]]
+        got = [m["member"] for m in doc.get("images", [])] + [m["member"] for v in doc.get("videos", [])
+                                                                for m in v["frames"]]
+        assert got == [f"media{k}" for k in range(len(files))]
+        for name, path in zip(got, files):
+            assert members[f"row{r:08d}.{name}"] == (vlm_demo_path().parent / path).read_bytes()
+        assert doc["messages"] == row["messages"]
+    assert res.media["videos"] == sum(len(r.get("videos", [])) for r in rows) > 0
+    assert res.media["frames"] == 4 * res.media["videos"] and res.media["synthetic"] == 0
+
+
+def test_inline_pixels_become_png_members(tmp_path):
     path = write_synthetic_vlm_jsonl(tmp_path / "vlm.jsonl", 12, seed=5)
     rows = synthetic_vlm_rows(12, seed=5)
     assert rows == [json.loads(line) for line in path.read_text().splitlines()]
@@ -114,12 +128,24 @@ def test_inline_patches_are_moved_into_npy_members(tmp_path):
     members = dict(_members(res.root / res.shards["train"][0]))
     for r, row in enumerate(rows):
         doc = json.loads(members[f"row{r:08d}.json"])
-        assert "image_patches" not in doc["row"]
-        if "image_patches" in row:
-            got = np.load(io.BytesIO(members[f"row{r:08d}.patches.npy"]))
-            assert np.array_equal(got, np.asarray(row["image_patches"], dtype=np.float32))
-            assert doc["row"]["prompt"].startswith("<image>\n")
-    assert res.media["inline"] == sum("image_patches" in r for r in rows) > 0
+        if "images" in row:
+            pixels = np.asarray(row["images"][0]["pixels"], dtype=np.uint8)
+            assert np.array_equal(load_image(members[f"row{r:08d}.media0"]), pixels)
+            assert doc["row"]["prompt"].startswith("<image>\n") and doc["row"]["images"] == [{"member": "media0"}]
+        else:
+            assert "images" not in doc["row"]
+    assert res.media["images"] == sum("images" in r for r in rows) > 0
+
+
+def test_chat_content_parts_are_flattened(tmp_path, write_jsonl):
+    image = str(vlm_demo_path().parent / "images" / "red_square.png")
+    src = write_jsonl([{"messages": [{"role": "user", "content": [{"type": "image", "image": image},
+                                                                  {"type": "text", "text": " what?"}]},
+                                     {"role": "assistant", "content": "red"}]}])
+    res = prepare_energon_dataset(src, tmp_path / "ds")
+    doc = json.loads(dict(_members(res.root / res.shards["train"][0]))["row00000000.json"])["row"]
+    assert doc["messages"][0]["content"] == "<image> what?" and doc["images"] == [{"member": "media0"}]
+    assert res.schema == "chat"
 
 
 def test_bad_row_leaves_nothing_behind(tmp_path):
@@ -154,18 +180,16 @@ def test_row_errors_name_file_and_line(tmp_path, write_jsonl):
     with pytest.raises(InputError, match="chat but the file started with prompt_completion") as err:
         prepare_energon_dataset(mixed, tmp_path / "o1")
     assert err.value.line == 2
-    ragged = write_jsonl([{"prompt": "a", "completion": "b", "image_patches": [[1, 2], [3]]}], name="r.jsonl")
+    missing = write_jsonl([{"prompt": "<image> a", "completion": "b"},
+                           {"prompt": "<image> c", "completion": "d", "images": ["nowhere.png"]}], name="m.jsonl")
+    with pytest.raises(InputError, match="not found") as err:
+        prepare_energon_dataset(missing, tmp_path / "o2")
+    assert (err.value.field, err.value.line) == ("images[0]", 2)
+    ragged = write_jsonl([{"prompt": "<image> a", "completion": "b", "images": [{"pixels": [[1, 2], [3]]}]}],
+                         name="r.jsonl")
     with pytest.raises(InputError) as err:
-        prepare_energon_dataset(ragged, tmp_path / "o2")
-    assert err.value.field == "image_patches" and err.value.line == 1
-    dims = write_jsonl(
-        [{"prompt": "<image> a", "completion": "b", "image_patches": [[1.0, 2.0]]},
-         {"prompt": "<image> c", "completion": "d", "image_patches": [[1.0, 2.0, 3.0]]}],
-        name="d.jsonl",
-    )
-    with pytest.raises(InputError, match="dimension 3, earlier ones 2") as err:
-        prepare_energon_dataset(dims, tmp_path / "o3")
-    assert err.value.line == 2
+        prepare_energon_dataset(ragged, tmp_path / "o3")
+    assert (err.value.field, err.value.line) == ("images[0]", 1)
     for bad in ({"shard_size": 0}, {"val_fraction": 1.0}, {"val_fraction": -0.1}):
         with pytest.raises(UsageError):
             prepare_energon_dataset(mixed, tmp_path / "o4", **bad)
@@ -195,14 +219,6 @@ def test_marker_helpers():
     ids = np.array([5, 1, 2, 5, 1, 2, 2, 1, 2], dtype=np.int64)
     assert find_subsequence(ids, np.array([1, 2])) == [1, 4, 7]
     assert find_subsequence(np.array([7, 7, 7]), np.array([7, 7])) == [0]
-    new_ids, new_mask = expand_placeholders(
-        np.array([3, 1, 2, 4]), np.array([1, 1, 1, 1], dtype=np.int8), np.array([1, 2]), 3, 99
-    )
-    assert new_ids.tolist() == [3, 99, 99, 99, 4] and new_mask.tolist() == [1, 0, 0, 0, 1]
-    with pytest.raises(InputError, match="2 image marker"):
-        expand_placeholders(ids, np.ones(9, dtype=np.int8), np.array([5, 1]), 4, 99)
-    with pytest.raises(InputError, match="no image"):
-        expand_placeholders(np.array([3, 1, 2]), np.ones(3, dtype=np.int8), np.array([1, 2]), 0, 99)
 
 
 def test_cli_json_and_errors(tmp_path, capsys):
@@ -212,7 +228,8 @@ def test_cli_json_and_errors(tmp_path, capsys):
                  "--val-fraction", "0.25", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["samples"] == {"train": 15, "val": 5} and res["schema"] == "chat"
-    assert res["media"]["synthetic"]["seed"] == 1234 and len(res["shards"]["train"]) == 2
+    assert res["media"]["synthetic_spec"]["seed"] == 1234 and len(res["shards"]["train"]) == 2
+    assert res["media"]["synthetic"] == res["media"]["images"] > 0
     assert main(["energon-prepare", str(src), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "already exists" in err and len(err.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ location and fix in ``_meta``.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,11 @@ def root(tmp_path: Path) -> Path:
     (root / "bad.yaml").write_text("train:\n  micro_batch_sise: 1\n")
     (root / "existing").mkdir()
     (root / "existing" / "notes.txt").write_text("not ours\n")  # a non-empty directory seqpack did not write
+    # VLM rows: the shipped demo chat with its images (paths relative to the JSONL)
+    from reference_impl.data.demo_vlm import vlm_demo_path
+
+    shutil.copytree(vlm_demo_path().parent / "images", root / "images")
+    shutil.copy(vlm_demo_path(), root / "vlm.jsonl")
     packed = verbs.pack(verbs.PackOptions(input=root / "data.jsonl", out=tmp_path / "packs", pack_size=256, cp=2))
     packed.root.rename(root / "artifact")  # a fixed name for the inspect case
     return root
@@ -144,10 +150,29 @@ SUCCESSES = [
          exit_code=1),  # packed for CP2 (multiple 4), checked against TP4/CP2/SP (8): not usable, exit 1
     Case("model-support", lambda r, f: verbs.model_support(verbs.ModelSupportOptions(family="Qwen3-Next")),
          ["model-support", "Qwen3-Next"], "check_model_support", {"family": "Qwen3-Next"}),
+    Case("image-tokens", lambda r, f: verbs.image_tokens(verbs.ImageTokensOptions(height=480, width=640, frames=3)),
+         ["image-tokens", "--height", "480", "--width", "640", "--frames", "3"], "count_image_tokens",
+         {"height": 480, "width": 640, "frames": 3}),
+    Case("mrope", lambda r, f: verbs.mrope_positions(verbs.MRopeOptions(
+        layout="text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", model="qwen2_5_vl", pad_seq_to_mult=4)),
+         ["mrope", "text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", "--model", "qwen2_5_vl",
+          "--pad-seq-to-mult", "4"], "mrope_position_ids",
+         {"layout": "text:3,image:1x4x6,text:2|text:2,video:4x2x2@0.5,text:1", "model": "qwen2_5_vl",
+          "pad_seq_to_mult": 4}),
     Case("batches-in-batch", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "data.jsonl", seq_length=128, cp=2, num_batches=2)),
          ["batches", "{root}/data.jsonl", "--seq-length", "128", "--cp", "2", "--num-batches", "2"],
          "inspect_in_batch", {"input_path": "{root}/data.jsonl", "seq_length": 128, "cp": 2, "num_batches": 2}),
+    Case("batches-in-batch-vlm", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "vlm.jsonl", seq_length=256, cp=2, num_batches=2, vision="tiny")),
+         ["batches", "{root}/vlm.jsonl", "--seq-length", "256", "--cp", "2", "--num-batches", "2", "--vision", "tiny"],
+         "inspect_in_batch", {"input_path": "{root}/vlm.jsonl", "seq_length": 256, "cp": 2, "num_batches": 2,
+                              "vision": "tiny"}),
+    Case("plan-jsonl-vlm", lambda r, f: verbs.plan(verbs.PlanOptions(jsonl=str(r / "vlm.jsonl"), candidates=(256, 512),
+                                                                     token_slots=2048, cp=2)),
+         ["plan", "--jsonl", "{root}/vlm.jsonl", "--candidates", "256,512", "--token-slots", "2048", "--cp", "2"],
+         "plan_pack_length", {"jsonl_path": "{root}/vlm.jsonl", "candidates": [256, 512], "token_slots": 2048,
+                              "cp": 2}),
     Case("batches-global-batch", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "data.jsonl", mode="global-batch", seq_length=128, dp=2, gbs=8, num_steps=2, scheduler="balanced")),
          ["batches", "{root}/data.jsonl", "--mode", "global-batch", "--seq-length", "128", "--dp", "2", "--gbs", "8",
@@ -193,6 +218,16 @@ REFUSALS = [
     Case("batches-in-batch-mbs1", lambda r, f: verbs.batches(verbs.BatchesOptions(input=r / "data.jsonl", mbs=1)),
          ["batches", "{root}/data.jsonl", "--mbs", "1"], "inspect_in_batch",
          {"input_path": "{root}/data.jsonl", "mbs": 1}, exit_code=1),  # a broken rule: exit 1, like validate
+    Case("image-tokens-too-big", lambda r, f: verbs.image_tokens(verbs.ImageTokensOptions(height=100000,
+                                                                                        width=100000)),
+         ["image-tokens", "--height", "100000", "--width", "100000"], "count_image_tokens",
+         {"height": 100000, "width": 100000}, exit_code=2),
+    Case("mrope-bad-grid", lambda r, f: verbs.mrope_positions(verbs.MRopeOptions(layout="text:2,image:1x3x4")),
+         ["mrope", "text:2,image:1x3x4"], "mrope_position_ids", {"layout": "text:2,image:1x3x4"}, exit_code=2),
+    Case("batches-images-without-vision", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "vlm.jsonl", vision="none")),
+         ["batches", "{root}/vlm.jsonl", "--vision", "none"], "inspect_in_batch",
+         {"input_path": "{root}/vlm.jsonl", "vision": "none"}, exit_code=2),
     Case("energon-existing-output", lambda r, f: verbs.energon_prepare(verbs.EnergonPrepareOptions(
         input=r / "data.jsonl", out=r / "existing")),
          ["energon-prepare", "{root}/data.jsonl", "--out", "{root}/existing"], "prepare_energon_dataset",

@@ -29,6 +29,8 @@ COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.energon_prepare",
     "reference_impl.cli.smoke",
     "reference_impl.cli.model_support",
+    "reference_impl.cli.image_tokens",
+    "reference_impl.cli.mrope",
     "reference_impl.cli.mcp",
     "reference_impl.cli.install_skill",
     "reference_impl.cli.eval",

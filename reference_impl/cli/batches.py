@@ -16,6 +16,7 @@ from reference_impl.choices import (
     SCHEDULERS,
     SCHEMA_KINDS,
     TRUNCATION_MODES,
+    VISION_OPTIONS,
 )
 from reference_impl.cli._output import add_json_flag, print_json, table
 
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fixed packed width (kernels that need a static shape)")
     p.add_argument("--width", type=int, default=None,
                    help="the fixed width with --pad-to-max-length (default: seq-length)")
+    p.add_argument("--vision", choices=VISION_OPTIONS, default="auto",
+                   help="in-batch: how rows with images are read (default auto: the qwen2_vl preset when the "
+                   "file has images; none refuses them); see docs/vlm.md")
     g = p.add_argument_group("global-batch mode")
     g.add_argument("--dp", type=int, default=2, help="data-parallel ranks to simulate (default 2)")
     g.add_argument("--gbs", type=int, default=16, help="global batch size in samples (default 16)")
@@ -77,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         schema=args.schema, tokenizer=args.tokenizer, truncation=args.truncation,
         pad_to_max_length=args.pad_to_max_length, width=args.width, dp=args.dp, gbs=args.gbs,
         max_seqlen_per_rank=args.max_seqlen_per_rank, scheduler=args.scheduler, num_steps=args.num_steps,
+        vision=args.vision,
     )
     try:
         report = batches(options)
@@ -102,16 +107,22 @@ def _print_in_batch(report) -> int:  # noqa: ANN001 - an InBatchReport
         f"{report.steps_per_pass} micro-batches per pass, width {width}"
     )
     print(al["explanation"])
+    vlm = report.vision is not None
+    if vlm:
+        v = report.vision
+        print(f"VLM rows: vision preset {v['name']} (patch {v['patch_size']}, merge {v['merge_size']}); image tokens "
+              "count as real tokens and are aligned with the text")
     rows = []
     for b in report.batches:
         rows.append([
             b.step, _cells(list(b.rows)), _cells(list(b.lengths)), _cells(b.cu_seqlens),
             "-" if b.cu_seqlens_padded is None else _cells(b.cu_seqlens_padded),
             b.width, b.max_seqlen, b.alignment_padding, b.width_padding, f"{b.padding_share:.1%}",
+            *([b.images + b.videos, b.vision_tokens] if vlm else []),
         ])
     print(table(
         ["step", "rows", "lengths", "cu_seqlens", "cu_seqlens_padded", "width", "max_seqlen",
-         "align_pad", "width_pad", "pad_share"],
+         "align_pad", "width_pad", "pad_share", *(["visuals", "image_tokens"] if vlm else [])],
         rows,
     ))
     t = report.totals

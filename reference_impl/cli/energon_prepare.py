@@ -7,15 +7,16 @@ import argparse
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "energon-prepare"
-HELP = "turn JSONL (optionally with synthetic image patches) into a prepared Energon dataset for online packing"
+HELP = "turn JSONL (text or VLM rows with images) into a prepared Energon dataset for online packing"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the command's flags."""
-    p.add_argument("input", help="JSONL file (prompt/completion or chat rows; optional inline image_patches)")
+    p.add_argument("input", help="JSONL file (prompt/completion or chat rows; VLM rows with images/videos, "
+                                 "see docs/vlm.md)")
     p.add_argument("--out", required=True, help="output dataset directory (written atomically)")
     p.add_argument("--with-media", action="store_true",
-                   help="attach seeded synthetic image patches (and an <image> marker) to about half the rows")
+                   help="give about half the rows without images a seeded synthetic picture (and an <image> marker)")
     p.add_argument("--shard-size", type=int, default=1000, help="samples per tar shard (default 1000)")
     p.add_argument("--val-fraction", type=float, default=0.0, help="fraction of rows in the val split (default 0)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the val split and of the synthetic media")
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     print(table(["split", "samples", "shards"], rows))
     media = result.media
     if media:
-        print(f"media: {media['samples_with_media']} samples with image patches of dim {media['patch_dim']}, "
-              f"marker {media['marker']!r}")
+        print(f"media: {media['samples_with_media']} samples with {media['images']} image(s) and "
+              f"{media['videos']} video(s) ({media['synthetic']} synthetic)")
     print(f"schema={result.schema} fingerprint={result.fingerprint[:16]}")
     return 0

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.choices import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    LENGTH_MIXES,
+    SCHEMA_OPTIONS,
+    TRUNCATION_MODES,
+    VISION_OPTIONS,
+)
 from reference_impl.cli._output import add_json_flag, int_list, print_json, table
 
 NAME = "plan"
@@ -36,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="samples longer than a pack: cut (right/left) or leave out (reject)")
     p.add_argument("--schema", choices=SCHEMA_OPTIONS, default="auto", help="with --jsonl")
     p.add_argument("--tokenizer", default=None, help="with --jsonl: local tokenizer.json (default: byte tokenizer)")
+    p.add_argument("--vision", choices=VISION_OPTIONS, default="auto",
+                   help="with --jsonl: rows with images count their image tokens (default auto: the qwen2_vl "
+                   "preset when the file has images); see docs/vlm.md")
     add_json_flag(p)
 
 
@@ -49,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         candidates=tuple(args.candidates or DEFAULT_PACK_LENGTHS), token_slots=args.token_slots, dp=args.dp,
         tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pad_seq_to_mult=args.pad_seq_to_mult,
         algorithm=args.algorithm, seed=args.seed, max_seqs_per_pack=args.max_seqs_per_pack,
-        truncation=args.truncation, schema=args.schema, tokenizer=args.tokenizer,
+        truncation=args.truncation, schema=args.schema, tokenizer=args.tokenizer, vision=args.vision,
     ))
     code = 0 if plan.recommended_pack_len is not None else 1
     if args.json:
@@ -62,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}, token slots {plan.token_slots}, "
         f"DP={plan.dp}"
     )
+    vlm = (s.details or {}).get("vlm")
+    if vlm:
+        print(
+            f"VLM rows ({vlm['vision']} preset): {vlm['rows_with_visuals']} of {vlm['samples']} samples carry "
+            f"{vlm['images']} image(s) and {vlm['videos']} video(s), {vlm['vision_tokens']} image tokens "
+            f"({vlm['vision_token_share']:.1%} of all tokens); VLM samples are never cut (truncation reject)"
+        )
     acc = (s.details or {}).get("accounting")
     if acc:
         skipped = ", ".join(f"{k}={v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]

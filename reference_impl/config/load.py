@@ -85,7 +85,8 @@ def load_config_with_keys(
     The keys are None for a :class:`TrainingConfig` source (every field has a definite value); a
     verb uses them to tell a value the user gave from a default it must not assume (an unset
     ``dist.world_size`` leaves the data-parallel size unknown). A file or text that holds no
-    setting at all is refused: it would validate the defaults while looking like a check of the file.
+    setting at all, and no override, is refused: it would validate the defaults while looking like a
+check of the file (an empty file plus ``--set`` overrides is a config the overrides describe).
     """
     if source is None:
         data: dict[str, Any] = {}
@@ -101,7 +102,8 @@ def load_config_with_keys(
         ctx = _Ctx("<text>", locations)
     else:
         raise ConfigError(f"cannot load a config from {type(source).__name__}")
-    if not data and ctx.source not in ("<defaults>", "<config>", "<dict>"):
+    overrides = list(overrides)
+    if not data and not overrides and ctx.source not in ("<defaults>", "<config>", "<dict>"):
         raise ConfigError("the config is empty: it sets nothing, so only the defaults would be checked",
                           file=ctx.source, fix="give a YAML/JSON mapping of sections (model, dataset, train, ...)")
     for item in overrides:

@@ -175,8 +175,23 @@ def _special(tokenizer: Tokenizer, attr: str) -> int:
     return int(value)
 
 
+#: Row fields that carry images and videos (the VLM sample contract, :mod:`reference_impl.data.vlm`).
+VISUAL_FIELDS: tuple[str, ...] = ("images", "videos")
+
+
+def _refuse_visuals(row: dict[str, Any]) -> None:
+    """Text tokenization of a row that carries images would silently drop them: refuse it."""
+    for name in VISUAL_FIELDS:
+        if row.get(name):
+            raise InputError(
+                f"the row carries {name}, which text tokenization would drop", field=name,
+                fix="use a VLM path with a vision spec (in-batch or Energon: --vision qwen2_vl), or remove the field",
+            )
+
+
 def _pc_texts(row: dict[str, Any], schema: PromptCompletionSchema, tokenizer: Tokenizer) -> tuple[str, str]:
     """(prompt text, completion text with its separator) of a row (module docstring, step 1)."""
+    _refuse_visuals(row)
     prompt_text, completion = schema.extract(row)
     if not completion and not schema.allow_empty_completion:
         raise SampleRejected(rj.EMPTY_COMPLETION, field=schema.completion_column)
@@ -254,6 +269,7 @@ def _chat_mask(rendering: ChatRendering, loss_mode: str, reasoning: str) -> np.n
 def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
     if truncation == "left":
         raise UsageError("left truncation is not supported for chat (it would cut the template head); use right or reject")
+    _refuse_visuals(row)
     messages = schema.extract(row)
     tools = schema.extract_tools(row)
     if not messages:

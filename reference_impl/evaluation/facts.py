@@ -242,6 +242,18 @@ def _energon_encoder(f: Finding, r: ValidationReport) -> list[Fact]:
         "for other encoders.")]
 
 
+def _vision_graph_budget(f: Finding, r: ValidationReport) -> list[Fact]:
+    return [Fact((choice_field("setting", "model.max_vision_cuda_graph_seq_length", {
+        "model.max_vision_cuda_graph_seq_length": (r"max[_ ]vision[_ ]cuda[_ ]graph[_ ]seq[_ ]length",),
+        "model.max_seqlen_per_dp_cp_rank": (r"max[_ ]seqlen[_ ]per[_ ]dp[_ ]cp[_ ]rank",),
+        "dataset.pad_to_max_length": (r"pad[_ ]to[_ ]max[_ ]length",),
+    }, anywhere=True, says="the setting that bounds a packed micro-batch's patch rows"),),
+        "A captured vision graph holds a fixed number of patch rows and in-batch packing sends every image of the "
+        "micro-batch through it at once: set model.max_vision_cuda_graph_seq_length to at least the largest "
+        "patch_rows seqpack batches reports, or turn vision CUDA graphs off.",
+        (claims.graphs_ok("packed VLM micro-batches without a patch budget"),))]
+
+
 def _fixed_width_forced(f: Finding, r: ValidationReport) -> list[Fact]:
     return [Fact((config_field("dataset.pad_to_max_length", True, says="pad_to_max_length is forced to"),),
                  "With PP>1 or EP>1 the fixed width is forced on: dataset.pad_to_max_length=true.")]
@@ -355,6 +367,8 @@ FACTS: dict[str, FactFn] = {
     "PACK-ENERGON-NO-DISTTRAIN": _set("PACK-ENERGON-NO-DISTTRAIN", "model.qwen3_vl_disttrain"),
     "PACK-ENERGON-NO-PP": _pp1("PACK-ENERGON-NO-PP"),
     "PACK-ENERGON-EP-OVERLAP": _set("PACK-ENERGON-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm"),
+    "VLM-IN-BATCH-EP-OVERLAP": _set("VLM-IN-BATCH-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm", (True,)),
+    "VLM-VISION-GRAPH-PATCH-BUDGET": _vision_graph_budget,
     "PACK-ENERGON-TASK-ENCODER": _energon_encoder,
     "PACK-ENERGON-DATALOADER": _set("PACK-ENERGON-DATALOADER", "dataset.dataloader_type", ("single", "batch")),
     "PACK-FIXED-WIDTH-FORCED": _fixed_width_forced,

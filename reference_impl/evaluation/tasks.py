@@ -50,6 +50,9 @@ TOPICS: tuple[str, ...] = (
     "packing",
     "verification",
     "negative",
+    "vlm",
+    "mrope",
+    "planning",
 )
 SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -61,9 +64,11 @@ SCRIPTS: dict[str, dict[str, tuple[str, ...]]] = {
     "seqpack rules": {"cli": ("rules",), "mcp": ("explain_rule", "list_rules")},
     "seqpack pack": {"cli": ("pack",), "mcp": ("pack_dataset",)},
     "seqpack inspect": {"cli": ("inspect",), "mcp": ("inspect_packed_dataset",)},
-    "seqpack batches": {"cli": ("batches",), "mcp": ("simulate_packing",)},
+    "seqpack batches": {"cli": ("batches",), "mcp": ("simulate_packing", "inspect_in_batch")},
     "seqpack smoke": {"cli": ("smoke",), "mcp": ("run_packing_smoke_test",)},
     "seqpack plan": {"cli": ("plan",), "mcp": ("plan_pack_length", "simulate_packing")},
+    "seqpack image-tokens": {"cli": ("image-tokens",), "mcp": ("count_image_tokens",)},
+    "seqpack mrope": {"cli": ("mrope",), "mcp": ("mrope_position_ids",)},
 }
 #: Every MCP tool the seqpack server offers (a call to any of them shows the skill's tools were used).
 MCP_TOOLS: tuple[str, ...] = (
@@ -77,8 +82,12 @@ MCP_TOOLS: tuple[str, ...] = (
     "pack_dataset",
     "inspect_packed_dataset",
     "run_packing_smoke_test",
+    "inspect_in_batch",
+    "count_image_tokens",
+    "mrope_position_ids",
 )
-CLI_COMMANDS: tuple[str, ...] = ("align", "validate", "rules", "pack", "inspect", "batches", "smoke", "plan", "mcp")
+CLI_COMMANDS: tuple[str, ...] = ("align", "validate", "rules", "pack", "inspect", "batches", "smoke", "plan", "mcp",
+                                 "image-tokens", "mrope")
 
 _REQUIRED_KEYS = ("id", "bucket", "prompt", "expected_output", "assertions", "expected_skill", "expected_script",
                   "files", "answer_fields", "forbidden", "reference_command", "source", "covers", "rule_ids",

@@ -250,6 +250,23 @@ NEAR_MISSES: tuple[tuple[str, str, str, tuple[AnswerField, ...], str], ...] = (
                                               "compress the image": (r"gzip|compress the image",)},
            says="the technique"),),
      "Docker"),
+    ("nm-qwen-vl-max-pixels",
+     "Running Qwen2-VL inference with Hugging Face transformers, high-resolution photos make the prompts very long. "
+     "How do I cap the number of visual tokens per image?",
+     "Pass max_pixels (and min_pixels) to the processor, e.g. AutoProcessor.from_pretrained(model_id, "
+     "max_pixels=1280*28*28): each image is resized so its area stays within the bounds, and every 28x28 pixels "
+     "become one visual token.",
+     (pick("setting", "max_pixels", {"max_pixels": (r"\bmax_pixels\b",), "max_length": (r"\bmax_length\b",),
+                                     "max_new_tokens": (r"\bmax_new_tokens\b",)},
+           says="the processor setting"),),
+     "transformers"),
+    ("nm-llava-visual-tokens",
+     "With LLaVA-1.5 (CLIP ViT-L/14 at 336 pixels), how many visual tokens does one image add to the language "
+     "model's input?",
+     f"{(336 // 14) ** 2}: the 336x336 image is cut into 14x14-pixel patches, a {336 // 14}x{336 // 14} grid, and "
+     "every patch becomes one token after the projector (no merging).",
+     (int_field("visual_tokens", (336 // 14) ** 2, r"(?:visual|image) tokens?", says="visual tokens per image"),),
+     "LLaVA"),
 )
 
 

@@ -1,4 +1,4 @@
-"""Light MCP tools: alignment, config validation, the rule registry and model-family support.
+"""Light MCP tools: alignment, config validation, the rule registry, model-family support and image tokens.
 
 Each tool parses its arguments into the verb's options and returns the verb's result
 (:mod:`reference_impl.verbs`). Nothing here imports numpy, torch or pyarrow.
@@ -11,7 +11,16 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from reference_impl.choices import EXAMPLES, PACKING_PATHS, RULE_FAMILIES, SEVERITIES, literal
+from reference_impl.choices import (
+    EXAMPLES,
+    MROPE_MODELS,
+    PACKING_PATHS,
+    RULE_FAMILIES,
+    SEVERITIES,
+    TEXT_AFTER_VISION,
+    VISION_PRESETS,
+    literal,
+)
 from reference_impl.config.validate import ValidationReport
 from reference_impl.limits import (
     DEFAULT_RULES_RETURNED,
@@ -22,14 +31,18 @@ from reference_impl.limits import (
     MAX_PATH_CHARS,
     MAX_QUERY_CHARS,
     MAX_RULES_RETURNED,
+    MAX_VIDEO_FRAMES,
 )
 from reference_impl.mcp_support.registry import roots_of, tool
+from reference_impl.reports import ImageTokens, MRopeLayout
 from reference_impl.verbs.alignment import AlignmentReport, AlignOptions, align
 from reference_impl.verbs.rules import RuleQuery, RulesOptions, query_rules
 from reference_impl.verbs.support import ModelSupportOptions, ModelSupportReport, model_support
 from reference_impl.verbs.validation import ValidateOptions, validate
+from reference_impl.verbs.vision import ImageTokensOptions, MRopeOptions, image_tokens, mrope_positions
 
-__all__ = ["check_model_support", "derive_alignment", "explain_rule", "list_rules", "validate_config"]
+__all__ = ["check_model_support", "count_image_tokens", "derive_alignment", "explain_rule", "list_rules",
+           "mrope_position_ids", "validate_config"]
 
 ParallelSize = Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE)]
 FamilyName = literal(RULE_FAMILIES)
@@ -131,3 +144,39 @@ def check_model_support(
     names the recipe or file the record comes from.
     """
     return model_support(ModelSupportOptions(family=family, path=path))
+
+
+@tool(title="Count the tokens of an image or video in a Qwen-VL sample")
+def count_image_tokens(
+    height: Annotated[int, Field(ge=1, description="image height in pixels")],
+    width: Annotated[int, Field(ge=1, description="image width in pixels")],
+    frames: Annotated[int, Field(ge=1, le=MAX_VIDEO_FRAMES, description="frames of a video (1: an image)")] = 1,
+    vision: Annotated[literal(VISION_PRESETS),  # type: ignore[valid-type]
+                      Field(description="vision preset (qwen2_vl, qwen2_5_vl: patch 14, merge 2)")] = "qwen2_vl",
+) -> ImageTokens:
+    """How an image (or frames of one size) becomes patches and language-model tokens, as the Qwen2-VL
+    processor does: resized size, (t, h, w) grid, patch rows and tokens (t*h*w / merge**2; +2 for the
+    vision start and end tokens in a sample). Packed VLM samples align these tokens with the text."""
+    return image_tokens(ImageTokensOptions(height=height, width=width, frames=frames, vision=vision))
+
+
+@tool(title="Multimodal RoPE position ids of a Qwen-VL layout")
+def mrope_position_ids(
+    layout: Annotated[str, Field(description="sequences separated by |, each a comma-separated list of text:N, "
+                                 "image:1xHxW, video:TxHxW[@seconds], e.g. 'text:3,image:1x4x6,text:2|text:5'",
+                                 min_length=1, max_length=MAX_CONFIG_CHARS)],
+    merge_size: Annotated[int, Field(ge=1, le=64, description="spatial merge size")] = 2,
+    model: Annotated[literal(MROPE_MODELS),  # type: ignore[valid-type]
+                     Field(description="qwen2_vl (temporal interval 1) or qwen2_5_vl")] = "qwen2_vl",
+    tokens_per_second: Annotated[float, Field(gt=0, le=1000, description="qwen2_5_vl's tokens_per_second")] = 2.0,
+    text_after_vision: Annotated[literal(TEXT_AFTER_VISION),  # type: ignore[valid-type]
+                                 Field(description="max (Qwen code, transformers < 5.3) or spatial (>= 5.3)")]
+    = "max",
+    pad_seq_to_mult: Annotated[int, Field(ge=1, le=65536, description="alignment of each packed sequence")] = 1,
+) -> MRopeLayout:
+    """(temporal, height, width) position ids of text, images and videos as Qwen2-VL/Qwen2.5-VL's get_rope_index
+    computes them; several sequences are packed into one THD row and each restarts at (0, 0, 0). Every image
+    and video is wrapped in vision start/end tokens. Blocks give each item's offsets and first/last ids."""
+    return mrope_positions(MRopeOptions(layout=layout, merge_size=merge_size, model=model,
+                                        tokens_per_second=tokens_per_second, text_after_vision=text_after_vision,
+                                        pad_seq_to_mult=pad_seq_to_mult))

@@ -28,6 +28,7 @@ from reference_impl.choices import (
     SCHEMA_KINDS,
     SCHEMA_OPTIONS,
     TRUNCATION_MODES,
+    VISION_OPTIONS,
     literal,
 )
 from reference_impl.limits import (
@@ -142,6 +143,10 @@ async def plan_pack_length(
     schema: Annotated[SchemaOption, Field(description="row schema of jsonl_path")] = "auto",
     tokenizer_path: Annotated[str | None, Field(description="tokenizer.json for jsonl_path (default: bytes)",
                                                 max_length=MAX_PATH_CHARS)] = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="jsonl_path rows with images: auto (qwen2_vl preset when the file has "
+                                        "images), none (refuse them) or a preset; lengths count image tokens")]
+    = "auto",
     time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> PackPlan:
     """Compare candidate pack lengths at equal token slots per step and recommend one.
@@ -157,7 +162,7 @@ async def plan_pack_length(
         lengths=lengths, histogram=histogram, jsonl=jsonl, mix=mix, n=n, max_len=max_len,
         candidates=tuple(candidates), token_slots=token_slots, dp=dp, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, algorithm=algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack,
-        truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"),
+        truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), vision=vision,
     )
     return await run_job(ctx, lambda job: plan(options), time_limit_s=time_limit_s)
 
@@ -253,11 +258,11 @@ async def pack_dataset(
     return await run_job(ctx, lambda job: pack(options), time_limit_s=time_limit_s)
 
 
-@tool(title="Inspect packed Parquet (integrity, stats, topology fit)")
+@tool(title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)")
 async def inspect_packed_dataset(
     ctx: Context,
-    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside "
-                                   "a root")],
+    path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), or a "
+                                   "prepared Energon dataset directory, inside a root")],
     tp: TP = None,
     cp: CP = None,
     sp: SP = False,
@@ -267,6 +272,9 @@ async def inspect_packed_dataset(
     eos_id: Annotated[int | None, Field(ge=0, le=MAX_TOKEN_ID,
                                         description="EOS id (real-token counts of foreign packs)")] = None,
     fixed_width: Annotated[bool | None, Field(description="the run pads rows to pack_size")] = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="Energon datasets: the vision preset that counts image tokens "
+                                        "(auto: qwen2_vl when the dataset holds images)")] = "auto",
     time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> InspectReport:
     """Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
@@ -274,12 +282,18 @@ async def inspect_packed_dataset(
     Reports integrity issues (segment structure, loss on positions without a label, rows over
     capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
     pack, inferred alignment), and with a topology whether every physical segment is a
-    multiple of the derived pad_seq_to_mult (topology.usable and reasons).
+    multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+    Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
+    and with pack_size (its seq_length) the samples that would not fit.
     """
+    from reference_impl.packing.energon.inspect import is_energon_dataset
     from reference_impl.packing.parquet import resolve_parquet_paths
 
     roots = roots_of(ctx)
     target = roots.resolve(path, field="path")
+    if is_energon_dataset(target):
+        energon = InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size, vision=vision)
+        return await run_job(ctx, lambda job: inspect_packs(energon), time_limit_s=time_limit_s)
     files = resolve_parquet_paths(target)
     for f in files:
         roots.check_resolved(f, field="path")
@@ -287,7 +301,7 @@ async def inspect_packed_dataset(
     if manifest.exists():
         roots.check_resolved(manifest, field="path")
     options = InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size, eos_id=eos_id,
-                             fixed_width=fixed_width)
+                             fixed_width=fixed_width, vision=vision)
     return await run_job(ctx, lambda job: inspect_packs(options), time_limit_s=time_limit_s)
 
 
@@ -327,6 +341,9 @@ async def inspect_in_batch(
     pad_to_max_length: Annotated[bool, Field(description="fixed packed width (static-shape kernels)")] = False,
     width: Annotated[int | None, Field(ge=1, le=MAX_PACK_LEN, description="the fixed width (default seq_length)")]
     = None,
+    vision: Annotated[literal(VISION_OPTIONS),  # type: ignore[valid-type]
+                      Field(description="rows with images: auto (qwen2_vl preset when the file has images), "
+                                        "none (refuse them) or a preset")] = "auto",
     time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> InBatchReport:
     """Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
@@ -336,7 +353,7 @@ async def inspect_in_batch(
     options = _batches_options(
         ctx, "in-batch", input_path, tokenizer_path, mbs=mbs, seq_length=seq_length, tp=tp, cp=cp, sp=sp,
         eval_cp=eval_cp, num_batches=num_batches, dataloader=dataloader, seed=seed, schema=schema,
-        truncation=truncation, pad_to_max_length=pad_to_max_length, width=width,
+        truncation=truncation, pad_to_max_length=pad_to_max_length, width=width, vision=vision,
     )
     return await run_job(ctx, lambda job: batches(options), time_limit_s=time_limit_s)  # type: ignore[return-value]
 
@@ -380,7 +397,7 @@ async def prepare_energon_dataset(
     ctx: Context,
     input_path: _INPUT,
     output_dir: Annotated[PathArg, Field(description="dataset directory inside an allowed root (written atomically)")],
-    with_media: Annotated[bool, Field(description="attach seeded synthetic image patches to about half the rows")]
+    with_media: Annotated[bool, Field(description="give about half the rows without images a seeded synthetic picture")]
     = False,
     shard_size: Annotated[int, Field(ge=1, le=MAX_SHARD_SIZE, description="samples per tar shard")] = 1000,
     val_fraction: Annotated[float, Field(ge=0.0, lt=1.0, description="fraction of rows in the val split")] = 0.0,

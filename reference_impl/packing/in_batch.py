@@ -24,6 +24,12 @@ tokenization), so a row's labels and mask inside a packed batch equal those of t
 Extra keys on each batch: ``row_indices`` (dataset rows, in order), ``token_count`` (real tokens
 per row) and ``pack_info`` (:class:`PackInfo`: padding accounting and truncated rows).
 
+VLM rows (a dataset built with ``vision``, items carrying ``visuals``): the rows' image and video
+tokens go through the same builder, so the alignment covers them like text, and
+:func:`reference_impl.packing.vlm.attach_visual_inputs` adds the patch rows, grids, the
+patch-to-sequence index, ``vision_index`` and the M-RoPE ids (restarting per sequence). Rows with
+and without images mix freely.
+
 The alignment multiple comes from :func:`reference_impl.alignment.derive_alignment` for the
 configured topology (train and eval CP); :func:`build_in_batch_loader` derives it from the config
 and runs the rule registry's in-batch checks (``check_rules``) before building anything.
@@ -55,6 +61,7 @@ from reference_impl.packing.sft_dataset import RowScan, SFTJsonlDataset, scan_ro
 from reference_impl.packing.sft_loader import DatasetArgs, SamplerSettings, build_sft_loader, dataset_for
 from reference_impl.packing_paths import get_path
 from reference_impl.packing.thd import SLACK_MODES, build_thd_batch
+from reference_impl.packing.vlm import attach_visual_inputs
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +116,9 @@ class InBatchPackingCollator:
     ``"last_segment"`` is Bridge's in-batch behaviour, ``"pad_sequence"`` the offline one).
 
     Items are mappings with 1-D ``tokens``, ``labels`` and ``loss_mask`` (already shifted) and
-    optionally ``row_index`` and ``truncated`` (as :class:`SFTJsonlDataset` returns them).
-    Errors name the dataset row (``row``) when they concern one row.
+    optionally ``row_index``, ``truncated`` and ``visuals`` (as :class:`SFTJsonlDataset` returns
+    them). ``vlm`` (:class:`~reference_impl.data.vlm.VLMSettings`) is needed for items with
+    ``visuals``. Errors name the dataset row (``row``) when they concern one row.
     """
 
     def __init__(
@@ -124,6 +132,7 @@ class InBatchPackingCollator:
         slack: str = "last_segment",
         pad_token_id: int = 0,
         label_pad_id: int = -100,
+        vlm: Any = None,
     ) -> None:
         if (pad_seq_to_mult is None) == (alignment is None):
             raise UsageError(
@@ -162,6 +171,7 @@ class InBatchPackingCollator:
         self.slack = slack
         self.pad_token_id = pad_token_id
         self.label_pad_id = label_pad_id
+        self.vlm = vlm
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if isinstance(items, Mapping) or not isinstance(items, Sequence) or len(items) == 0:
@@ -169,6 +179,7 @@ class InBatchPackingCollator:
         rows: list[dict[str, Any]] = []
         row_ids: list[int] = []
         truncated: list[int] = []
+        visuals: list[Any] = []
         for pos, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise UsageError(f"each row must be a mapping, got {type(item).__name__}", row=pos)
@@ -177,6 +188,7 @@ class InBatchPackingCollator:
             if missing:
                 raise PackingError(f"row is missing {missing}", row=int(rid), field=missing[0])
             rows.append({k: item[k] for k in _ROW_KEYS})
+            visuals.append(item.get("visuals"))
             row_ids.append(int(rid))
             if item.get("truncated"):
                 truncated.append(int(rid))
@@ -202,6 +214,13 @@ class InBatchPackingCollator:
                     if too_wide else None
                 ),
             ) from err
+        if self.vlm is not None or any(v is not None for v in visuals):
+            if self.vlm is None or any(v is None for v in visuals):
+                raise UsageError(
+                    f"micro-batch of rows {row_ids}: VLM items need a collator with vlm settings, and every "
+                    "item of a VLM batch needs visuals (build the dataset with vision=...)", field="visuals",
+                )
+            attach_visual_inputs(batch, visuals, self.vlm)
         lengths = [len(r["tokens"]) for r in rows]  # the builder checked: 1-D, non-empty
         aligned = tuple(round_up(u, self.pad_seq_to_mult) for u in lengths)
         info = PackInfo(
@@ -240,6 +259,7 @@ def build_in_batch_loader(
     drop_last: bool | None = None,
     pin_memory: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    vision: Any = None,
 ) -> torch.utils.data.DataLoader:
     """Build the in-batch packing DataLoader for ``cfg`` over the JSONL file ``source``.
 
@@ -248,8 +268,9 @@ def build_in_batch_loader(
     dataset, the micro-batch sampler of ``cfg``'s dataloader type (DP size from the config, rank
     ``dp_rank``, resuming at ``consumed_samples``, seed ``dataset.seed``) and the collator with
     the alignment derived from the topology, ``seq_length`` and ``pad_to_max_length`` of the
-    config. ``source`` may be a ready :class:`SFTJsonlDataset` (then ``tokenizer``, ``schema``,
-    ``truncation`` and ``cache_dir`` must be left unset). ``row_scan`` (from :func:`scan_rows`)
+    config. ``vision`` (a preset name, spec or settings) reads the rows as VLM samples. ``source``
+    may be a ready :class:`SFTJsonlDataset` (then ``tokenizer``, ``schema``, ``truncation``,
+    ``cache_dir`` and ``vision`` must be left unset). ``row_scan`` (from :func:`scan_rows`)
     restricts sampling to the usable rows. ``num_workers`` and ``drop_last`` default to the
     config's values.
     """
@@ -275,7 +296,7 @@ def build_in_batch_loader(
     alignment = alignment_for_config(cfg)
     seq_length = cfg.seq_length
     dataset = dataset_for(source, dataset_class=SFTJsonlDataset, seq_length=seq_length,
-                          args=DatasetArgs(tokenizer, schema, truncation, cache_dir))
+                          args=DatasetArgs(tokenizer, schema, truncation, cache_dir, vision))
     return build_sft_loader(
         dataset,
         sampler=SamplerSettings(
@@ -287,7 +308,7 @@ def build_in_batch_loader(
         ),
         make_collate=lambda ds: InBatchPackingCollator(
             alignment=alignment, seq_length=seq_length, pad_to_max_length=cfg.pad_to_max_length, width=width,
-            pad_token_id=ds.tokenizer.pad_id,
+            pad_token_id=ds.tokenizer.pad_id, vlm=ds.vlm,
         ),
         dp_rank=dp_rank,
         consumed_samples=consumed_samples,

@@ -74,20 +74,29 @@ class BatchSummary(PackInfo):
     cu_seqlens: list[int]
     cu_seqlens_padded: list[int] | None
     max_seqlen: int
+    images: int = 0
+    videos: int = 0
+    vision_tokens: int = 0
 
     @classmethod
     def of(cls, step: int, info: PackInfo, batch: dict[str, Any]) -> BatchSummary:
         """The summary of ``batch`` (a canonical batch with its ``pack_info``)."""
+        from reference_impl.packing.vlm import visual_summary
+
         padded = batch.get("cu_seqlens_q_padded")
+        vis = visual_summary(batch)
         return cls(info.rows, info.lengths, info.aligned_lengths, info.pad_seq_to_mult, info.width,
                    info.truncated_rows, step=step, cu_seqlens=batch["cu_seqlens_q"].tolist(),
                    cu_seqlens_padded=None if padded is None else padded.tolist(),
-                   max_seqlen=int(batch["max_seqlen_q"]))
+                   max_seqlen=int(batch["max_seqlen_q"]), images=vis["images"], videos=vis["videos"],
+                   vision_tokens=vis["vision_tokens"])
 
 
 @dataclass(frozen=True)
 class InBatchReport(Result):
-    """Result of :func:`inspect_in_batch`; ``totals`` covers the batches shown."""
+    """Result of :func:`inspect_in_batch`; ``totals`` covers the batches shown. ``vision`` is the
+    vision spec of a VLM file (None for text); ``vision_tokens``: image and video tokens in the
+    batches shown (part of the real tokens)."""
 
     mode: str = field(default="in-batch", init=False)
     file: str
@@ -103,6 +112,8 @@ class InBatchReport(Result):
     steps_per_pass: int
     batches: list[BatchSummary]
     totals: PaddingTotals = field(default_factory=PaddingTotals)
+    vision: dict[str, Any] | None = None
+    vision_tokens: int = 0
 
 
 def inspect_in_batch(
@@ -114,18 +125,19 @@ def inspect_in_batch(
     schema: Any = None,
     truncation: str = "right",
     width: int | None = None,
+    vision: Any = None,
 ) -> InBatchReport:
     """Build the in-batch loader for ``cfg`` on ``path`` (rank 0) and summarise its first batches.
 
     The last incomplete micro-batch is kept (``drop_last=False``) so a small file shows every row;
-    no worker processes are started.
+    no worker processes are started. ``vision`` (a spec or preset name) reads VLM rows.
     """
     from reference_impl.packing.in_batch import build_in_batch_loader
 
     positive_int("num_batches", num_batches, maximum=MAX_BATCHES_SHOWN)
     loader = build_in_batch_loader(
         cfg, path, tokenizer=tokenizer, schema=schema, truncation=truncation, width=width,
-        num_workers=0, drop_last=False,
+        num_workers=0, drop_last=False, vision=vision,
     )
     dataset = loader.dataset
     totals = PaddingTotals()
@@ -151,4 +163,6 @@ def inspect_in_batch(
         steps_per_pass=len(loader),
         batches=batches,
         totals=totals,
+        vision=None if dataset.vlm is None else dataset.vlm.vision.to_dict(),
+        vision_tokens=sum(b.vision_tokens for b in batches),
     )

@@ -31,6 +31,15 @@ assistant turn, nothing supervised, too long under ``"reject"``, ...) are never 
 
 Malformed rows (bad JSON, missing or wrong-typed fields, bad UTF-8) are input errors, not
 rejections: they always raise, with file, line, row and field.
+
+**VLM rows.** With ``vision`` (a preset name such as ``"qwen2_vl"``, a
+:class:`~reference_impl.data.vision.VisionSpec` or :class:`~reference_impl.data.vlm.VLMSettings`)
+every row follows the VLM sample contract (:mod:`reference_impl.data.vlm`): images and videos
+(paths relative to the JSONL file) are decoded and patchified, markers expanded into vision tokens,
+and the item carries ``visuals`` (its :class:`~reference_impl.data.vision.VisualItem` s in token
+order); rows without images are ordinary samples with no visuals. A VLM row is never truncated
+(longer than ``seq_length`` after expansion is a ``too_long`` rejection). Without ``vision`` a row
+that carries images is an input error, never silently trained as text.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema, Sche
 from reference_impl.data.location import RowLocation
 from reference_impl.data.tokenize import TRUNCATION_POLICIES, TokenizedSample
 from reference_impl.data.tokenizers import Tokenizer
+from reference_impl.data.vision import VisionSpec
+from reference_impl.data.vlm import VLMExample, VLMSettings, tokenize_vlm_row
 from reference_impl.errors import ArtifactError, UsageError
 
 log = logging.getLogger(__name__)
@@ -90,7 +101,8 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
 
     An item is a dict: ``tokens`` int64 ``[n]``, ``labels`` int64 ``[n]``, ``loss_mask`` float32
     ``[n]`` (numpy), ``row_index`` (int), ``original_length`` (ids before truncation) and
-    ``truncated`` (bool). See the module docstring for truncation and rejected rows.
+    ``truncated`` (bool); with ``vision`` also ``visuals``. See the module docstring for
+    truncation, rejected rows and VLM rows.
     """
 
     def __init__(
@@ -102,6 +114,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         schema: Schema | str | None = None,
         truncation: str = "right",
         cache_dir: str | os.PathLike[str] | None = None,
+        vision: str | VisionSpec | VLMSettings | None = None,
     ) -> None:
         positive_int("seq_length", seq_length, minimum=2)
         if truncation not in TRUNCATION_POLICIES:
@@ -120,6 +133,10 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
             )
         self.truncation = truncation
         self._warned_truncation = False
+        if vision is None or isinstance(vision, VLMSettings):
+            self.vlm = vision
+        else:
+            self.vlm = VLMSettings.create(vision, self.tokenizer)
 
     @property
     def path(self) -> str:
@@ -137,6 +154,11 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         return self._tokenize_at(self.file.location(i))
 
     def _tokenize_at(self, location: RowLocation) -> TokenizedSample:
+        if self.vlm is not None:
+            ex = self.vlm_example(location.row)
+            ids = np.concatenate([ex.tokens, ex.labels[-1:]])
+            mask = np.concatenate([[0], ex.loss_mask]).astype(np.int8)
+            return TokenizedSample(ids, mask, self.schema.kind, 0, ex.original_length, False)
         return tokenize_row(
             self.file.row(location.row),
             self.schema,
@@ -146,7 +168,23 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
             location=location,
         )
 
+    def vlm_example(self, i: int) -> VLMExample:
+        """Row ``i`` under the VLM sample contract (needs ``vision``)."""
+        if self.vlm is None:
+            raise UsageError("this dataset has no vision spec", field="vision")
+        location = self.file.location(i)
+        return tokenize_vlm_row(
+            self.file.row(location.row), self.schema, self.tokenizer, vision=self.vlm.vision,
+            vision_tokens=self.vlm.tokens, max_length=self.seq_length, base_dir=self.file.path.parent,
+            location=location,
+        )
+
     def __getitem__(self, i: int) -> dict[str, Any]:
+        if self.vlm is not None:
+            ex = self.vlm_example(i)
+            return {"tokens": ex.tokens, "labels": ex.labels, "loss_mask": ex.loss_mask,
+                    "row_index": self.file.location(i).row, "original_length": ex.original_length,
+                    "truncated": False, "visuals": ex.visuals}
         location = self.file.location(i)
         sample = self._tokenize_at(location)
         row = location.row
@@ -177,6 +215,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
             "tokenizer": self.tokenizer.fingerprint(),
             "schema": self.schema.to_dict(),
             "truncation": self.truncation,
+            **({"vlm": self.vlm.to_dict()} if self.vlm is not None else {}),
         }
 
     def __repr__(self) -> str:

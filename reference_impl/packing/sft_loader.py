@@ -37,10 +37,11 @@ class DatasetArgs:
     schema: Any = None
     truncation: str = "right"
     cache_dir: str | os.PathLike[str] | None = None
+    vision: Any = None
 
     def given(self) -> list[str]:
         """Names of the arguments that differ from their defaults."""
-        out = [k for k in ("tokenizer", "schema", "cache_dir") if getattr(self, k) is not None]
+        out = [k for k in ("tokenizer", "schema", "cache_dir", "vision") if getattr(self, k) is not None]
         return out + (["truncation"] if self.truncation != "right" else [])
 
 
@@ -77,8 +78,9 @@ def dataset_for(
                 field="seq_length",
             )
         return source
+    extra = {} if args.vision is None else {"vision": args.vision}
     return dataset_class(source, seq_length=seq_length, tokenizer=args.tokenizer, schema=args.schema,
-                         truncation=args.truncation, cache_dir=args.cache_dir)
+                         truncation=args.truncation, cache_dir=args.cache_dir, **extra)
 
 
 def build_sft_loader(

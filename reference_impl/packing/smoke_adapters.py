@@ -22,6 +22,7 @@ from reference_impl.packing_paths import PathBatches
 __all__ = [
     "demo_chat",
     "demo_prompt_completion",
+    "demo_vlm_chat",
     "energon_batches",
     "global_batch_batches",
     "in_batch_batches",
@@ -44,6 +45,13 @@ def demo_chat(scratch: Path, rows: int, seed: int) -> Path:
     from reference_impl.data import demo_path
 
     return demo_path("chat")
+
+
+def demo_vlm_chat(scratch: Path, rows: int, seed: int) -> Path:
+    """The bundled VLM chat demo: rows without images, with one or two images and with a video."""
+    from reference_impl.data.demo_vlm import vlm_demo_path
+
+    return vlm_demo_path()
 
 
 def synthetic_short_rows(scratch: Path, rows: int, seed: int) -> Path:
@@ -78,8 +86,9 @@ def reference_samples(
 def schema_for(jsonl: Path) -> Any:
     from reference_impl.data.jsonl import JsonlFile
     from reference_impl.data.schemas import default_schema, detect_schema
+    from reference_impl.data.vlm import normalize_visual_row
 
-    return default_schema(detect_schema(JsonlFile(jsonl).row(0)))
+    return default_schema(detect_schema(normalize_visual_row(JsonlFile(jsonl).row(0))[0]))
 
 
 def offline_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
@@ -115,26 +124,41 @@ def in_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
     from reference_impl.packing.in_batch import build_in_batch_loader, scan_rows
     from reference_impl.packing.sft_dataset import SFTJsonlDataset
 
+    from reference_impl.packing.vlm_smoke import vlm_reference_samples, vlm_settings_for
+
     tok = ByteTokenizer()
     schema = schema_for(jsonl)
-    ds = SFTJsonlDataset(jsonl, seq_length=cfg.seq_length, tokenizer=tok, schema=schema, cache_dir=workdir)
+    vlm = vlm_settings_for(jsonl, tok)
+    ds = SFTJsonlDataset(jsonl, seq_length=cfg.seq_length, tokenizer=tok, schema=schema, cache_dir=workdir, vision=vlm)
     scan = scan_rows(ds)
     loader = build_in_batch_loader(cfg, ds, row_scan=scan, num_workers=0, drop_last=False)
     batches = list(loader)
-    samples, rows, rejected = reference_samples(jsonl, schema, tok, cfg.seq_length)
-    return PathBatches(batches, samples, rows, rejected, {"micro_batches": len(batches)})
+    if vlm is not None:
+        samples, rows, rejected = vlm_reference_samples(jsonl, schema, tok, vlm, cfg.seq_length)
+    else:
+        samples, rows, rejected = reference_samples(jsonl, schema, tok, cfg.seq_length)
+    return PathBatches(batches, samples, rows, rejected, {"micro_batches": len(batches),
+                                                           **({"vlm": vlm} if vlm is not None else {})})
 
 
 def energon_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:
     from reference_impl.data import ByteTokenizer
     from reference_impl.packing.energon.loader import iter_energon_batches
 
+    from reference_impl.packing.vlm_smoke import vlm_reference_samples, vlm_settings_for
+
     tok = ByteTokenizer()
     schema = schema_for(jsonl)
-    micro = list(iter_energon_batches(cfg, jsonl, tokenizer=tok, schema=schema, work_dir=workdir / "energon"))
-    samples, rows, rejected = reference_samples(jsonl, schema, tok, sys.maxsize, truncation="reject")
+    vlm = vlm_settings_for(jsonl, tok)
+    micro = list(iter_energon_batches(cfg, jsonl, tokenizer=tok, schema=schema, work_dir=workdir / "energon",
+                                      vision=vlm))
+    if vlm is not None:
+        samples, rows, rejected = vlm_reference_samples(jsonl, schema, tok, vlm, sys.maxsize)
+    else:
+        samples, rows, rejected = reference_samples(jsonl, schema, tok, sys.maxsize, truncation="reject")
     return PathBatches([m.batch for m in micro], samples, rows, rejected,
-                       {"packs": len(micro), "packing_buffer_size": cfg.dataset.packing_buffer_size})
+                       {"packs": len(micro), "packing_buffer_size": cfg.dataset.packing_buffer_size,
+                        **({"vlm": vlm} if vlm is not None else {})})
 
 
 def global_batch_batches(cfg: Any, jsonl: Path, workdir: Path) -> PathBatches:

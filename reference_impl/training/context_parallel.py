@@ -26,13 +26,16 @@ import torch
 from reference_impl.alignment import cp_multiple
 from reference_impl.arguments import is_int, positive_int
 from reference_impl.errors import AlignmentError, InputError, UsageError
+from reference_impl.packing.visual_keys import ROW_VISUAL_KEYS
 from reference_impl.training.boundaries import boundary_vector, check_boundaries, physical_boundaries_for_cp
 
-__all__ = ["CP_METADATA_KEYS", "slice_thd_batch_for_cp", "thd_partition_indices"]
+__all__ = ["AXES_FIRST_KEYS", "CP_METADATA_KEYS", "slice_thd_batch_for_cp", "thd_partition_indices"]
 
 #: Keys that describe the whole row and are never sliced (besides anything starting with ``cu_seqlens``
-#: or ``max_seqlen``, or ending in ``_argmin``).
-CP_METADATA_KEYS: frozenset[str] = frozenset({"token_count", "attention_mask", "total_tokens"})
+#: or ``max_seqlen``, or ending in ``_argmin``): bookkeeping, and a VLM row's patch rows and grids.
+CP_METADATA_KEYS: frozenset[str] = frozenset({"token_count", "attention_mask", "total_tokens", *ROW_VISUAL_KEYS})
+#: Per-token keys laid out axes first, ``[k, 1, T]`` (M-RoPE ids, Hugging Face's layout): sliced along dim 2.
+AXES_FIRST_KEYS: frozenset[str] = frozenset({"mrope_position_ids"})
 
 
 def _check_topology(cp_size: Any, cp_rank: Any) -> tuple[int, int]:
@@ -140,9 +143,10 @@ def slice_thd_batch_for_cp(
     """The part of a packed THD micro-batch that CP rank ``cp_rank`` holds.
 
     Every per-token tensor (``[1, T, ...]``: tokens, labels, loss_mask, position_ids, padding_mask,
-    extra keys) is index-selected along dim 1 with :func:`thd_partition_indices` over the padded
-    boundaries (the real ones when no padded array exists; legacy ``cu_seqlens`` trimmed before
-    its sentinels). Boundary arrays and ``max_seqlen*`` stay global; non-tensor values and
+    ``vision_index``, extra keys) is index-selected along dim 1 with :func:`thd_partition_indices`
+    over the padded boundaries (the real ones when no padded array exists; legacy ``cu_seqlens``
+    trimmed before its sentinels); the axes-first M-RoPE ids ``[3, 1, T]`` along dim 2. Boundary
+    arrays, ``max_seqlen*`` and a VLM row's patch rows and grids stay global; non-tensor values and
     ``None`` are copied. With ``cp_size == 1`` a shallow copy is returned. ``cp_group`` (a process
     group, optional) must report exactly ``cp_rank`` and ``cp_size``. Boundary tensors must be int32.
     """
@@ -163,6 +167,11 @@ def slice_thd_batch_for_cp(
     index = thd_partition_indices(physical.to(torch.int32), cp_size, cp_rank, total_tokens=total)
     for key, value in batch.items():
         if _is_metadata(key) or not isinstance(value, torch.Tensor):
+            continue
+        if key in AXES_FIRST_KEYS:
+            if value.dim() != 3 or value.shape[1] != 1 or value.shape[2] != total:
+                raise InputError(f"expected [k, 1, {total}] (axes first), got {list(value.shape)}", field=key)
+            out[key] = value.index_select(2, index.to(value.device))
             continue
         if value.dim() < 2 or value.shape[0] != 1 or value.shape[1] != total:
             raise InputError(

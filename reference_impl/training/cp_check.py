@@ -36,6 +36,7 @@ __all__ = ["LaunchOutcome", "launch", "main"]
 
 def _run_job(job: dict[str, Any], cp: int, rank: int, groups: tuple[Any, Any]) -> list[dict[str, Any]]:
     from reference_impl.errors import SeqpackError
+    from reference_impl.packing.visual_keys import VISUAL_KEYS
     from reference_impl.training.context_parallel import slice_thd_batch_for_cp
     from reference_impl.training.cp_step import cp_step
     from reference_impl.training.model import TinyGPT, TinyGPTConfig
@@ -48,7 +49,8 @@ def _run_job(job: dict[str, Any], cp: int, rank: int, groups: tuple[Any, Any]) -
     results = []
     for batch in job["batches"]:
         try:
-            view = batch_with_params(batch, to_packed_seq_params(batch))
+            visual = tuple(k for k in VISUAL_KEYS if k in batch)  # a VLM row's images and M-RoPE ids
+            view = batch_with_params(batch, to_packed_seq_params(batch), visual)
             local = slice_thd_batch_for_cp(view, cp, rank)
         except SeqpackError as exc:
             results.append({"error": str(exc)})

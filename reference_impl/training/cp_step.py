@@ -108,7 +108,8 @@ def cp_forward(
     keys = torch.cat(indices) if use_exchange else queries
     mask = attention_mask(layout, queries, keys, mode)
     exchange = KVExchange(group) if use_exchange else None
-    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange)
+    inputs = {k: v[0] for k, v in model.batch_inputs(local_batch, whole_row=cp_size == 1).items()}
+    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange, inputs=inputs)
     loss_mask = _row(local_batch, "loss_mask")
     losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
     return CPForward(layout, queries, logits, losses, loss_mask)

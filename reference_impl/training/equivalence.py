@@ -389,22 +389,27 @@ class LeakResult:
 
 
 def perturbation_leak(
-    model: EquivalenceModel, rows: Sequence[Row], vocab_size: int, *, shift: int = 7, budget: int = DEFAULT_BUDGET
+    model: EquivalenceModel, rows: Sequence[Row], vocab_size: int, *, shift: int = 7, budget: int = DEFAULT_BUDGET,
+    targets: Sequence[int] | None = None, perturbed_extras: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
 ) -> LeakResult:
-    """Change the tokens of the first sequence of every row (``+shift`` mod ``vocab_size``) and compare
-    every per-token output of the row before and after, in one forward without gradients per chunk.
+    """Change the tokens of one sequence of every row (``+shift`` mod ``vocab_size``; the ``targets[i]``-th
+    sequence of row ``i``, by default the first) and compare every per-token output of the row before
+    and after, in one forward without gradients per chunk. ``perturbed_extras[i]`` (optional) replaces
+    row ``i``'s :attr:`Row.extras` in the perturbed run: inputs perturbed where they were built (a
+    VLM sequence's images, changed before the per-token inputs were derived from the batch).
 
     Outputs of the perturbed sequence's positions must move; every other position of the row must not.
     """
     base, poked, own = [], [], []
-    for r in rows:
-        start, length, real = r.sequences[0]
+    for i, r in enumerate(rows):
+        start, length, real = r.sequences[targets[i] if targets is not None else 0]
+        extras = perturbed_extras[i] if perturbed_extras is not None else None
         tokens = r.tokens.clone()
         tokens[start : start + real] = (tokens[start : start + real] + shift) % vocab_size
         mine = torch.zeros(r.length, dtype=torch.bool)
         mine[start : start + length] = True
         base.append(r)
-        poked.append(Row(**{**r.__dict__, "tokens": tokens}))
+        poked.append(Row(**{**r.__dict__, "tokens": tokens, "extras": dict(r.extras if extras is None else extras)}))
         own.append(mine)
     both = [*base, *poked]
     other_max, own_min = 0.0, float("inf")

@@ -15,6 +15,13 @@ row as if it ran alone. The smoke test's batched equivalence
 router's probabilities) adds it there, and the smoke test compares it packed against unpacked
 without further code.
 
+Vision-language options (composable flags of :class:`TinyGPTConfig`, code in their own modules):
+``vision`` adds a vision stem whose merged visual tokens replace the embeddings at image-token
+positions (:mod:`reference_impl.training.vision`), ``mrope_section`` rotates by 3-D multimodal
+position ids (:mod:`reference_impl.training.mrope`). Both read per-token inputs, named by
+:attr:`TinyGPT.token_inputs` and passed as ``inputs`` to the forward; :meth:`TinyGPT.batch_inputs`
+builds them from a canonical VLM batch (patch rows, ``vision_index``, ``mrope_position_ids``).
+
 For context parallelism the forward takes an optional ``kv_exchange`` callable: each rank
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
 (:class:`reference_impl.training.cp_exchange.KVExchange`), and the local queries attend to the
@@ -23,7 +30,7 @@ global keys under a mask built from the global positions of both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +40,17 @@ from torch import nn
 from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import masked_attention
+from reference_impl.training.mrope import TOKEN_INPUT as MROPE_INPUT
+from reference_impl.training.mrope import check_section, mrope_tables, token_positions
+from reference_impl.training.vision import TOKEN_INPUTS as VISION_INPUTS
+from reference_impl.training.vision import (
+    VisionInputs,
+    VisionStem,
+    VisionStemConfig,
+    place_visual_tokens,
+    token_windows,
+    vision_inputs,
+)
 
 if TYPE_CHECKING:
     from reference_impl.training.equivalence import TokenLoss, TokenRows
@@ -44,7 +62,11 @@ KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 @dataclass(frozen=True)
 class TinyGPTConfig:
-    """Sizes of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size."""
+    """Sizes of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size.
+
+    ``vision``: a vision stem (None: text only); ``mrope_section``: M-RoPE frequency split
+    (temporal, height, width) summing to head_size / 2 (None: 1-D RoPE).
+    """
 
     vocab_size: int = 64
     hidden_size: int = 32
@@ -54,8 +76,14 @@ class TinyGPTConfig:
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.2
+    vision: VisionStemConfig | None = None
+    mrope_section: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.vision, dict):  # from to_dict() (a CP job file)
+            object.__setattr__(self, "vision", VisionStemConfig(**self.vision))
+        if self.mrope_section is not None:
+            object.__setattr__(self, "mrope_section", tuple(self.mrope_section))
         for name in ("vocab_size", "hidden_size", "num_heads", "num_layers", "ffn_hidden_size"):
             positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
@@ -63,6 +91,8 @@ class TinyGPTConfig:
                 f"hidden_size {self.hidden_size} / num_heads {self.num_heads} must be an even integer (RoPE pairs)",
                 field="hidden_size",
             )
+        if self.mrope_section is not None:
+            check_section(self.mrope_section, self.hidden_size // self.num_heads)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -144,6 +174,15 @@ class TinyGPT(nn.Module):
         self.layers = nn.ModuleList(_Block(cfg, draw) for _ in range(cfg.num_layers))
         self.final_norm = draw(cfg.hidden_size, around_one=True)
         self.lm_head = draw(cfg.hidden_size, cfg.vocab_size)
+        self.vision: VisionStem | None = None
+        if cfg.vision is not None:  # its own generator: the language model's weights do not depend on the option
+            vision_gen = torch.Generator().manual_seed(int(seed) + 1)
+
+            def draw_vision(*shape: int) -> nn.Parameter:
+                return nn.Parameter((cfg.init_std * torch.randn(*shape, generator=vision_gen,
+                                                                dtype=torch.float64)).to(dtype))
+
+            self.vision = VisionStem(cfg.vision, cfg.hidden_size, draw_vision)
 
     def forward(
         self,
@@ -152,9 +191,14 @@ class TinyGPT(nn.Module):
         mask: torch.Tensor,
         *,
         kv_exchange: KVExchangeFn | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Logits for ``tokens`` ``[T]`` (``mask`` ``[T, T_keys]``, ``T_keys`` = gathered length under CP)
-        or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``)."""
+        or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``).
+
+        ``inputs``: per-token inputs named by :attr:`token_inputs`, each ``tokens.shape + [...]``
+        (:meth:`batch_inputs`); one left out counts as text (no images; M-RoPE ids equal to
+        ``position_ids`` on all three axes)."""
         if tokens.dim() not in (1, 2) or position_ids.shape != tokens.shape:
             raise UsageError(
                 f"tokens and position_ids must be [T] or [B, T] of equal shape, got {list(tokens.shape)} "
@@ -169,22 +213,67 @@ class TinyGPT(nn.Module):
         vocab = self.config.vocab_size
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
             raise UsageError(f"token ids must lie in [0, {vocab}), got [{int(tokens.min())}, {int(tokens.max())}]")
+        extra = self._checked_inputs(tokens, inputs)
         if one_row:
             tokens, position_ids, mask = tokens[None], position_ids[None], mask[None]
+            extra = {k: v[None] for k, v in extra.items()}
         x = self.embedding[tokens]
+        if self.vision is not None and VISION_INPUTS[0] in extra:
+            x = place_visual_tokens(x, *(extra[k] for k in VISION_INPUTS), self.vision)
         cfg = self.config
-        rope = rope_tables(position_ids, cfg.hidden_size // cfg.num_heads, cfg.rope_base, x.dtype)
+        head_dim = cfg.hidden_size // cfg.num_heads
+        if cfg.mrope_section is None:
+            rope = rope_tables(position_ids, head_dim, cfg.rope_base, x.dtype)
+        else:
+            axes = extra.get(MROPE_INPUT, position_ids[..., None].expand(*position_ids.shape, 3))
+            rope = mrope_tables(axes.movedim(-1, 0), head_dim, cfg.rope_base, cfg.mrope_section, x.dtype)
         for layer in self.layers:
             x = layer(x, rope, mask, kv_exchange)
         logits = _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
         return logits[0] if one_row else logits
 
+    def _checked_inputs(self, tokens: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        extra = dict(inputs or {})
+        known = self.token_inputs
+        for name, value in extra.items():
+            if name not in known:
+                raise UsageError(f"the model reads no token input {name!r} (its token_inputs: {list(known) or 'none'}; "
+                                 "images need TinyGPTConfig.vision, M-RoPE ids mrope_section)", field=name)
+            if tuple(value.shape[: tokens.dim()]) != tuple(tokens.shape):
+                raise UsageError(f"token input {name!r} has shape {list(value.shape)} for tokens {list(tokens.shape)}",
+                                 field=name)
+        if (VISION_INPUTS[0] in extra) != (VISION_INPUTS[1] in extra):
+            raise UsageError(f"the token inputs {' and '.join(VISION_INPUTS)} go together", field=VISION_INPUTS[0])
+        return extra
+
     @property
     def token_inputs(self) -> tuple[str, ...]:
-        """Per-token batch keys the model reads besides tokens and positions (none here). An option that
-        needs one (image embeddings, M-RoPE positions) names it, and the smoke test carries it from the
-        batches and samples into :attr:`TokenRows.extras`."""
-        return ()
+        """Per-token batch keys the model reads besides tokens and positions: the vision stem's
+        ``visual_patches`` and ``visual_token`` (:data:`reference_impl.training.vision.TOKEN_INPUTS`),
+        M-RoPE's ``mrope_positions`` (:data:`reference_impl.training.mrope.TOKEN_INPUT`); none for
+        the text model. The smoke test carries them from the batches and samples
+        (:meth:`batch_inputs`) into :attr:`TokenRows.extras`."""
+        return (VISION_INPUTS if self.vision is not None else ()) + (
+            (MROPE_INPUT,) if self.config.mrope_section is not None else ())
+
+    def batch_inputs(self, batch: Mapping[str, Any], *, whole_row: bool = True) -> dict[str, torch.Tensor]:
+        """Every :attr:`token_inputs` of a canonical batch, in its layout ``[1, T, ...]``: a VLM batch's
+        patch rows and ``vision_index`` as per-token merge windows
+        (:func:`~reference_impl.training.vision.token_windows`), its ``mrope_position_ids`` axes last;
+        a text batch gives text values. ``whole_row`` is False for a CP rank's slice of a row."""
+        vision = vision_inputs(batch)
+        if vision is not None and self.vision is None:
+            raise UsageError("the batch carries images but the model has no vision stem (TinyGPTConfig.vision)")
+        out: dict[str, torch.Tensor] = {}
+        if self.vision is not None:
+            if vision is None:
+                empty = torch.zeros((0, self.vision.cfg.patch_dim))
+                vision = VisionInputs(empty, empty, torch.full(batch["tokens"].shape[1:], -1, dtype=torch.int64))
+            windows, named = token_windows(vision, self.vision.cfg, whole_row=whole_row)
+            out.update(zip(VISION_INPUTS, (windows[None], named[None])))
+        if self.config.mrope_section is not None:
+            out[MROPE_INPUT] = token_positions(batch)
+        return out
 
     def token_outputs(self, rows: TokenRows) -> dict[str, torch.Tensor]:
         """Every per-token output ``[B, T, ...]`` of a stack of rows, by name (here: ``logits``).
@@ -193,7 +282,7 @@ class TinyGPT(nn.Module):
         checks that perturbing one sequence leaves the others' outputs unchanged. A model option
         that adds an output adds it here.
         """
-        return {"logits": self(rows.tokens, rows.position_ids, rows.attention)}
+        return {"logits": self(rows.tokens, rows.position_ids, rows.attention, inputs=rows.extras)}
 
     def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
         """Every per-token loss of a stack of rows, by name (here: ``lm``, the next-token cross-entropy).

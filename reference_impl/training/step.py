@@ -100,7 +100,8 @@ def packed_forward(model: TinyGPT, batch: Mapping[str, Any], *, mode: str = "thd
     positions = _row(batch, "position_ids")
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
-    return model(tokens, positions, attention_mask(layout, everything, everything, mode))
+    inputs = {k: v[0] for k, v in model.batch_inputs(batch).items()}  # images, M-RoPE ids (VLM options)
+    return model(tokens, positions, attention_mask(layout, everything, everything, mode), inputs=inputs)
 
 
 def sequence_loss_sums(

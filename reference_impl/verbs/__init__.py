@@ -19,6 +19,8 @@ verb                        options                         CLI                 
 ``energon_prepare``         :class:`EnergonPrepareOptions`  ``energon-prepare``  prepare_energon_dataset
 ``smoke``                   :class:`SmokeOptions`           ``smoke``            run_packing_smoke_test
 ``model_support``           :class:`ModelSupportOptions`    ``model-support``    check_model_support
+``image_tokens``            :class:`ImageTokensOptions`     ``image-tokens``     count_image_tokens
+``mrope_positions``         :class:`MRopeOptions`           ``mrope``            mrope_position_ids
 ==========================  ==============================  ===================  =====================
 
 Importing this package is cheap: each name is loaded from its module on first use. The modules
@@ -44,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "EnergonPrepareOptions": "energon", "energon_prepare": "energon",
     "SmokeOptions": "smoke_test", "smoke": "smoke_test",
     "ModelSupportOptions": "support", "ModelSupportReport": "support", "model_support": "support",
+    "ImageTokensOptions": "vision", "image_tokens": "vision", "MRopeOptions": "vision",
+    "mrope_positions": "vision",
 }
 
 __all__ = sorted(_EXPORTS)

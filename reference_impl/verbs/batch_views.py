@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.arguments import positive_int
-from reference_impl.choices import BATCH_MODES, RUNTIME_DATALOADER_TYPES, SCHEDULERS, SCHEMA_KINDS, TRUNCATION_MODES
+from reference_impl.choices import (
+    BATCH_MODES,
+    RUNTIME_DATALOADER_TYPES,
+    SCHEDULERS,
+    SCHEMA_KINDS,
+    TRUNCATION_MODES,
+    VISION_OPTIONS,
+)
 from reference_impl.errors import UsageError
 from reference_impl.limits import (
     MAX_BATCHES_SHOWN,
@@ -33,8 +40,10 @@ class BatchesOptions(TopologyOptions):
     """The JSONL file, the mode (a path's batch mode), the run's settings and how much to show.
 
     ``mbs`` defaults to the path's default micro-batch size (4 in-batch, 1 global-batch).
-    ``pad_to_max_length``/``width`` apply to in-batch; ``dp``, ``gbs``, ``max_seqlen_per_rank``,
-    ``scheduler`` and ``num_steps`` to global-batch.
+    ``pad_to_max_length``/``width`` and ``vision`` apply to in-batch (``vision``: ``auto`` reads
+    rows with images as VLM samples with the ``qwen2_vl`` preset, ``none`` refuses them, or a
+    preset name); ``dp``, ``gbs``, ``max_seqlen_per_rank``, ``scheduler`` and ``num_steps`` to
+    global-batch.
     """
 
     input: str | os.PathLike[str]
@@ -54,6 +63,7 @@ class BatchesOptions(TopologyOptions):
     max_seqlen_per_rank: int | None = None
     scheduler: str = "dp_balanced"
     num_steps: int = 2
+    vision: str = "auto"
 
 
 def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
@@ -67,6 +77,7 @@ def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
     check_choice("dataloader", options.dataloader, RUNTIME_DATALOADER_TYPES)
     check_choice("schema", options.schema, SCHEMA_KINDS, allow_none=True)
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
+    check_choice("vision", options.vision, VISION_OPTIONS)
     positive_int("seq_length", options.seq_length, maximum=MAX_PACK_LEN)
     positive_int("mbs", options.mbs, allow_none=True, maximum=MAX_GLOBAL_BATCH_SIZE)
     check_seed(options.seed)
@@ -75,6 +86,7 @@ def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
 
 def in_batch_report(options: BatchesOptions) -> InBatchReport:
     """In-batch view: the first ``num_batches`` micro-batches of rank 0, with their padding."""
+    from reference_impl.data.vlm import resolve_vision
     from reference_impl.packing.in_batch_report import in_batch_config, inspect_in_batch
 
     if options.width is not None and not options.pad_to_max_length:
@@ -90,6 +102,7 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
         options.input, cfg, num_batches=positive_int("num_batches", options.num_batches, maximum=MAX_BATCHES_SHOWN),
         tokenizer=options.tokenizer, schema=options.schema, truncation=options.truncation,
         width=positive_int("width", options.width, allow_none=True, maximum=MAX_PACK_LEN),
+        vision=resolve_vision(options.vision, options.input),
     )
 
 
@@ -102,6 +115,8 @@ def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
                          "width)", field="pad_to_max_length")
     if options.eval_cp is not None:
         raise UsageError("--eval-cp is not supported with --mode global-batch", field="eval_cp")
+    if options.vision not in ("auto", "none"):
+        raise UsageError("--vision does not apply to --mode global-batch (its samples are text only)", field="vision")
     check_choice("scheduler", options.scheduler, SCHEDULERS)
     spec = path_for_mode("global-batch")
     cfg = global_batch_config(

@@ -17,8 +17,9 @@ __all__ = ["EnergonPrepareOptions", "energon_prepare"]
 class EnergonPrepareOptions:
     """Input JSONL, output directory and the preparation settings.
 
-    ``with_media`` attaches seeded synthetic image patches (and an ``<image>`` marker) to about
-    half the rows; ``seed`` drives the validation split and the synthetic media.
+    ``with_media`` gives about half the rows that carry no images a seeded synthetic picture (and
+    an ``<image>`` marker); ``seed`` drives the validation split and the synthetic media. Rows with
+    images or videos (the VLM sample contract, docs/vlm.md) keep them as shard members.
     """
 
     input: str | os.PathLike[str]

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.choices import VISION_OPTIONS
 from reference_impl.reports import InspectReport
 from reference_impl.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from reference_impl.verbs.common import TopologyOptions, check_path
@@ -17,23 +18,29 @@ __all__ = ["InspectOptions", "inspect_packs"]
 class InspectOptions(TopologyOptions):
     """The artifact (file, glob or directory), an optional topology to check it against, and what a
     foreign artifact cannot tell (``pack_size``, ``eos_id``); ``fixed_width``: the run pads rows to
-    ``pack_size`` (None: as the manifest says)."""
+    ``pack_size`` (None: as the manifest says). A prepared Energon dataset directory is inspected
+    too: ``vision`` (``auto``: ``qwen2_vl`` when it holds images) measures its image tokens and
+    ``pack_size`` is the ``seq_length`` every sample must fit."""
 
     path: str | os.PathLike[str]
     pack_size: int | None = None
     eos_id: int | None = None
     fixed_width: bool | None = None
+    vision: str = "auto"
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
     """Inspect the packs (:func:`reference_impl.inspect.inspect_packed_dataset`); the topology check
     runs when any topology field is set."""
     from reference_impl.inspect import inspect_packed_dataset
+    from reference_impl.verbs.common import check_choice
 
+    check_choice("vision", options.vision, VISION_OPTIONS)
     return inspect_packed_dataset(
         check_path("path", options.path),
         options.topology if options.topology_given else None,
         pack_size=positive_int("pack_size", options.pack_size, allow_none=True, maximum=MAX_PACK_LEN),
         eos_id=non_negative_int("eos_id", options.eos_id, allow_none=True, maximum=MAX_TOKEN_ID),
         pad_to_max_length=options.fixed_width,
+        vision=options.vision,
     )

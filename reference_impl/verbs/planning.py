@@ -9,7 +9,14 @@ from typing import Any
 
 from reference_impl.alignment import DEFAULT_PACK_LENGTHS
 from reference_impl.arguments import positive_int
-from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.choices import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    LENGTH_MIXES,
+    SCHEMA_OPTIONS,
+    TRUNCATION_MODES,
+    VISION_OPTIONS,
+)
 from reference_impl.errors import UsageError
 from reference_impl.limits import (
     MAX_CANDIDATES,
@@ -33,7 +40,9 @@ DEFAULT_MIX_SAMPLES = 100_000
 class PlanOptions(AlignedOptions):
     """The lengths (exactly one of ``lengths``, ``histogram``, ``jsonl`` or a synthetic ``mix``), the
     candidates, token slots and DP, the topology (or an explicit ``pad_seq_to_mult``) and the packing
-    settings. ``schema`` and ``tokenizer`` apply to ``jsonl``; ``n``, ``max_len`` and ``seed`` to ``mix``.
+    settings. ``schema``, ``tokenizer`` and ``vision`` apply to ``jsonl`` (``vision``: ``auto`` counts
+    the image tokens of rows with images with the ``qwen2_vl`` preset, ``none`` refuses such rows, or a
+    preset name); ``n``, ``max_len`` and ``seed`` to ``mix``.
     """
 
     lengths: Sequence[int] | None = None
@@ -51,6 +60,7 @@ class PlanOptions(AlignedOptions):
     truncation: str = "right"
     schema: str = "auto"
     tokenizer: Any = None
+    vision: str = "auto"
 
 
 def plan(options: PlanOptions) -> PackPlan:
@@ -67,6 +77,7 @@ def plan(options: PlanOptions) -> PackPlan:
     check_choice("algorithm", options.algorithm, ALGORITHMS)
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
     check_choice("schema", options.schema, SCHEMA_OPTIONS)
+    check_choice("vision", options.vision, VISION_OPTIONS)
     candidates = int_list("candidates", options.candidates, maximum=MAX_PACK_LEN, most=MAX_CANDIDATES)
     lengths = options.lengths
     if lengths is not None and len(lengths) > MAX_INLINE_LENGTHS:
@@ -83,8 +94,12 @@ def plan(options: PlanOptions) -> PackPlan:
         max_len = positive_int("max_len", options.max_len, maximum=MAX_MIX_LENGTH)
         lengths = sample_lengths(options.mix, n, seed=check_seed(options.seed), max_len=max_len)
     schema = None
+    vision = None
     if options.jsonl is not None:
+        from reference_impl.data.vlm import resolve_vision
+
         check_path("jsonl", options.jsonl)
+        vision = resolve_vision(options.vision, options.jsonl)
         if options.schema != "auto":
             from reference_impl.data.schemas import default_schema
 
@@ -104,4 +119,5 @@ def plan(options: PlanOptions) -> PackPlan:
         truncation=options.truncation,
         schema=schema,
         tokenizer=options.tokenizer,
+        vision=vision,
     )

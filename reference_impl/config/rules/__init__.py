@@ -36,13 +36,16 @@ from reference_impl.config.rules import (  # noqa: F401
     model,
     offline,
     topology,
+    vlm,
 )
 from reference_impl.config.rules.registry import FAMILIES, Provenance, Rule, Severity, assemble, rule
 
 #: The family modules, one per entry of :data:`FAMILIES`.
 FAMILY_MODULES = {
     m.FAMILY: m
-    for m in (topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, model, dataset)
+    for m in (
+        topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, vlm, model, dataset
+    )
 }
 
 RULES: tuple[Rule, ...] = assemble()

@@ -29,6 +29,7 @@ FAMILIES: dict[str, str] = {
     "in_batch": "Runtime in-batch packing",
     "energon": "Energon online packing",
     "global_batch": "Global-batch online packing",
+    "vlm": "Vision-language models",
     "model": "MTP and model families",
     "dataset": "Dataset and dataloader",
 }

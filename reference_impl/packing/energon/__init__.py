@@ -2,7 +2,7 @@
 ``packing_buffer_size`` encoded samples (megatron-energon 7.4).
 
 Modules: :mod:`.prepare` (JSONL -> WebDataset shards -> prepared Energon dataset),
-:mod:`.media` (synthetic image patches, marker expansion), :mod:`.samples` (sample types and the
+:mod:`.media` (image members, synthetic pictures, the marker), :mod:`.samples` (sample types and the
 cooker), :mod:`.encoder` (:class:`PackingTaskEncoder`), :mod:`.loader` (datasets and savable
 loaders from a ``TrainingConfig``), :mod:`.checkpoint` (saved loader states, safe loading,
 resume checks).
@@ -17,7 +17,7 @@ from reference_impl.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "MediaSpec": "media",
-    "synthetic_patches": "media",
+    "synthetic_image": "media",
     "PreparedEnergonDataset": "prepare",
     "prepare_energon_dataset": "prepare",
     "read_manifest": "prepare",

@@ -3,9 +3,11 @@
 Energon calls the hooks in this order inside every dataloader worker (energon.md section 2):
 
 * :meth:`encode_sample` once per sample: tokenize the row with the data layer
-  (:func:`reference_impl.data.tokenize_row`), expand the image marker to one placeholder token
-  per patch, apply the next-token shift (:func:`reference_impl.data.to_training_example`) and
-  compute the aligned length ``ceil(L / m) * m`` (``m`` = the topology's ``pad_seq_to_mult``).
+  (:func:`reference_impl.data.tokenize_row`; a VLM encoder decodes the sample's image members and
+  follows the VLM sample contract, :func:`reference_impl.data.vlm.tokenize_vlm_row`: vision tokens
+  per image, loss 0 on them), apply the next-token shift and compute the aligned length
+  ``ceil(L / m) * m`` (``m`` = the topology's ``pad_seq_to_mult``) of the whole sequence, image
+  tokens included.
   A sample whose aligned length exceeds ``seq_length`` raises :class:`PackingError` naming the
   sample key, file, line and lengths; nothing is truncated.
 * :meth:`select_samples_to_pack` once per full buffer of ``packing_buffer_size`` encoded samples
@@ -15,9 +17,10 @@ Energon calls the hooks in this order inside every dataloader worker (energon.md
   The groups always partition the buffer (checked), so energon never drops a sample.
 * :meth:`pack_selected_samples` once per group: wrap it (empty restore key; energon sets it).
 * :meth:`batch` once per pack (micro-batch size 1): one canonical THD row via
-  :func:`reference_impl.packing.thd.build_thd_batch`, plus ``sample_keys``, and for media
-  datasets ``pixel_values`` (float32 ``[sum patches, patch_dim]`` in segment order) and
-  ``num_patches`` (int64 ``[n]``, per sequence).
+  :func:`reference_impl.packing.thd.build_thd_batch`, plus ``sample_keys``, and for a VLM
+  encoder the visual keys of :func:`reference_impl.packing.vlm.attach_visual_inputs` (patch rows
+  in segment order with their sequence index, grids, ``vision_index``, M-RoPE ids restarting in
+  every sequence).
 
 ``encode_sample``, ``pack_selected_samples`` and ``batch`` are ``@stateless`` (their output
 depends on the input only), which lets energon rebuild buffered samples and whole packs from
@@ -27,12 +30,10 @@ restore.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 from megatron.energon import Cooker, DefaultTaskEncoder, stateless
 
 from reference_impl.alignment import round_up
@@ -44,13 +45,16 @@ from reference_impl.data.tokenizers import Tokenizer
 from reference_impl.arguments import positive_int
 from reference_impl.errors import InputError, PackingError, SeqpackError, UsageError
 from reference_impl.packing.algorithms import pack_lengths
-from reference_impl.packing.energon.media import DEFAULT_MARKER, expand_placeholders
+from reference_impl.data.vision import VisionSpec
+from reference_impl.data.vlm import VLMSettings, tokenize_vlm_row
+from reference_impl.packing.energon.media import resolve_members
 from reference_impl.packing.energon.samples import EncodedSample, PackedGroup, RowSample, cook_row_sample
 from reference_impl.packing.thd import build_thd_batch
+from reference_impl.packing.vlm import VISUAL_KEYS, attach_visual_inputs
 
 #: Keys :meth:`PackingTaskEncoder.batch` adds next to the canonical THD keys.
 BOOKKEEPING_KEYS: tuple[str, ...] = ("__key__", "__restore_key__", "sample_keys")
-VISUAL_KEYS: tuple[str, ...] = ("pixel_values", "num_patches")
+__all__ = ["BOOKKEEPING_KEYS", "VISUAL_KEYS", "PackingTaskEncoder"]
 
 
 def _name_sample(err: SeqpackError, key: str) -> SeqpackError:
@@ -73,10 +77,10 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
     """Energon online packing into canonical THD micro-batches (module docstring).
 
     ``seq_length`` is the pack capacity (physical tokens per row), ``pad_seq_to_mult`` the
-    per-sequence alignment. Media: ``patch_dim`` (None for a text-only dataset), ``marker`` (the
-    text that marks the image) and ``image_token_id`` (default: ``tokenizer.vocab_size``, an id
-    just past the text vocabulary). ``pad_to_max_length`` makes every row exactly
-    ``seq_length`` wide (the slack goes to the last sequence, as in-batch packing does).
+    per-sequence alignment. ``vision`` (a preset name, :class:`~reference_impl.data.vision.VisionSpec`
+    or :class:`~reference_impl.data.vlm.VLMSettings`; None for a text-only encoder) makes it a VLM
+    encoder. ``pad_to_max_length`` makes every row exactly ``seq_length`` wide (the slack goes to
+    the last sequence, as in-batch packing does).
     """
 
     cookers = [Cooker(cook_row_sample)]
@@ -89,9 +93,7 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
         schema: PromptCompletionSchema | ChatSchema,
         pad_seq_to_mult: int = 1,
         pad_to_max_length: bool = False,
-        patch_dim: int | None = None,
-        marker: str = DEFAULT_MARKER,
-        image_token_id: int | None = None,
+        vision: str | VisionSpec | VLMSettings | None = None,
         label_pad_id: int = -100,
     ) -> None:
         super().__init__()
@@ -107,14 +109,9 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
         self.pad_to_max_length = bool(pad_to_max_length)
         self.tokenizer = tokenizer
         self.schema = schema
-        self.patch_dim = patch_dim
-        self.marker = marker
-        self.image_token_id = int(tokenizer.vocab_size if image_token_id is None else image_token_id)
+        self.vlm = vision if vision is None or isinstance(vision, VLMSettings) else VLMSettings.create(vision, tokenizer)
         self.label_pad_id = label_pad_id
         self.pad_token_id = int(getattr(tokenizer, "pad_id", 0) or 0)
-        self._marker_ids = None if patch_dim is None else np.asarray(tokenizer.encode(marker), dtype=np.int64)
-        if self._marker_ids is not None and self._marker_ids.size == 0:
-            raise UsageError(f"marker {marker!r} encodes to no token", field="marker")
 
     # -- per sample ---------------------------------------------------------------------------
     def aligned(self, length: int) -> int:
@@ -133,19 +130,18 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
             raise _name_sample(err, sample.__key__) from None
 
     def _encode(self, sample: RowSample) -> EncodedSample:
-        tok = tokenize_row(sample.row, self.schema, self.tokenizer, max_length=sys.maxsize, truncation="reject")
-        ids, mask = tok.input_ids, tok.loss_mask
-        patches = sample.patches
-        n_patches = 0 if patches is None else int(patches.shape[0])
-        if self._marker_ids is not None:
-            if patches is not None and (patches.ndim != 2 or patches.shape[1] != self.patch_dim):
-                raise InputError(
-                    f"image patches have shape {list(patches.shape)}; expected [n, {self.patch_dim}]", field="image"
-                )
-            ids, mask = expand_placeholders(ids, mask, self._marker_ids, n_patches, self.image_token_id)
-        elif n_patches:
-            raise UsageError("the sample has an image but the encoder was built without media (patch_dim=None)")
-        example = to_training_example(dataclasses.replace(tok, input_ids=ids, loss_mask=mask))
+        if self.vlm is not None:
+            ex = tokenize_vlm_row(
+                resolve_members(sample.row, sample.media or {}), self.schema, self.tokenizer,
+                vision=self.vlm.vision, vision_tokens=self.vlm.tokens, max_length=sys.maxsize,
+            )
+            example, visuals = ex, tuple(ex.visuals)
+        else:
+            if sample.media:
+                raise UsageError("the sample has images but the encoder was built without a vision spec "
+                                 "(pass vision=..., e.g. 'qwen2_vl')", field="vision")
+            tok = tokenize_row(sample.row, self.schema, self.tokenizer, max_length=sys.maxsize, truncation="reject")
+            example, visuals = to_training_example(tok), ()
         length = int(example.tokens.shape[0])
         aligned = self.aligned(length)
         if aligned > self.seq_length:
@@ -162,7 +158,7 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
             loss_mask=example.loss_mask,
             length=length,
             aligned_length=aligned,
-            patches=patches,
+            visuals=visuals,
             source=dict(sample.source or {}),
         )
 
@@ -214,13 +210,8 @@ class PackingTaskEncoder(DefaultTaskEncoder[RowSample, EncodedSample, dict, dict
             pad_token_id=self.pad_token_id,
             label_pad_id=self.label_pad_id,
         )
-        if self.patch_dim is not None:
-            parts = [s.patches for s in samples if s.patches is not None]
-            pixels = np.concatenate(parts) if parts else np.zeros((0, self.patch_dim), dtype=np.float32)
-            out["pixel_values"] = torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
-            out["num_patches"] = torch.tensor(
-                [0 if s.patches is None else int(s.patches.shape[0]) for s in samples], dtype=torch.int64
-            )
+        if self.vlm is not None:
+            attach_visual_inputs(out, [s.visuals for s in samples], self.vlm)
         out["sample_keys"] = [s.__key__ for s in samples]
         out["__key__"] = ",".join(out["sample_keys"])
         out["__restore_key__"] = ()

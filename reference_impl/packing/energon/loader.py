@@ -43,6 +43,9 @@ from reference_impl.packing.energon.prepare import PreparedEnergonDataset, prepa
 
 log = logging.getLogger(__name__)
 
+#: The vision preset used for a dataset with images when the caller names none.
+DEFAULT_VISION = "qwen2_vl"
+
 #: Registry rules checked before an Energon packing loader is built.
 ENERGON_RULE_IDS: tuple[str, ...] = (
     "TOPO-WORLD-DIVISIBLE",
@@ -156,7 +159,7 @@ def _build(
     repeat: bool,
     tokenizer: Any,
     schema: Any,
-    image_token_id: int | None,
+    vision: Any,
 ) -> EnergonPackedDataset:
     import megatron.energon as me
 
@@ -201,9 +204,7 @@ def _build(
         schema=sch,
         pad_seq_to_mult=r.alignment.pad_seq_to_mult,
         pad_to_max_length=pad_to_max,
-        patch_dim=None if media is None else int(media["patch_dim"]),
-        marker="<image>" if media is None else media["marker"],
-        image_token_id=image_token_id,
+        vision=vision if vision is not None else (None if media is None else DEFAULT_VISION),
     )
     buffer = int(cfg.dataset.packing_buffer_size)  # type: ignore[arg-type]
     wc = me.WorkerConfig(
@@ -248,9 +249,7 @@ def _build(
         sequence_parallel=r.sp,
         tokenizer=tok.fingerprint(),
         schema=sch.to_dict(),
-        media=None if media is None else {
-            "marker": encoder.marker, "patch_dim": encoder.patch_dim, "image_token_id": encoder.image_token_id,
-        },
+        media=None if encoder.vlm is None else encoder.vlm.to_dict(),
         energon_version=str(me.__version__),
     )
     return EnergonPackedDataset(ds, encoder, settings, worker_samples, finite, prepared)
@@ -267,19 +266,20 @@ def get_train_dataset(
     split_part: str = "train",
     tokenizer: Any = None,
     schema: Any = None,
-    image_token_id: int | None = None,
+    vision: Any = None,
 ) -> EnergonPackedDataset:
     """The packed training stream of data-parallel rank ``dp_rank`` (module docstring).
 
     ``cfg``: a TrainingConfig (or anything :func:`load_config` reads). ``num_workers`` defaults
     to ``dataset.num_workers``; the DP size, ``seq_length``, alignment, buffer size and seed come
     from the config. ``tokenizer``/``schema`` default to the byte tokenizer and the dataset's
-    schema with default options.
+    schema with default options. ``vision`` (a preset name, spec or VLM settings) decodes the
+    dataset's images; it defaults to ``qwen2_vl`` when the dataset holds images, else text only.
     """
     return _build(
         cfg, data_dir, split_part=split_part, val=False, dp_rank=dp_rank, num_workers=num_workers,
         shuffle_buffer_size=shuffle_buffer_size, repeat=repeat, tokenizer=tokenizer, schema=schema,
-        image_token_id=image_token_id,
+        vision=vision,
     )
 
 
@@ -292,12 +292,12 @@ def get_val_dataset(
     split_part: str = "val",
     tokenizer: Any = None,
     schema: Any = None,
-    image_token_id: int | None = None,
+    vision: Any = None,
 ) -> EnergonPackedDataset:
     """The finite, unshuffled packed validation stream (partial buffers are flushed, never dropped)."""
     return _build(
         cfg, data_dir, split_part=split_part, val=True, dp_rank=dp_rank, num_workers=num_workers,
-        shuffle_buffer_size=None, repeat=False, tokenizer=tokenizer, schema=schema, image_token_id=image_token_id,
+        shuffle_buffer_size=None, repeat=False, tokenizer=tokenizer, schema=schema, vision=vision,
     )
 
 
@@ -491,6 +491,7 @@ def iter_energon_batches(
     schema: Any = None,
     work_dir: str | os.PathLike[str] | None = None,
     max_batches: int | None = None,
+    vision: Any = None,
 ) -> Iterator[EnergonMicroBatch]:
     """One finite pass of packed micro-batches over ``data`` for config ``cfg``.
 
@@ -511,7 +512,8 @@ def iter_energon_batches(
             root = Path(work_dir) / "energon"
             prepare_energon_dataset(data, root, overwrite=True)
         kwargs = dict(
-            dp_rank=dp_rank, num_workers=num_workers, tokenizer=tokenizer, schema=schema, split_part=split_part
+            dp_rank=dp_rank, num_workers=num_workers, tokenizer=tokenizer, schema=schema, split_part=split_part,
+            vision=vision,
         )
         if split_part == "val":
             packed = get_val_dataset(cfg, root, **kwargs)

@@ -1,62 +1,55 @@
-"""VLM-like media for the Energon path: synthetic "image patches" and placeholder expansion.
+"""Media of the Energon path: image members of a shard, synthetic pictures, the marker helper.
 
-A media sample holds one image, given as a float32 array of patch embeddings ``[n_patches,
-patch_dim]``, and its text holds one *marker* string (``"<image>"`` by default) where the image
-belongs. Encoding tokenizes the text as usual, then replaces the marker's tokens by ``n_patches``
-copies of the image placeholder token id, so the sequence length counts one token per patch
-(what a Qwen-VL processor does when it expands ``<|image_pad|>`` to the grid size). Placeholder
-positions are never trained (loss mask 0).
+A prepared sample keeps its images as they came: every image (a file's original bytes, or an
+inline ``pixels`` image encoded as PNG) becomes a shard member ``<key>.media<k>`` (an extension
+energon's decoder leaves alone, so the task encoder gets the bytes), and the row document names
+it (``{"member": "media<k>"}``) in ``images`` or in a video's ``frames``. The task encoder decodes
+them with the loader's vision spec (:mod:`reference_impl.data.vision`) under the VLM sample
+contract (:mod:`reference_impl.data.vlm`), as Bridge's Qwen-VL encoder runs its processor in
+``encode_sample``.
 
-Synthetic media (:func:`synthetic_patches`) are drawn from ``numpy.random.default_rng([seed,
-row])``: the same seed and row index always give the same image, whatever the order in which
-rows are processed.
+Synthetic media (:class:`MediaSpec`, ``--with-media``): a row without images gets, with
+probability ``probability``, one picture drawn from ``numpy.random.default_rng([seed, row])`` (a
+coloured rectangle and disc on a gradient, sides between ``min_side`` and ``max_side`` pixels) and
+the image marker in front of its prompt (or first user turn). The same seed and row always give
+the same picture, whatever the processing order.
 
-numpy only; no torch, no energon.
+numpy and Pillow; no torch, no energon.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from reference_impl.data.schemas import CHAT_KEYS, SHAREGPT_ROLES
 from reference_impl.arguments import is_int, positive_int
+from reference_impl.data.schemas import CHAT_KEYS, SHAREGPT_ROLES
+from reference_impl.data.vlm import IMAGE_MARKER
 from reference_impl.errors import InputError, UsageError
 
-DEFAULT_MARKER = "<image>"
-
-#: Name of the row field that carries inline patches in a JSONL input (a list of equal-length
-#: lists of numbers); :func:`reference_impl.packing.energon.prepare.prepare_energon_dataset`
-#: moves it into a ``patches.npy`` shard member.
-INLINE_PATCHES_FIELD = "image_patches"
+DEFAULT_MARKER = IMAGE_MARKER
+#: Shard member names of a sample's images: ``media0``, ``media1``, ...
+MEMBER_PREFIX = "media"
 
 
 @dataclass(frozen=True)
 class MediaSpec:
-    """How synthetic images are attached to rows (``--with-media``).
-
-    Each row gets an image with probability ``probability``; an image has between
-    ``min_patches`` and ``max_patches`` patches (inclusive) of ``patch_dim`` float32 values.
-    ``marker`` is the text put in front of the prompt (or the first user turn) to say where the
-    image goes.
-    """
+    """How synthetic pictures are attached to rows (``--with-media``; module docstring)."""
 
     seed: int = 1234
-    patch_dim: int = 16
-    min_patches: int = 4
-    max_patches: int = 64
     probability: float = 0.5
+    min_side: int = 16
+    max_side: int = 48
     marker: str = DEFAULT_MARKER
 
     def __post_init__(self) -> None:
-        for name in ("patch_dim", "min_patches", "max_patches"):
-            positive_int(name, getattr(self, name))
-        if self.max_patches < self.min_patches:
-            raise UsageError(
-                f"max_patches={self.max_patches} is below min_patches={self.min_patches}", field="max_patches"
-            )
+        for name in ("min_side", "max_side"):
+            positive_int(name, getattr(self, name), maximum=4096)
+        if self.max_side < self.min_side:
+            raise UsageError(f"max_side={self.max_side} is below min_side={self.min_side}", field="max_side")
         if not 0.0 <= float(self.probability) <= 1.0:
             raise UsageError(f"probability must be in [0, 1], got {self.probability!r}", field="probability")
         if not is_int(self.seed):
@@ -69,26 +62,35 @@ class MediaSpec:
         return asdict(self)
 
 
-def synthetic_patches(spec: MediaSpec, row: int) -> np.ndarray | None:
-    """The synthetic image of input row ``row`` (``None`` when the row draws no image)."""
+def synthetic_image(spec: MediaSpec, row: int) -> np.ndarray | None:
+    """The synthetic picture (uint8 RGB ``[h, w, 3]``) of input row ``row``, or None."""
     rng = np.random.default_rng([spec.seed, row])
     if rng.random() >= spec.probability:
         return None
-    n = int(rng.integers(spec.min_patches, spec.max_patches + 1))
-    return rng.standard_normal((n, spec.patch_dim), dtype=np.float32)
+    h, w = (int(x) for x in rng.integers(spec.min_side, spec.max_side + 1, size=2))
+    top, bottom, box, disc = rng.integers(0, 256, size=(4, 3))
+    ramp = np.linspace(0.0, 1.0, h)[:, None, None]
+    img = np.repeat((1 - ramp) * top + ramp * bottom, w, axis=1)
+    y0, x0 = int(rng.integers(0, h // 2 + 1)), int(rng.integers(0, w // 2 + 1))
+    img[y0 : y0 + h // 3 + 1, x0 : x0 + w // 3 + 1] = box
+    yy, xx = np.mgrid[0:h, 0:w]
+    cy, cx, r = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(2, max(3, min(h, w) / 3))
+    img[(yy - cy) ** 2 + (xx - cx) ** 2 <= r * r] = disc
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
 
-def as_patch_array(value: Any, *, field: str = INLINE_PATCHES_FIELD) -> np.ndarray:
-    """Inline patches (nested lists or an array) as a float32 ``[n, d]`` array with n, d >= 1."""
-    try:
-        arr = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"image patches must be a list of equal-length number lists ({exc})", field=field) from None
-    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise InputError(f"image patches must have shape [n_patches, patch_dim], got {list(arr.shape)}", field=field)
-    if not np.all(np.isfinite(arr)):
-        raise InputError("image patches contain NaN or infinity", field=field)
-    return arr
+def png_bytes(pixels: np.ndarray) -> bytes:
+    """uint8 RGB pixels as PNG bytes (deterministic for equal pixels and Pillow version)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8)).save(buf, format="PNG", optimize=False)
+    return buf.getvalue()
+
+
+def member_name(k: int) -> str:
+    """The member extension of a sample's ``k``-th image."""
+    return f"{MEMBER_PREFIX}{k}"
 
 
 def insert_marker(row: dict[str, Any], marker: str = DEFAULT_MARKER) -> dict[str, Any]:
@@ -125,43 +127,22 @@ def insert_marker(row: dict[str, Any], marker: str = DEFAULT_MARKER) -> dict[str
     raise InputError("a media row needs a user turn to hold the image marker", field=key)
 
 
-def find_subsequence(ids: np.ndarray, pattern: np.ndarray) -> list[int]:
-    """Start indices of the non-overlapping occurrences of ``pattern`` in ``ids`` (left to right)."""
-    n, k = int(ids.shape[0]), int(pattern.shape[0])
-    if k == 0 or n < k:
-        return []
-    windows = np.lib.stride_tricks.sliding_window_view(ids, k)
-    hits = np.flatnonzero(np.all(windows == pattern, axis=1)).tolist()
-    starts: list[int] = []
-    for h in hits:
-        if not starts or h >= starts[-1] + k:
-            starts.append(int(h))
-    return starts
+def resolve_members(row: dict[str, Any], media: dict[str, bytes]) -> dict[str, Any]:
+    """``row`` with every ``{"member": name}`` image reference replaced by that member's bytes."""
 
+    def resolve(ref: Any, field: str) -> Any:
+        if isinstance(ref, dict) and "member" in ref:
+            if ref["member"] not in media:
+                raise InputError(f"the shard has no member {ref['member']!r} for this sample", field=field)
+            return media[ref["member"]]
+        return ref
 
-def expand_placeholders(
-    ids: np.ndarray,
-    loss_mask: np.ndarray,
-    marker_ids: np.ndarray,
-    n_patches: int,
-    image_token_id: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Replace the one marker occurrence in ``ids`` by ``n_patches`` image tokens (loss mask 0).
-
-    ``n_patches == 0`` (a text-only sample) requires that the marker does not occur. Raises
-    :class:`InputError` (field ``image``) when the number of markers does not match.
-    """
-    starts = find_subsequence(np.asarray(ids), np.asarray(marker_ids))
-    wanted = 1 if n_patches > 0 else 0
-    if len(starts) != wanted:
-        what = f"an image of {n_patches} patches" if n_patches else "no image"
-        raise InputError(
-            f"the sample has {what} but its text holds {len(starts)} image marker(s); exactly {wanted} expected",
-            field="image",
-        )
-    if not n_patches:
-        return ids, loss_mask
-    s, k = starts[0], int(len(marker_ids))
-    new_ids = np.concatenate([ids[:s], np.full(n_patches, image_token_id, dtype=ids.dtype), ids[s + k:]])
-    new_mask = np.concatenate([loss_mask[:s], np.zeros(n_patches, dtype=loss_mask.dtype), loss_mask[s + k:]])
-    return new_ids, new_mask
+    out = dict(row)
+    if isinstance(row.get("images"), list):
+        out["images"] = [resolve(r, f"images[{k}]") for k, r in enumerate(row["images"])]
+    if isinstance(row.get("videos"), list):
+        out["videos"] = [
+            {**v, "frames": [resolve(f, f"videos[{k}]") for f in v.get("frames", [])]} if isinstance(v, dict) else v
+            for k, v in enumerate(row["videos"])
+        ]
+    return out

@@ -1,4 +1,4 @@
-"""JSONL (text, or text plus small image-patch arrays) -> WebDataset tar shards -> a prepared
+"""JSONL (text, or VLM rows with images and videos) -> WebDataset tar shards -> a prepared
 Energon dataset, written atomically.
 
 Layout of the output directory ``DIR``::
@@ -11,11 +11,13 @@ Layout of the output directory ``DIR``::
 
 One sample per input row. Its key is ``row<index>`` (the 0-based row index in the JSONL, zero
 padded), its members are adjacent in the tar: ``<key>.json`` holds ``{"row": <the row>, "source":
-{"file", "line", "row"}}`` and, for a media sample, ``<key>.patches.npy`` holds the float32
-``[n_patches, patch_dim]`` image. Media come either inline (a row field ``image_patches``, moved
-into the ``.npy`` member; the row's text must already carry the marker) or, with a
-:class:`~reference_impl.packing.energon.media.MediaSpec`, from the seeded synthetic generator,
-which also puts the marker into the text.
+{"file", "line", "row"}}``, and a VLM row's images are members ``<key>.media<k>``: the image
+file's original bytes (paths relative to the JSONL file), or PNG for inline ``pixels``; the row
+names them as ``{"member": "media<k>"}`` in ``images`` and in every video's ``frames``. Chat
+content lists are flattened to marker text first (:func:`reference_impl.data.vlm.normalize_visual_row`).
+Every image is decoded once here, so a missing or broken file fails now, naming file, line and
+field. With a :class:`~reference_impl.packing.energon.media.MediaSpec`, rows without images get a
+seeded synthetic picture and the marker.
 
 Split: ``round(rows * val_fraction)`` rows (at least one when the fraction is positive) go to
 ``val``, chosen with ``numpy.random.default_rng(split_seed)``; both splits keep input order.
@@ -60,13 +62,9 @@ from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
 from reference_impl.reports import PreparedEnergonDataset
-from reference_impl.packing.energon.media import (
-    INLINE_PATCHES_FIELD,
-    MediaSpec,
-    as_patch_array,
-    insert_marker,
-    synthetic_patches,
-)
+from reference_impl.data.vision import load_image
+from reference_impl.data.vlm import image_source, normalize_visual_row, row_has_visuals
+from reference_impl.packing.energon.media import MediaSpec, insert_marker, member_name, png_bytes, synthetic_image
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +83,6 @@ def _tar_add(tf: tarfile.TarFile, name: str, payload: bytes) -> None:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     tf.addfile(info, io.BytesIO(payload))
-
-
-def _npy_bytes(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
-    return buf.getvalue()
 
 
 def _val_rows(n: int, val_fraction: float, split_seed: int) -> np.ndarray:
@@ -146,6 +138,50 @@ class _ShardWriter:
 
     def close(self) -> None:
         self._close()
+
+
+def _media_members(
+    row: dict[str, Any], index: int, base_dir: Path, media: MediaSpec | None
+) -> tuple[dict[str, Any], list[tuple[str, bytes]], dict[str, int]]:
+    """The row document's row, its image members and counts (module docstring): every image (a
+    file's bytes, or inline pixels as PNG) becomes a member the row names as ``{"member": ...}``."""
+    stats = {"samples_with_media": 0, "images": 0, "videos": 0, "frames": 0, "synthetic": 0}
+    members: list[tuple[str, bytes]] = []
+
+    def stash(ref: Any, field: str) -> dict[str, str]:
+        source = image_source(ref, base_dir, field)
+        try:
+            pixels = load_image(source)  # checks the file decodes (and its size) now, with file and line
+        except InputError as err:
+            raise InputError(err.message, field=field, fix=err.fix) from None
+        payload = Path(source).read_bytes() if isinstance(source, Path) else png_bytes(pixels)
+        name = member_name(len(members))
+        members.append((name, payload))
+        return {"member": name}
+
+    if not row_has_visuals(row):
+        pixels = synthetic_image(media, index) if media is not None else None
+        if pixels is None:
+            return row, members, stats
+        row = {**insert_marker(row, media.marker), "images": [stash(pixels, "images[0]")]}
+        stats.update(samples_with_media=1, images=1, synthetic=1)
+        return row, members, stats
+    text_row, images, videos = normalize_visual_row(row)
+    out = dict(text_row)
+    if images:
+        out["images"] = [stash(ref, f"images[{k}]") for k, ref in enumerate(images)]
+    if videos:
+        docs = []
+        for k, video in enumerate(videos):
+            where = f"videos[{k}]"
+            if not isinstance(video, dict) or not isinstance(video.get("frames"), list) or not video["frames"]:
+                raise InputError("a video must be {frames: [...], fps: ...} with at least one frame", field=where)
+            frames = [stash(f, where) for f in video["frames"]]
+            docs.append({**{k2: v for k2, v in video.items() if k2 != "frames"}, "frames": frames})
+            stats["frames"] += len(frames)
+        out["videos"] = docs
+    stats.update(samples_with_media=1, images=len(images), videos=len(videos))
+    return out, members, stats
 
 
 def _energon_prepare(tmp: Path, shards: dict[str, list[str]]) -> None:
@@ -225,7 +261,7 @@ def prepare_energon_dataset(
 ) -> PreparedEnergonDataset:
     """Turn a JSONL file into a prepared Energon dataset in ``out_dir`` (module docstring).
 
-    ``media``: attach seeded synthetic images to rows that carry no inline ``image_patches``.
+    ``media``: attach seeded synthetic pictures to rows that carry no images.
     Raises :class:`InputError` (file, line, field) for a bad row, :class:`UsageError` for bad
     arguments or an existing ``out_dir`` without ``overwrite``.
     """
@@ -252,50 +288,34 @@ def prepare_energon_dataset(
         counts = {split: 0 for split in SPLITS}
         skipped: dict[str, dict[str, Any]] = {}
         schema_kind: str | None = None
+        totals = {"samples_with_media": 0, "images": 0, "videos": 0, "frames": 0, "synthetic": 0}
         schema: Any = None
-        patch_dim: int | None = media.patch_dim if media is not None else None
-        n_media = n_inline = 0
         source_file = str(src.resolve())
+        base_dir = src.resolve().parent
         try:
             for i in range(n):
                 loc = jf.location(i)
                 with at_row(loc):
                     row = jf.row(i)
-                    kind = detect_schema(row)
+                    text_row = normalize_visual_row(row)[0]
+                    kind = detect_schema(text_row)
                     if schema_kind is None:
                         schema_kind, schema = kind, default_schema(kind)
                     elif kind != schema_kind:
                         raise InputError(f"row is {kind} but the file started with {schema_kind} rows")
                     try:  # the checks pack makes before tokenizing: a bad field stops, a rejection skips
-                        check_row({k: v for k, v in row.items() if k != INLINE_PATCHES_FIELD}, schema)
+                        check_row(text_row, schema)
                     except SampleRejected as rejected:
                         entry = skipped.setdefault(rejected.reason, {"count": 0, "examples": []})
                         entry["count"] += 1
                         if len(entry["examples"]) < 5:
                             entry["examples"].append({"file": str(src), "line": loc.line, "row": i})
                         continue
-                    patches = None
-                    if INLINE_PATCHES_FIELD in row:
-                        row = dict(row)
-                        patches = as_patch_array(row.pop(INLINE_PATCHES_FIELD))
-                        n_inline += 1
-                    elif media is not None:
-                        patches = synthetic_patches(media, i)
-                        if patches is not None:
-                            row = insert_marker(row, media.marker)
-                    if patches is not None:
-                        if patch_dim is None:
-                            patch_dim = int(patches.shape[1])
-                        elif patches.shape[1] != patch_dim:
-                            raise InputError(
-                                f"image patches have dimension {patches.shape[1]}, earlier ones {patch_dim}",
-                                field=INLINE_PATCHES_FIELD,
-                            )
-                        n_media += 1
+                    row, members, stats = _media_members(row, i, base_dir, media)
+                    for name, count in stats.items():
+                        totals[name] += count
                 doc = {"row": row, "source": {"file": source_file, "line": loc.line, "row": i}}
-                members = [("json", json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))]
-                if patches is not None:
-                    members.append(("patches.npy", _npy_bytes(patches)))
+                members.insert(0, ("json", json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")))
                 split = "val" if i in val_rows else "train"
                 writers[split].add(f"row{i:0{width}d}", members)
                 counts[split] += 1
@@ -306,14 +326,8 @@ def prepare_energon_dataset(
         shards = {split: writers[split].names for split in SPLITS}
         _energon_prepare(tmp, shards)
         media_info = None
-        if n_media:
-            media_info = {
-                "marker": media.marker if media is not None else MediaSpec().marker,
-                "patch_dim": patch_dim,
-                "samples_with_media": n_media,
-                "inline": n_inline,
-                "synthetic": media.to_dict() if media is not None else None,
-            }
+        if totals["samples_with_media"]:
+            media_info = {**totals, "synthetic_spec": media.to_dict() if media is not None else None}
         manifest: dict[str, Any] = {
             "format": FORMAT,
             "created_by": f"seqpack {__version__}",
@@ -407,25 +421,26 @@ def synthetic_vlm_rows(
     min_words: int = 2,
     max_words: int = 10,
 ) -> list[dict[str, Any]]:
-    """``n`` short prompt/completion rows, each with inline image patches when ``media`` draws one.
+    """``n`` short prompt/completion rows; a row gets an inline picture (``images: [{"pixels": ...}]``
+    and the marker) when ``media`` draws one.
 
     Texts are random word sequences (``min_words``..``max_words`` words) drawn with
-    ``numpy.random.default_rng(seed)``; images come from :func:`synthetic_patches` with ``media``
-    (default: ``MediaSpec(seed=seed, patch_dim=8, min_patches=1, max_patches=12,
-    probability=0.5)``), and the prompt of a row with an image starts with the marker.
+    ``numpy.random.default_rng(seed)``; pictures come from
+    :func:`~reference_impl.packing.energon.media.synthetic_image` with ``media`` (default:
+    ``MediaSpec(seed=seed, min_side=8, max_side=24, probability=0.5)``).
     """
     if media is None:
-        media = MediaSpec(seed=seed, patch_dim=8, min_patches=1, max_patches=12, probability=0.5)
+        media = MediaSpec(seed=seed, min_side=8, max_side=24, probability=0.5)
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         prompt = " ".join(rng.choice(_WORDS, int(rng.integers(min_words, max_words + 1))).tolist())
         completion = " ".join(rng.choice(_WORDS, int(rng.integers(min_words, max_words + 1))).tolist())
         row: dict[str, Any] = {"id": f"vlm-{i:05d}", "prompt": prompt, "completion": completion}
-        patches = synthetic_patches(media, i)
-        if patches is not None:
+        pixels = synthetic_image(media, i)
+        if pixels is not None:
             row = insert_marker(row, media.marker)
-            row[INLINE_PATCHES_FIELD] = patches.tolist()
+            row["images"] = [{"pixels": pixels.tolist()}]
         rows.append(row)
     return rows
 

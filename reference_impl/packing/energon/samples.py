@@ -2,8 +2,8 @@
 
 Flow inside a dataloader worker::
 
-    crude webdataset sample {"json": {...}, "patches.npy": ndarray}
-      -> cook_row_sample        -> RowSample      (the JSONL row, where it came from, its image)
+    crude webdataset sample {"json": {...}, "media0": bytes, ...}
+      -> cook_row_sample        -> RowSample      (the JSONL row, where it came from, its image bytes)
       -> encode_sample          -> EncodedSample  (shifted tokens/labels/loss mask, lengths)
       -> select_samples_to_pack -> groups of EncodedSample
       -> pack_selected_samples  -> PackedGroup
@@ -22,18 +22,19 @@ import numpy as np
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
 from reference_impl.errors import ArtifactError
+from reference_impl.packing.energon.media import MEMBER_PREFIX
 
 
 @edataclass
 class RowSample(Sample):
     """One input row as stored in a shard."""
 
-    #: The JSONL row (media moved out, marker already in the text for media rows).
+    #: The JSONL row (images replaced by ``{"member": name}`` references, markers in the text).
     row: dict
     #: ``{"file", "line", "row"}`` of the row in the source JSONL.
     source: dict
-    #: float32 ``[n_patches, patch_dim]`` image, or None for a text-only sample.
-    patches: Any = None
+    #: Image member name -> encoded image bytes (empty for a text-only sample).
+    media: dict = None  # type: ignore[assignment]
 
 
 @edataclass
@@ -47,8 +48,8 @@ class EncodedSample(Sample):
     #: Real length ``L`` and the physical length after alignment padding.
     length: int
     aligned_length: int
-    #: float32 ``[n_patches, patch_dim]`` or None.
-    patches: Any
+    #: The sample's images and videos in token order (VisualItem), empty for text.
+    visuals: Any
     #: Where the row came from (``{"file", "line", "row"}``).
     source: dict
 
@@ -62,7 +63,7 @@ class PackedGroup(Sample):
 
 @stateless
 def cook_row_sample(crude: dict) -> RowSample:
-    """Turn a crude webdataset sample (``json`` and optional ``patches.npy`` parts) into a RowSample."""
+    """Turn a crude webdataset sample (``json`` and optional ``media<k>`` parts) into a RowSample."""
     doc = crude.get("json")
     key = crude.get("__key__")
     if not isinstance(doc, dict) or not isinstance(doc.get("row"), dict) or not isinstance(doc.get("source"), dict):
@@ -70,10 +71,6 @@ def cook_row_sample(crude: dict) -> RowSample:
             f"sample {key}: the shard member '{key}.json' is not a seqpack row document",
             fix="prepare the data with `seqpack energon-prepare`",
         )
-    patches = crude.get("patches.npy")
-    return RowSample(
-        **basic_sample_keys(crude),
-        row=doc["row"],
-        source=doc["source"],
-        patches=None if patches is None else np.asarray(patches, dtype=np.float32),
-    )
+    media = {name: bytes(value) for name, value in crude.items()
+             if name.startswith(MEMBER_PREFIX) and isinstance(value, (bytes, bytearray))}
+    return RowSample(**basic_sample_keys(crude), row=doc["row"], source=doc["source"], media=media)

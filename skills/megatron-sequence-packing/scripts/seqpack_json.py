@@ -2,14 +2,17 @@
 """Run one seqpack command and print its result as JSON on stdout (for agents without MCP).
 
 Usage: python scripts/seqpack_json.py COMMAND [ARGS...]
-COMMAND is one of: align, validate, rules, plan, simulate, inspect, smoke, batches, pack, model-support.
+COMMAND is one of: align, validate, rules, plan, simulate, inspect, smoke, batches, pack, model-support, image-tokens, mrope.
 Exit status: 0 ok, 1 rule violations or a failed check, 2 usage or input error (one line on stderr).
 Needs the seqpack package (reference_impl) importable by this Python.
 """
 
 import sys
 
-COMMANDS = ("align", "validate", "rules", "plan", "simulate", "inspect", "smoke", "batches", "pack", "model-support")
+COMMANDS = (
+    "align", "validate", "rules", "plan", "simulate", "inspect", "smoke", "batches", "pack", "model-support",
+    "image-tokens", "mrope",
+)
 
 
 def run(argv: list[str]) -> int:

@@ -1,0 +1,171 @@
+"""Inspect a prepared Energon dataset: integrity, samples, images and image tokens, and fitness.
+
+:func:`inspect_energon_dataset` reads the dataset the way the loader would, without energon: it
+checks the manifest against its fingerprint and every shard against its recorded sha256, reads
+every sample document and its image members, and measures every sample under the VLM sample
+contract (image sizes from the image headers, :func:`reference_impl.data.vlm.vlm_sample_length`):
+training tokens, image tokens, images and videos. With a topology the aligned lengths use its
+``pad_seq_to_mult``; with ``seq_length`` every sample whose aligned length exceeds it is an issue
+(the task encoder would refuse it, never truncate it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference_impl.alignment import Topology, round_up
+from reference_impl.data.rejections import SampleRejected
+from reference_impl.errors import InputError
+from reference_impl.reports import InspectReport
+
+__all__ = ["MAX_ISSUES", "inspect_energon_dataset", "is_energon_dataset"]
+
+MAX_ISSUES = 20
+
+
+def is_energon_dataset(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a directory holding a seqpack Energon manifest."""
+    from reference_impl.packing.energon.prepare import MANIFEST_NAME
+
+    p = Path(path)
+    return p.is_dir() and (p / MANIFEST_NAME).is_file()
+
+
+def _samples(tar_path: Path) -> Any:
+    """(key, row document, media members) of every sample of one shard, in order."""
+    with tarfile.open(tar_path) as tf:
+        current, doc, media = None, None, {}
+        for member in tf:
+            if not member.isfile():
+                continue
+            key, _, part = member.name.rpartition("/")[2].partition(".")
+            payload = tf.extractfile(member).read()  # type: ignore[union-attr]
+            if key != current:
+                if current is not None:
+                    yield current, doc, media
+                current, doc, media = key, None, {}
+            if part == "json":
+                doc = json.loads(payload)
+            else:
+                media[part] = payload
+        if current is not None:
+            yield current, doc, media
+
+
+def inspect_energon_dataset(
+    path: str | os.PathLike[str],
+    topology: Topology | None = None,
+    *,
+    seq_length: int | None = None,
+    vision: Any = "auto",
+    tokenizer: Any = None,
+) -> InspectReport:
+    """Check and describe a dataset made by ``seqpack energon-prepare`` (module docstring).
+
+    ``vision``: the preset (name or spec) the loader will use; ``auto`` is ``qwen2_vl`` when the
+    dataset holds images. Raises ArtifactError when the manifest is missing, foreign or edited.
+    """
+    from reference_impl.data.schemas import default_schema
+    from reference_impl.data.tokenize import tokenize_row
+    from reference_impl.data.tokenizers import load_tokenizer
+    from reference_impl.data.vision import vision_spec
+    from reference_impl.data.vlm import VisionTokens, vlm_sample_length
+    from reference_impl.packing.energon.media import resolve_members
+    from reference_impl.packing.energon.prepare import read_manifest
+
+    prepared = read_manifest(path)
+    manifest = prepared.manifest
+    root = prepared.root
+    tok = load_tokenizer(tokenizer)
+    schema = default_schema(prepared.schema)
+    has_media = bool(prepared.media)
+    spec = None if vision in (None, "none") or (vision == "auto" and not has_media) else vision_spec(
+        "qwen2_vl" if vision == "auto" else vision)
+    vt = VisionTokens.for_tokenizer(tok)
+    m = topology.alignment().pad_seq_to_mult if topology is not None else 1
+    issues: list[dict[str, Any]] = []
+    count = 0
+
+    def issue(check: str, key: str, message: str) -> None:
+        nonlocal count
+        count += 1
+        if len(issues) < MAX_ISSUES:
+            issues.append({"check": check, "sample": key, "message": message})
+
+    lengths, vision_tokens = [], []
+    images = videos = with_media = 0
+    rejected: Counter = Counter()
+    files = []
+    for split, info in manifest["splits"].items():
+        for name in info["shards"]:
+            files.append(name)
+            shard = root / name
+            data = shard.read_bytes() if shard.is_file() else None
+            want = manifest.get("shard_sha256", {}).get(name)
+            if data is None or hashlib.sha256(data).hexdigest() != want:
+                issue("shard_checksum", name, "shard is missing or differs from the sha256 in the manifest")
+                continue
+            for key, doc, media in _samples(shard):
+                if not isinstance(doc, dict) or not isinstance(doc.get("row"), dict):
+                    issue("sample_document", key, "no row document")
+                    continue
+                row = resolve_members(doc["row"], media) if media else doc["row"]
+                try:
+                    if spec is not None:
+                        got = vlm_sample_length(row, schema, tok, vision=spec, vision_tokens=vt)
+                        n, nv, ni, nd = got.tokens, got.vision_tokens, got.images, got.videos
+                    elif media:
+                        issue("images_without_vision", key, "the sample has images but vision is none")
+                        continue
+                    else:
+                        n, nv, ni, nd = tokenize_row(row, schema, tok, max_length=1 << 40).num_tokens - 1, 0, 0, 0
+                except SampleRejected as err:
+                    rejected[err.reason] += 1
+                    issue("rejected", key, err.message)
+                    continue
+                except InputError as err:
+                    issue("sample", key, str(err))
+                    continue
+                lengths.append(n)
+                vision_tokens.append(nv)
+                images, videos, with_media = images + ni, videos + nd, with_media + bool(ni or nd)
+                if seq_length is not None and round_up(n, m) > seq_length:
+                    issue("exceeds_seq_length", key, f"aligned length {round_up(n, m)} ({n} tokens, {nv} image "
+                          f"tokens) exceeds seq_length={seq_length}; Energon never truncates")
+    arr = np.asarray(lengths, dtype=np.int64)
+    vis = np.asarray(vision_tokens, dtype=np.int64)
+    total = int(arr.sum())
+    stats = {
+        "kind": "energon",
+        "samples": {s: int(v["samples"]) for s, v in manifest["splits"].items()},
+        "measured_samples": int(arr.size),
+        "rows_with_visuals": with_media,
+        "images": images,
+        "videos": videos,
+        "vision_tokens": int(vis.sum()),
+        "text_tokens": total - int(vis.sum()),
+        "vision_token_share": float(vis.sum() / total) if total else 0.0,
+        "length": {"min": int(arr.min()) if arr.size else 0, "p50": int(np.median(arr)) if arr.size else 0,
+                   "max": int(arr.max()) if arr.size else 0},
+        "aligned_tokens": int(sum(round_up(int(n), m) for n in arr)),
+        "rejected": dict(sorted(rejected.items())),
+    }
+    settings = {"fingerprint": prepared.fingerprint, "schema": prepared.schema, "tokenizer": tok.name,
+                "vision": None if spec is None else spec.name, "seq_length": seq_length, "pad_seq_to_mult": m}
+    topo = None
+    if topology is not None:
+        reasons = [i["message"] for i in issues if i["check"] == "exceeds_seq_length"][:3]
+        if seq_length is not None and seq_length % m:
+            reasons.insert(0, f"seq_length={seq_length} is not a multiple of pad_seq_to_mult={m}")
+        topo = {"alignment": topology.alignment().to_dict(), "usable": not reasons, "reasons": reasons}
+    ok = not any(i for i in issues if i["check"] in ("shard_checksum", "sample_document"))
+    return InspectReport(path=str(root), files=files, ok=ok and count == 0, issues=issues, issue_count=count,
+                         stats=stats, settings=settings, topology=topo)
