@@ -10,6 +10,11 @@ For context parallelism the forward takes an optional ``kv_exchange`` callable: 
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
 (:class:`reference_impl.training.cp_exchange.KVExchange`), and the local queries attend to the
 global keys under a mask built from the global positions of both.
+
+Model options are composable flags of :class:`TinyGPTConfig`: ``moe`` replaces every MLP by a
+mixture of experts (:mod:`reference_impl.training.moe`; a :class:`~reference_impl.training.moe.Routing`
+passed to the forward carries the padding mask in and the router statistics out), and ``mtp``
+adds multi-token-prediction depths (:mod:`reference_impl.training.mtp`; :meth:`TinyGPT.mtp_logits`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from torch import nn
 from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import masked_attention
+from reference_impl.training.moe import MoEConfig, MoEMLP, Routing
+from reference_impl.training.mtp import MTPConfig, MTPHead
 
 __all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope"]
 
@@ -32,7 +39,11 @@ KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 @dataclass(frozen=True)
 class TinyGPTConfig:
-    """Sizes of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size."""
+    """Sizes and options of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size.
+
+    ``moe`` (a :class:`MoEConfig` or its dict) turns every MLP into a mixture of experts; ``mtp``
+    (a :class:`MTPConfig` or its dict) adds MTP depths. Both default to off (a dense model).
+    """
 
     vocab_size: int = 64
     hidden_size: int = 32
@@ -42,8 +53,14 @@ class TinyGPTConfig:
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.2
+    moe: MoEConfig | None = None
+    mtp: MTPConfig | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):
+            object.__setattr__(self, "moe", MoEConfig(**self.moe))
+        if isinstance(self.mtp, dict):
+            object.__setattr__(self, "mtp", MTPConfig(**self.mtp))
         for name in ("vocab_size", "hidden_size", "num_heads", "num_layers", "ffn_hidden_size"):
             positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
@@ -80,11 +97,19 @@ class _Block(nn.Module):
         self.qkv = draw(h, 3 * h)
         self.proj = draw(h, h)
         self.mlp_norm = draw(h, around_one=True)
-        self.fc1 = draw(h, f)
-        self.fc2 = draw(f, h)
+        if cfg.moe is None:
+            self.fc1 = draw(h, f)
+            self.fc2 = draw(f, h)
+        else:
+            self.moe = MoEMLP(cfg.moe, h, draw)
 
     def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, kv_exchange: KVExchangeFn | None
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
     ) -> torch.Tensor:
         cfg = self.cfg
         t = x.shape[0]
@@ -96,8 +121,10 @@ class _Block(nn.Module):
         if kv_exchange is not None:
             k, v = kv_exchange(k, v)
         x = x + masked_attention(q, k, v, mask).reshape(t, cfg.hidden_size) @ self.proj
-        hidden = torch.nn.functional.gelu(_rms_norm(x, self.mlp_norm, cfg.norm_eps) @ self.fc1)
-        return x + hidden @ self.fc2
+        normed = _rms_norm(x, self.mlp_norm, cfg.norm_eps)
+        if cfg.moe is not None:
+            return x + self.moe(normed, routing)
+        return x + torch.nn.functional.gelu(normed @ self.fc1) @ self.fc2
 
 
 class TinyGPT(nn.Module):
@@ -120,6 +147,8 @@ class TinyGPT(nn.Module):
         self.layers = nn.ModuleList(_Block(cfg, draw) for _ in range(cfg.num_layers))
         self.final_norm = draw(cfg.hidden_size, around_one=True)
         self.lm_head = draw(cfg.hidden_size, cfg.vocab_size)
+        if cfg.mtp is not None:
+            self.mtp = MTPHead(cfg.mtp, cfg.hidden_size, cfg.norm_eps, draw, lambda: _Block(cfg, draw))
 
     def forward(
         self,
@@ -128,8 +157,40 @@ class TinyGPT(nn.Module):
         mask: torch.Tensor,
         *,
         kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
     ) -> torch.Tensor:
         """Logits for 1-D ``tokens``; ``mask`` is ``[T, T_keys]`` (``T_keys`` = gathered length under CP)."""
+        return self.head(self.trunk(tokens, position_ids, mask, kv_exchange=kv_exchange, routing=routing))
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the trunk's last hidden state."""
+        return _rms_norm(hidden, self.final_norm, self.config.norm_eps) @ self.lm_head
+
+    def mtp_logits(
+        self,
+        hidden: torch.Tensor,
+        streams: dict[str, torch.Tensor],
+        mask: torch.Tensor,
+        *,
+        kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
+    ) -> list[torch.Tensor]:
+        """Logits of every MTP depth from the trunk's ``hidden`` and the rolled ``streams`` (``training.mtp``)."""
+        if self.config.mtp is None:
+            raise UsageError("this model has no MTP head (TinyGPTConfig.mtp is None)", field="mtp")
+        return self.mtp(hidden, streams, self.embedding, self.lm_head, mask,
+                        {"kv_exchange": kv_exchange, "routing": routing})
+
+    def trunk(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
+    ) -> torch.Tensor:
+        """Hidden state ``[T, H]`` after the last block (before the final norm)."""
         if tokens.dim() != 1 or position_ids.shape != tokens.shape:
             raise UsageError(
                 f"tokens and position_ids must be 1-D of equal length, got {list(tokens.shape)} "
@@ -140,5 +201,5 @@ class TinyGPT(nn.Module):
             raise UsageError(f"token ids must lie in [0, {vocab}), got [{int(tokens.min())}, {int(tokens.max())}]")
         x = self.embedding[tokens]
         for layer in self.layers:
-            x = layer(x, position_ids, mask, kv_exchange)
-        return _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
+            x = layer(x, position_ids, mask, kv_exchange, routing)
+        return x
