@@ -189,3 +189,14 @@ def test_reference_mtp_model_runs_with_megatron_core_params() -> None:
     view = {**batch, "cu_seqlens_q": params.cu_seqlens_q, "cu_seqlens_q_padded": params.cu_seqlens_q_padded}
     assert thd_layout(view).to_dict() == thd_layout(batch).to_dict()
     assert model.config.moe is not None
+
+
+def test_megatron_core_load_balancing_loss_of_an_all_padding_micro_batch_is_nan() -> None:
+    """No token counted: Megatron-Core divides by 0 squared; the reference reports 0 and the global-batch
+    step leaves such (filler) micro-batches out of the averages."""
+    cfg = MoEConfig()
+    logits, _ = _logits_and_padding()
+    padding = torch.ones(logits.shape[0], dtype=torch.bool)
+    assert torch.isnan(_mcore_aux(logits, padding, cfg))
+    _, _, stats = _layer(cfg).route(logits, padding)
+    assert float(stats.aux_loss(cfg)) == 0.0 and float(stats.z_loss(cfg)) == 0.0

@@ -31,12 +31,12 @@ from reference_impl.training.attention import attention_mask
 from reference_impl.training.boundaries import thd_layout
 from reference_impl.training.loss import masked_loss_pieces, token_cross_entropy
 from reference_impl.training.model import TinyGPT
-from reference_impl.training.moe import RouterStats, Routing
+from reference_impl.training.moe import RouterStats, Routing, load_balancing_loss
 from reference_impl.training.mtp import with_mtp_streams
 from reference_impl.training.step import sequence_loss_sums, split_sequences
 
-__all__ = ["OptionsStepResult", "mtp_objective", "options_step", "padding_mask_of", "sum_router_stats",
-           "unpacked_options"]
+__all__ = ["AuxLog", "OptionsStepResult", "average_aux_logs", "mtp_objective", "option_terms", "options_step",
+           "padding_mask_of", "sum_router_stats", "unpacked_options"]
 
 
 def padding_mask_of(batch: Mapping[str, Any]) -> torch.Tensor:
@@ -154,3 +154,128 @@ def sum_router_stats(results: list[OptionsStepResult]) -> list[RouterStats]:
 def unpacked_options(model: TinyGPT, batch: Mapping[str, Any], *, grads: bool = True) -> list[OptionsStepResult]:
     """:func:`options_step` of every non-empty sequence of ``batch`` run alone (real tokens, positions from 0)."""
     return [options_step(model, piece, grads=grads) for piece in split_sequences(batch) if piece["tokens"].shape[1]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Training-step terms and logged values (global-batch path)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AuxLog:
+    """Auxiliary losses of one micro-batch as Megatron-Core logs them (coefficients left out).
+
+    ``load_balancing_loss`` and ``z_loss`` hold one value per MoE layer (trunk, then MTP layers),
+    ``mtp_loss`` one per MTP depth (masked sum over rolled tokens / their count), ``expert_load``
+    the real tokens per expert of every MoE layer (the expert-bias statistic), ``real_tokens`` the
+    micro-batch's non-padding tokens. Values are those of the whole micro-batch (summed over the
+    context-parallel group), i.e. the CP=1 numbers.
+    """
+
+    real_tokens: float = 0.0
+    load_balancing_loss: list[float] = field(default_factory=list)
+    z_loss: list[float] = field(default_factory=list)
+    mtp_loss: list[float] = field(default_factory=list)
+    expert_load: list[list[float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"real_tokens": self.real_tokens, "load_balancing_loss": self.load_balancing_loss, "z_loss": self.z_loss, "mtp_loss": self.mtp_loss,
+                "expert_load": self.expert_load}
+
+
+def average_aux_logs(logs: list[AuxLog]) -> dict[str, Any]:
+    """What one step logs: each loss averaged over the layers, then over the micro-batches that ran.
+
+    Megatron-Core's trackers add every micro-batch's value per layer and scale by ``loss_scale``
+    when reporting (``moe_logging.py`` ``MoEMetricsTracker.report``/``_aggregate``,
+    ``MTPLossLoggingHelper.track_mtp_metrics``); Megatron-Bridge passes ``1 / get_num_microbatches()``
+    (``training/utils/train_utils.py``). With global-batch packing the number of micro-batches
+    changes every step, so the scale here is ``1 / len(logs)``: a step with 3 micro-batches and one
+    with 5 report comparable numbers. ``mtp_loss`` stays per depth; ``expert_load`` is *summed* over
+    the micro-batches (the expert bias moves once per step from the step's counts). Empty keys are
+    left out.
+
+    A micro-batch without a real token (a global-batch filler pack) has no routing statistics; it
+    is left out of the averages (``micro_batches`` counts the ones averaged, ``filler_micro_batches``
+    the others). Megatron-Core has no such guard: its load-balancing loss divides by the squared
+    number of counted tokens, which is 0 there.
+    """
+    if not logs:
+        return {}
+    ran = [log for log in logs if log.real_tokens > 0]
+    out: dict[str, Any] = {"micro_batches": len(ran), "filler_micro_batches": len(logs) - len(ran)}
+    if not ran:
+        return out
+    for key in ("load_balancing_loss", "z_loss"):
+        per_mb = [sum(getattr(log, key)) / len(getattr(log, key)) for log in ran if getattr(log, key)]
+        if per_mb:
+            out[key] = sum(per_mb) / len(ran)
+    depths = len(ran[0].mtp_loss)
+    if depths:
+        out["mtp_loss"] = [sum(log.mtp_loss[k] for log in ran) / len(ran) for k in range(depths)]
+    if logs[0].expert_load:
+        out["expert_load"] = [[sum(col) for col in zip(*layer)] for layer in zip(*(log.expert_load for log in logs))]
+    return out
+
+
+def _all_reduce(vector: torch.Tensor, group: Any, cp_size: int) -> torch.Tensor:
+    if cp_size > 1:
+        import torch.distributed as dist
+
+        vector = vector.clone()
+        dist.all_reduce(vector, group=group)
+    return vector
+
+
+def option_terms(
+    model: TinyGPT,
+    fwd: Any,
+    local_batch: Mapping[str, Any],
+    routing: Routing | None,
+    *,
+    cp_size: int = 1,
+    group: Any = None,
+) -> tuple[torch.Tensor, AuxLog]:
+    """The MoE and MTP terms of one CP rank's micro-batch for a per-token-loss training step.
+
+    ``fwd`` is the rank's :class:`~reference_impl.training.cp_step.CPForward` (run with ``routing``),
+    ``local_batch`` its slice of a batch that went through :func:`~reference_impl.training.mtp.with_mtp_streams`
+    first. Returns the term to add to the rank's loss sum before backward (before the gradients
+    are divided by the global supervised-token count) and the micro-batch's :class:`AuxLog`.
+
+    Scaling follows Megatron-Core with ``calculate_per_token_loss`` (router.py
+    ``attach_and_log_load_balancing_loss`` / ``apply_z_loss``, multi_token_prediction.py
+    ``process_mtp_loss``): the load-balancing loss (local scores, counts summed over the CP group)
+    times the rank's non-padding tokens times CP; the z-loss as ``coeff`` times the rank's summed
+    ``logsumexp**2``; each MTP depth as ``scaling / D`` times its local masked sum times the
+    rank's supervised tokens over its rolled ones.
+    """
+    objective = fwd.losses.sum() * 0
+    padding = local_batch.get("padding_mask")
+    real = fwd.loss_mask.new_tensor(float(fwd.losses.shape[0]) if padding is None else float((~padding).sum()))
+    log = AuxLog(real_tokens=float(_all_reduce(real.to(torch.float64).reshape(1), group, cp_size)[0]))
+    mtp = model.config.mtp
+    if mtp is not None:  # first: MoE layers of the MTP depths add their router statistics
+        streams = {k: local_batch[k] for k in ("mtp_tokens", "mtp_position_ids")}
+        logits = model.mtp_logits(fwd.hidden, streams, fwd.mask, kv_exchange=fwd.exchange, routing=routing)
+        original = fwd.loss_mask.sum()
+        for k, depth_logits in enumerate(logits):
+            k_mask = local_batch["mtp_loss_mask"][0, :, k]
+            k_losses = token_cross_entropy(depth_logits, local_batch["mtp_labels"][0, :, k], k_mask)
+            s, c = masked_loss_pieces(k_losses, k_mask)
+            objective = objective + mtp.loss_scaling_factor / mtp.num_layers * s * original / c.clamp(min=1)
+            pair = _all_reduce(torch.stack([s.detach(), c]).to(torch.float64), group, cp_size)
+            log.mtp_loss.append(float(pair[0] / pair[1].clamp(min=1)))
+    moe = model.config.moe
+    if moe is not None and routing is not None:
+        for stats in routing.stats:
+            total = RouterStats.from_vector(_all_reduce(stats.vector().detach(), group, cp_size), moe.num_experts)
+            local_aux = load_balancing_loss(stats.score_sum, total.tokens_per_expert, moe.topk, moe.aux_loss_coeff)
+            objective = objective + local_aux * stats.num_tokens.detach() * cp_size
+            objective = objective + stats.z_sum * (moe.z_loss_coeff or 0.0)
+            summary = total.summary(moe)
+            log.load_balancing_loss.append(summary["load_balancing_loss"])
+            log.z_loss.append(summary["z_loss"])
+            log.expert_load.append(summary["expert_load"])
+    return objective, log
