@@ -16,6 +16,7 @@ Why the multiples exist:
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -117,8 +118,11 @@ def alignment_multiple(
 ) -> int:
     """The per-sequence multiple to use: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
 
-    An explicit value must be a multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``):
-    every verb that takes both resolves them here, so no face can write packs the topology breaks.
+    Every verb that takes both resolves them here, so no face can write packs the topology breaks.
+    As in the rule registry, an explicit value must be a multiple of what context parallelism
+    enforces (2*CP over train and eval CP; rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``); a value that
+    only misses the recommended sequence-parallel term is used with a logged warning
+    (``PACK-OFFLINE-PAD-MULT-RECOMMENDED``).
 
     >>> alignment_multiple(None, tp=4, cp=2, sp=True), alignment_multiple(16, tp=4, cp=2, sp=True)
     (8, 16)
@@ -127,12 +131,19 @@ def alignment_multiple(
     if pad_seq_to_mult is None:
         return derived.pad_seq_to_mult
     pad = positive_int("pad_seq_to_mult", pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
-    if pad % derived.pad_seq_to_mult:
+    required = derive_alignment(1, cp, False, eval_cp).pad_seq_to_mult
+    if pad % required:
         raise UsageError(
-            f"pad_seq_to_mult={pad} is not a multiple of {derived.pad_seq_to_mult} ({derived.explanation})",
+            f"pad_seq_to_mult={pad} is not a multiple of {required}, which context parallelism needs "
+            f"({derived.explanation})",
             rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
             field="pad_seq_to_mult",
             fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
+        )
+    if pad % derived.pad_seq_to_mult:
+        logging.getLogger(__name__).warning(
+            "[PACK-OFFLINE-PAD-MULT-RECOMMENDED] pad_seq_to_mult=%d is not a multiple of the recommended %d (%s)",
+            pad, derived.pad_seq_to_mult, derived.explanation,
         )
     return pad
 

@@ -35,11 +35,13 @@ def model_support_document() -> str:
     """docs/model-support.md and the skill's reference page."""
     return (
         "# Model-family support for packing\n\n"
-        "Generated from the model-support table in the code (`seqpack rules`, the `check_model_support` MCP tool\n"
-        "and the `MODEL-FAMILY-*` validation rules read the same table); do not edit by hand.\n\n"
+        "Generated from the model-support table in the code; do not edit by hand. `seqpack model-support NAME`\n"
+        "prints one family's row, the `check_model_support` MCP tool answers the same question, and the\n"
+        "`MODEL-FAMILY-*` validation rules read the same table.\n\n"
         "Status: **supported** (recipes use or allow the path), **opt_out** (a recipe turns it off; validation\n"
-        "reports an error), **caveat** (allowed with a documented limitation; validation warns), **unknown**\n"
-        "(nothing recorded: run the packing smoke test before spending GPU hours).\n\n"
+        "warns, because no upstream check rejects the combination), **caveat** (allowed with a documented\n"
+        "limitation; validation warns), **unknown** (nothing recorded: run the packing smoke test before\n"
+        "spending GPU hours).\n\n"
         f"{model_support_markdown()}\n"
     )
 

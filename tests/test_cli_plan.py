@@ -62,7 +62,7 @@ def test_no_valid_candidate_exits_1(capsys):
 
 
 def test_errors_are_one_line_with_exit_2(capsys, write_jsonl):
-    assert main(["plan", "--lengths", "5,3", "--pad-seq-to-mult", "12", "--tp", "4", "--cp", "2", "--sp"]) == 2
+    assert main(["plan", "--lengths", "5,3", "--pad-seq-to-mult", "6", "--tp", "4", "--cp", "2", "--sp"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("seqpack plan: error: [PACK-OFFLINE-PAD-MULT-TOPOLOGY]")
 

@@ -231,3 +231,42 @@ def test_cp1_slice_is_a_copy() -> None:
     batch = make_thd_batch(random_sequences([3], seed=5), 1)
     out = slice_thd_batch_for_cp(batch, 1, 0)
     assert out == batch and out is not batch
+
+
+# --- Transformer Engine's dtype check and Megatron-Bridge's CP-group check -------------------------
+
+
+def test_int64_boundary_tensors_are_rejected_like_transformer_engine() -> None:
+    from reference_impl.errors import InputError
+
+    with pytest.raises(InputError, match="int32"):
+        thd_partition_indices(torch.tensor([0, 4, 8], dtype=torch.int64), 2, 0)
+    batch = {"tokens": torch.arange(8)[None], "cu_seqlens_q": torch.tensor([0, 4, 8])}  # int64 by default
+    with pytest.raises(InputError, match="cu_seqlens_q is a torch.int64 tensor"):
+        slice_thd_batch_for_cp(batch, 2, 0)
+    # values given as a list are read as values (no tensor dtype to check)
+    assert thd_partition_indices([0, 4, 8], 2, 0).tolist() == [0, 3, 4, 7]
+    batch["cu_seqlens_q"] = batch["cu_seqlens_q"].to(torch.int32)
+    assert slice_thd_batch_for_cp(batch, 2, 0)["tokens"].tolist() == [[0, 3, 4, 7]]
+
+
+class _Group:
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+def test_cp_group_must_match_the_requested_rank_and_size() -> None:
+    from reference_impl.errors import UsageError
+
+    batch = {"tokens": torch.arange(8)[None], "cu_seqlens_q": torch.tensor([0, 4, 8], dtype=torch.int32)}
+    with pytest.raises(UsageError, match="rank 1 and size 2, but rank 0 and size 2"):
+        slice_thd_batch_for_cp(batch, 2, 0, cp_group=_Group(1, 2))
+    with pytest.raises(UsageError, match="size 4"):
+        slice_thd_batch_for_cp(batch, 2, 1, cp_group=_Group(1, 4))
+    assert slice_thd_batch_for_cp(batch, 2, 1, cp_group=_Group(1, 2))["tokens"].tolist() == [[1, 2, 5, 6]]

@@ -214,7 +214,7 @@ async def test_plan_pack_length(client: Client, root: Path):
 
     text = await call_error(client, "plan_pack_length", {"lengths": [5], "histogram": {"5": 1}})
     assert "give exactly one of lengths, histogram, jsonl or mix" in text
-    text = await call_error(client, "plan_pack_length", {"lengths": [5], "pad_seq_to_mult": 12, "tp": 4, "cp": 2,
+    text = await call_error(client, "plan_pack_length", {"lengths": [5], "pad_seq_to_mult": 6, "tp": 4, "cp": 2,
                                                          "sp": True})
     assert "[PACK-OFFLINE-PAD-MULT-TOPOLOGY]" in text and "Fix: use pad_seq_to_mult=8" in text
 

@@ -404,3 +404,26 @@ def test_result_is_frozen_and_serialisable():
     assert full["order"] == [1, 0, 2] and full["bin_ids"] == [0, 0, 1]
     assert full["bin_sums"] == [8, 2]
     assert res.offsets.tolist() == [0, 2, 3] and res.bin_counts.tolist() == [2, 1]
+
+
+# --- payloads with separate item lengths ---------------------------------------------------------
+
+
+def test_pack_items_packs_payloads_by_their_lengths():
+    from reference_impl.packing.algorithms import pack_items
+
+    # Bridge's worked example: a, b, c fit 10; d opens a new bin
+    assert pack_items(["a", "b", "c", "d"], 10, "first_fit", item_lengths=[5, 3, 2, 7]) == [["a", "b", "c"], ["d"]]
+    # without item_lengths the items are their own lengths, and the bins equal pack_lengths' bins
+    lengths = [5, 3, 2, 7, 4]
+    assert pack_items(lengths, 10, "first_fit") == [[lengths[i] for i in b] for b in pack_lengths(lengths, 10, "first_fit").bins()]
+    objects = [{"id": i} for i in range(5)]
+    for algorithm in ("best_fit_decreasing", "first_fit_decreasing", "first_fit_shuffle", "next_fit"):
+        bins = pack_items(objects, 10, algorithm, item_lengths=lengths, seed=3)
+        assert [[o["id"] for o in b] for b in bins] == pack_lengths(lengths, 10, algorithm, seed=3).bins()
+    with pytest.raises(UsageError, match="same number of entries"):
+        pack_items(objects, 10, item_lengths=lengths[:-1])
+    with pytest.raises(UsageError, match="sequence"):
+        pack_items("abc", 10)
+    # oversize payloads follow the oversize policy: report leaves them out of every bin
+    assert pack_items(["x", "y"], 4, "first_fit", item_lengths=[9, 3], oversize="report") == [["y"]]

@@ -168,17 +168,18 @@ SUCCESSES = [
 ]
 
 REFUSALS = [
-    Case("pack-pad-breaks-topology",  # the issue's example: the CLI used to write these packs
+    # the issue's example (the CLI used to write packs MCP refused); 6 breaks CP=2's multiple of 4
+    Case("pack-pad-breaks-topology",
          lambda r, f: verbs.pack(verbs.PackOptions(input=r / "data.jsonl", out=r / f, pack_size=256,
-                                                   pad_seq_to_mult=4, **TOPO)),
-         ["pack", "{root}/data.jsonl", "--out", "{root}/{face}", "--pack-size", "256", "--pad-seq-to-mult", "4",
+                                                   pad_seq_to_mult=6, **TOPO)),
+         ["pack", "{root}/data.jsonl", "--out", "{root}/{face}", "--pack-size", "256", "--pad-seq-to-mult", "6",
           "--tp", "4", "--cp", "2", "--sp"],
          "pack_dataset", dict(TOPO, input_path="{root}/data.jsonl", output_dir="{root}/{face}", pack_size=256,
-                              pad_seq_to_mult=4), exit_code=2),
+                              pad_seq_to_mult=6), exit_code=2),
     Case("plan-pad-breaks-topology",
-         lambda r, f: verbs.plan(verbs.PlanOptions(lengths=[5], pad_seq_to_mult=12, **TOPO)),
-         ["plan", "--lengths", "5", "--pad-seq-to-mult", "12", "--tp", "4", "--cp", "2", "--sp"],
-         "plan_pack_length", dict(TOPO, lengths=[5], pad_seq_to_mult=12), exit_code=2),
+         lambda r, f: verbs.plan(verbs.PlanOptions(lengths=[5], pad_seq_to_mult=10, **TOPO)),
+         ["plan", "--lengths", "5", "--pad-seq-to-mult", "10", "--tp", "4", "--cp", "2", "--sp"],
+         "plan_pack_length", dict(TOPO, lengths=[5], pad_seq_to_mult=10), exit_code=2),
     Case("validate-unknown-key", lambda r, f: verbs.validate(verbs.ValidateOptions(path=r / "bad.yaml")),
          ["validate", "{root}/bad.yaml"], "validate_config", {"path": "{root}/bad.yaml"}, exit_code=2),
     Case("rules-no-match", lambda r, f: verbs.query_rules(verbs.RulesOptions(query="PACK-OFFLINE-MBS2")),

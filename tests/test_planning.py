@@ -183,8 +183,11 @@ def test_alignment_multiple():
     assert alignment_multiple(16, 4, 2, True) == 16
     assert alignment_multiple(None) == 1
     with pytest.raises(UsageError) as exc:
-        alignment_multiple(12, 4, 2, True)
+        alignment_multiple(6, 4, 2, True)  # not a multiple of 2*CP = 4: the THD CP split fails
     assert exc.value.rule_id == "PACK-OFFLINE-PAD-MULT-TOPOLOGY" and "use pad_seq_to_mult=8" in str(exc.value)
+    # 12 satisfies 2*CP and only misses the recommended SP term (CP*TP = 8): used, with a warning
+    assert alignment_multiple(12, 4, 2, True) == 12
+    assert alignment_multiple(1, 8, 1, True) == 1  # TP8 + SP, CP1: Bridge's Nemotron-3 Super recipe
 
 
 @settings(max_examples=40, deadline=None)

@@ -92,9 +92,15 @@ def test_offline_pad_mult_matching_topology_passes_and_multiples_are_fine():
         ("dataset.enable_offline_packing", True),
         ("dataset.offline_packing_specs.packed_sequence_size", 2048),
     ]
-    assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 4)]).rule_ids
-    assert validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 8)]).ok
-    assert validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", 16)]).ok
+    def ids(mult):
+        report = validate_config(None, base + [("dataset.offline_packing_specs.pad_seq_to_mult", mult)])
+        return [f.rule_id for f in report.violations], [f.rule_id for f in report.warnings]
+
+    # 2 breaks the 2*CP=4 the THD CP partition needs: an error
+    assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in ids(2)[0]
+    # 4 satisfies CP but not the recommended lcm(4, CP*TP=8): a warning only
+    assert ids(4) == ([], ["PACK-OFFLINE-PAD-MULT-RECOMMENDED"])
+    assert ids(8) == ([], []) and ids(16) == ([], [])
 
 
 def test_raise_for_violations_lists_every_error():
@@ -149,3 +155,82 @@ def test_violation_error_names_each_rule_once():
     with pytest.raises(ConfigViolationError) as info:
         report.raise_for_violations()
     assert str(info.value).count("[PACK-IN-BATCH-MBS]") == 1
+
+
+# --- the registry itself: decorator, families, order ---------------------------------------------
+
+
+def test_every_rule_lives_in_its_family_module():
+    from reference_impl.config.rules import FAMILY_MODULES
+
+    assert list(FAMILY_MODULES) == list(FAMILIES)
+    for rule in RULES:
+        assert rule.check.__module__ == FAMILY_MODULES[rule.family].__name__, rule.id
+        # the decorator returns the check unchanged: the module attribute is the registered function
+        assert getattr(FAMILY_MODULES[rule.family], rule.check.__name__) is rule.check
+
+
+def test_registry_order_is_family_order_then_definition_order():
+    import inspect
+
+    order = {fam: i for i, fam in enumerate(FAMILIES)}
+    keys = [(order[r.family], inspect.getsourcelines(r.check)[1]) for r in RULES]
+    assert keys == sorted(keys)
+    # a snapshot of the head and tail of the order, so a silent reshuffle shows up in review
+    assert IDS[:4] == ["TOPO-WORLD-DIVISIBLE", "BATCH-GBS-DIVISIBLE", "BATCH-EVAL-GBS-DIVISIBLE", "SEQ-LENGTH-MATCH"]
+    assert IDS[-3:] == ["DATALOADER-NUM-EPOCHS", "DATASET-KWARGS-MAX-NUM-SAMPLES", "HF-REWRITE-EXPLICIT-PATHS"]
+
+
+def test_assemble_does_not_depend_on_registration_order(monkeypatch):
+    from reference_impl.config.rules import registry
+
+    shuffled = dict(reversed(list(registry._REGISTERED.items())))
+    # reversing everything reverses the order inside each family, but families stay in FAMILIES order
+    monkeypatch.setattr(registry, "_REGISTERED", shuffled)
+    fams = [r.family for r in registry.assemble()]
+    assert fams == sorted(fams, key=list(FAMILIES).index)
+
+
+def test_decorator_rejects_duplicate_ids_and_unknown_families(monkeypatch):
+    from reference_impl.config.rules import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    meta = dict(severity="warning", title="t", fields=("model.seq_length",), provenance="stricter", source="s",
+                fix="f", trigger={}, fixed={})
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.rule("TOPO-WORLD-DIVISIBLE", family="topology", **meta)(lambda r: None)
+    with pytest.raises(ValueError, match="unknown family"):
+        registry.rule("NEW-RULE", family="nope", **meta)
+    with pytest.raises(ValueError, match="severity"):
+        registry.rule("NEW-RULE", family="topology", **{**meta, "severity": "info"})
+
+    def check(r):
+        return None
+
+    assert registry.rule("NEW-RULE", family="topology", **meta)(check) is check
+    assert registry._REGISTERED["NEW-RULE"].check is check
+
+
+def test_the_model_support_lookup_named_in_fixes_exists(capsys):
+    import json
+
+    from reference_impl.cli import main
+    from reference_impl.config.model_support import PATHS
+
+    assert main(["model-support", "Qwen3-Next", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["path"] for r in rows] == list(PATHS)
+    assert rows[0]["family"] == "qwen3_next" and rows[0]["status"] == "opt_out"
+    assert main(["model-support", "qwen3_next"]) == 0
+    assert "opt_out" in capsys.readouterr().out
+    assert main(["model-support", "no-such-model"]) == 0
+    assert "no record" in capsys.readouterr().out
+
+
+def test_family_opt_out_is_a_warning_and_its_fix_names_a_real_lookup():
+    report = validate_config(None, list(get_rule("MODEL-FAMILY-OPT-OUT").trigger.items()))
+    assert report.ok and "MODEL-FAMILY-OPT-OUT" in [f.rule_id for f in report.warnings]
+    assert "seqpack model-support" in get_rule("MODEL-FAMILY-OPT-OUT").fix
+    for rule in RULES:  # no fix may point at a flag value the CLI rejects
+        for fam in re.findall(r"seqpack rules --family (\w+)", rule.fix):
+            assert fam in FAMILIES, (rule.id, fam)

@@ -715,3 +715,39 @@ def test_round_trip_legacy(batch, spare):
     legacy = to_legacy_batch(batch, capacity=capacity)
     assert legacy["cu_seqlens"].shape == (1, capacity)
     assert_same_batch(from_legacy_batch(legacy), batch)
+
+
+# --- Bridge's collate options: ceil_to_power_2 and return_cu_seqlen=False ---------------------------
+
+
+def test_ceil_to_power_2_rounds_a_free_width_to_the_next_power_of_two():
+    # E3's row holds 10 runtime tokens: the default rounding (16) and the power of two (16) agree...
+    b = collate_stored_rows([E3_ROW], pack_size=64, pad_seq_to_mult=1, eos_id=0, pad_to_max_length=False,
+                            pad_seq_length_to_mult=5, ceil_to_power_2=True)
+    assert b["tokens"].shape == (1, 16) and L(b["cu_seqlens_q"]) == [[0, 6, 10, 16]]
+    # ...and without the option the multiple of 5 wins (10 is one already)
+    b = collate_stored_rows([E3_ROW], pack_size=64, pad_seq_to_mult=1, eos_id=0, pad_to_max_length=False,
+                            pad_seq_length_to_mult=5)
+    assert b["tokens"].shape == (1, 10)
+    # capped at the pack size, and ignored under a fixed width
+    capped = collate_stored_rows([E3_ROW], pack_size=12, pad_seq_to_mult=1, eos_id=0, pad_to_max_length=False,
+                                 ceil_to_power_2=True)
+    assert capped["tokens"].shape == (1, 12)
+    fixed = collate_stored_rows([E3_ROW], pack_size=12, pad_seq_to_mult=1, eos_id=0, pad_to_max_length=True,
+                                ceil_to_power_2=True)
+    assert fixed["tokens"].shape == (1, 12)
+
+
+def test_return_cu_seqlen_false_gives_bridges_causal_mask_and_no_boundaries():
+    b = collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True,
+                            return_cu_seqlen=False)
+    assert not any(k.startswith(("cu_seqlens", "max_seqlen")) for k in b)
+    mask = b["attention_mask"]
+    assert mask.dtype == torch.bool and mask.shape == (1, 1, 16, 16)
+    # Bridge: tril(ones) < 0.5, i.e. True (masked) strictly above the diagonal, over the whole row
+    expected = torch.tril(torch.ones(16, 16)).unsqueeze(0) < 0.5
+    assert torch.equal(mask[0], expected)
+    with_cu = collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True)
+    for key in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask"):
+        assert torch.equal(b[key], with_cu[key])
+    assert with_cu["attention_mask"] is None

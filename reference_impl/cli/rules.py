@@ -8,7 +8,7 @@ from reference_impl.choices import RULE_FAMILIES, RULE_FORMATS, SEVERITIES
 from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "rules"
-HELP = "list the packing rules (all, by family, by keyword) or explain one rule id"
+HELP = "list the packing rules (all, by family, by keyword), explain one rule id, or look up a model family"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             print_json(d)
         else:
             for key in ("id", "severity", "family_title", "title", "fields", "provenance", "source", "fix", "note",
-                        "example_trigger", "example_fixed"):
+                        "upstream_check", "example_trigger", "example_fixed"):
                 if d[key] not in ("", [], {}):
                     print(f"{key:16} {', '.join(d[key]) if isinstance(d[key], list) else d[key]}")
         return 0
@@ -47,3 +47,4 @@ def run(args: argparse.Namespace) -> int:
         print(table(["id", "severity", "provenance", "title"],
                     [[r["id"], r["severity"], r["provenance"], r["title"]] for r in result.rules]))
     return 0
+

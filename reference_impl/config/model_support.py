@@ -39,9 +39,20 @@ class FamilyEntry:
     notes: dict[str, str]
     evidence: str
     aliases: tuple[str, ...] = field(default=())
+    #: The Megatron-Bridge forward step that packs this family's batches itself (at step time), so
+    #: in-batch packing must be deferred to it (``defer_in_batch_packing_to_step=true``); None = the
+    #: generic steps, which pack at collate time.
+    step_packer: str | None = None
 
 
-def _entry(family: str, name: str, evidence: str, aliases: tuple[str, ...] = (), **paths: tuple[str, str]) -> FamilyEntry:
+def _entry(
+    family: str,
+    name: str,
+    evidence: str,
+    aliases: tuple[str, ...] = (),
+    step_packer: str | None = None,
+    **paths: tuple[str, str],
+) -> FamilyEntry:
     return FamilyEntry(
         family=family,
         name=name,
@@ -49,6 +60,7 @@ def _entry(family: str, name: str, evidence: str, aliases: tuple[str, ...] = (),
         notes={p: n for p, (_, n) in paths.items()},
         evidence=evidence,
         aliases=aliases,
+        step_packer=step_packer,
     )
 
 
@@ -68,8 +80,23 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         offline=("opt_out", "the MTP-enabled SFT recipes run unpacked (SBHD)"),
     ),
     _entry(
-        "qwen35_vl", "Qwen3.5-VL", "Megatron-Bridge recipes/qwen_vl/h100/qwen35_vl.py", ("qwen3.5-vl",),
-        in_batch=("opt_out", "recipes set enable_in_batch_packing=False (the deferral flag they also set has no effect)"),
+        "qwen35_vl", "Qwen3.5-VL", "Megatron-Bridge recipes/qwen_vl/h100/qwen35_vl.py; scripts/training/recipe_metadata.py",
+        ("qwen3.5-vl",), step_packer="qwen3_vl_step",
+        in_batch=(
+            "caveat",
+            "most recipes run unpacked; the long-context SFT recipe packs in qwen3_vl_step, which needs "
+            "defer_in_batch_packing_to_step=true (it rejects collate-time packed batches)",
+        ),
+    ),
+    _entry(
+        "qwen3_vl", "Qwen3-VL", "Megatron-Bridge recipes/qwen_vl/h100/qwen3_vl.py; models/qwen_vl/qwen3_vl_step.py",
+        ("qwen3-vl",), step_packer="qwen3_vl_step",
+        in_batch=(
+            "caveat",
+            "the SFT/PEFT recipes pack in qwen3_vl_step, which needs defer_in_batch_packing_to_step=true (it rejects "
+            "collate-time packed batches); the Energon recipe uses vlm_step",
+        ),
+        energon=("supported", "the Qwen-VL task encoder implements Energon native packing (eager, MBS1, no PP, no CUDA graphs)"),
     ),
     _entry(
         "gemma3_vl", "Gemma3-VL", "Megatron-Bridge recipes/gemma3_vl/h100/gemma3_vl.py", ("gemma3-vl",),
@@ -103,7 +130,7 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         in_batch=("caveat", "packed batches require PP=1 and CP=1 in the LLaVA step"),
     ),
     _entry(
-        "qwen_vl", "Qwen2.5-VL / Qwen3-VL", "Megatron-Bridge models/qwen_vl/data/energon.py", ("qwen3_vl", "qwen25_vl"),
+        "qwen_vl", "Qwen2.5-VL", "Megatron-Bridge models/qwen_vl/data/energon.py", ("qwen25_vl", "qwen2.5-vl"),
         in_batch=("supported", "collate-time in-batch packing is supported"),
         energon=("supported", "the only task encoder with Energon native packing (eager, MBS1, no PP, no CUDA graphs)"),
     ),
@@ -128,6 +155,7 @@ FAMILIES: tuple[FamilyEntry, ...] = (
     ),
     _entry(
         "megatron_mimo", "MegatronMIMO", "Megatron-Bridge training/megatron_mimo_step.py", ("mimo",),
+        step_packer="megatron_mimo_step",
         in_batch=("caveat", "packs only at step time (defer_in_batch_packing_to_step required), one whole shard per pack"),
     ),
 )

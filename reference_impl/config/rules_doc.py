@@ -18,7 +18,23 @@ packing docs state it but no upstream check enforces it; **stricter** = seqpack'
 mistake upstream reports only later (a kernel crash or silently wrong data). `V<n>` in a
 source refers to the upstream check catalogue in [compatibility.md](compatibility.md#upstream-check-catalogue).
 
+Severity follows evidence: every **error** names, in the last column, the upstream check or kernel
+constraint that fails for a config breaking it (repository, file and line at the snapshot commit;
+`seqpack rules RULE-ID` prints the commit and what fails). A recommendation that upstream does not
+enforce is a **warning**, and its source says why.
+
 """
+
+
+def _where(rule: Rule) -> str:
+    """Short upstream locations of an error rule: ``TransformerEngine context_parallel.cu:103``."""
+    out = []
+    for c in rule.upstream_check:
+        if c.kind == "documented":
+            out.append(f"{c.repo} packed-sequences guide (documented; no code in the snapshots)")
+        else:
+            out.append(f"{c.repo} `{c.path.rsplit('/', 1)[-1]}:{c.line}`")
+    return "; ".join(out)
 
 
 def rules_markdown(rules: Iterable[Rule] = RULES) -> str:
@@ -32,8 +48,8 @@ def rules_markdown(rules: Iterable[Rule] = RULES) -> str:
         parts.append(f"## {title}\n")
         parts.append(
             markdown_table(
-                ["id", "severity", "requirement", "fix", "provenance", "source"],
-                [[f"`{r.id}`", r.severity, r.title, r.fix, r.provenance, r.source] for r in rows],
+                ["id", "severity", "requirement", "fix", "provenance", "source", "fails upstream at"],
+                [[f"`{r.id}`", r.severity, r.title, r.fix, r.provenance, r.source, _where(r)] for r in rows],
             )
         )
         parts.append("")

@@ -198,10 +198,6 @@ def _config_tasks(ctx: GenContext) -> None:
          "configured?",
          {"model.seq_length": 4096, "model.cuda_graph_impl": "transformer_engine",
           "dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 4096}),
-        ("ctx-qwen3-next-offline",
-         "Our Qwen3-Next fine-tuning config is in config.yaml. Anything to worry about before launch?",
-         {"model.family": "qwen3_next", "model.seq_length": 4096, "dataset.enable_offline_packing": True,
-          "dataset.offline_packing_specs.packed_sequence_size": 4096}),
         ("ctx-seq-mismatch",
          "config.yaml: the data team built 8K packs but the training side still says 4096 somewhere. Find and fix "
          "the inconsistency.",
@@ -221,6 +217,13 @@ def _config_tasks(ctx: GenContext) -> None:
           "dataset.offline_packing_specs.packed_sequence_size": 2048, "model.seq_length": 2048}),
     ):
         _review_task(ctx, task_id, prompt, config_yaml(overrides))
+    _review_task(
+        ctx, "ctx-qwen3-next-offline",
+        "Our Qwen3-Next fine-tuning config is in config.yaml. Anything to worry about before launch?",
+        config_yaml({"model.family": "qwen3_next", "model.seq_length": 4096, "dataset.enable_offline_packing": True,
+                     "dataset.offline_packing_specs.packed_sequence_size": 4096}),
+        warnings=True,
+    )
     _review_task(
         ctx, "ctx-eval-cp-warning",
         "The validator accepts config.yaml but prints a warning about the evaluation context-parallel size. What "
@@ -371,7 +374,7 @@ def _log_tasks(ctx: GenContext) -> None:
     cfg = config_yaml({
         "model.tensor_model_parallel_size": 4, "model.context_parallel_size": 2, "model.sequence_parallel": True,
         "model.seq_length": 8192, "model.calculate_per_token_loss": True, "dataset.enable_offline_packing": True,
-        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.offline_packing_specs.pad_seq_to_mult": 4,
+        "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.offline_packing_specs.pad_seq_to_mult": 2,
         "train.global_batch_size": 8, "ddp.average_in_collective": False, "dist.world_size": 16,
     })
     report = validate_config(cfg)

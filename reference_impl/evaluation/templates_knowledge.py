@@ -503,7 +503,7 @@ MODEL_SUPPORT: tuple[tuple[str, str, str, str], ...] = (
      "With the sequence packing skill, tell me whether Gemma3-VL fine-tuning can use runtime in-batch packing."),
     ("implicit", "gemma3_vl", "in_batch",
      "For Gemma3-VL SFT, could I concatenate the samples of each micro-batch into one row to avoid padding?"),
-    ("implicit", "qwen_vl", "energon",
+    ("implicit", "qwen3_vl", "energon",
      "We fine-tune Qwen3-VL from Energon WebDataset shards. Can the loader combine several samples into each "
      "training sequence on the fly?"),
 )

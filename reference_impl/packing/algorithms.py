@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 ALGORITHMS: tuple[str, ...] = CHOICE_ALGORITHMS
 OVERSIZE_POLICIES: tuple[str, ...] = OVERSIZE_MODES
+_T = TypeVar("_T")
 
 # Best fit keeps one counter per free-space level, so its memory grows with the capacity.
 MAX_BFD_CAPACITY = MAX_PACK_LEN
@@ -316,6 +317,39 @@ def pack_lengths(
         oversize=over,
         truncated=truncated,
     )
+
+
+def pack_items(
+    items: Sequence[_T],
+    capacity: int,
+    algorithm: str = "best_fit_decreasing",
+    *,
+    item_lengths: Sequence[int] | np.ndarray | None = None,
+    seed: int = 0,
+    max_seqs_per_pack: int | None = None,
+    oversize: str = "error",
+) -> list[list[_T]]:
+    """Pack arbitrary payloads (samples, dicts, ids) into bins; returns the payloads grouped by bin.
+
+    By default every item is its own length (integers). Pass ``item_lengths`` (keyword only, one
+    token count per item, in the same order) to pack objects, as Megatron-Bridge's ``first_fit``
+    does; a different number of lengths and items is a ``UsageError``. The bins and the order inside
+    them are exactly those of :func:`pack_lengths` on the lengths; with ``oversize="report"`` the
+    items left out are not in any bin (``pack_lengths(...).oversize`` lists them).
+    """
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise UsageError(f"items must be a sequence, got {type(items).__name__}", field="items")
+    lengths = items if item_lengths is None else item_lengths
+    if item_lengths is not None and len(item_lengths) != len(items):
+        raise UsageError(
+            f"items and item_lengths must have the same number of entries, got {len(items)} and "
+            f"{len(item_lengths)}",
+            field="item_lengths",
+        )
+    result = pack_lengths(
+        lengths, capacity, algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack, oversize=oversize
+    )
+    return [[items[i] for i in b] for b in result.bins()]
 
 
 _Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # bin_ids, order, offsets, bin_sums

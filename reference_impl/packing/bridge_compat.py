@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reference_impl.arguments import is_int, positive_int
+from reference_impl.arguments import is_int, non_negative_int, positive_int
 from reference_impl.errors import PackingError, UsageError
 from reference_impl.packing.algorithms import as_length_array, first_fit_in_order, pack_lengths
 
@@ -139,9 +139,12 @@ def bridge_assign(
 
     ``first_fit`` keeps the given order, ``first_fit_decreasing`` sorts longest first (ties
     keep input order), ``first_fit_shuffle`` shuffles with ``rng`` (a ``RandomState`` or a
-    seed). An item longer than ``pack_size`` gets a bin of its own, as in Bridge.
+    seed). An item longer than ``pack_size`` gets a bin of its own, as in Bridge. ``pack_size=0`` is
+    accepted as in Bridge's ``first_fit``: every non-empty item gets its own bin and zero-length
+    items share the first bin that still has room (Bridge's strategy then fails computing its
+    metadata; :func:`bridge_packing_strategy` refuses 0 instead).
     """
-    pack_size = positive_int("pack_size", pack_size)
+    pack_size = non_negative_int("pack_size", pack_size)
     arr = as_length_array(lengths)
     if algorithm not in BRIDGE_ALGORITHMS:
         raise UsageError(
@@ -152,7 +155,7 @@ def bridge_assign(
     n = int(arr.shape[0])
     if n == 0:
         return []
-    if algorithm == "first_fit_decreasing" and int(arr.max()) <= pack_size:
+    if algorithm == "first_fit_decreasing" and pack_size > 0 and int(arr.max()) <= pack_size:
         return pack_lengths(arr, pack_size, "first_fit_decreasing").bins()
     if algorithm == "first_fit_shuffle":
         if rng is None:
@@ -176,6 +179,35 @@ def bridge_assign(
     flat_list = flat.tolist()
     offs = offsets.tolist()
     return [flat_list[offs[b] : offs[b + 1]] for b in range(nbins)]
+
+
+def bridge_pack_items(
+    items: Sequence[Any],
+    pack_size: int,
+    algorithm: str = "first_fit",
+    *,
+    item_lengths: Sequence[int] | np.ndarray | None = None,
+) -> list[list[Any]]:
+    """Bridge's ``first_fit`` / ``first_fit_decreasing`` over payloads: bins of the items themselves.
+
+    Without ``item_lengths`` the items are their own lengths; with it (keyword only, same number of
+    entries, else ``UsageError`` as Bridge's ValueError) any objects are packed by those lengths and
+    come back in Bridge's bin order, oversize items in bins of their own. Bridge's
+    ``first_fit_shuffle`` takes no item lengths, so neither does this.
+    """
+    if algorithm not in ("first_fit", "first_fit_decreasing"):
+        raise UsageError(
+            f"Bridge packs payloads with first_fit or first_fit_decreasing only, got {algorithm!r}",
+            field="algorithm",
+        )
+    if item_lengths is not None and len(item_lengths) != len(items):
+        raise UsageError(
+            f"items and item_lengths must have the same number of entries, got {len(items)} and "
+            f"{len(item_lengths)}",
+            field="item_lengths",
+        )
+    lengths = items if item_lengths is None else item_lengths
+    return [[items[i] for i in b] for b in bridge_assign(lengths, pack_size, algorithm)]
 
 
 def bridge_pack_metadata(
@@ -215,12 +247,14 @@ def bridge_pack_metadata(
 def bridge_packing_strategy(
     histogram: Sequence[int],
     pack_size: int,
-    algorithm: str = "first_fit_shuffle",
+    algorithm: str = "first_fit",
     *,
     rng: np.random.RandomState | int | None = None,
 ) -> tuple[list[list[int]], dict[str, int | float]]:
     """Bins of lengths plus Bridge's metadata, from a histogram of runtime lengths.
 
+    ``algorithm`` defaults to ``first_fit``, the default of Bridge's ``create_packing_strategy``
+    (Bridge's offline preparation, and :func:`bridge_pack_samples`, pass ``first_fit_shuffle``).
     The histogram is expanded to an ascending list of lengths and packed with ``algorithm``
     (``rng`` feeds ``first_fit_shuffle``). Lengths over ``pack_size`` get bins of their own,
     as in Bridge, and a warning; ``bridge_fill_assignment`` rejects such bins.

@@ -7,6 +7,10 @@ artifacts written by Megatron-Bridge pass ``pack_size``, ``pad_seq_to_mult`` and
 * ``max_num_samples``: an epoch-level sample mapping. ``E = ceil(max_num_samples / N)`` epochs,
   each a permutation of ``range(N)`` from ``numpy.random.default_rng(seed + epoch)`` (its own
   generator; the global numpy RNG is never touched), concatenated and cut to ``max_num_samples``.
+  With ``bridge_compat`` (default: what the seqpack manifest records, i.e. packs written with
+  ``--bridge-compat``) the mapping is Megatron-Bridge's instead: one legacy ``RandomState(seed)``
+  shuffles each epoch's ``range(N)`` in place, epoch after epoch, so the same seed gives Bridge's
+  data order (Bridge seeds the global numpy RNG with the dataset seed and shuffles with it).
 * Negative indices are *padding rows* (what a sampler emits to fill an incomplete last global
   batch): index ``-k`` reads the mapped (or physical) row ``len - k`` but its loss mask is all 0,
   so it contributes no loss.
@@ -45,6 +49,7 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         max_num_samples: int | None = None,
         seed: int = 1234,
         pad_seq_length_to_mult: int = 16,
+        bridge_compat: bool | None = None,
     ) -> None:
         from reference_impl.packing.offline import find_manifest
 
@@ -76,12 +81,22 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         self.pad_cu_seqlens = pad_cu_seqlens
         self.pad_seq_length_to_mult = pad_seq_length_to_mult
         self.seed = seed
-        self.mapping = None if max_num_samples is None else self._mapping(len(self.reader), max_num_samples, seed)
+        self.bridge_compat = bool(opts.get("bridge_compat", False)) if bridge_compat is None else bool(bridge_compat)
+        self.mapping = (
+            None if max_num_samples is None
+            else self._mapping(len(self.reader), max_num_samples, seed, bridge_compat=self.bridge_compat)
+        )
 
     @staticmethod
-    def _mapping(n: int, max_num_samples: int, seed: int) -> np.ndarray:
+    def _mapping(n: int, max_num_samples: int, seed: int, *, bridge_compat: bool = False) -> np.ndarray:
         max_num_samples = positive_int("max_num_samples", max_num_samples)
         epochs = -(-max_num_samples // n)
+        if bridge_compat:
+            rng = np.random.RandomState(seed)
+            rows = np.arange(n)[None, :].repeat(epochs, axis=0)
+            for row in rows:
+                rng.shuffle(row)
+            return rows.reshape(-1)[:max_num_samples].astype(np.int64)
         perms = [np.random.default_rng(seed + e).permutation(n) for e in range(epochs)]
         return np.concatenate(perms)[:max_num_samples].astype(np.int64)
 

@@ -41,6 +41,7 @@ from reference_impl.packing.thd import (
 __all__ = [
     "BRIDGE_OFFLINE_KEYS",
     "LEGACY_KEYS",
+    "causal_attention_masks",
     "collate_stored_row_canonical",
     "collate_stored_rows",
     "from_bridge_offline_batch",
@@ -617,12 +618,27 @@ def _aligned_sum(segments: Sequence[Mapping[str, Any]], m: int) -> int:
 
 
 def _stored_width(
-    content: Sequence[int], *, pack_size: int, pad_to_max_length: bool, pad_seq_length_to_mult: int
+    content: Sequence[int], *, pack_size: int, pad_to_max_length: bool, pad_seq_length_to_mult: int,
+    ceil_to_power_2: bool = False,
 ) -> int:
+    """Bridge's collate width: ``pack_size`` when fixed; else the longest row rounded up to
+    ``pad_seq_length_to_mult`` (or to the next power of two with ``ceil_to_power_2``), capped at
+    ``pack_size``."""
     if pad_to_max_length:
         return pack_size
     longest = max(content)
+    if ceil_to_power_2:
+        return min(pack_size, 1 << max(0, (longest - 1).bit_length()))
     return min(pack_size, -(-longest // pad_seq_length_to_mult) * pad_seq_length_to_mult)
+
+
+def causal_attention_masks(batch_size: int, width: int) -> torch.Tensor:
+    """Bridge's ``return_cu_seqlen=False`` mask: bool ``[B, 1, L, L]``, True above the diagonal (masked).
+
+    One causal mask over the whole row: packed sequences can attend to the ones before them.
+    """
+    upper = torch.ones(width, width, dtype=torch.bool).triu(1)
+    return upper.expand(batch_size, 1, width, width).clone()
 
 
 def _check_stored_args(
@@ -685,6 +701,8 @@ def collate_stored_rows(
     pack_metadata: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     answer_only_loss: bool = True,
     pad_seq_length_to_mult: int = 16,
+    ceil_to_power_2: bool = False,
+    return_cu_seqlen: bool = True,
 ) -> dict[str, Any]:
     """Collate stored packed rows into Bridge's offline batch form (``[B, L]``).
 
@@ -697,12 +715,18 @@ def collate_stored_rows(
     (padded keys iff ``pad_seq_to_mult > 1``). With ``pad_cu_seqlens`` the boundary arrays get the
     static size and ``max_seqlen`` the static value of :func:`static_shape_from_metadata`.
 
+    Bridge's two collate options: ``ceil_to_power_2`` rounds a free width up to the next power of
+    two instead of ``pad_seq_length_to_mult`` (still capped at ``pack_size``); with
+    ``return_cu_seqlen=False`` the batch carries no ``cu_seqlens_*`` / ``max_seqlen_*`` keys and
+    ``attention_mask`` is :func:`causal_attention_masks` (one causal mask over the whole row, so
+    packed sequences attend to earlier ones, exactly as in Bridge).
+
     Differs from Bridge (all on inputs Bridge mishandles): a stored segment whose runtime length
     is not a multiple of ``pad_seq_to_mult`` is aligned by the builder (Bridge leaves it unaligned,
     which Transformer Engine rejects under context parallelism); ``L`` not a multiple of
     ``pad_seq_to_mult`` raises AlignmentError; a row with more segments than the metadata's
     ``max_samples_per_bin`` raises instead of being left longer (quirk Q14); a stored segment with
-    fewer than two tokens raises ArtifactError; ``ceil_to_power_2`` widths are not offered.
+    fewer than two tokens raises ArtifactError.
     """
     _check_stored_args(pack_size, pad_seq_to_mult, eos_id, pad_seq_length_to_mult,
                        pad_to_max_length, pad_cu_seqlens, pack_metadata)
@@ -716,15 +740,20 @@ def collate_stored_rows(
     ]
     content = [_aligned_sum(segments, m) for segments in split]
     width = _stored_width(content, pack_size=pack_size, pad_to_max_length=pad_to_max_length,
-                          pad_seq_length_to_mult=pad_seq_length_to_mult)
+                          pad_seq_length_to_mult=pad_seq_length_to_mult, ceil_to_power_2=ceil_to_power_2)
     static = static_shape_from_metadata(pack_metadata, width) if pad_cu_seqlens else None
     batches = [
         _build_stored(segments, row_index=r, width=width, m=m, eos_id=eos_id, static=static)
         for r, segments in enumerate(split)
     ]
-    return to_bridge_offline_batch(
+    out = to_bridge_offline_batch(
         batches, emit_padded_keys=m > 1, pad_cu_seqlens=pad_cu_seqlens, token_counts=content
     )
+    if not return_cu_seqlen:
+        for key in [k for k in out if k.startswith(("cu_seqlens", "max_seqlen"))]:
+            del out[key]
+        out["attention_mask"] = causal_attention_masks(len(rows), width)
+    return out
 
 
 def collate_stored_row_canonical(
@@ -739,6 +768,7 @@ def collate_stored_row_canonical(
     answer_only_loss: bool = True,
     pad_seq_length_to_mult: int = 16,
     row_index: int = 0,
+    ceil_to_power_2: bool = False,
 ) -> dict[str, Any]:
     """One stored packed row -> one canonical THD micro-batch (micro-batch size 1).
 
@@ -758,7 +788,7 @@ def collate_stored_row_canonical(
                                    answer_only_loss=answer_only_loss, row_index=row_index)
     width = _stored_width([_aligned_sum(segments, m)], pack_size=pack_size,
                           pad_to_max_length=pad_to_max_length,
-                          pad_seq_length_to_mult=pad_seq_length_to_mult)
+                          pad_seq_length_to_mult=pad_seq_length_to_mult, ceil_to_power_2=ceil_to_power_2)
     static = static_shape_from_metadata(pack_metadata, width) if pad_cu_seqlens else None
     return _build_stored(
         segments, row_index=row_index, width=width, m=m, eos_id=eos_id, static=static

@@ -8,6 +8,12 @@ rank holds ``T/CP`` tokens, and sequence ``i`` occupies ``[cu[i]/CP, cu[i+1]/CP)
 Transformer Engine only asserts the divisibility of every boundary inside its CUDA kernel; here a
 violation is an :class:`AlignmentError` that names the sequence, its length, the required multiple
 and the fix (pad each sequence to ``pad_seq_to_mult`` from ``derive_alignment``).
+
+As in Transformer Engine (``thd_get_partitioned_indices`` checks ``kInt32``), boundary *tensors*
+must be int32: an int64 tensor is an :class:`InputError` here, not a silent conversion. Python lists
+and numpy arrays are read as values. ``slice_thd_batch_for_cp(..., cp_group=g)`` also checks that
+the process group's rank and size are the ones requested, as Megatron-Bridge's packed CP
+partitioning does.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ def thd_partition_indices(
     [0, 1, 6, 7, 8, 11, 12, 15]
     """
     cp_size, cp_rank = _check_topology(cp_size, cp_rank)
+    _check_int32(cu_seqlens_padded, "cu_seqlens_padded")
     cu = boundary_vector(cu_seqlens_padded, "cu_seqlens_padded")
     check_boundaries(cu, "cu_seqlens_padded")
     cu = cu.to(torch.int64)
@@ -97,31 +104,63 @@ def thd_partition_indices(
     return cu[:-1][seq] + chunk_index * c + within - second.to(torch.int64) * c
 
 
+def _check_int32(value: Any, field: str) -> None:
+    if isinstance(value, torch.Tensor) and value.dtype != torch.int32:
+        raise InputError(
+            f"{field} is a {value.dtype} tensor; Transformer Engine's THD partition only takes int32 boundaries",
+            field=field,
+            fix="build boundaries as int32 (the canonical THD batch does), or convert with .to(torch.int32)",
+        )
+
+
+def _check_group(cp_group: Any, cp_size: int, cp_rank: int) -> None:
+    """The process group must be the one the caller names (Megatron-Bridge's packed CP partitioning check)."""
+    if cp_group is None:
+        return
+    try:
+        g_rank, g_size = int(cp_group.rank()), int(cp_group.size())
+    except (AttributeError, TypeError) as exc:
+        raise UsageError(f"cp_group must be a process group with rank() and size(): {exc}", field="cp_group") from exc
+    if (g_rank, g_size) != (cp_rank, cp_size):
+        raise UsageError(
+            f"the context-parallel group has rank {g_rank} and size {g_size}, but rank {cp_rank} and size "
+            f"{cp_size} were requested",
+            field="cp_group",
+            fix="pass the CP group of this rank, or the rank and size it reports",
+        )
+
+
 def _is_metadata(key: str) -> bool:
     return key.startswith(("cu_seqlens", "max_seqlen")) or key.endswith("_argmin") or key in CP_METADATA_KEYS
 
 
-def slice_thd_batch_for_cp(batch: Mapping[str, Any], cp_size: int, cp_rank: int) -> dict[str, Any]:
+def slice_thd_batch_for_cp(
+    batch: Mapping[str, Any], cp_size: int, cp_rank: int, *, cp_group: Any = None
+) -> dict[str, Any]:
     """The part of a packed THD micro-batch that CP rank ``cp_rank`` holds.
 
     Every per-token tensor (``[1, T, ...]``: tokens, labels, loss_mask, position_ids, padding_mask,
     extra keys) is index-selected along dim 1 with :func:`thd_partition_indices` over the padded
     boundaries (the real ones when no padded array exists; legacy ``cu_seqlens`` trimmed before
     its sentinels). Boundary arrays and ``max_seqlen*`` stay global; non-tensor values and
-    ``None`` are copied. With ``cp_size == 1`` a shallow copy is returned.
+    ``None`` are copied. With ``cp_size == 1`` a shallow copy is returned. ``cp_group`` (a process
+    group, optional) must report exactly ``cp_rank`` and ``cp_size``. Boundary tensors must be int32.
     """
     cp_size, cp_rank = _check_topology(cp_size, cp_rank)
+    _check_group(cp_group, cp_size, cp_rank)
     if not isinstance(batch, Mapping):
         raise UsageError(f"batch must be a mapping of names to tensors, got {type(batch).__name__}")
     out = dict(batch)
     if cp_size == 1:
         return out
     physical = physical_boundaries_for_cp(batch)
+    for key in ("cu_seqlens_q_padded", "cu_seqlens_q", "cu_seqlens", "cu_seqlens_kv_padded", "cu_seqlens_kv"):
+        _check_int32(batch.get(key), key)
     tokens = batch.get("tokens")
     if not isinstance(tokens, torch.Tensor):
         raise InputError("batch has no tokens tensor to slice", field="tokens")
     total = int(tokens.shape[1])
-    index = thd_partition_indices(physical, cp_size, cp_rank, total_tokens=total)
+    index = thd_partition_indices(physical.to(torch.int32), cp_size, cp_rank, total_tokens=total)
     for key, value in batch.items():
         if _is_metadata(key) or not isinstance(value, torch.Tensor):
             continue

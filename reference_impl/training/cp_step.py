@@ -112,7 +112,7 @@ def cp_forward(
     tokens = _row(local_batch, "tokens")
     layout = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp_size)
     indices = [
-        thd_partition_indices(layout.physical, cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)
+        thd_partition_indices(layout.physical.to(torch.int32), cp_size, r, total_tokens=layout.total_tokens) for r in range(cp_size)
     ]
     queries = indices[cp_rank]
     use_exchange = exchange_kv and cp_size > 1

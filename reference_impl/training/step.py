@@ -208,7 +208,7 @@ def cp_rank_pieces(
     """
     pieces = []
     for rank in range(cp_size):
-        index = thd_partition_indices(physical, cp_size, rank, total_tokens=token_losses.shape[0])
+        index = thd_partition_indices(physical.to(torch.int32), cp_size, rank, total_tokens=token_losses.shape[0])
         index = index.to(token_losses.device)
         pieces.append(masked_loss_pieces(token_losses[index], loss_mask[index]))
     return pieces

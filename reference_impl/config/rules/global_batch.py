@@ -1,0 +1,301 @@
+"""Global-batch online packing: the runtime THD constraints of the global-batch scheduler."""
+
+from __future__ import annotations
+
+from reference_impl.config.resolve import Resolved
+from reference_impl.config.rules.common import BRIDGE_CC, GLOBAL, flag_mismatch, global_on
+from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, MLM_DEV, bridge_guide, mcore
+from reference_impl.config.rules.registry import rule
+
+FAMILY = "global_batch"
+
+#: Scheduler names the validator accepts (Megatron-Core registers dp_balanced; balanced is seqpack's).
+KNOWN_SCHEDULERS = ("dp_balanced", "balanced")
+
+
+@rule(
+    "PACK-GLOBAL-MBS1",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing requires micro_batch_size=1",
+    fields=("dataset.enable_global_batch_packing", "train.micro_batch_size"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (runtime THD constraints)",
+    fix="Set train.micro_batch_size=1; the scheduler decides how many micro-batches a step runs.",
+    trigger={**GLOBAL, "train.micro_batch_size": 2},
+    fixed={"train.micro_batch_size": 1},
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule_utils.py",
+        61,
+        "shape[0] == 1",
+        "wrap_data_iterator asserts one sample per collated entry (MBS 1)",
+    ),
+)
+def global_mbs1(r: Resolved) -> str | None:
+    if global_on(r) and r.cfg.train.micro_batch_size != 1:
+        return f"global-batch packing requires train.micro_batch_size=1 (got {r.cfg.train.micro_batch_size})"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-PER-TOKEN-LOSS",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing requires calculate_per_token_loss=true",
+    fields=("dataset.enable_global_batch_packing", "model.calculate_per_token_loss"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (runtime THD constraints)",
+    fix="Set model.calculate_per_token_loss=true.",
+    trigger={**GLOBAL, "model.calculate_per_token_loss": False},
+    fixed={"model.calculate_per_token_loss": True},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate requires per-token loss for global-batch packing",
+    ),
+)
+def global_per_token_loss(r: Resolved) -> str | None:
+    bad = flag_mismatch(r, "model.calculate_per_token_loss", True) if global_on(r) else None
+    return f"global-batch packing requires {bad}" if bad else None
+
+
+@rule(
+    "PACK-GLOBAL-AVG-COLLECTIVE",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing requires ddp.average_in_collective=false",
+    fields=("dataset.enable_global_batch_packing", "ddp.average_in_collective"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (runtime THD constraints)",
+    fix="Set ddp.average_in_collective=false.",
+    trigger={**GLOBAL, "ddp.average_in_collective": True},
+    fixed={"ddp.average_in_collective": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate requires average_in_collective=False"),
+)
+def global_avg_collective(r: Resolved) -> str | None:
+    bad = flag_mismatch(r, "ddp.average_in_collective", False) if global_on(r) else None
+    return f"global-batch packing requires {bad}" if bad else None
+
+
+@rule(
+    "PACK-GLOBAL-NO-CUDA-GRAPHS",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing does not support CUDA graphs",
+    fields=("dataset.enable_global_batch_packing", "model.cuda_graph_impl"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (runtime THD constraints)",
+    fix="Set model.cuda_graph_impl=none (pack shapes change every step).",
+    trigger={**GLOBAL, "model.cuda_graph_impl": "local"},
+    fixed={"model.cuda_graph_impl": "none"},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate rejects CUDA graphs with global-batch packing",
+    ),
+)
+def global_no_graphs(r: Resolved) -> str | None:
+    if global_on(r) and r.any_graph:
+        return f"global-batch packing does not support CUDA graphs (cuda_graph_impl={r.cfg.model.cuda_graph_impl})"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-NO-PP",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing does not support pipeline parallelism",
+    fields=("dataset.enable_global_batch_packing", "model.pipeline_model_parallel_size"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (runtime THD constraints)",
+    fix="Set pipeline_model_parallel_size=1.",
+    trigger={**GLOBAL, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
+    fixed={"model.pipeline_model_parallel_size": 1},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate rejects pipeline parallelism with global-batch packing",
+    ),
+)
+def global_no_pp(r: Resolved) -> str | None:
+    if global_on(r) and r.pp > 1:
+        return f"global-batch packing does not support pipeline parallelism (pipeline_model_parallel_size={r.pp})"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-NO-VPP",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing does not support virtual pipeline parallelism",
+    fields=("dataset.enable_global_batch_packing", "model.virtual_pipeline_model_parallel_size"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Unset model.virtual_pipeline_model_parallel_size.",
+    trigger={**GLOBAL, "model.virtual_pipeline_model_parallel_size": 2},
+    fixed={"model.virtual_pipeline_model_parallel_size": None},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects virtual pipeline parallelism"),
+)
+def global_no_vpp(r: Resolved) -> str | None:
+    vpp = r.cfg.model.virtual_pipeline_model_parallel_size
+    if global_on(r) and vpp is not None:
+        return f"global-batch packing does not support virtual pipeline parallelism (virtual_pipeline_model_parallel_size={vpp})"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-DATALOADER",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing needs the single or cyclic dataloader",
+    fields=("dataset.enable_global_batch_packing", "dataset.dataloader_type"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Set dataset.dataloader_type=single (or cyclic).",
+    trigger={**GLOBAL, "dataset.dataloader_type": "batch"},
+    fixed={"dataset.dataloader_type": "single"},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate requires a single or cyclic dataloader"),
+)
+def global_loader(r: Resolved) -> str | None:
+    if global_on(r) and r.dataloader_type not in ("single", "cyclic"):
+        return f"global-batch packing needs dataloader_type single or cyclic (got {r.dataloader_type})"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-MAX-SEQLEN-REQUIRED",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing needs an explicit max_seqlen_per_dp_cp_rank",
+    fields=("dataset.enable_global_batch_packing", "model.max_seqlen_per_dp_cp_rank"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Set model.max_seqlen_per_dp_cp_rank (e.g. ceil(seq_length / CP)).",
+    trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": None},
+    fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule.py",
+        424,
+        "max_seqlen_per_dp_cp_rank",
+        "the dp_balanced scheduler multiplies max_seqlen_per_dp_cp_rank by CP; None raises TypeError",
+    ),
+)
+def global_max_required(r: Resolved) -> str | None:
+    if global_on(r) and r.cfg.model.max_seqlen_per_dp_cp_rank is None:
+        return "global-batch packing needs an explicit model.max_seqlen_per_dp_cp_rank (tokens per rank per pack)"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-CAPACITY",
+    family=FAMILY,
+    severity="error",
+    title="max_seqlen_per_dp_cp_rank * CP must cover the longest sample (seq_length)",
+    fields=("model.max_seqlen_per_dp_cp_rank", "model.context_parallel_size", "model.seq_length"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Raise max_seqlen_per_dp_cp_rank to at least ceil(seq_length / CP).",
+    trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": 1024},
+    fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
+    upstream_check=mcore(
+        "megatron/training/arguments.py",
+        1795,
+        "max_seqlen_per_dp_cp_rank",
+        "validate_args asserts CP * max_seqlen_per_dp_cp_rank >= seq_length",
+        commit=MLM_DEV,
+    ),
+)
+def global_capacity(r: Resolved) -> str | None:
+    cap = r.cfg.model.max_seqlen_per_dp_cp_rank
+    if global_on(r) and cap is not None and cap * r.cp < r.seq_length:
+        return (
+            f"model.max_seqlen_per_dp_cp_rank*context_parallel_size = {cap}*{r.cp} = {cap * r.cp} is smaller than "
+            f"seq_length={r.seq_length}, so the longest sample cannot fit in one pack"
+        )
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-NO-HYBRID",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing does not support hybrid Mamba models",
+    fields=("dataset.enable_global_batch_packing", "model.is_hybrid_model"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Use another packing path for hybrid models.",
+    trigger={**GLOBAL, "model.is_hybrid_model": True},
+    fixed={"model.is_hybrid_model": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects Mamba hybrid models"),
+)
+def global_no_hybrid(r: Resolved) -> str | None:
+    if global_on(r) and r.cfg.model.is_hybrid_model:
+        return "global-batch packing does not support hybrid Mamba models (model.is_hybrid_model=true)"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-NO-FSDP",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing does not support Megatron FSDP",
+    fields=("dataset.enable_global_batch_packing", "ddp.use_megatron_fsdp"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (global-batch packing requirements)",
+    fix="Disable ddp.use_megatron_fsdp.",
+    trigger={**GLOBAL, "ddp.use_megatron_fsdp": True},
+    fixed={"ddp.use_megatron_fsdp": False},
+    upstream_check=bridge_guide(GLOBAL_BATCH_GUIDE, "ConfigContainer.validate rejects Megatron FSDP"),
+)
+def global_no_fsdp(r: Resolved) -> str | None:
+    if global_on(r) and r.cfg.ddp.use_megatron_fsdp:
+        return "global-batch packing does not support Megatron FSDP (ddp.use_megatron_fsdp=true)"
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-UNPACKED-SAMPLES",
+    family=FAMILY,
+    severity="error",
+    title="global-batch packing needs a dataset that yields unpacked samples",
+    fields=("dataset.enable_global_batch_packing", "dataset.kind", "dataset.yields_unpacked_samples"),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} (yields_unpacked_samples)",
+    fix="Use a GPT-SFT dataset (it yields unpacked samples) or declare yields_unpacked_samples for yours.",
+    trigger={**GLOBAL, "dataset.kind": "direct_hf"},
+    fixed={"dataset.kind": "gpt_sft"},
+    upstream_check=bridge_guide(
+        GLOBAL_BATCH_GUIDE,
+        "ConfigContainer.validate checks the dataset config declares yields_unpacked_samples",
+    ),
+)
+def global_unpacked(r: Resolved) -> str | None:
+    if global_on(r) and not r.cfg.yields_unpacked_samples:
+        return (
+            f"the '{r.cfg.dataset.kind}' dataset does not declare yields_unpacked_samples, which the global-batch "
+            "scheduler needs (one unpacked sample per MBS1 micro-batch)"
+        )
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-SCHEDULER",
+    family=FAMILY,
+    severity="error",
+    title="sequence_packing_scheduler must name a registered scheduler",
+    fields=("model.sequence_packing_scheduler",),
+    provenance="upstream",
+    source=f"{BRIDGE_CC} checks the pinned Megatron-Core registers it",
+    fix="Use dp_balanced (Megatron-Core) or balanced (seqpack).",
+    trigger={**GLOBAL, "model.sequence_packing_scheduler": "default_dynamic_cp"},
+    fixed={"model.sequence_packing_scheduler": "dp_balanced"},
+    note="'balanced' exists only in seqpack; Megatron-Core registers dp_balanced.",
+    upstream_check=mcore(
+        "megatron/core/datasets/data_schedule.py",
+        711,
+        "PackingSchedulerEnum",
+        "wrap_data_iterator looks the name up in PackingSchedulerEnum; an unknown name raises KeyError",
+    ),
+)
+def global_scheduler(r: Resolved) -> str | None:
+    sched = r.cfg.model.sequence_packing_scheduler
+    if global_on(r) and sched is not None and sched not in KNOWN_SCHEDULERS:
+        return f"model.sequence_packing_scheduler={sched} is not a registered scheduler ({', '.join(KNOWN_SCHEDULERS)})"
+    return None

@@ -1,0 +1,100 @@
+"""Read upstream snapshots (bare git mirrors) when they are on this machine.
+
+The mirrors are what the ``fetch`` tool leaves under ``/work/.mirror/<owner>+<name>/repo``; set
+``SEQPACK_UPSTREAM_MIRROR`` to another directory with the same layout. Nothing is vendored: tests
+that need a snapshot skip, with the reason, when it is absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+MIRROR_ROOT = Path(os.environ.get("SEQPACK_UPSTREAM_MIRROR", "/work/.mirror"))
+
+
+@functools.lru_cache(maxsize=None)
+def mirror(full_name: str) -> Path | None:
+    """The bare git directory of ``owner/name``, or None when it is not here."""
+    path = MIRROR_ROOT / full_name.replace("/", "+") / "repo"
+    if not (path / "HEAD").is_file():
+        return None
+    return path
+
+
+def skip_reason(full_name: str) -> str:
+    """Why a snapshot test is skipped."""
+    return (
+        f"upstream snapshot {full_name} is not on this machine (looked in {MIRROR_ROOT}; fetch it, or set "
+        "SEQPACK_UPSTREAM_MIRROR)"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def git_show(full_name: str, commit: str, path: str) -> str | None:
+    """Text of ``path`` at ``commit`` in the snapshot, or None when the snapshot or the file is missing."""
+    repo = mirror(full_name)
+    if repo is None:
+        return None
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), "show", f"{commit}:{path}"], capture_output=True, text=True, check=False
+    )
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_ls(full_name: str, commit: str, prefix: str) -> list[str]:
+    """Files under ``prefix`` at ``commit`` (empty when the snapshot is missing)."""
+    repo = mirror(full_name)
+    if repo is None:
+        return []
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), "ls-tree", "-r", "--name-only", commit, "--", prefix],
+        capture_output=True, text=True, check=False,
+    )
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def resolve_commit(full_name: str, rev: str) -> str | None:
+    """Full hash of ``rev`` in the snapshot, or None."""
+    repo = mirror(full_name)
+    if repo is None:
+        return None
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True, text=True, check=False,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
+#: The Megatron-Bridge commit the upstream tests run against (main, 2026-08-22).
+BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+
+
+def load_bridge_packing_algorithms():
+    """Megatron-Bridge's ``data/packing/algorithms.py`` at :data:`BRIDGE_COMMIT`, as a module, or None.
+
+    The source is read from the snapshot and executed here (it needs numpy and tqdm); its one Bridge
+    import (a safe ``.npy`` loader the packing functions do not use) is stubbed for the load.
+    """
+    import sys
+    import types
+
+    source = git_show(BRIDGE, BRIDGE_COMMIT, "src/megatron/bridge/data/packing/algorithms.py")
+    if source is None:
+        return None
+    stub = types.ModuleType("megatron.bridge.utils.safe_pickle")
+    stub.safe_load_npy = lambda *a, **k: None
+    previous = sys.modules.get(stub.__name__)
+    sys.modules[stub.__name__] = stub
+    try:
+        module = types.ModuleType("bridge_packing_algorithms")
+        exec(compile(source, "bridge:data/packing/algorithms.py", "exec"), module.__dict__)  # noqa: S102 - tests only
+    finally:
+        if previous is None:
+            sys.modules.pop(stub.__name__, None)
+        else:
+            sys.modules[stub.__name__] = previous
+    return module
