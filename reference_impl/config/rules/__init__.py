@@ -34,6 +34,7 @@ from reference_impl.config.rules import (  # noqa: F401
     global_batch,
     in_batch,
     model,
+    moe,
     offline,
     topology,
 )
@@ -42,7 +43,8 @@ from reference_impl.config.rules.registry import FAMILIES, Provenance, Rule, Sev
 #: The family modules, one per entry of :data:`FAMILIES`.
 FAMILY_MODULES = {
     m.FAMILY: m
-    for m in (topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, model, dataset)
+    for m in (topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, model, moe,
+              dataset)
 }
 
 RULES: tuple[Rule, ...] = assemble()

@@ -30,6 +30,7 @@ FAMILIES: dict[str, str] = {
     "energon": "Energon online packing",
     "global_batch": "Global-batch online packing",
     "model": "MTP and model families",
+    "moe": "MoE and MTP with packing",
     "dataset": "Dataset and dataloader",
 }
 
