@@ -114,3 +114,49 @@ def test_capacity_warning_only_when_packed() -> None:
     report = validate_config(None, OFFLINE + cap)
     finding = next(f for f in report.warnings if f.rule_id == "MOE-CAPACITY-PACKING")
     assert "1.25" in finding.message
+
+
+# --- plan: dispatch padding overhead --------------------------------------------------------------
+
+
+def test_dispatch_overhead_by_hand() -> None:
+    import numpy as np
+
+    from reference_impl.planning import dispatch_overhead
+
+    real, aligned = np.array([100, 60, 30]), np.array([104, 64, 32])
+    a2a = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="alltoall", ep=3))
+    assert a2a["mean_dispatched_per_rank"] == pytest.approx(200 / 3)
+    assert a2a["dispatch_padding_share"] == pytest.approx(1 - 190 / 200)
+    assert a2a["dispatcher_padding_share"] == 0.0
+    fixed = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="alltoall", ep=3, fixed_width=128))
+    assert fixed["dispatch_padding_share"] == pytest.approx(1 - 190 / 384)
+    # eager HybridEP: 104 -> 128, 64 -> 64, 32 -> 64 tokens, then every rank of the one EP group sends the max
+    group = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="hybridep", ep=3))
+    assert group["max_dispatched_per_rank"] == 128 and group["mean_dispatched_per_rank"] == 128
+    assert group["dispatcher_padding_share"] == pytest.approx((384 - 200) / 384)
+    alone = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="hybridep", ep=1))
+    assert alone["mean_dispatched_per_rank"] == pytest.approx(256 / 3)
+    # CP=2 halves what each rank sends: 52, 32, 16 tokens -> 64 each under the chunk
+    cp2 = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="hybridep", ep=1, cp=2))
+    assert cp2["mean_dispatched_per_rank"] == 64 and cp2["tokens_divisor"] == 2
+
+
+def test_plan_rows_carry_the_dispatch_overhead() -> None:
+    from reference_impl.verbs import PlanOptions, plan
+
+    lengths = [900, 300, 1500, 700, 2000, 120, 3000, 800]
+    dense = plan(PlanOptions(lengths=lengths, candidates=(2048, 4096), token_slots=8192))
+    assert all(r.dispatch is None for r in dense.rows) and dense.moe is None
+    moe = plan(PlanOptions(lengths=lengths, candidates=(2048, 4096), token_slots=8192, moe_dispatcher="hybridep",
+                           ep=2, tp=2, sp=True, cp=2))
+    row = moe.row(4096)
+    assert row.dispatch["width_rule"] == "uneven_padded" and row.dispatch["tokens_divisor"] == 4
+    assert 0 < row.dispatch["dispatcher_padding_share"] <= row.dispatch["dispatch_padding_share"] < 1
+    fixed = plan(PlanOptions(lengths=lengths, candidates=(4096,), token_slots=8192, moe_dispatcher="alltoall",
+                             ep=2, pad_to_max_length=True))
+    d = fixed.rows[0].dispatch
+    assert d["width_rule"] == "fixed" and d["max_dispatched_per_rank"] == 4096
+    assert d["dispatch_padding_share"] == pytest.approx(fixed.rows[0].padding_waste_share)
+    with pytest.raises(Exception, match="moe_dispatcher"):
+        plan(PlanOptions(lengths=lengths, moe_dispatcher="ring"))

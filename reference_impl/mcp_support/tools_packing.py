@@ -46,6 +46,7 @@ from reference_impl.limits import (
     MAX_STEPS_SHOWN,
     MAX_TOKEN_SLOTS,
 )
+from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.mcp_support.hints import WRITES
 from reference_impl.mcp_support.registry import roots_of, tool
 from reference_impl.packing.global_batch.report import GlobalBatchReport
@@ -127,6 +128,11 @@ def plan_pack_length(
     schema: Annotated[SchemaOption, Field(description="row schema of jsonl_path")] = "auto",
     tokenizer_path: Annotated[str | None, Field(description="tokenizer.json for jsonl_path (default: bytes)",
                                                 max_length=MAX_PATH_CHARS)] = None,
+    moe_dispatcher: Annotated[literal(DISPATCHERS) | None,  # type: ignore[valid-type]
+                              Field(description="an MoE model's token dispatcher: adds the dispatch padding "
+                                                "overhead to every row")] = None,
+    ep: Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE, description="expert-parallel size")] = 1,
+    pad_to_max_length: Annotated[bool, Field(description="fixed-width packs (every pack pack_len wide)")] = False,
 ) -> PackPlan:
     """Compare candidate pack lengths at equal token slots per step and recommend one.
 
@@ -135,6 +141,8 @@ def plan_pack_length(
     >= DP, pack_len a multiple of pad_seq_to_mult) and a simulated packing of the aligned
     lengths: packs, lower bound, token efficiency, padding waste, sequences per pack, samples
     too long, optimizer steps per epoch. The rule behind the recommendation is returned too.
+    With moe_dispatcher, each row also gives the MoE dispatch width rule and the share of
+    dispatched tokens that are padding.
     """
     jsonl = str(roots_of(ctx).resolve_inputs(jsonl_path, field="jsonl_path")) if jsonl_path is not None else None
     return plan(PlanOptions(
@@ -142,6 +150,7 @@ def plan_pack_length(
         candidates=tuple(candidates), token_slots=token_slots, dp=dp, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, algorithm=algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack,
         truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"),
+        moe_dispatcher=moe_dispatcher, ep=ep, pad_to_max_length=pad_to_max_length,
     ))
 
 

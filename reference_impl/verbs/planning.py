@@ -10,6 +10,7 @@ from typing import Any
 from reference_impl.alignment import DEFAULT_PACK_LENGTHS
 from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
+from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.errors import UsageError
 from reference_impl.limits import (
     MAX_CANDIDATES,
@@ -17,6 +18,7 @@ from reference_impl.limits import (
     MAX_INLINE_LENGTHS,
     MAX_MIX_LENGTH,
     MAX_PACK_LEN,
+    MAX_PARALLEL_SIZE,
     MAX_PLAN_SAMPLES,
     MAX_SEQS_PER_PACK,
     MAX_TOKEN_SLOTS,
@@ -34,6 +36,8 @@ class PlanOptions(AlignedOptions):
     """The lengths (exactly one of ``lengths``, ``histogram``, ``jsonl`` or a synthetic ``mix``), the
     candidates, token slots and DP, the topology (or an explicit ``pad_seq_to_mult``) and the packing
     settings. ``schema`` and ``tokenizer`` apply to ``jsonl``; ``n``, ``max_len`` and ``seed`` to ``mix``.
+    ``moe_dispatcher`` (``alltoall``, ``allgather``, ``deepep`` or ``hybridep``) adds every row's MoE
+    dispatch overhead for expert-parallel size ``ep``, with fixed-width packs when ``pad_to_max_length``.
     """
 
     lengths: Sequence[int] | None = None
@@ -51,6 +55,9 @@ class PlanOptions(AlignedOptions):
     truncation: str = "right"
     schema: str = "auto"
     tokenizer: Any = None
+    moe_dispatcher: str | None = None
+    ep: int = 1
+    pad_to_max_length: bool = False
 
 
 def plan(options: PlanOptions) -> PackPlan:
@@ -67,6 +74,7 @@ def plan(options: PlanOptions) -> PackPlan:
     check_choice("algorithm", options.algorithm, ALGORITHMS)
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
     check_choice("schema", options.schema, SCHEMA_OPTIONS)
+    check_choice("moe_dispatcher", options.moe_dispatcher, DISPATCHERS, allow_none=True)
     candidates = int_list("candidates", options.candidates, maximum=MAX_PACK_LEN, most=MAX_CANDIDATES)
     lengths = options.lengths
     if lengths is not None and len(lengths) > MAX_INLINE_LENGTHS:
@@ -104,4 +112,10 @@ def plan(options: PlanOptions) -> PackPlan:
         truncation=options.truncation,
         schema=schema,
         tokenizer=options.tokenizer,
+        moe_dispatcher=options.moe_dispatcher,
+        ep=positive_int("ep", options.ep, maximum=MAX_PARALLEL_SIZE),
+        tp=options.topology.tp,
+        cp=options.topology.cp,
+        sp=options.topology.sp,
+        pad_to_max_length=bool(options.pad_to_max_length),
     )
