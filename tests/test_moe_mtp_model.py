@@ -293,3 +293,34 @@ def test_mtp_needs_streams_of_the_right_shape(model: TinyGPT) -> None:
         model.mtp_logits(hidden, streams, mask)
     with pytest.raises(UsageError):
         TinyGPT(seed=1).mtp_logits(hidden, streams, mask)
+
+
+def test_moe_layer_on_a_stack_equals_each_row_alone() -> None:
+    from reference_impl.training.moe import MoEMLP
+
+    cfg = MoEConfig(num_experts=4, topk=2, capacity_factor=1.0)
+    gen = torch.Generator().manual_seed(2)
+    layer = MoEMLP(cfg, 8, lambda *shape, around_one=False: torch.nn.Parameter(
+        torch.randn(*shape, generator=gen, dtype=torch.float64)))
+    x = torch.randn(3, 10, 8, generator=gen, dtype=torch.float64)
+    padding = torch.zeros(3, 10, dtype=torch.bool)
+    padding[0, 7:] = True
+    padding[2, 4:6] = True
+    stacked = Routing(padding_mask=padding)
+    out = layer(x, stacked)
+    rows = []
+    for b in range(3):
+        alone = Routing(padding_mask=padding[b])
+        assert torch.allclose(layer(x[b], alone), out[b], rtol=0, atol=1e-14)
+        rows.append(alone.stats[0])
+        assert torch.equal(stacked.stats[0].select(b).expert_load, alone.stats[0].expert_load)
+    total = stacked.stats[0].sum_rows([0, 2])
+    assert torch.allclose(total.aux_loss(cfg), (rows[0] + rows[2]).aux_loss(cfg), rtol=1e-14)
+
+
+def test_roll_in_segments_on_a_stack() -> None:
+    from reference_impl.training.mtp import roll_in_segments
+
+    values = torch.arange(1, 13).reshape(2, 6)
+    segments = torch.tensor([[0, 0, 0, -1, 1, 1], [0, 0, 1, 1, 1, -1]])
+    assert roll_in_segments(values, segments).tolist() == [[2, 3, 0, 0, 6, 0], [8, 0, 10, 11, 0, 0]]

@@ -116,17 +116,23 @@ def expert_capacity(num_tokens: int, topk: int, num_experts: int, capacity_facto
 def load_balancing_loss(
     score_sum: torch.Tensor, tokens_per_expert: torch.Tensor, topk: int, coeff: float
 ) -> torch.Tensor:
-    """Switch load-balancing loss from its sums (Megatron-Core's formula; 0 when no token counts)."""
-    num_tokens = tokens_per_expert.sum() / topk
-    if float(num_tokens) == 0:
-        return score_sum.sum() * 0
+    """Switch load-balancing loss from its sums (Megatron-Core's formula), per leading index; 0 where no token counts.
+
+    ``score_sum`` and ``tokens_per_expert`` are ``[..., E]``; the token count is
+    ``tokens_per_expert.sum(-1) / topk``. Megatron-Core divides by that count squared without a
+    guard, so an all-padding micro-batch gives NaN there.
+    """
+    num_tokens = tokens_per_expert.sum(dim=-1) / topk
     num_experts = score_sum.shape[-1]
-    return (score_sum * tokens_per_expert).sum() * (num_experts * coeff / (topk * num_tokens * num_tokens))
+    scale = num_experts * coeff / (topk * num_tokens.clamp(min=1) ** 2)
+    loss = (score_sum * tokens_per_expert).sum(dim=-1) * scale
+    return torch.where(num_tokens > 0, loss, torch.zeros_like(loss))
 
 
 def z_loss(z_sum: torch.Tensor, num_tokens: torch.Tensor | float, coeff: float) -> torch.Tensor:
-    """Router z-loss from its sum: ``coeff * z_sum / max(num_tokens, 1)``."""
-    return z_sum / max(float(num_tokens), 1.0) * coeff
+    """Router z-loss from its sum: ``coeff * z_sum / max(num_tokens, 1)`` (per leading index)."""
+    count = torch.as_tensor(num_tokens, dtype=z_sum.dtype, device=z_sum.device).clamp(min=1)
+    return z_sum / count * coeff
 
 
 def updated_expert_bias(load: torch.Tensor, bias: torch.Tensor, rate: float) -> torch.Tensor:
@@ -174,7 +180,7 @@ class RouterStats:
                            self.dispatched, self.dispatched_padding, self.dropped)
 
     def vector(self) -> torch.Tensor:
-        """Every sum in one float64 vector (for an all-reduce over a context-parallel group)."""
+        """Every sum of one micro-batch in one float64 vector (for an all-reduce over a context-parallel group)."""
         return torch.cat([self.num_tokens.reshape(1), self.tokens_per_expert, self.score_sum, self.z_sum.reshape(1),
                           self.expert_load]).to(torch.float64)
 
@@ -184,6 +190,18 @@ class RouterStats:
         e = num_experts
         return cls(vector[0], vector[1 : 1 + e], vector[1 + e : 1 + 2 * e], vector[1 + 2 * e],
                    vector[2 + 2 * e : 2 + 3 * e])
+
+    def select(self, index: Any) -> RouterStats:
+        """The statistics of the rows ``index`` (stats of a stack of rows carry a leading row dimension)."""
+        return RouterStats(self.num_tokens[index], self.tokens_per_expert[index], self.score_sum[index],
+                           self.z_sum[index], self.expert_load[index])
+
+    def sum_rows(self, rows: Any) -> RouterStats:
+        """The sums over the rows ``rows`` (a list of row indices) of a stacked forward."""
+        index = torch.as_tensor(list(rows), dtype=torch.long)
+        picked = self.select(index)
+        return RouterStats(picked.num_tokens.sum(0), picked.tokens_per_expert.sum(0), picked.score_sum.sum(0),
+                           picked.z_sum.sum(0), picked.expert_load.sum(0))
 
     def aux_loss(self, config: MoEConfig) -> torch.Tensor:
         """Load-balancing loss of these tokens (with the coefficient)."""
@@ -213,8 +231,8 @@ class RouterStats:
 class Routing:
     """What a forward pass tells the MoE layers, and what they report back.
 
-    ``padding_mask`` (bool ``[T]``, True = not a real token) covers the tokens of this forward
-    (a CP rank's slice under context parallelism); ``count_padding`` makes the router treat
+    ``padding_mask`` (bool ``[T]`` or ``[B, T]``, True = not a real token) covers the tokens of
+    this forward (a CP rank's slice under context parallelism, or a stack of rows); ``count_padding`` makes the router treat
     padding as real (negative control). Each MoE layer appends its :class:`RouterStats` to
     ``stats`` in layer order (trunk layers first, then MTP layers).
     """
@@ -232,11 +250,15 @@ def _scores_for_aux(logits: torch.Tensor, config: MoEConfig) -> torch.Tensor:
 
 
 def _one_hot(indices: torch.Tensor, num_experts: int) -> torch.Tensor:
-    return torch.zeros(indices.shape[0], num_experts, dtype=torch.bool, device=indices.device).scatter(1, indices, True)
+    shape = (*indices.shape[:-1], num_experts)
+    return torch.zeros(shape, dtype=torch.bool, device=indices.device).scatter(-1, indices, True)
 
 
 class MoEMLP(nn.Module):
-    """Router plus ``num_experts`` two-layer GELU experts; ``forward(x [T, H], routing) -> [T, H]``."""
+    """Router plus ``num_experts`` two-layer GELU experts; ``forward(x [..., T, H], routing) -> [..., T, H]``.
+
+    Each row of a stack ``[B, T, H]`` is one micro-batch: token dropping and the statistics are per row.
+    """
 
     def __init__(self, config: MoEConfig, hidden_size: int, draw: Callable[..., nn.Parameter]) -> None:
         super().__init__()
@@ -250,13 +272,14 @@ class MoEMLP(nn.Module):
     def route(
         self, logits: torch.Tensor, padding: torch.Tensor, counted: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, RouterStats]:
-        """``(probs [T, E], routing_map [T, E], stats)`` for router ``logits``.
+        """``(probs [..., T, E], routing_map [..., T, E], stats)`` for router ``logits`` ``[..., T, E]``.
 
-        ``padding`` (bool ``[T]``) marks the positions that are not real tokens; the statistics
-        leave out the positions ``counted`` marks False (default: the real tokens).
+        ``padding`` (bool ``[..., T]``) marks the positions that are not real tokens; the statistics
+        leave out the positions ``counted`` marks False (default: the real tokens). Statistics are
+        summed over ``T``, so they keep the leading dimensions.
         """
         cfg = self.config
-        num_tokens, num_experts = logits.shape
+        num_tokens, num_experts = logits.shape[-2:]
         valid = (~padding if counted is None else counted).to(logits.dtype)
         # selection and combine weights (topk_routing_with_score_function)
         if cfg.score_function == "softmax":
@@ -266,31 +289,31 @@ class MoEMLP(nn.Module):
             scores = torch.sigmoid(logits)
             select = scores + self.expert_bias if cfg.expert_bias else scores
             _, top = torch.topk(select, cfg.topk, dim=-1)
-            weights = scores.gather(1, top)
+            weights = scores.gather(-1, top)
             if cfg.topk > 1:
                 weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
-        probs = torch.zeros_like(logits).scatter(1, top, weights)
+        probs = torch.zeros_like(logits).scatter(-1, top, weights)
         routing_map = _one_hot(top, num_experts)
         dropped = 0
         if cfg.capacity_factor is not None:  # apply_router_token_dropping: every row competes, padding too
             capacity = expert_capacity(num_tokens, cfg.topk, num_experts, cfg.capacity_factor)
             if capacity < num_tokens:
                 rank_by = probs if cfg.drop_policy == "probs" else routing_map.to(logits.dtype)
-                _, keep = torch.topk(rank_by.detach(), capacity, dim=0)
-                kept = torch.zeros_like(routing_map).scatter(0, keep, True) & routing_map
+                _, keep = torch.topk(rank_by.detach(), capacity, dim=-2)
+                kept = torch.zeros_like(routing_map).scatter(-2, keep, True) & routing_map
                 dropped = int(routing_map.sum() - kept.sum())
                 routing_map = kept
                 probs = probs * kept
         # statistics over the non-padding tokens (compute_routing_scores_for_aux_loss, z_loss_func, expert bias)
         aux_scores = _scores_for_aux(logits, cfg)
         _, aux_top = torch.topk(aux_scores.detach(), cfg.topk, dim=-1)
-        aux_map = _one_hot(aux_top, num_experts).to(logits.dtype) * valid[:, None]
+        aux_map = _one_hot(aux_top, num_experts).to(logits.dtype) * valid[..., None]
         stats = RouterStats(
-            num_tokens=valid.sum(),
-            tokens_per_expert=aux_map.sum(dim=0),
-            score_sum=(aux_scores * valid[:, None]).sum(dim=0),
-            z_sum=(torch.logsumexp(logits, dim=-1).square() * valid).sum(),
-            expert_load=(routing_map.to(logits.dtype) * valid[:, None]).sum(dim=0).detach(),
+            num_tokens=valid.sum(dim=-1),
+            tokens_per_expert=aux_map.sum(dim=-2),
+            score_sum=(aux_scores * valid[..., None]).sum(dim=-2),
+            z_sum=(torch.logsumexp(logits, dim=-1).square() * valid).sum(dim=-1),
+            expert_load=(routing_map.to(logits.dtype) * valid[..., None]).sum(dim=-2).detach(),
             dispatched=int(routing_map.sum()),
             dispatched_padding=int(routing_map[padding].sum()),
             dropped=dropped,
@@ -299,18 +322,19 @@ class MoEMLP(nn.Module):
 
     def forward(self, x: torch.Tensor, routing: Routing | None = None) -> torch.Tensor:
         """Probability-weighted sum of the chosen experts' outputs; stats go to ``routing.stats``."""
-        if x.dim() != 2:
-            raise InputError(f"MoE input must be [T, H], got {list(x.shape)}")
-        padding = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+        if x.dim() not in (2, 3):
+            raise InputError(f"MoE input must be [T, H] or [B, T, H], got {list(x.shape)}")
+        padding = torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
         if routing is not None and routing.padding_mask is not None:
-            padding = routing.padding_mask.to(device=x.device, dtype=torch.bool).reshape(-1)
-            if padding.shape[0] != x.shape[0]:
-                raise InputError(f"padding_mask covers {padding.shape[0]} tokens but the MoE layer got {x.shape[0]}",
+            given = routing.padding_mask.to(device=x.device, dtype=torch.bool)
+            if given.numel() != padding.numel():
+                raise InputError(f"padding_mask covers {given.numel()} tokens but the MoE layer got {padding.numel()}",
                                  field="padding_mask")
+            padding = given.reshape(padding.shape)
         counted = torch.ones_like(padding) if routing is not None and routing.count_padding else None
         probs, _, stats = self.route(x @ self.router, padding, counted)
-        hidden = torch.nn.functional.gelu(torch.einsum("th,ehf->etf", x, self.expert_fc1))
-        outputs = torch.einsum("etf,efh->eth", hidden, self.expert_fc2)
+        hidden = torch.nn.functional.gelu(torch.einsum("...th,ehf->...etf", x, self.expert_fc1))
+        outputs = torch.einsum("...etf,efh->...eth", hidden, self.expert_fc2)
         if routing is not None:
             routing.stats.append(stats)
-        return torch.einsum("te,eth->th", probs, outputs)
+        return torch.einsum("...te,...eth->...th", probs, outputs)

@@ -44,7 +44,9 @@ __all__ = [
     "MTPConfig",
     "MTPHead",
     "mtp_streams",
+    "roll_in_segments",
     "roll_packed",
+    "segments_of",
     "with_mtp_streams",
 ]
 
@@ -75,34 +77,51 @@ class MTPConfig:
         return asdict(self)
 
 
-def roll_packed(values: torch.Tensor, layout: ThdLayout, mode: str = "sequence") -> torch.Tensor:
-    """Roll a per-token tensor ``[T, ...]`` one position left inside each window of ``mode`` (see module doc).
+def roll_in_segments(values: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """Roll ``values`` ``[..., T]`` one position left inside each segment; every other slot gets 0.
 
-    In ``"sequence"`` mode a real position takes the next real token of its own sequence, and the
-    last real position of every sequence, the alignment gaps and the tail past the last boundary
-    hold 0. The other modes reproduce Megatron-Core's rules for comparison.
+    ``segments`` ``[..., T]`` holds the sequence of each real token and -1 elsewhere (alignment
+    gaps, width padding). Position ``i`` takes ``values[i + 1]`` when ``i + 1`` is a real token of
+    the same sequence as ``i``: the last real token of a sequence gets nothing from the next one.
+    """
+    if segments.shape != values.shape:
+        raise InputError(f"segments {list(segments.shape)} and values {list(values.shape)} must have one shape")
+    out = torch.zeros_like(values)
+    same = (segments[..., 1:] == segments[..., :-1]) & (segments[..., :-1] >= 0)
+    out[..., :-1] = torch.where(same, values[..., 1:], out[..., :-1])
+    return out
+
+
+def segments_of(layout: ThdLayout) -> torch.Tensor:
+    """Per position of the row: its sequence index for a real token, -1 elsewhere."""
+    seq_id, real = layout.token_segments()
+    return torch.where(real, seq_id, torch.full_like(seq_id, -1))
+
+
+def roll_packed(values: torch.Tensor, layout: ThdLayout, mode: str = "sequence") -> torch.Tensor:
+    """Roll a per-token row ``[T]`` one position left inside each window of ``mode`` (see module doc).
+
+    In ``"sequence"`` mode (:func:`roll_in_segments`) a real position takes the next real token of
+    its own sequence, and the last real position of every sequence, the alignment gaps and the
+    tail past the last boundary hold 0. The other modes reproduce Megatron-Core's rules.
     """
     if mode not in ROLL_MODES:
         raise UsageError(f"roll mode must be one of {list(ROLL_MODES)}, got {mode!r}", field="mode")
     total = layout.total_tokens
     if values.shape[0] != total:
         raise InputError(f"cannot roll {values.shape[0]} positions with a layout of {total} tokens")
+    if mode == "sequence":
+        return roll_in_segments(values, segments_of(layout).to(values.device))
     if mode == "row":
         out = torch.zeros_like(values)
         out[: total - 1] = values[1:]
         return out
-    if mode == "mcore_real_offsets":
-        out = values.clone()
-        real = layout.real.tolist()
-        for start, stop in zip(real[:-1], real[1:]):
-            if stop > start:
-                out[start:stop] = torch.roll(values[start:stop], shifts=-1, dims=0)
-                out[stop - 1] = 0
-        return out
-    out = torch.zeros_like(values)
-    for start, n in zip(layout.physical[:-1].tolist(), layout.real_lengths().tolist()):
-        if n > 1:
-            out[start : start + n - 1] = values[start + 1 : start + n]
+    out = values.clone()
+    real = layout.real.tolist()
+    for start, stop in zip(real[:-1], real[1:]):
+        if stop > start:
+            out[start:stop] = torch.roll(values[start:stop], shifts=-1, dims=0)
+            out[stop - 1] = 0
     return out
 
 
@@ -175,19 +194,26 @@ class MTPHead(nn.Module):
         mask: torch.Tensor,
         block_kwargs: Mapping[str, Any],
     ) -> list[torch.Tensor]:
-        """Logits ``[T, V]`` of every depth; ``streams`` are this rank's ``[1, T, D]`` :data:`MTP_KEYS` tensors."""
-        tokens, positions = streams["mtp_tokens"][0], streams["mtp_position_ids"][0]
-        if tokens.shape != (hidden.shape[0], self.config.num_layers):
+        """Logits ``[..., T, V]`` of every depth for ``hidden`` ``[..., T, H]``.
+
+        ``streams`` hold the rolled ``mtp_tokens`` and ``mtp_position_ids`` as ``[..., T, D]`` (a
+        leading 1 for one row is accepted: this rank's slice of :func:`with_mtp_streams`).
+        """
+        tokens, positions = streams["mtp_tokens"], streams["mtp_position_ids"]
+        want = (*hidden.shape[:-1], self.config.num_layers)
+        if tokens.dim() == len(want) + 1 and tokens.shape[0] == 1:
+            tokens, positions = tokens[0], positions[0]
+        if tuple(tokens.shape) != want:
             raise InputError(
-                f"MTP streams have shape {list(tokens.shape)}; expected [{hidden.shape[0]}, {self.config.num_layers}] "
+                f"MTP streams have shape {list(tokens.shape)}; expected {list(want)} "
                 "(build them with with_mtp_streams on the whole row before any CP split)",
                 field="mtp_tokens",
             )
         eps = self.norm_eps
         out = []
         for k, block in enumerate(self.blocks):
-            emb = _rms_norm(embedding[tokens[:, k]], self.embed_norms[k], eps)
+            emb = _rms_norm(embedding[tokens[..., k]], self.embed_norms[k], eps)
             hidden = torch.cat([emb, _rms_norm(hidden, self.hidden_norms[k], eps)], dim=-1) @ self.projections[k]
-            hidden = block(hidden, positions[:, k], mask, **block_kwargs)
+            hidden = block(hidden, positions[..., k], mask, **block_kwargs)
             out.append(_rms_norm(hidden, self.final_norms[k], eps) @ lm_head)
         return out
