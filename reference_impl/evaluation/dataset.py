@@ -32,7 +32,13 @@ from types import ModuleType
 from typing import Sequence
 
 from reference_impl.errors import UsageError
-from reference_impl.evaluation import templates_files, templates_knowledge, templates_near_miss, templates_upstream
+from reference_impl.evaluation import (
+    templates_files,
+    templates_knowledge,
+    templates_moe,
+    templates_near_miss,
+    templates_upstream,
+)
 from reference_impl.evaluation.builder import GenContext
 from reference_impl.evaluation.tasks import Dataset, default_evals_dir, dumps
 
@@ -41,7 +47,8 @@ log = logging.getLogger(__name__)
 #: Template modules in build order (the order is part of the dataset). Each defines
 #: ``build(ctx: GenContext) -> None`` and imports only :mod:`~reference_impl.evaluation.builder`
 #: from the build machinery. A new family of tasks is one new module plus one entry here.
-TEMPLATES: tuple[ModuleType, ...] = (templates_knowledge, templates_files, templates_upstream, templates_near_miss)
+TEMPLATES: tuple[ModuleType, ...] = (templates_knowledge, templates_files, templates_upstream, templates_moe,
+                                     templates_near_miss)
 
 
 def build_dataset(evals_dir: str | os.PathLike[str]) -> Dataset:

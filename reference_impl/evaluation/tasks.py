@@ -47,6 +47,7 @@ TOPICS: tuple[str, ...] = (
     "diagnosis",
     "packing",
     "verification",
+    "moe_mtp",
     "negative",
 )
 SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")

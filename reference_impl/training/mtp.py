@@ -40,6 +40,7 @@ from reference_impl.training.boundaries import ThdLayout, thd_layout
 
 __all__ = [
     "MTP_KEYS",
+    "PACKED_ROLL_SINCE",
     "ROLL_MODES",
     "MTPConfig",
     "MTPHead",
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 ROLL_MODES: tuple[str, ...] = ("sequence", "mcore_real_offsets", "row")
+#: First Megatron-Core release whose MTP roll stays inside each packed sequence (NVIDIA/Megatron-LM#2173,
+#: commit 8c4df6b0 of 2025-12-07; core_v0.15.3 rolls over the whole row).
+PACKED_ROLL_SINCE = "core_v0.16.0"
 #: Per-token keys :func:`with_mtp_streams` adds to a batch, each ``[1, T, num_layers]``.
 MTP_KEYS: tuple[str, ...] = ("mtp_tokens", "mtp_position_ids", "mtp_labels", "mtp_loss_mask")
 
