@@ -246,10 +246,13 @@ def option_terms(
 
     Scaling follows Megatron-Core with ``calculate_per_token_loss`` (router.py
     ``attach_and_log_load_balancing_loss`` / ``apply_z_loss``, multi_token_prediction.py
-    ``process_mtp_loss``): the load-balancing loss (local scores, counts summed over the CP group)
-    times the rank's non-padding tokens times CP; the z-loss as ``coeff`` times the rank's summed
-    ``logsumexp**2``; each MTP depth as ``scaling / D`` times its local masked sum times the
-    rank's supervised tokens over its rolled ones.
+    ``process_mtp_loss``): the load-balancing loss times the micro-batch's non-padding tokens; the
+    z-loss as ``coeff`` times the rank's summed ``logsumexp**2``; each MTP depth as ``scaling / D``
+    times its masked sum times the supervised tokens over the rolled ones. One difference, so that a
+    CP run gives the CP=1 gradients exactly: where Megatron-Core multiplies by the *rank's* counts
+    (the load-balancing loss by its non-padding tokens times CP, the MTP term by its own supervised
+    over rolled tokens; its MTP comment says exact parity would need all-reduced counts), this uses
+    the counts summed over the CP group. With equal counts on every rank the two agree.
     """
     objective = fwd.losses.sum() * 0
     padding = local_batch.get("padding_mask")
@@ -259,20 +262,20 @@ def option_terms(
     if mtp is not None:  # first: MoE layers of the MTP depths add their router statistics
         streams = {k: local_batch[k] for k in ("mtp_tokens", "mtp_position_ids")}
         logits = model.mtp_logits(fwd.hidden, streams, fwd.mask, kv_exchange=fwd.exchange, routing=routing)
-        original = fwd.loss_mask.sum()
+        original = fwd.loss_mask.sum().detach()
         for k, depth_logits in enumerate(logits):
             k_mask = local_batch["mtp_loss_mask"][0, :, k]
             k_losses = token_cross_entropy(depth_logits, local_batch["mtp_labels"][0, :, k], k_mask)
             s, c = masked_loss_pieces(k_losses, k_mask)
-            objective = objective + mtp.loss_scaling_factor / mtp.num_layers * s * original / c.clamp(min=1)
-            pair = _all_reduce(torch.stack([s.detach(), c]).to(torch.float64), group, cp_size)
-            log.mtp_loss.append(float(pair[0] / pair[1].clamp(min=1)))
+            sums = _all_reduce(torch.stack([s.detach(), c, original]).to(torch.float64), group, cp_size)
+            objective = objective + mtp.loss_scaling_factor / mtp.num_layers * s * sums[2] / sums[1].clamp(min=1)
+            log.mtp_loss.append(float(sums[0] / sums[1].clamp(min=1)))
     moe = model.config.moe
     if moe is not None and routing is not None:
         for stats in routing.stats:
             total = RouterStats.from_vector(_all_reduce(stats.vector().detach(), group, cp_size), moe.num_experts)
             local_aux = load_balancing_loss(stats.score_sum, total.tokens_per_expert, moe.topk, moe.aux_loss_coeff)
-            objective = objective + local_aux * stats.num_tokens.detach() * cp_size
+            objective = objective + local_aux * total.num_tokens
             objective = objective + stats.z_sum * (moe.z_loss_coeff or 0.0)
             summary = total.summary(moe)
             log.load_balancing_loss.append(summary["load_balancing_loss"])
