@@ -32,12 +32,14 @@ from typing import Any
 
 from reference_impl.errors import InputError, UsageError
 from reference_impl.evaluation.fields import AnswerField
+from reference_impl.packing_paths import path_names
 
 SKILL_NAME = "megatron-sequence-packing"
 FORMAT = "seqpack-evals/2"
 BUCKETS: tuple[str, ...] = ("explicit", "implicit", "contextual", "near_miss")
-#: Packing paths a task can cover; ``context_parallel`` is long-context CP support on any path.
-PATHS: tuple[str, ...] = ("offline", "in_batch", "energon", "global_batch", "context_parallel")
+#: Packing paths a task can cover (the path registry's), plus ``context_parallel``: long-context CP
+#: support on any path. A newly registered path must be covered by tasks (tests/test_evals_dataset.py).
+PATHS: tuple[str, ...] = (*path_names(), "context_parallel")
 TOPICS: tuple[str, ...] = (
     "alignment",
     "token_slots",
