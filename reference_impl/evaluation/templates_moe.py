@@ -95,10 +95,12 @@ SCENARIOS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
       "model.calculate_per_token_loss=true", "dataset.offline_packing_specs.pad_seq_to_mult=4", "dist.world_size=2"),
      ("MTP-PACKED-ALIGNMENT-ROLL",)),
     ("offline-pp2-variable-width",
-     "We concatenate SFT samples offline into rows of at most 4096 tokens, train with pipeline parallelism 2 and "
-     "left pad_to_max_length off so every row stays as short as its contents. What breaks?",
+     "We concatenate SFT samples offline into rows of at most 4096 tokens, load them one micro-batch at a time "
+     "(single dataloader), train with pipeline parallelism 2 and left pad_to_max_length off so every row stays "
+     "as short as its contents. What breaks?",
      ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
-      "model.seq_length=4096", "model.pipeline_model_parallel_size=2", "dist.world_size=2"),
+      "model.seq_length=4096", "model.pipeline_model_parallel_size=2", "dist.world_size=2",
+      "dataset.dataloader_type=single"),
      ("PACK-PP-VARIABLE-SHAPES",)),
 )
 

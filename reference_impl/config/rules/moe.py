@@ -228,6 +228,9 @@ def capacity_packing(r: Resolved) -> str | None:
              "model.calculate_per_token_loss": True, "dist.world_size": 2,
              "dataset.offline_packing_specs.pad_seq_to_mult": 4},
     fixed={"model.context_parallel_size": 1, "dist.world_size": 1, "dataset.offline_packing_specs.pad_seq_to_mult": 1},
+    note="Megatron-Bridge's GLM-5.2 PEFT recipe (recipes/glm/gb200/glm5.py, glm52_peft_192gpu_gb200_bf16_config, "
+    "at 067f987) combines mtp_num_layers=1 with offline packing at pad_seq_to_mult=4 and CP1, so this warning "
+    "fires on it.",
 )
 def mtp_alignment_roll(r: Resolved) -> str | None:
     mtp = r.cfg.model.mtp_num_layers or 0
@@ -250,13 +253,18 @@ def mtp_alignment_roll(r: Resolved) -> str | None:
     family=FAMILY,
     severity="error",
     title="pipeline parallelism with packs of varying width needs variable-length pipeline shapes",
-    fields=("model.pipeline_model_parallel_size", "model.variable_seq_lengths", "dataset.pad_to_max_length"),
+    fields=("model.pipeline_model_parallel_size", "model.variable_seq_lengths", "dataset.dataloader_type",
+            "dataset.pad_to_max_length"),
     provenance="upstream",
-    source="Megatron-Core sizes pipeline P2P buffers from seq_length unless variable_seq_lengths is set; "
-    "Megatron-Bridge sets it for in-batch and Energon packing with PP > 1 (models/transformer_config.py "
-    "185-186 at 067f987), the guide says global-batch packing marks it too, offline packing gets nothing",
-    fix="Set dataset_kwargs.pad_to_max_length=true (every pack seq_length wide), or model.variable_seq_lengths=true.",
-    trigger={**OFFLINE, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
+    source="Megatron-Core sizes pipeline P2P buffers from the seq_length the schedule gets unless "
+    "variable_seq_lengths is set. Megatron-Bridge's batch dataloader collates a step's rows to one width and "
+    "passes it as seq_length (training/train.py 893-900, data/batch_utils.py prepare_finetuning_batch at "
+    "067f987); it sets variable_seq_lengths for in-batch and Energon packing with PP > 1 "
+    "(models/transformer_config.py 185-186); offline packs from a single or cyclic loader get neither",
+    fix="Keep dataset.dataloader_type=batch (the GPT-SFT default), set dataset_kwargs.pad_to_max_length=true, or "
+    "set model.variable_seq_lengths=true.",
+    trigger={**OFFLINE, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2,
+             "dataset.dataloader_type": "single"},
     fixed=FIXED,
     upstream_check=(
         mcore("megatron/core/pipeline_parallel/schedules.py", 2131, "variable_seq_lengths",
@@ -266,14 +274,17 @@ def mtp_alignment_roll(r: Resolved) -> str | None:
               "shapes are exchanged only with variable_seq_lengths (or a standalone MTP stage)", kind="kernel"),
     ),
     note="Global-batch and Energon packing reject PP outright (PACK-GLOBAL-NO-PP, PACK-ENERGON-NO-PP); "
-    "in-batch packing gets the flag from Bridge.",
+    "in-batch packing gets the flag from Bridge; Bridge's recipes that combine offline packing with PP use "
+    "the batch dataloader (for example GLM-5.2 PEFT at PP6).",
 )
 def pp_variable_shapes(r: Resolved) -> str | None:
     m = r.cfg.model
-    if r.pp > 1 and offline_on(r) and not r.pad_to_max_length and m.variable_seq_lengths is not True:
+    if (r.pp > 1 and offline_on(r) and not r.pad_to_max_length and r.dataloader_type != "batch"
+            and m.variable_seq_lengths is not True):
         return (
-            f"pipeline_model_parallel_size={r.pp} with offline packs of varying width (pad_to_max_length is off) and "
-            f"variable_seq_lengths={fmt(m.variable_seq_lengths)}: the pipeline stages exchange seq_length-wide buffers"
+            f"pipeline_model_parallel_size={r.pp} with offline packs of varying width (pad_to_max_length is off), "
+            f"dataloader_type={r.dataloader_type} and variable_seq_lengths={fmt(m.variable_seq_lengths)}: every "
+            "micro-batch keeps its own width, but the pipeline stages exchange seq_length-wide buffers"
         )
     return None
 
