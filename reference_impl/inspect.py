@@ -3,10 +3,17 @@
 Works on artifacts written by seqpack (settings read from the manifest) and by Megatron-Bridge
 (same three columns; pass ``pack_size``/``eos_id`` or let them be inferred).
 
-Checks per row: structure (equal lengths, segment starts from 0 and strictly increasing, within
-the row, 0/1 loss mask), runtime tokens (stored length minus one per segment) within the pack
-size, and *loss only where a label exists*: the stored mask is rolled, so the last stored token of
-a segment has no label inside the segment and must carry 0.
+Checks per row: token ids within the vocabulary (never negative; below the manifest's
+``vocab_size`` when it records one), structure (equal lengths, segment starts from 0 and strictly
+increasing, within the row, 0/1 loss mask), runtime tokens (stored length minus one per segment)
+within the pack size, and *loss only where a label exists*: the stored mask is rolled, so the last
+stored token of a segment has no label inside the segment and must carry 0.
+
+With a seqpack manifest beside the files (a corrupt or foreign one is itself an issue): only the
+files it lists are data (any other Parquet file there is a ``stray_file`` issue, not counted), a
+listed file that is missing is an issue, and every split read is compared with the manifest (packs,
+packed samples, size and SHA-256), as is the metadata file (present, parseable, one entry per
+split with the manifest's pack size).
 
 Statistics: packs, segments, sequences-per-pack histogram, real / aligned / slot tokens, packing
 efficiency, alignment padding share, width padding share, inferred alignment (gcd of physical
@@ -65,21 +72,36 @@ def inspect_packed_dataset(
     pad_seq_length_to_mult: int = 16,
 ) -> InspectReport:
     """Check and describe a packed Parquet artifact (file, glob or directory)."""
-    from reference_impl.packing.offline import find_manifest
-    from reference_impl.packing.parquet import PackedParquetReader
+    from reference_impl.packing.parquet import PackedParquetReader, resolve_parquet_paths
 
     topo = _as_topology(topology)
-    reader = PackedParquetReader(path)
-    manifest = find_manifest(reader.paths[0])
+    issues = _Issues()
+    paths = resolve_parquet_paths(path)
+    manifest = _manifest(paths[0], issues)
+    if manifest is not None:
+        paths = _data_files(path, paths, manifest, issues)
+    reader = PackedParquetReader(paths)
     opts = (manifest or {}).get("options", {})
     pack_size = pack_size or opts.get("pack_size")
+    tok = (manifest or {}).get("tokenizer") or {}
     if eos_id is None and manifest is not None:
-        eos_id = manifest.get("tokenizer", {}).get("eos_id")
-    issues = _Issues()
+        eos_id = tok.get("eos_id")
+    vocab = tok.get("vocab_size") if isinstance(tok.get("vocab_size"), int) else None
     seg_counts, phys_all, logical_all, row_runtime, row_ids = [], [], [], [], []
+    per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
+    lowest, highest = None, None
     try:
         for r, row in reader.iter_rows():
             ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
+            per_file[reader.locate(r)[0], 0] += 1
+            if ids.size:
+                lo, hi = int(ids.min()), int(ids.max())
+                lowest = lo if lowest is None else min(lowest, lo)
+                highest = hi if highest is None else max(highest, hi)
+                if lo < 0 or (vocab is not None and hi >= vocab):
+                    bad = lo if lo < 0 else hi
+                    issues.add("token_id", r, f"token id {bad} is outside the vocabulary "
+                               f"(0..{vocab - 1 if vocab is not None else 'vocab_size-1'})")
             if not _structure_ok(r, ids, mask, starts, issues):
                 continue
             bounds = np.append(starts, ids.size)
@@ -93,6 +115,7 @@ def inspect_packed_dataset(
             if bad.size:
                 issues.add("loss_without_label", r, "loss mask is 1 on a segment's last token, which has no label",
                            int(bad[0]))
+            per_file[reader.locate(r)[0], 1] += phys.size
             seg_counts.append(phys.size)
             phys_all.append(phys)
             row_runtime.append(int(phys.sum()))
@@ -133,16 +156,18 @@ def inspect_packed_dataset(
         "inferred_pad_seq_to_mult": inferred,
         "min_row_fill": int(runtime.min()) if runtime.size else 0,
         "max_row_fill": int(runtime.max()) if runtime.size else 0,
+        "token_id_range": [lowest, highest],
     }
     settings = {
         "pack_size": int(pack_size),
         "pad_seq_to_mult": opts.get("pad_seq_to_mult"),
         "eos_id": eos_id,
+        "vocab_size": vocab,
         "from_manifest": manifest is not None,
         "fingerprint": (manifest or {}).get("fingerprint"),
     }
     if manifest is not None:
-        _check_manifest(manifest, reader.paths, rows, counts, issues)
+        _check_manifest(manifest, reader.paths, per_file, issues)
     topo_out = None
     if topo is not None:
         topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
@@ -157,6 +182,85 @@ def inspect_packed_dataset(
         topology=topo_out,
     )
     return report.attach(manifest=manifest)
+
+
+def _manifest(first: Any, issues: _Issues) -> dict[str, Any] | None:
+    """The seqpack manifest beside the files; a corrupt or foreign one is an issue (and ignored)."""
+    from reference_impl.errors import ArtifactError
+    from reference_impl.packing.offline import find_manifest
+
+    try:
+        return find_manifest(first)
+    except ArtifactError as err:
+        issues.add("manifest", -1, f"{err.file}: {err.message}")
+        return None
+
+
+def _data_files(spec: Any, paths: list[Any], manifest: dict[str, Any], issues: _Issues) -> list[Any]:
+    """The files a manifest lists, out of what ``spec`` names; a listed file that is absent, or a Parquet
+    file beside them that the manifest does not list (stray, not counted as data), is an issue."""
+    listed = {str(info.get("file")): split for split, info in manifest.get("splits", {}).items()
+              if isinstance(info, dict)}
+    directory = os.path.dirname(str(paths[0]))
+    keep = [p for p in paths if os.path.basename(str(p)) in listed]
+    for p in paths:
+        if os.path.basename(str(p)) not in listed:
+            issues.add("stray_file", -1, f"{p}: not listed in the manifest; not counted as data")
+    whole = os.path.isdir(os.fspath(spec))
+    for name, split in listed.items():
+        if not os.path.exists(os.path.join(directory, name)) and (whole or not keep):
+            issues.add("missing_file", -1, f"{split} split: {name} is listed in the manifest but missing")
+    if not keep:
+        from reference_impl.errors import ArtifactError
+
+        raise ArtifactError("none of the files the manifest lists is there", file=directory)
+    return keep
+
+
+def _check_manifest(manifest: dict[str, Any], paths: list[Any], per_file: np.ndarray, issues: _Issues) -> None:
+    """Every split whose file was read: row and sample counts, size and SHA-256; the metadata file."""
+    from reference_impl.data.artifacts import file_record
+
+    by_name = {os.path.basename(str(p)): k for k, p in enumerate(paths)}
+    records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    for split, info in manifest.get("splits", {}).items():
+        k = by_name.get(str(info.get("file")))
+        if k is None:
+            continue
+        rows, segments = (int(x) for x in per_file[k])
+        if info.get("packs") != rows:
+            issues.add("manifest", -1, f"manifest says {info.get('packs')} packs for {split}, file has {rows}")
+        packed = info.get("accounting", {}).get("packed")
+        if packed is not None and packed != segments:
+            issues.add("manifest", -1, f"manifest says {packed} packed samples for {split}, file has {segments}")
+        want = records.get(str(info.get("file")))
+        if want is not None and file_record(paths[k]) != {"size": want.get("size"), "sha256": want.get("sha256")}:
+            issues.add("manifest", -1, f"{split} split: {info.get('file')} differs from the size and SHA-256 the "
+                       "manifest recorded")
+    _check_metadata(manifest, os.path.dirname(str(paths[0])), issues)
+
+
+def _check_metadata(manifest: dict[str, Any], directory: str, issues: _Issues) -> None:
+    from reference_impl.errors import ArtifactError
+    from reference_impl.packing.parquet import read_metadata
+
+    name = manifest.get("metadata_file")
+    if not name:
+        issues.add("metadata", -1, "the manifest names no metadata file")
+        return
+    try:
+        entries = read_metadata(os.path.join(directory, str(name)))
+    except ArtifactError as err:
+        issues.add("metadata", -1, f"{name}: {err.message}")
+        return
+    splits = manifest.get("splits", {})
+    if len(entries) != len(splits):
+        issues.add("metadata", -1, f"{name} has {len(entries)} entries for {len(splits)} splits")
+    pack_size = manifest.get("options", {}).get("pack_size")
+    for k, entry in enumerate(entries):
+        if entry.get("pack_size") != pack_size:
+            issues.add("metadata", -1, f"{name} entry {k}: pack_size {entry.get('pack_size')!r}, the manifest says "
+                       f"{pack_size}")
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:
@@ -182,17 +286,6 @@ def _logical(ids: np.ndarray, bounds: np.ndarray, eos_id: int | None) -> np.ndar
             real = np.flatnonzero(inputs != eos_id)
             out[k] = int(real[-1]) + 1 if real.size else 0
     return out
-
-
-def _check_manifest(manifest: dict[str, Any], paths: list[Any], rows: int, counts: np.ndarray, issues: _Issues) -> None:
-    names = {os.path.basename(str(p)) for p in paths}
-    for split, info in manifest.get("splits", {}).items():
-        if info.get("file") in names and len(paths) == 1:
-            if info.get("packs") != rows:
-                issues.add("manifest", -1, f"manifest says {info.get('packs')} packs for {split}, file has {rows}")
-            packed = info.get("accounting", {}).get("packed")
-            if packed is not None and packed != int(counts.sum()):
-                issues.add("manifest", -1, f"manifest says {packed} packed samples, file has {int(counts.sum())}")
 
 
 def _check_topology(

@@ -21,8 +21,11 @@ MAX_PAD_SEQ_TO_MULT = 65536
 MAX_PACK_LEN = 1 << 22
 #: Most sample lengths passed inline (a list in a call, not a file).
 MAX_INLINE_LENGTHS = 1_000_000
-#: Most samples a plan expands into memory (a histogram's counts, a synthetic mix's n).
-MAX_PLAN_SAMPLES = 50_000_000
+#: Most samples a plan expands into memory (a histogram's counts, a synthetic mix's n); about 120
+#: bytes each while the candidates are simulated, so the ceiling costs about 1.2 GB.
+MAX_PLAN_SAMPLES = 10_000_000
+#: Longest single sample a length list or histogram may name, in tokens (beyond any pack; int64-safe).
+MAX_SAMPLE_TOKENS = 1 << 40
 #: Most candidate pack lengths compared in one plan.
 MAX_CANDIDATES = 16
 #: Largest token-slot count per optimizer step.
@@ -31,10 +34,17 @@ MAX_TOKEN_SLOTS = 1 << 40
 MAX_SEQS_PER_PACK = 1 << 20
 #: Largest sample drawn by a synthetic length mix.
 MAX_MIX_LENGTH = MAX_PACK_LEN
-#: Most samples drawn from a blend.
-MAX_BLEND_SAMPLES = 1 << 32
+#: Most samples drawn from a blend (the draw order costs 16 bytes a sample: 1.6 GB at the ceiling).
+MAX_BLEND_SAMPLES = 100_000_000
+#: Most passes over one source a blend may draw (a few rows drawn a billion times is a mistake).
+MAX_BLEND_EPOCHS = 1000
 #: Most tokenizer worker processes.
 MAX_WORKERS = 256
+
+#: Largest seed (NumPy and torch take it as a signed 64-bit integer).
+MAX_SEED = (1 << 63) - 1
+#: Largest token id accepted as an argument (EOS id); vocabularies are far smaller.
+MAX_TOKEN_ID = (1 << 31) - 1
 
 # -- output sizes --------------------------------------------------------------------------------
 #: Most bins a packing simulation returns in one page.
@@ -72,5 +82,11 @@ MAX_SHARD_SIZE = 1_000_000
 SMOKE_ROWS: dict[str, int] = {"tiny": 12, "small": 32, "medium": 96}
 #: Longest smoke run an MCP client may ask for, in seconds.
 MAX_SMOKE_SECONDS = 3600.0
+
+# -- MCP work ------------------------------------------------------------------------------------
+#: Longest time limit an MCP client may give a tool that reads or writes data, in seconds, and the
+#: default (the work stops at its next row when the limit passes or the client cancels).
+MAX_TOOL_SECONDS = 3600.0
+DEFAULT_TOOL_SECONDS = 600.0
 
 __all__ = [name for name in dir() if name.isupper()]

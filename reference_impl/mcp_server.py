@@ -25,7 +25,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -133,6 +133,8 @@ async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None) ->
     import anyio
     import uvicorn
 
+    sock = _bind("127.0.0.1", port)  # before anything starts: a port in use is one line, not a traceback
+    log.info("listening on http://127.0.0.1:%d/mcp", port)
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
     http = uvicorn.Server(config)
@@ -145,8 +147,26 @@ async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None) ->
     async with anyio.create_task_group() as tg:
         if lifetime_s is not None:
             tg.start_soon(stop_later, lifetime_s)
-        await http.serve()
+        await http.serve(sockets=[sock])
         tg.cancel_scope.cancel()
+
+
+def _bind(host: str, port: int) -> Any:
+    """A listening socket on ``host:port``; a port in use (or not allowed) is a UsageError naming it."""
+    import socket
+
+    from reference_impl.errors import UsageError
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="port",
+                         fix="choose another --port, or stop what is using this one") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":  # python -m reference_impl.mcp_server [--root DIR ...]

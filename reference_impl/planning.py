@@ -46,7 +46,7 @@ from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
 from reference_impl.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
 from reference_impl.errors import InputError, UsageError
-from reference_impl.limits import MAX_PLAN_SAMPLES
+from reference_impl.limits import MAX_PLAN_SAMPLES, MAX_SAMPLE_TOKENS
 from reference_impl.reports import LengthSummary, PackPlan, PlanRow
 
 #: Two candidates whose token efficiencies differ by at most this much are tied.
@@ -75,8 +75,8 @@ def _int_value(value: Any) -> int | None:
         return None
     if isinstance(value, (int, np.integer)):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
+        return int(value.strip())  # longer digit strings are beyond every limit (and Python's digit cap)
     return None
 
 
@@ -91,11 +91,14 @@ def lengths_from_histogram(histogram: Mapping[Any, Any] | Iterable[Sequence[Any]
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise InputError(f"histogram entry {k} must be a (length, count) pair, got {item!r}", field="histogram")
         length, count = _int_value(item[0]), _int_value(item[1])
-        if length is None or length < 1:
-            raise InputError(f"histogram length {item[0]!r} must be an integer >= 1", field=f"histogram[{item[0]!r}]")
-        if count is None or count < 0:
+        if length is None or not 1 <= length <= MAX_SAMPLE_TOKENS:
+            raise InputError(f"histogram length {str(item[0])[:40]!r} must be an integer from 1 to "
+                             f"{MAX_SAMPLE_TOKENS} (limit in reference_impl/limits.py)",
+                             field=f"histogram[{str(item[0])[:40]!r}]")
+        if count is None or not 0 <= count <= MAX_PLAN_SAMPLES:
             raise InputError(
-                f"histogram count for length {length} must be an integer >= 0, got {item[1]!r}",
+                f"histogram count for length {length} must be an integer from 0 to {MAX_PLAN_SAMPLES}, got "
+                f"{str(item[1])[:40]!r}",
                 field=f"histogram[{item[0]!r}]",
             )
         lengths.append(length)

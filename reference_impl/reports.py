@@ -116,7 +116,9 @@ class PreparedPacks(Result):
     """Result of :func:`prepare_packed_dataset`: where the packs are and how every row was accounted for.
 
     ``splits`` is the manifest's per-split summary (files, packs, accounting); the whole manifest
-    is :attr:`manifest` (not part of the JSON form).
+    is :attr:`manifest` (not part of the JSON form). ``reused``: an existing pack of the same
+    fingerprint verified against its manifest (sizes, hashes, row counts) was returned;
+    ``rebuilt``: why an existing pack of seqpack's own was written again (null otherwise).
     """
 
     root: Path
@@ -126,6 +128,7 @@ class PreparedPacks(Result):
     reused: bool
     fingerprint: str
     splits: dict[str, Any]
+    rebuilt: str | None = None
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -135,10 +138,11 @@ class PreparedPacks(Result):
     @classmethod
     def from_manifest(
         cls, root: Path, files: dict[str, Path], metadata_path: Path, manifest_path: Path,
-        manifest: dict[str, Any], *, reused: bool,
+        manifest: dict[str, Any], *, reused: bool, rebuilt: str | None = None,
     ) -> PreparedPacks:
         """The result for packs described by ``manifest``."""
-        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"])
+        result = cls(root, files, metadata_path, manifest_path, reused, manifest["fingerprint"], manifest["splits"],
+                     rebuilt)
         return result.attach(manifest=manifest)
 
 
@@ -147,7 +151,9 @@ class PreparedEnergonDataset(Result):
     """Result of :func:`prepare_energon_dataset` (also what :func:`read_manifest` returns).
 
     ``seconds`` is the preparation time (reading, sharding, indexing), without importing energon,
-    rounded to 0.1 ms. The whole manifest is :attr:`manifest` (not part of the JSON form).
+    rounded to 0.1 ms. ``skipped`` counts input rows left out by reason (empty completion, ...;
+    the manifest's ``accounting`` has their first locations). The whole manifest is
+    :attr:`manifest` (not part of the JSON form).
     """
 
     root: Path
@@ -157,6 +163,7 @@ class PreparedEnergonDataset(Result):
     media: dict[str, Any] | None
     fingerprint: str
     seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def manifest(self) -> dict[str, Any]:

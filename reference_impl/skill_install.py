@@ -4,11 +4,14 @@ Clients read skills from ``<base>/.claude/skills/<name>/`` (Claude Code) and
 ``<base>/.agents/skills/<name>/`` (Codex and the cross-client convention), where ``<base>`` is a
 project directory or the user's home. The bundle is copied as real files (client plugin installs
 drop symlinks) into a temporary sibling and renamed into place, so a failed install leaves nothing
-half-copied; an existing installation is replaced only with ``force``.
+half-copied; an existing installation is replaced only with ``force``, and only when this command
+made it (its ``.seqpack-install.json`` marker lists every file; a file added since, a directory
+without the marker, the home or current directory are never replaced).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -17,11 +20,36 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reference_impl.data.artifacts import check_replace_target, record_files, stray_files
 from reference_impl.data.atomic import atomic_directory
-from reference_impl.errors import UsageError
+from reference_impl.errors import ArtifactError, UsageError
 
 SKILL_NAME = "megatron-sequence-packing"
 CLIENT_DIRS = {"claude": ".claude/skills", "codex": ".agents/skills", "agents": ".agents/skills"}
+#: The marker an installation carries: what ``--force`` may replace (this command's own copy only).
+MARKER_NAME = ".seqpack-install.json"
+MARKER_FORMAT = "seqpack-skill-install/1"
+
+
+def _require_own_install(dest: Path, src: Path) -> None:
+    """Raise unless ``dest`` is an installation this command made: its marker, and no file the marker
+    does not list (a file added or a directory of someone else's is never deleted)."""
+    check_replace_target(dest, inputs=[src], owner="seqpack install-skill")
+    try:
+        marker = json.loads((dest / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        marker = None
+    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict):
+        raise ArtifactError(
+            f"--force replaces only an installation seqpack made; this one has no valid {MARKER_NAME}",
+            file=str(dest), fix="remove or move it by hand if it may go",
+        )
+    stray = stray_files(dest, [*marker["files"], MARKER_NAME])
+    if stray:
+        raise ArtifactError(
+            f"the installed skill holds files seqpack did not install ({', '.join(stray[:3])})", file=str(dest),
+            fix="move them away first; seqpack never deletes what it did not write",
+        )
 
 
 def find_skill_dir() -> Path | None:
@@ -95,12 +123,16 @@ def install_skill(
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
     if dest.resolve() == src.resolve():
         raise UsageError("the destination is the skill source itself", file=str(dest))
-    replaced = dest.exists() or dest.is_symlink()
+    replaced = (dest.exists() or dest.is_symlink()) and not (dest.is_dir() and not any(dest.iterdir()))
     if replaced and not force:
         raise UsageError("the skill is already installed there", file=str(dest), fix="pass --force to replace it")
-    with atomic_directory(dest, replace=replaced) as tmp:
+    if replaced:
+        _require_own_install(dest, src)
+    with atomic_directory(dest, replace=replaced, check_replace=lambda path: _require_own_install(path, src)) as tmp:
         shutil.copytree(src, tmp, symlinks=False, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        marker = {"format": MARKER_FORMAT, "skill": SKILL_NAME, "source": str(src), "files": record_files(tmp)}
+        (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     files = sum(1 for p in dest.rglob("*") if p.is_file())
     command, note = _registration(client, base if not user else Path.cwd())
     return SkillInstall(client, str(src), str(dest), files, replaced, command, note)

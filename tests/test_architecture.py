@@ -260,7 +260,7 @@ def test_limits_are_published_and_enforced(mcp_tools):
     assert props["derive_alignment"]["tp"]["maximum"] == limits.MAX_PARALLEL_SIZE
     assert props["simulate_packing"]["max_bins"]["maximum"] == limits.MAX_BINS_RETURNED
     assert props["plan_pack_length"]["candidates"]["maxItems"] == limits.MAX_CANDIDATES
-    with pytest.raises(UsageError, match=r"n=50000001 is over the limit of 50000000.*limits.py"):
+    with pytest.raises(UsageError, match=rf"n={limits.MAX_PLAN_SAMPLES + 1} is over the limit of {limits.MAX_PLAN_SAMPLES}.*limits.py"):
         plan(PlanOptions(mix="uniform", n=limits.MAX_PLAN_SAMPLES + 1))
     with pytest.raises(UsageError, match="capacity=4194305 is over the limit"):
         simulate_packing(SimulateOptions(lengths=[1], capacity=limits.MAX_PACK_LEN + 1))

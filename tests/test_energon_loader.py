@@ -214,7 +214,23 @@ def broken(tmp_path_factory):
     rows[5]["completion"] = ""  # rejected: empty completion
     src = tmp / "b.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return prepare_energon_dataset(src, tmp / "ds")
+    # energon-prepare skips such rows (test_prepare_skips_rejected_rows); a dataset prepared without
+    # that check (an older seqpack, or by hand) must still make the loader stop, not skip
+    from unittest import mock
+
+    with mock.patch("reference_impl.data.tokenize.check_row", lambda *args, **kwargs: None):
+        return prepare_energon_dataset(src, tmp / "ds")
+
+
+def test_prepare_skips_rejected_rows(tmp_path):
+    rows = [{"prompt": f"question {i}", "completion": "" if i == 5 else f"answer {i}"} for i in range(12)]
+    src = tmp_path / "b.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = prepare_energon_dataset(src, tmp_path / "ds")
+    assert ds.skipped == {"empty_completion": 1} and ds.samples == {"train": 11}
+    acc = ds.manifest["accounting"]
+    assert acc["rows_in"] == acc["written"] + acc["skipped_total"] == 12
+    assert acc["skipped"]["empty_completion"]["examples"] == [{"file": str(src), "line": 6, "row": 5}]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from reference_impl.data import ByteTokenizer, PromptCompletionSchema, demo_path, tokenize_row
 from reference_impl.data.jsonl import JsonlFile
-from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.errors import ArtifactError, InputError, UsageError
 from reference_impl.packing.offline import MANIFEST_NAME, prepare_packed_dataset
 from reference_impl.packing.packed_dataset import PackedParquetDataset
 from reference_impl.packing.parquet import PackedParquetReader
@@ -217,10 +217,13 @@ def test_existing_foreign_directory_is_not_overwritten(write_jsonl, tmp_path):
     path = write_jsonl(_rows(5))
     res = prepare_packed_dataset(path, tmp_path / "o", pack_size=64)
     (res.root / MANIFEST_NAME).write_text("{}")
-    with pytest.raises(PackingError, match="not a complete pack"):
+    before = sorted(p.name for p in res.root.iterdir())
+    with pytest.raises(ArtifactError, match="cannot tell that it wrote"):
         prepare_packed_dataset(path, tmp_path / "o", pack_size=64)
-    again = prepare_packed_dataset(path, tmp_path / "o", pack_size=64, overwrite=True)
-    assert again.reused is False and json.loads((again.root / MANIFEST_NAME).read_text())["fingerprint"]
+    # --overwrite replaces only what seqpack wrote: a foreign manifest keeps the directory as it is
+    with pytest.raises(ArtifactError, match="cannot tell that it wrote"):
+        prepare_packed_dataset(path, tmp_path / "o", pack_size=64, overwrite=True)
+    assert sorted(p.name for p in res.root.iterdir()) == before and (res.root / MANIFEST_NAME).read_text() == "{}"
 
 
 def test_chat_demo_and_workers_match_serial(tmp_path):

@@ -60,6 +60,7 @@ def root(tmp_path: Path) -> Path:
     (root / "job.yaml").write_text("train:\n  micro_batch_size: 1\ndataset:\n  enable_in_batch_packing: true\n")
     (root / "bad.yaml").write_text("train:\n  micro_batch_sise: 1\n")
     (root / "existing").mkdir()
+    (root / "existing" / "notes.txt").write_text("not ours\n")  # a non-empty directory seqpack did not write
     packed = verbs.pack(verbs.PackOptions(input=root / "data.jsonl", out=tmp_path / "packs", pack_size=256, cp=2))
     packed.root.rename(root / "artifact")  # a fixed name for the inspect case
     return root

@@ -163,7 +163,7 @@ def test_to_dict_is_json_and_complete():
         ({"lengths": [4, -1]}, InputError, "lengths[1] is -1"),
         ({"lengths": []}, InputError, "no sample to plan with"),
         ({"histogram": {"5": -1}}, InputError, "count for length 5"),
-        ({"histogram": {"x": 1}}, InputError, "must be an integer >= 1"),
+        ({"histogram": {"x": 1}}, InputError, "must be an integer from 1 to"),
         ({"lengths": [4], "candidates": (4, 4)}, UsageError, "repeat"),
         ({"lengths": [4], "candidates": (2,), "pad_seq_to_mult": 4}, UsageError, "smaller than pad_seq_to_mult"),
         ({"lengths": [4], "algorithm": "worst_fit"}, UsageError, "unknown packing algorithm"),

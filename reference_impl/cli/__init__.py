@@ -103,6 +103,12 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"seqpack {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # the file system or the network said no: name what and where, in one line
+        if os.environ.get("SEQPACK_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"seqpack {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
         if os.environ.get("SEQPACK_DEBUG"):
             raise

@@ -147,4 +147,7 @@ def _print_global_batch(report) -> int:  # noqa: ANN001 - a GlobalBatchReport
                     [[d, t, a] for d, (t, a) in enumerate(zip(step.rank_tokens, step.rank_attention))]))
         for note in step.adjustments:
             print(f"note: {note}")
+    print(f"\n{report.full_steps} full step(s) in {report.rows} rows"
+          + (f"; the last {report.dropped_rows} row(s) do not fill a global batch of {st['global_batch_size']} and "
+             "are dropped, as training does (drop_last)" if report.dropped_rows else ""))
     return 0

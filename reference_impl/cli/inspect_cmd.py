@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
           f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}")
     for issue in report.issues:
-        print(f"  issue [{issue['check']}] row {issue['row']}: {issue['message']}")
+        where = f" row {issue['row']}" if issue["row"] >= 0 else ""
+        print(f"  issue [{issue['check']}]{where}: {issue['message']}")
     if report.issue_count > len(report.issues):
         print(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
     if report.topology is not None:

@@ -69,6 +69,12 @@ def run(args: argparse.Namespace) -> int:
         f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}, token slots {plan.token_slots}, "
         f"DP={plan.dp}"
     )
+    acc = (s.details or {}).get("accounting")
+    if acc:
+        skipped = ", ".join(f"{k}={v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]
+                            else f"{k}={v['count']}" for k, v in acc["skipped"].items())
+        print(f"rows: {acc['rows_in']} read, {acc['packed']} planned, {acc['truncated']} truncated, "
+              f"{acc['skipped_total']} skipped" + (f" ({skipped})" if skipped else ""))
     rows = []
     for r in plan.rows:
         mark = "*" if r.pack_len == plan.recommended_pack_len else ""

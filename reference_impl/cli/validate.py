@@ -54,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     for f in report.warnings:
         print(f"  warning {f.one_line()}")
     r = report.resolved
+    for name, why in r.get("unknown", {}).items():
+        print(f"  unknown {why}")
+    if r.get("unchecked_rules"):
+        print(f"  not checked (they depend on an unset value): "
+              f"{', '.join(u['rule_id'] for u in r['unchecked_rules'])}")
     print(
         f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} pad_seq_to_mult={r['pad_seq_to_mult']} "
         f"seq_length={r['seq_length']} dataloader={r['dataloader_type']} "

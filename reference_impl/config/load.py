@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import json
 import types
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -23,9 +22,7 @@ from typing import Any, Iterable, Literal, Mapping, Union, get_args, get_origin,
 import yaml
 
 from reference_impl.config.schema import TrainingConfig
-
-#: libyaml's safe loader when PyYAML was built with it (about 10x faster), else the pure-Python one.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from reference_impl.config.yaml_bounded import load_yaml, read_text
 from reference_impl.errors import ConfigError
 
 #: Keys renamed or moved upstream; the loader points users at the current name instead of guessing.
@@ -76,6 +73,20 @@ def load_config(
     parsed as YAML/JSON text). ``overrides`` are applied on top, as ``"section.field=value"`` strings
     (``dataset.enable_in_batch_packing=true``) or ``(dotted_key, python_value)`` pairs.
     """
+    return load_config_with_keys(source, overrides)[0]
+
+
+def load_config_with_keys(
+    source: str | Path | Mapping[str, Any] | TrainingConfig | None = None,
+    overrides: Iterable[str | tuple[str, Any]] = (),
+) -> tuple[TrainingConfig, frozenset[str] | None]:
+    """:func:`load_config`, plus the dotted keys the source and overrides set to a value (not null).
+
+    The keys are None for a :class:`TrainingConfig` source (every field has a definite value); a
+    verb uses them to tell a value the user gave from a default it must not assume (an unset
+    ``dist.world_size`` leaves the data-parallel size unknown). A file or text that holds no
+    setting at all is refused: it would validate the defaults while looking like a check of the file.
+    """
     if source is None:
         data: dict[str, Any] = {}
         ctx = _Ctx("<defaults>")
@@ -90,6 +101,9 @@ def load_config(
         ctx = _Ctx("<text>", locations)
     else:
         raise ConfigError(f"cannot load a config from {type(source).__name__}")
+    if not data and ctx.source not in ("<defaults>", "<config>", "<dict>"):
+        raise ConfigError("the config is empty: it sets nothing, so only the defaults would be checked",
+                          file=ctx.source, fix="give a YAML/JSON mapping of sections (model, dataset, train, ...)")
     for item in overrides:
         if isinstance(item, tuple):
             key, value = item
@@ -97,7 +111,21 @@ def load_config(
         else:
             key, value = parse_override(item)
         _apply_override(data, key, value, ctx, item)
-    return _build(TrainingConfig, data, "", ctx)
+    cfg = _build(TrainingConfig, data, "", ctx)
+    return cfg, (None if isinstance(source, TrainingConfig) else frozenset(_given_keys(data)))
+
+
+def _given_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of ``data`` whose value is not null (sections included, then their keys)."""
+    out = []
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if value is None:
+            continue
+        out.append(path)
+        if isinstance(value, Mapping) and path.count(".") < 2:
+            out.extend(_given_keys(value, path))
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> TrainingConfig:
@@ -116,25 +144,23 @@ def parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {item!r} has an empty key part")
+    if not raw.strip():
+        raise ConfigError(f"override {item!r} has no value", file="--set", field=key,
+                          fix=f"write {key}=null to unset it, or give a value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        value, _ = load_yaml(raw, source=f"--set {item}", on_malformed=_NotYaml)
+    except _NotYaml:
         value = raw
     return key, value
 
 
+class _NotYaml(ConfigError):
+    """An override value that is not YAML: it is taken as a plain string."""
+
+
 def parse_config_text(text: str, *, source_name: str = "<text>") -> tuple[dict[str, Any], _Locations]:
     """Parse YAML (or JSON, a subset) text into a dict plus a map of dotted key -> (source, line)."""
-    try:
-        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader (C or pure Python)
-        node = yaml.compose(text, Loader=_LOADER)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        raise ConfigError(f"malformed YAML: {problem}", file=source_name, line=line) from None
-    except yaml.YAMLError as exc:  # pragma: no cover - other YAML errors carry no mark
-        raise ConfigError(f"malformed YAML: {exc}", file=source_name) from None
+    data, node = load_yaml(text, source=source_name)  # bounded: size, alias expansion, depth, keys
     if data is None:
         return {}, {}
     if isinstance(data, str) and "\n" not in text.strip():
@@ -154,19 +180,7 @@ def parse_config_text(text: str, *, source_name: str = "<text>") -> tuple[dict[s
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], _Ctx]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("config file not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise ConfigError("config path is a directory, not a file", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file is not UTF-8 (byte {exc.start})", file=str(path)) from None
-    if path.suffix.lower() == ".json":
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"malformed JSON: {exc.msg} (column {exc.colno})", file=str(path), line=exc.lineno) from None
+    text = read_text(path, what="config file")
     data, locations = parse_config_text(text, source_name=str(path))
     return data, _Ctx(str(path), locations)
 
@@ -365,6 +379,7 @@ __all__ = [
     "config_from_dict",
     "field_help",
     "load_config",
+    "load_config_with_keys",
     "parse_config_text",
     "parse_override",
 ]

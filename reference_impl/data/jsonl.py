@@ -28,7 +28,9 @@ How it works:
 Every problem with the data is an :class:`~reference_impl.errors.InputError` naming the file,
 the physical line and the row index: malformed JSON (with the column of the JSON error), a line
 that holds something other than a JSON object, bytes that are not UTF-8 (with their byte offset
-in the file), and a file without any row.
+in the file), a lone surrogate escape, nesting deeper than
+:data:`~reference_impl.data.jsontext.MAX_JSON_DEPTH`, an integer beyond Python's digit limit (these
+three name the field), and a file without any row.
 """
 
 from __future__ import annotations
@@ -45,10 +47,12 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl.data import jsontext
 from reference_impl.data.atomic import atomic_output
+from reference_impl.data.interrupt import checkpoint
 from reference_impl.data.location import RowLocation
 from reference_impl.arguments import positive_int
-from reference_impl.errors import InputError
+from reference_impl.errors import ArtifactError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +282,7 @@ class JsonlFile:
         for target in targets:
             try:
                 _save_index(index, target)
-            except OSError as exc:
+            except (OSError, ArtifactError) as exc:
                 log.info("cannot write index cache %s (%s); trying the next place", target, exc)
                 continue
             self.cache_path, self.index_source = target, "built"
@@ -341,6 +345,7 @@ class JsonlFile:
 
     def row(self, i: int) -> dict[str, Any]:
         """Parse row ``i`` as a JSON object; :class:`InputError` (file, line, row) when it is not one."""
+        checkpoint()  # a cancelled MCP job stops here
         j = self._checked(i)
         start, end = self._span(j)
         data = self._map()[start:end]
@@ -355,9 +360,11 @@ class JsonlFile:
                 **loc,
             ) from None
         try:
-            value = json.loads(text)
+            value = jsontext.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", **loc) from None
+        except jsontext.JsonProblem as exc:
+            raise InputError(exc.message, field=exc.field, **loc) from None
         if not isinstance(value, dict):
             raise InputError(f"expected one JSON object per line, got a JSON {_json_type(value)}", **loc)
         return value

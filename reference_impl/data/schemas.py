@@ -155,6 +155,20 @@ class PromptCompletionSchema:
             raise InputError(f"field must be a string, got {type(value).__name__}", field=key)
         return value.strip(" ") if self.strip_whitespace else value
 
+    def require_columns(self, row: dict[str, Any]) -> None:
+        """Refuse a configured column that ``row`` (the file's first row) lacks.
+
+        The canonical-name fallback of :meth:`extract` stays for single rows; a column that is not
+        even in the first row was most likely misspelled, and packing the fallback column while
+        the manifest records the configured one would be silently wrong.
+        """
+        for column, canonical in ((self.prompt_column, "prompt"), (self.completion_column, "completion")):
+            if column != canonical and column not in row:
+                raise InputError(
+                    f"column {column!r} is not in the first row (row keys: {sorted(row)})", field=column,
+                    fix=f"check the column name; the default is {canonical!r}",
+                )
+
     def extract(self, row: dict[str, Any]) -> tuple[str, str]:
         """``(prompt_text, completion)``: the prompt already put through ``prompt_template``."""
         present = [k for k in CHAT_KEYS if k in row]

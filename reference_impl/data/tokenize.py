@@ -306,6 +306,22 @@ def tokenize_row(
         raise UsageError(f"unknown schema object {type(schema).__name__}")
 
 
+def check_row(row: dict[str, Any], schema: Schema, *, location: RowLocation | None = None) -> None:
+    """The checks :func:`tokenize_row` makes before it needs a tokenizer: fields present and typed,
+    roles known, and the rejections that do not depend on tokens (empty completion, empty
+    conversation, no assistant turn). Raises what :func:`tokenize_row` would (an
+    :class:`InputError`, or a :class:`SampleRejected` with its reason)."""
+    with at_row(location):
+        if isinstance(schema, PromptCompletionSchema):
+            _, completion = schema.extract(row)
+            if not completion and not schema.allow_empty_completion:
+                raise SampleRejected(rj.EMPTY_COMPLETION, field=schema.completion_column)
+        elif isinstance(schema, ChatSchema):
+            _chat_input(row, schema, "right")
+        else:
+            raise UsageError(f"unknown schema object {type(schema).__name__}")
+
+
 @dataclass(frozen=True, eq=False)
 class TokenizedBatch:
     """Rows tokenized together, as flat arrays (see "Batches" in the module docstring).

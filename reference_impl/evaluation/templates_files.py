@@ -542,9 +542,9 @@ def _log_tasks(ctx: GenContext) -> None:
     probe = _workdir_with(ctx, "probe-stale", {"train.jsonl": data})
     root = _prep(str(probe / "train.jsonl"), probe / "packed", pack_size=2048, pad_seq_to_mult=4).root
     stale = {"train.jsonl": data, f"packed/{root.name}/notes.txt": "half-written copy from an interrupted job\n"}
-    fix = choice_field("fix", "overwrite or remove the directory", {
-        "overwrite or remove the directory": (r"--overwrite", r"overwrite\s*=\s*True",
-                                              r"(?:remove|delete|move)[^.\n]{0,60}(?:director|folder|output)"),
+    # seqpack never deletes a directory it did not write (no manifest), not even with --overwrite
+    fix = choice_field("fix", "remove or move the directory", {
+        "remove or move the directory": (r"(?:remove|delete|move)[^.\n]{0,60}(?:director|folder|output)",),
         "change the data": (r"(?:fix|edit|repair)[^.\n]{0,20}(?:data|jsonl|train\.jsonl)",),
         "change the pack size": (r"(?:change|lower|raise)[^.\n]{0,20}pack[ -]size",),
     }, anywhere=True, says="what to do")
@@ -552,8 +552,9 @@ def _log_tasks(ctx: GenContext) -> None:
         ctx, "ctx-log-stale-output", ["pack", "train.jsonl", "--out", "packed", "--pack-size", "2048", "--cp", "2"],
         stale,
         "Re-running our packing step gave pack.log. What happened and what should we do?",
-        "The fingerprinted output directory already exists but is not a complete pack with this fingerprint "
-        "(left over from an interrupted or different job). Remove that directory, or rerun with --overwrite.",
+        "The fingerprinted output directory already exists but holds no seqpack manifest (left over from an "
+        "interrupted or different job), so seqpack cannot tell it wrote it and will not delete it, not even "
+        "with --overwrite. Move or remove that directory, then rerun.",
         [fix], claims.path_claims(["offline"]),
         log_name="pack.log", paths=["offline"], script="seqpack pack",
     )

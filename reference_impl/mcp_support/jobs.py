@@ -11,7 +11,9 @@ hands its blocking work to :func:`run_job`::
         return report.to_dict()
 
 The work function receives a :class:`JobControl` and calls ``job.progress(done, total, message)``
-between steps (or ``job.check()`` where it has nothing to report). Each call forwards a progress
+between steps (or ``job.check()`` where it has nothing to report); library code that knows
+nothing of jobs stops too, because :func:`reference_impl.data.interrupt.checkpoint` (called for
+every JSONL row and Parquet row group read) runs the job's check on the worker thread. Each call forwards a progress
 notification to the client (when the client asked for progress) and raises :class:`JobStopped` once
 the client cancelled the request or the time limit passed, so the work ends at its next step.
 :func:`run_job` turns a stop on the time limit into a ``ToolError`` naming the limit, maps
@@ -33,6 +35,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from reference_impl.data.interrupt import stop_checks
 from reference_impl.mcp_support.errors import log, tool_errors
 
 T = TypeVar("T")
@@ -104,7 +107,8 @@ async def run_job(ctx: Context | None, work: Callable[[JobControl], T], *, time_
 
     def target() -> None:
         try:
-            box["value"] = work(job)
+            with stop_checks(job.check):  # library loops (rows, row groups) stop at their next checkpoint
+                box["value"] = work(job)
         except BaseException as exc:  # noqa: BLE001 - handed back to the event loop below
             box["error"] = exc
 

@@ -5,22 +5,28 @@ A tool is a plain function of its module (``tools_config``, ``tools_packing``, `
 verb's result dataclass; the SDK derives the output schema from that return annotation. A tool
 that touches files takes ``ctx: Context`` and confines every path with :func:`roots_of`. Errors:
 a :class:`~reference_impl.errors.SeqpackError`, an ``OSError`` or a ``ToolError`` becomes a tool
-error result (:func:`reference_impl.mcp_support.errors.error_result`).
+error result (:func:`reference_impl.mcp_support.errors.error_result`); any other exception too,
+as "internal error: <type>: <message>" (its traceback goes to the server log), so a client always
+gets the reason. A JSON boolean is refused where a tool wants a number (pydantic would read it as
+1 or 0).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel, create_model, model_validator
 
-from reference_impl.mcp_support.errors import error_result
+from reference_impl.errors import SeqpackError
+from reference_impl.mcp_support.errors import error_result, log
 from reference_impl.mcp_support.hints import READ_ONLY
 from reference_impl.mcp_support.roots import AllowedRoots
 
@@ -44,8 +50,53 @@ TOOLS: dict[str, ToolSpec] = {}
 def _error_or_raise(name: str, exc: Exception) -> Any:
     result = error_result(name, exc)
     if result is None:
-        raise exc  # unexpected: the SDK answers "Error executing tool" and logs the traceback
+        # unexpected (a bug): the traceback goes to the server log, the client still gets the reason
+        log.exception("tool %s failed unexpectedly", name)
+        result = error_result(name, InternalToolError(exc))
     return result
+
+
+class InternalToolError(SeqpackError):
+    """An exception no check anticipated, reported with its type and message instead of a bare failure."""
+
+    def __init__(self, exc: BaseException) -> None:
+        text = " ".join(str(exc).split())[:500]
+        super().__init__(f"internal error: {type(exc).__name__}: {text} (a bug in seqpack; the server log has the "
+                         "traceback)")
+
+
+def _bool_where_number(tp: Any, value: Any) -> bool:
+    """True when ``value`` holds a boolean where ``tp`` wants an int or float (pydantic would take it as 1/0)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _bool_where_number(get_args(tp)[0], value)
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if bool in args:
+            return False
+        return any(_bool_where_number(a, value) for a in args if a is not type(None))
+    if tp in (int, float):
+        return isinstance(value, bool)
+    if origin is list and isinstance(value, list) and get_args(tp):
+        return any(_bool_where_number(get_args(tp)[0], v) for v in value)
+    if origin is dict and isinstance(value, dict) and len(get_args(tp)) == 2:
+        return any(_bool_where_number(get_args(tp)[1], v) for v in value.values())
+    return False
+
+
+def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` refusing a JSON boolean for an integer or number argument (also inside lists and dicts)."""
+    slots = {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
+
+    def no_bools(cls: Any, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, annotation in slots.items():
+                if key in data and _bool_where_number(annotation, data[key]):
+                    raise ValueError(f"{key}: expected a number, got a boolean ({data[key]!r})")
+        return data
+
+    return create_model(model.__name__, __base__=model,
+                        __validators__={"no_bools": model_validator(mode="before")(classmethod(no_bools))})
 
 
 def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,3 +150,6 @@ def register_tools(server: MCPServer) -> None:
                                 category=UserWarning)
         for spec in TOOLS.values():
             server.add_tool(spec.fn, name=spec.name, title=spec.title, annotations=spec.annotations)
+            registered = server._tool_manager.get_tool(spec.name)  # noqa: SLF001 - the SDK offers no public hook
+            if registered is not None:  # read live by the SDK: booleans are refused where numbers are wanted
+                registered.fn_metadata.arg_model = _strict_numbers(registered.fn_metadata.arg_model)

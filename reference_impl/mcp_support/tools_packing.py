@@ -2,7 +2,9 @@
 batches of the runtime paths, and Energon dataset preparation.
 
 Each tool confines its paths to the allowed roots, parses its arguments into the verb's options
-and returns the verb's result (:mod:`reference_impl.verbs`). Loading this module imports neither
+and returns the verb's result (:mod:`reference_impl.verbs`). The tools that read or write data
+run as jobs (:func:`~reference_impl.mcp_support.jobs.run_job`): the work stops at its next row
+when the client cancels the request or ``time_limit_s`` passes. Loading this module imports neither
 numpy nor torch; a tool imports what its verb needs when it runs (numpy for planning and packing,
 pyarrow for pack_dataset and inspect_packed_dataset, torch for the batches tools).
 """
@@ -28,6 +30,7 @@ from reference_impl.choices import (
     literal,
 )
 from reference_impl.limits import (
+    DEFAULT_TOOL_SECONDS,
     MAX_BATCHES_SHOWN,
     MAX_BINS_RETURNED,
     MAX_BLEND_SAMPLES,
@@ -41,13 +44,18 @@ from reference_impl.limits import (
     MAX_PARALLEL_SIZE,
     MAX_PATH_CHARS,
     MAX_PLAN_SAMPLES,
+    MAX_SAMPLE_TOKENS,
+    MAX_SEED,
     MAX_SEQS_PER_PACK,
     MAX_SHARD_SIZE,
     MAX_STEPS_SHOWN,
+    MAX_TOKEN_ID,
     MAX_TOKEN_SLOTS,
+    MAX_TOOL_SECONDS,
 )
 from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.mcp_support.hints import WRITES
+from reference_impl.mcp_support.jobs import run_job
 from reference_impl.mcp_support.registry import roots_of, tool
 from reference_impl.packing.global_batch.report import GlobalBatchReport
 from reference_impl.packing.in_batch_report import InBatchReport
@@ -77,7 +85,7 @@ Size = Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE)]
 PackLen = Annotated[int, Field(ge=1, le=MAX_PACK_LEN)]
 PathArg = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
 OptionalPath = Annotated[str | None, Field(max_length=MAX_PATH_CHARS)]
-Seed = Annotated[int, Field(ge=0)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 MaxSeqs = Annotated[int | None, Field(ge=1, le=MAX_SEQS_PER_PACK)]
 
 TP = Annotated[Size | None, Field(description="tensor-parallel size (derives the alignment)")]
@@ -91,16 +99,22 @@ PAD = Annotated[
 ]
 
 
+TimeLimit = Annotated[float, Field(gt=0, le=MAX_TOOL_SECONDS,
+                                   description="stop the work after this many seconds (it also stops when the "
+                                   "request is cancelled)")]
+
+
 def _file(ctx: Context, path: str | None, field: str) -> str | None:
     return None if path is None else str(roots_of(ctx).resolve(path, field=field, kind="file"))
 
 
 @tool(title="Plan the pack length (equal token slots per step)")
-def plan_pack_length(
+async def plan_pack_length(
     ctx: Context,
-    lengths: Annotated[list[Annotated[int, Field(ge=1)]] | None,
+    lengths: Annotated[list[Annotated[int, Field(ge=1, le=MAX_SAMPLE_TOKENS)]] | None,
                        Field(description="sample lengths in tokens", max_length=MAX_INLINE_LENGTHS)] = None,
-    histogram: Annotated[dict[int, Annotated[int, Field(ge=0)]] | None,
+    histogram: Annotated[dict[Annotated[int, Field(ge=1, le=MAX_SAMPLE_TOKENS)],
+                              Annotated[int, Field(ge=0, le=MAX_PLAN_SAMPLES)]] | None,
                          Field(description="sample counts by length, e.g. {\"512\": 1200, \"3000\": 40}",
                                max_length=MAX_INLINE_LENGTHS)] = None,
     jsonl_path: Annotated[str | None, Field(description="a JSONL file (or blend manifest) inside an allowed "
@@ -122,7 +136,7 @@ def plan_pack_length(
     eval_cp: EVAL_CP = None,
     pad_seq_to_mult: PAD = None,
     algorithm: Algorithm = DEFAULT_ALGORITHM,
-    seed: Annotated[int, Field(ge=0, description="seed of mix and of first_fit_shuffle")] = 0,
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="seed of mix and of first_fit_shuffle")] = 0,
     max_seqs_per_pack: MaxSeqs = None,
     truncation: Annotated[Truncation, Field(description="samples longer than a pack: cut, or leave out")] = "right",
     schema: Annotated[SchemaOption, Field(description="row schema of jsonl_path")] = "auto",
@@ -133,6 +147,7 @@ def plan_pack_length(
                                                 "overhead to every row")] = None,
     ep: Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE, description="expert-parallel size")] = 1,
     pad_to_max_length: Annotated[bool, Field(description="fixed-width packs (every pack pack_len wide)")] = False,
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> PackPlan:
     """Compare candidate pack lengths at equal token slots per step and recommend one.
 
@@ -145,22 +160,23 @@ def plan_pack_length(
     dispatched tokens that are padding.
     """
     jsonl = str(roots_of(ctx).resolve_inputs(jsonl_path, field="jsonl_path")) if jsonl_path is not None else None
-    return plan(PlanOptions(
+    options = PlanOptions(
         lengths=lengths, histogram=histogram, jsonl=jsonl, mix=mix, n=n, max_len=max_len,
         candidates=tuple(candidates), token_slots=token_slots, dp=dp, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, algorithm=algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack,
         truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"),
         moe_dispatcher=moe_dispatcher, ep=ep, pad_to_max_length=pad_to_max_length,
-    ))
+    )
+    return await run_job(ctx, lambda job: plan(options), time_limit_s=time_limit_s)
 
 
 @tool(title="Simulate bin packing of lengths")
 def simulate_packing(
-    lengths: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=MAX_INLINE_LENGTHS,
-                                                                description="item lengths in tokens")],
+    lengths: Annotated[list[Annotated[int, Field(ge=0, le=MAX_SAMPLE_TOKENS)]],
+                       Field(min_length=1, max_length=MAX_INLINE_LENGTHS, description="item lengths in tokens")],
     capacity: Annotated[PackLen, Field(description="tokens per pack")],
     algorithm: Algorithm = DEFAULT_ALGORITHM,
-    seed: Annotated[int, Field(ge=0, description="drives first_fit_shuffle only")] = 0,
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, description="drives first_fit_shuffle only")] = 0,
     max_seqs_per_pack: MaxSeqs = None,
     oversize: Annotated[literal(OVERSIZE_MODES),  # type: ignore[valid-type]
                         Field(description="items longer than capacity: fail, leave out, or cut")] = "error",
@@ -180,7 +196,7 @@ def simulate_packing(
 
 
 @tool(title="Pack a JSONL dataset offline (writes packed Parquet)", annotations=WRITES)
-def pack_dataset(
+async def pack_dataset(
     ctx: Context,
     input_path: Annotated[PathArg, Field(description="JSONL file (or blend manifest) inside an allowed root")],
     output_dir: Annotated[PathArg, Field(description="output root inside an allowed root; the packs go to "
@@ -209,8 +225,9 @@ def pack_dataset(
     max_seqs_per_pack: MaxSeqs = None,
     bridge_compat: Annotated[bool, Field(description="reproduce Megatron-Bridge's packing exactly")] = False,
     num_samples: Annotated[int | None, Field(ge=1, le=MAX_BLEND_SAMPLES, description="draws from a blend")] = None,
-    overwrite: Annotated[bool, Field(description="replace an existing pack directory of the same fingerprint")]
-    = False,
+    overwrite: Annotated[bool, Field(description="rewrite the pack directory of this fingerprint (only one seqpack "
+                                     "wrote: a directory with other files is never replaced)")] = False,
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> PreparedPacks:
     """Tokenize, align, bin-pack and write packed Parquet + metadata + manifest (like `seqpack pack`).
 
@@ -222,18 +239,19 @@ def pack_dataset(
     train = roots.resolve_inputs(input_path, field="input_path")
     validation = roots.resolve_inputs(validation_path, field="validation_path") if validation_path else None
     out = roots.resolve(output_dir, field="output_dir", must_exist=False, kind="dir")
-    return pack(PackOptions(
+    options = PackOptions(
         input=train, out=out, validation=validation, pack_size=pack_size, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, max_seq_length=max_seq_length, schema=schema, prompt_column=prompt_column,
         completion_column=completion_column, loss_mode=loss_mode,
         tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), truncation=truncation, algorithm=algorithm,
         seed=seed, max_seqs_per_pack=max_seqs_per_pack, bridge_compat=bridge_compat, num_samples=num_samples,
         overwrite=overwrite,
-    ))
+    )
+    return await run_job(ctx, lambda job: pack(options), time_limit_s=time_limit_s)
 
 
 @tool(title="Inspect packed Parquet (integrity, stats, topology fit)")
-def inspect_packed_dataset(
+async def inspect_packed_dataset(
     ctx: Context,
     path: Annotated[PathArg, Field(description="a packed Parquet file or a directory of them (no glob), inside "
                                    "a root")],
@@ -243,8 +261,10 @@ def inspect_packed_dataset(
     eval_cp: EVAL_CP = None,
     pack_size: Annotated[int | None, Field(ge=1, le=MAX_PACK_LEN,
                                            description="needed for artifacts without a manifest")] = None,
-    eos_id: Annotated[int | None, Field(ge=0, description="EOS id (real-token counts of foreign packs)")] = None,
+    eos_id: Annotated[int | None, Field(ge=0, le=MAX_TOKEN_ID,
+                                        description="EOS id (real-token counts of foreign packs)")] = None,
     fixed_width: Annotated[bool | None, Field(description="the run pads rows to pack_size")] = None,
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> InspectReport:
     """Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
 
@@ -263,8 +283,9 @@ def inspect_packed_dataset(
     manifest = files[0].parent / "seqpack_manifest.json"  # read by inspect when present
     if manifest.exists():
         roots.check_resolved(manifest, field="path")
-    return inspect_packs(InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size,
-                                        eos_id=eos_id, fixed_width=fixed_width))
+    options = InspectOptions(path=target, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp, pack_size=pack_size, eos_id=eos_id,
+                             fixed_width=fixed_width)
+    return await run_job(ctx, lambda job: inspect_packs(options), time_limit_s=time_limit_s)
 
 
 def _batches_options(
@@ -284,7 +305,7 @@ _TOKENIZER = Annotated[str | None, Field(description="tokenizer.json (default: t
 
 
 @tool(title="Show the first in-batch packed micro-batches of a JSONL file")
-def inspect_in_batch(
+async def inspect_in_batch(
     ctx: Context,
     input_path: _INPUT,
     mbs: Annotated[int | None, Field(ge=1, le=MAX_GLOBAL_BATCH_SIZE,
@@ -303,20 +324,22 @@ def inspect_in_batch(
     pad_to_max_length: Annotated[bool, Field(description="fixed packed width (static-shape kernels)")] = False,
     width: Annotated[int | None, Field(ge=1, le=MAX_PACK_LEN, description="the fixed width (default seq_length)")]
     = None,
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> InBatchReport:
     """Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
     micro-batches: rows, lengths, cu_seqlens (real and padded), width, alignment and width padding
     (like `seqpack batches --mode in-batch`). Settings that break a packing rule are a tool error
     naming the rule."""
-    return batches(_batches_options(
+    options = _batches_options(
         ctx, "in-batch", input_path, tokenizer_path, mbs=mbs, seq_length=seq_length, tp=tp, cp=cp, sp=sp,
         eval_cp=eval_cp, num_batches=num_batches, dataloader=dataloader, seed=seed, schema=schema,
         truncation=truncation, pad_to_max_length=pad_to_max_length, width=width,
-    ))  # type: ignore[return-value]
+    )
+    return await run_job(ctx, lambda job: batches(options), time_limit_s=time_limit_s)  # type: ignore[return-value]
 
 
 @tool(title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)")
-def inspect_global_batch(
+async def inspect_global_batch(
     ctx: Context,
     input_path: _INPUT,
     seq_length: _SEQ = 4096,
@@ -336,19 +359,21 @@ def inspect_global_batch(
     schema: _SCHEMA = None,
     tokenizer_path: _TOKENIZER = None,
     truncation: Truncation = "right",
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> GlobalBatchReport:
     """Simulate the DP ranks of global-batch packing in one process (the training scheduler and pack
     builder, no collectives) and return every step's packs per (micro-batch, DP rank), the per-rank
     token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`)."""
-    return batches(_batches_options(
+    options = _batches_options(
         ctx, "global-batch", input_path, tokenizer_path, seq_length=seq_length, dp=dp, gbs=gbs, tp=tp, cp=cp,
         sp=sp, max_seqlen_per_rank=max_seqlen_per_rank, scheduler=scheduler, num_steps=num_steps,
         dataloader=dataloader, seed=seed, schema=schema, truncation=truncation,
-    ))  # type: ignore[return-value]
+    )
+    return await run_job(ctx, lambda job: batches(options), time_limit_s=time_limit_s)  # type: ignore[return-value]
 
 
 @tool(title="Prepare a Megatron-Energon dataset from JSONL (writes WebDataset shards)", annotations=WRITES)
-def prepare_energon_dataset(
+async def prepare_energon_dataset(
     ctx: Context,
     input_path: _INPUT,
     output_dir: Annotated[PathArg, Field(description="dataset directory inside an allowed root (written atomically)")],
@@ -357,13 +382,16 @@ def prepare_energon_dataset(
     shard_size: Annotated[int, Field(ge=1, le=MAX_SHARD_SIZE, description="samples per tar shard")] = 1000,
     val_fraction: Annotated[float, Field(ge=0.0, lt=1.0, description="fraction of rows in the val split")] = 0.0,
     seed: Seed = 1234,
-    overwrite: Annotated[bool, Field(description="replace an existing output directory")] = False,
+    overwrite: Annotated[bool, Field(description="replace an existing output directory (only a dataset seqpack "
+                                     "wrote, with no other file in it)")] = False,
+    time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> PreparedEnergonDataset:
     """Turn JSONL into WebDataset shards and index them as a prepared Energon dataset for online packing
     (like `seqpack energon-prepare`): samples and shards per split, the schema, media and a fingerprint."""
     roots = roots_of(ctx)
-    return energon_prepare(EnergonPrepareOptions(
+    options = EnergonPrepareOptions(
         input=roots.resolve(input_path, field="input_path", kind="file"),
         out=roots.resolve(output_dir, field="output_dir", must_exist=False, kind="dir"),
         with_media=with_media, shard_size=shard_size, val_fraction=val_fraction, seed=seed, overwrite=overwrite,
-    ))
+    )
+    return await run_job(ctx, lambda job: energon_prepare(options), time_limit_s=time_limit_s)

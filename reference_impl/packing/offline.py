@@ -45,14 +45,14 @@ import numpy as np
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
+from reference_impl.data.artifacts import check_output_directory, check_replace_target
 from reference_impl.data.atomic import atomic_directory
 from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.packing import artifact
+from reference_impl.packing.artifact import FORMAT, MANIFEST_NAME
 from reference_impl.reports import PreparedPacks
 
 log = logging.getLogger(__name__)
-
-MANIFEST_NAME = "seqpack_manifest.json"
-FORMAT = "seqpack-packed-parquet/1"
 EXAMPLES_PER_REASON = 5
 SPLITS = ("training", "validation", "test")
 
@@ -421,7 +421,9 @@ def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str
     return {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
 
 
-def _detect(stream: Any) -> Any:
+def _detect(stream: Any, schema: Any = None) -> Any:
+    """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
+    configured prompt/completion column must be in the first row (no silent fallback to another)."""
     from reference_impl.data.jsonl import JsonlFile
     from reference_impl.data.schemas import default_schema, detect_schema
 
@@ -432,9 +434,14 @@ def _detect(stream: Any) -> Any:
     finally:
         jf.close()
     try:
-        return default_schema(detect_schema(row))
+        if schema is None:
+            return default_schema(detect_schema(row))
+        if hasattr(schema, "require_columns"):
+            schema.require_columns(row)
+        return schema
     except InputError as err:
-        raise InputError(err.message, file=first, line=jf.line_number(int(stream.row_ids[0])), field=err.field) from None
+        raise InputError(err.message, file=first, line=jf.line_number(int(stream.row_ids[0])), field=err.field,
+                         fix=err.fix) from None
 
 
 def _pack_split(
@@ -569,27 +576,29 @@ def prepare_packed_dataset(
     )
     tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) else load_tokenizer(tokenizer)
     streams = _resolve_inputs(inputs, seed, num_samples)
-    if schema is None:
-        schema = _detect(next(iter(streams.values())))
+    schema = _detect(next(iter(streams.values())), schema)
     fp = fingerprint(streams, options, schema, tok)
-    out_root = Path(out_root)
+    out_root = check_output_directory(out_root)
     root = out_root / f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}"
-    manifest_path = root / MANIFEST_NAME
     metadata_name = f"{options.pack_size}_metadata.jsonl"
-    if root.exists() and not overwrite:
-        manifest = _read_manifest(manifest_path)
-        if manifest is not None and manifest.get("fingerprint") == fp:
-            log.info("reusing packs in %s (same fingerprint)", root)
-            files = {s: root / v["file"] for s, v in manifest["splits"].items()}
-            return PreparedPacks.from_manifest(root, files, root / metadata_name, manifest_path, manifest, reused=True)
-        raise PackingError(
-            "output directory exists but is not a complete pack with this fingerprint",
-            file=str(root),
-            fix="remove it or pass overwrite=True (--overwrite)",
-        )
+    inputs = [src.path for stream in streams.values() for src in stream.sources]
+    rebuilt = None
+    if root.exists() or root.is_symlink():
+        state = artifact.examine(root, fp)
+        if state.reusable and not overwrite:
+            log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
+            return _prepared(root, state.manifest, reused=True)
+        artifact.require_replaceable(root, fp)  # refuses a directory holding anything seqpack did not write
+        check_replace_target(root, inputs=inputs, owner="seqpack pack")
+        if not state.reusable:
+            rebuilt = "; ".join(state.problems[:5])
+            log.warning("rebuilding %s: %s", root, rebuilt)
 
-    # ``root`` is replaced only with overwrite=True, and it carries this run's fingerprint in its name
-    with atomic_directory(root, replace=overwrite) as tmp:
+    # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it,
+    # and a concurrent run that wrote the same packs first wins when they verify
+    replace = rebuilt is not None or overwrite
+    with atomic_directory(root, replace=replace, check_replace=lambda path: artifact.require_replaceable(path, fp),
+                          keep_existing=lambda path: artifact.examine(path, fp).reusable) as tmp:
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
@@ -609,30 +618,32 @@ def prepare_packed_dataset(
                 "name": getattr(tok, "name", type(tok).__name__),
                 "fingerprint": tok.fingerprint(),
                 "eos_id": tok.eos_id,
+                "vocab_size": getattr(tok, "vocab_size", None),
                 "pad_id": getattr(tok, "pad_id", None),
             },
             "metadata_file": metadata_name,
             "splits": splits,
         }
+        artifact.record_pack_files(tmp, manifest)  # size and SHA-256 of every file: reuse verifies them
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    files = {s: root / v["file"] for s, v in splits.items()}
-    return PreparedPacks.from_manifest(root, files, root / metadata_name, root / MANIFEST_NAME, manifest,
-                                       reused=False)
+    return _prepared(root, manifest, reused=False, rebuilt=rebuilt)
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+def _prepared(root: Path, manifest: Any, *, reused: bool, rebuilt: str | None = None) -> PreparedPacks:
+    files = {s: root / v["file"] for s, v in manifest["splits"].items()}
+    return PreparedPacks.from_manifest(root, files, root / manifest["metadata_file"], root / MANIFEST_NAME,
+                                       manifest, reused=reused, rebuilt=rebuilt)
 
 
-def find_manifest(artifact: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The seqpack manifest next to a packed file (or inside a pack directory), if any."""
-    path = Path(artifact)
-    directory = path if path.is_dir() else path.parent
-    return _read_manifest(directory / MANIFEST_NAME)
+def find_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The seqpack manifest next to a packed file (or inside a pack directory), if any.
+
+    A manifest that is there but unreadable or of another format raises
+    :class:`~reference_impl.errors.ArtifactError`.
+    """
+    p = Path(path)
+    directory = p if p.is_dir() else p.parent
+    return artifact.read_manifest(directory / MANIFEST_NAME)
 
 
 __all__ = [

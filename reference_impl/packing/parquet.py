@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from reference_impl.arguments import positive_int
+from reference_impl.data.interrupt import checkpoint
 from reference_impl.errors import ArtifactError
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,8 @@ class PackedParquetReader:
                     f"missing required columns {missing} (has {sorted(names)}); not a packed Parquet file",
                     file=str(path),
                 )
+            for c in REQUIRED_COLUMNS:
+                _check_column_type(pf.schema_arrow.field(c), path)
             for g in range(meta.num_row_groups):
                 group_rows.append(meta.row_group(g).num_rows)
                 group_file.append(f)
@@ -165,16 +168,24 @@ class PackedParquetReader:
         import pyarrow.parquet as pq
 
         if group != self._cache_group:
+            checkpoint()  # a cancelled MCP job stops here
             f = int(self._group_file[group])
-            if f not in self._files:
-                self._files[f] = pq.ParquetFile(self.paths[f])
-            table = self._files[f].read_row_group(int(self._group_index[group]), columns=list(REQUIRED_COLUMNS))
-            cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            for c in REQUIRED_COLUMNS:
-                col = table.column(c).combine_chunks()
-                offsets = np.asarray(col.offsets, dtype=np.int64)
-                values = col.values.to_numpy(zero_copy_only=False)
-                cache[c] = (offsets, values)
+            try:
+                if f not in self._files:
+                    self._files[f] = pq.ParquetFile(self.paths[f])
+                table = self._files[f].read_row_group(int(self._group_index[group]), columns=list(REQUIRED_COLUMNS))
+                cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+                for c in REQUIRED_COLUMNS:
+                    col = table.column(c).combine_chunks()
+                    offsets = np.asarray(col.offsets, dtype=np.int64)
+                    values = col.values.to_numpy(zero_copy_only=False)
+                    cache[c] = (offsets, values)
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged data
+                raise ArtifactError(
+                    f"row group {int(self._group_index[group])} cannot be read ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); the file is damaged",
+                    file=str(self.paths[f]),
+                ) from None
             self._cache = cache
             self._cache_group = group
         assert self._cache is not None
@@ -203,6 +214,16 @@ class PackedParquetReader:
         self._files = {}
         self._cache = None
         self._cache_group = -1
+
+
+def _check_column_type(field: Any, path: Any) -> None:
+    """A required column must be a list of integers (any width), else the file is not packed Parquet."""
+    import pyarrow as pa
+
+    kind = field.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_integer(kind.value_type):
+        raise ArtifactError(f"column {field.name!r} has type {kind}, expected a list of integers; not a packed "
+                            "Parquet file", file=str(path), field=field.name)
 
 
 def validate_stored_row(index: int, row: Mapping[str, Any], *, file: str | None = None) -> None:

@@ -15,7 +15,6 @@ loaded; rows are read lazily by index.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from reference_impl.arguments import positive_int
-from reference_impl.limits import MAX_BLEND_SAMPLES
+from reference_impl.limits import MAX_BLEND_EPOCHS, MAX_BLEND_SAMPLES
 from reference_impl.errors import InputError, UsageError
 
 #: Path suffixes read as blend manifests rather than as JSONL data.
@@ -83,7 +82,7 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
     pairs = []
     for i in range(0, len(spec), 2):
         weight, path = spec[i], spec[i + 1]
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
             raise InputError(f"blend entry {i}: weight must be a positive number, got {weight!r}", file=where, field=f"[{i}]")
         if not isinstance(path, str) or not path:
             raise InputError(f"blend entry {i + 1}: expected a JSONL path, got {path!r}", file=where, field=f"[{i + 1}]")
@@ -93,20 +92,11 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
 
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
-    import yaml
+    from reference_impl.config.yaml_bounded import load_yaml, read_text
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("blend manifest not found", file=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"blend manifest is not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError("blend manifest is not valid YAML", file=str(path), line=mark.line + 1 if mark else None) from None
+    text = read_text(path, what="blend manifest", error=InputError)
+    data, _ = load_yaml(text, source=str(path), error=InputError)  # JSON is YAML; bounded like configs
     splits = {"training": data} if isinstance(data, list) else data
     if not isinstance(splits, dict) or not splits:
         raise InputError("a blend manifest is a list of weights and paths, or a mapping split -> list", file=str(path))
@@ -153,6 +143,14 @@ def resolve_stream(
     total = int(sizes.sum()) if num_samples is None else int(num_samples)
     positive_int("num_samples", total, maximum=MAX_BLEND_SAMPLES)
     counts = _largest_remainder(np.asarray([s.weight for s in sources]), total)
+    for source, count in zip(sources, counts.tolist()):
+        if count > MAX_BLEND_EPOCHS * source.rows:
+            raise UsageError(
+                f"drawing {count} samples from {source.rows} rows would repeat every row about "
+                f"{count // source.rows} times; the limit is {MAX_BLEND_EPOCHS} passes over a source",
+                file=source.path, field="num_samples",
+                fix="lower num_samples or that source's weight (limits live in reference_impl/limits.py)",
+            )
     rng = np.random.default_rng(seed)
     src_parts, row_parts = [], []
     for i, (count, size) in enumerate(zip(counts.tolist(), sizes.tolist())):

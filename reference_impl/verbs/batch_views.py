@@ -23,7 +23,7 @@ from reference_impl.limits import (
 from reference_impl.packing.global_batch.report import GlobalBatchReport
 from reference_impl.packing.in_batch_report import InBatchReport
 from reference_impl.packing_paths import path_for_mode
-from reference_impl.verbs.common import TopologyOptions, check_choice, check_path
+from reference_impl.verbs.common import TopologyOptions, check_choice, check_path, check_seed
 
 __all__ = ["BatchesOptions", "batches", "global_batch_report", "in_batch_report"]
 
@@ -68,6 +68,8 @@ def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
     check_choice("schema", options.schema, SCHEMA_KINDS, allow_none=True)
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
     positive_int("seq_length", options.seq_length, maximum=MAX_PACK_LEN)
+    positive_int("mbs", options.mbs, allow_none=True, maximum=MAX_GLOBAL_BATCH_SIZE)
+    check_seed(options.seed)
     return path_for_mode(options.mode).load("batches")(options)
 
 
@@ -81,7 +83,7 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
     cfg = in_batch_config(
         micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs,
         seq_length=options.seq_length, tp=options.topology.tp, cp=options.topology.cp, sp=options.sp,
-        eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=options.seed,
+        eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=check_seed(options.seed),
         pad_to_max_length=options.pad_to_max_length,
     )
     return inspect_in_batch(
@@ -109,7 +111,8 @@ def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
                                                maximum=MAX_PACK_LEN),
         cp=options.topology.cp, tp=options.topology.tp, sp=options.sp, scheduler=options.scheduler,
         dataloader_type=options.dataloader,
-        micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs, seed=options.seed,
+        micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs,
+        seed=check_seed(options.seed),
     )
     return inspect_global_batch(
         options.input, cfg, num_steps=positive_int("num_steps", options.num_steps, maximum=MAX_STEPS_SHOWN),

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.alignment import Topology
-from reference_impl.arguments import positive_int
+from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.errors import UsageError
-from reference_impl.limits import MAX_PATH_CHARS
+from reference_impl.limits import MAX_PATH_CHARS, MAX_SEED
 
-__all__ = ["AlignedOptions", "TopologyOptions", "check_choice", "check_path", "int_list"]
+__all__ = ["AlignedOptions", "TopologyOptions", "check_choice", "check_path", "check_seed", "int_list"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +60,11 @@ def check_choice(name: str, value: Any, choices: Iterable[str], *, allow_none: b
     if value not in options:
         raise UsageError(f"unknown {name} {value!r}; choose one of {', '.join(options)}", field=name)
     return value
+
+
+def check_seed(value: Any, name: str = "seed") -> int:
+    """A seed: an integer from 0 to MAX_SEED (NumPy and torch take a signed 64-bit integer)."""
+    return non_negative_int(name, value, maximum=MAX_SEED)
 
 
 def check_path(name: str, value: Any, *, allow_none: bool = False) -> Any:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_SHARD_SIZE
 from reference_impl.reports import PreparedEnergonDataset
-from reference_impl.verbs.common import check_path
+from reference_impl.verbs.common import check_path, check_seed
 
 __all__ = ["EnergonPrepareOptions", "energon_prepare"]
 
@@ -35,7 +35,7 @@ def energon_prepare(options: EnergonPrepareOptions) -> PreparedEnergonDataset:
     from reference_impl.packing.energon.media import MediaSpec
     from reference_impl.packing.energon.prepare import prepare_energon_dataset
 
-    seed = non_negative_int("seed", options.seed)
+    seed = check_seed(options.seed)
     return prepare_energon_dataset(
         check_path("input", options.input),
         check_path("out", options.out),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from reference_impl.arguments import non_negative_int, positive_int
 from reference_impl.reports import InspectReport
-from reference_impl.limits import MAX_PACK_LEN
+from reference_impl.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from reference_impl.verbs.common import TopologyOptions, check_path
 
 __all__ = ["InspectOptions", "inspect_packs"]
@@ -34,6 +34,6 @@ def inspect_packs(options: InspectOptions) -> InspectReport:
         check_path("path", options.path),
         options.topology if options.topology_given else None,
         pack_size=positive_int("pack_size", options.pack_size, allow_none=True, maximum=MAX_PACK_LEN),
-        eos_id=non_negative_int("eos_id", options.eos_id, allow_none=True),
+        eos_id=non_negative_int("eos_id", options.eos_id, allow_none=True, maximum=MAX_TOKEN_ID),
         pad_to_max_length=options.fixed_width,
     )

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_SEQS_PER_PACK, MAX_WORKERS
 from reference_impl.reports import PreparedPacks
-from reference_impl.verbs.common import AlignedOptions, check_choice, check_path
+from reference_impl.verbs.common import AlignedOptions, check_choice, check_path, check_seed
 
 __all__ = ["PackOptions", "pack"]
 
@@ -75,7 +75,7 @@ def pack(options: PackOptions) -> PreparedPacks:
         tokenizer=options.tokenizer,
         truncation=options.truncation,
         algorithm=options.algorithm,
-        seed=non_negative_int("seed", options.seed),
+        seed=check_seed(options.seed),
         max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
                                        maximum=MAX_SEQS_PER_PACK),
         bridge_compat=options.bridge_compat,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.alignment import DEFAULT_PACK_LENGTHS
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LENGTH_MIXES, SCHEMA_OPTIONS, TRUNCATION_MODES
 from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.errors import UsageError
@@ -24,7 +24,7 @@ from reference_impl.limits import (
     MAX_TOKEN_SLOTS,
 )
 from reference_impl.reports import PackPlan
-from reference_impl.verbs.common import AlignedOptions, check_choice, check_path, int_list
+from reference_impl.verbs.common import AlignedOptions, check_choice, check_path, check_seed, int_list
 
 __all__ = ["DEFAULT_MIX_SAMPLES", "PlanOptions", "plan"]
 
@@ -89,7 +89,7 @@ def plan(options: PlanOptions) -> PackPlan:
         check_choice("length mix", options.mix, LENGTH_MIXES)
         n = positive_int("n", options.n, maximum=MAX_PLAN_SAMPLES)
         max_len = positive_int("max_len", options.max_len, maximum=MAX_MIX_LENGTH)
-        lengths = sample_lengths(options.mix, n, seed=non_negative_int("seed", options.seed), max_len=max_len)
+        lengths = sample_lengths(options.mix, n, seed=check_seed(options.seed), max_len=max_len)
     schema = None
     if options.jsonl is not None:
         check_path("jsonl", options.jsonl)
@@ -106,7 +106,7 @@ def plan(options: PlanOptions) -> PackPlan:
         dp=positive_int("dp", options.dp, maximum=MAX_DATA_PARALLEL_SIZE),
         pad_seq_to_mult=multiple,
         algorithm=options.algorithm,
-        seed=non_negative_int("seed", options.seed),
+        seed=check_seed(options.seed),
         max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
                                        maximum=MAX_SEQS_PER_PACK),
         truncation=options.truncation,

@@ -18,7 +18,7 @@ from reference_impl.limits import (
     MAX_SEQS_PER_PACK,
 )
 from reference_impl.results import Result
-from reference_impl.verbs.common import check_choice
+from reference_impl.verbs.common import check_choice, check_seed
 
 __all__ = ["PackingSimulation", "SimulateOptions", "SimulatedBin", "simulate_packing"]
 
@@ -84,7 +84,7 @@ def simulate_packing(options: SimulateOptions) -> PackingSimulation:
     offset = non_negative_int("bin_offset", options.bin_offset)
     result = pack_lengths(
         lengths, positive_int("capacity", options.capacity, maximum=MAX_PACK_LEN), options.algorithm,
-        seed=options.seed, oversize=options.oversize,
+        seed=check_seed(options.seed), oversize=options.oversize,
         max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
                                        maximum=MAX_SEQS_PER_PACK),
     )

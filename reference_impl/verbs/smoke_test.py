@@ -7,15 +7,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import positive_int
 from reference_impl.choices import PACKING_PATHS, SMOKE_SIZES
-from reference_impl.errors import UsageError
+from reference_impl.errors import SeqpackError, UsageError
 from reference_impl.limits import MAX_SMOKE_SECONDS
 from reference_impl.smoke import SmokeReport
-from reference_impl.verbs.common import check_choice, check_path
+from reference_impl.verbs.common import check_choice, check_path, check_seed
 from reference_impl.verbs.validation import check_overrides, config_source
 
 __all__ = ["SmokeOptions", "smoke"]
+
+#: The name of the smoke test's working copy of the data rows (``smoke._subset`` writes it).
+SMOKE_COPY_NAME = "smoke_input.jsonl"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,19 +44,46 @@ class SmokeOptions:
 
 
 def smoke(options: SmokeOptions) -> SmokeReport:
-    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``."""
-    from reference_impl.smoke import run_packing_smoke_test
-
+    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``; an error about a data row
+    names the row in ``options.data`` (never the test's temporary copy)."""
     check_choice("packing path", options.path, PACKING_PATHS)
     check_choice("size", options.size, SMOKE_SIZES)
     if not 0 < float(options.cp_timeout) <= MAX_SMOKE_SECONDS:
         raise UsageError(f"cp_timeout must be in (0, {MAX_SMOKE_SECONDS:g}] seconds", field="cp_timeout")
     source = config_source(options.config_path, options.config_text, None, options.config,
                            offered=("config_text", "config_path"))
+    data = check_path("data", options.data, allow_none=True)
+    try:
+        return _run(options, source, data)
+    except SeqpackError as err:
+        raise _in_user_file(err, data) from None
+
+
+def _in_user_file(err: SeqpackError, data: Any) -> SeqpackError:
+    """An error about the smoke test's working copy of the rows, made to name the user's file and line.
+
+    The copy holds the first rows of ``data`` in order, one per line, so its row ``k`` is row ``k``
+    of the user's file.
+    """
+    if data is None or err.file is None or os.path.basename(err.file) != SMOKE_COPY_NAME:
+        return err
+    from reference_impl.data.jsonl import JsonlFile
+
+    row = err.row if err.row is not None else (err.line - 1 if err.line is not None else None)
+    err.file = os.fspath(data)
+    if row is not None:
+        with JsonlFile(data, use_cache=False) as jf:
+            err.line = jf.line_number(row) if row < len(jf) else None
+    return err
+
+
+def _run(options: SmokeOptions, source: Any, data: Any) -> SmokeReport:
+    from reference_impl.smoke import run_packing_smoke_test
+
     return run_packing_smoke_test(
-        options.path, source, check_path("data", options.data, allow_none=True),
+        options.path, source, data,
         overrides=check_overrides(options.overrides), size=options.size,
-        seed=non_negative_int("seed", options.seed), cp_check=options.cp_check,
+        seed=check_seed(options.seed), cp_check=options.cp_check,
         cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
         cp_timeout=float(options.cp_timeout), progress=options.progress,
     )

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from reference_impl.config.schema import TrainingConfig
 from reference_impl.config.validate import ValidationReport, validate_config
 from reference_impl.errors import UsageError
 from reference_impl.limits import MAX_CONFIG_CHARS, MAX_OVERRIDE_CHARS, MAX_OVERRIDES
 from reference_impl.verbs.common import check_path
 
-__all__ = ["ValidateOptions", "check_overrides", "config_source", "validate"]
+__all__ = ["UNKNOWN_WHEN_UNSET", "ValidateOptions", "check_overrides", "config_source", "validate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,11 +75,81 @@ def config_source(path: Any = None, config_text: str | None = None, example: str
     return config
 
 
+#: Values a config may leave unset that the rules cannot assume: the dotted keys that set them,
+#: the values tried in their place, and what the report says. A rule whose outcome changes over
+#: the tried values is not decided by the config: it is listed as unchecked, never passed or failed.
+UNKNOWN_WHEN_UNSET: dict[str, tuple[tuple[str, ...], str]] = {
+    "dist.world_size": (("dist.world_size",), "the data-parallel size is unknown"),
+    "seq_length": (("model.seq_length", "dataset.seq_length"), "the sequence length is unknown"),
+}
+_SEQ_LENGTHS = (128, 1000, 2048, 3000, 4096, 4097, 8192, 32768, 131072)
+_DP_FACTORS = (1, 2, 3, 4, 5, 6, 7, 8, 16, 64)
+
+
+def _variants(cfg: TrainingConfig, name: str) -> list[TrainingConfig]:
+    """``cfg`` with the unknown value ``name`` replaced by each value tried in its place."""
+    import math
+
+    if name == "dist.world_size":
+        m = cfg.model
+        mp = m.tensor_model_parallel_size * m.pipeline_model_parallel_size
+        unit = math.lcm(mp * m.context_parallel_size, mp * (cfg.dist.eval_context_parallel_size or 1))
+        worlds = [unit * k for k in _DP_FACTORS] + ([unit + 1] if unit > 1 else [])
+        return [replace(cfg, dist=replace(cfg.dist, world_size=w)) for w in worlds]
+    return [replace(cfg, model=replace(cfg.model, seq_length=n), dataset=replace(cfg.dataset, seq_length=n))
+            for n in _SEQ_LENGTHS]
+
+
+def _undecided(cfg: TrainingConfig, unknown: list[str]) -> dict[str, str]:
+    """Rule id -> the unset value its outcome depends on."""
+    from reference_impl.config.resolve import resolve
+    from reference_impl.config.rules import RULES
+
+    out: dict[str, str] = {}
+    for name in unknown:
+        variants = [resolve(v) for v in _variants(cfg, name)]
+        for rule in RULES:
+            if rule.id not in out and len({rule.check(v) is None for v in variants}) > 1:
+                out[rule.id] = name
+    return out
+
+
 def validate(options: ValidateOptions) -> ValidationReport:
     """Load the config (see :class:`ValidateOptions`), apply the overrides and check every rule.
 
     A config that breaks rules is a normal report (``ok`` false); one that cannot be read (bad
     YAML, unknown key, wrong type) raises ``ConfigError`` naming the file, line and field.
+
+    Unknown stays unknown: a config that leaves ``dist.world_size`` (or both sequence lengths)
+    unset does not get a default assumed for it. A rule whose outcome depends on such a value is
+    not checked; ``resolved["unchecked_rules"]`` lists it with the value it waits for, and
+    ``resolved["unknown"]`` names the unset values (DP shows as null).
     """
+    from reference_impl.config.load import load_config_with_keys
+    from reference_impl.config.rules import RULES
+
     source = config_source(options.path, options.config_text, options.example, options.config)
-    return validate_config(source, check_overrides(options.overrides))
+    cfg, given = load_config_with_keys(source, check_overrides(options.overrides))
+    unknown = [] if given is None else [
+        name for name, (keys, _) in UNKNOWN_WHEN_UNSET.items() if not any(k in given for k in keys)
+    ]
+    if not unknown:
+        return validate_config(cfg)
+    undecided = _undecided(cfg, unknown)
+    # a decided rule has one outcome for every value tried: check it on the first of them
+    checked = _variants(cfg, "dist.world_size")[0] if "dist.world_size" in unknown else cfg
+    report = validate_config(checked, rules=[r for r in RULES if r.id not in undecided])
+    resolved = dict(report.resolved)
+    resolved["unknown"] = {name: f"{' / '.join(UNKNOWN_WHEN_UNSET[name][0])} not set: "
+                                 f"{UNKNOWN_WHEN_UNSET[name][1]}" for name in unknown}
+    resolved["unchecked_rules"] = [{"rule_id": rule_id, "needs": " or ".join(UNKNOWN_WHEN_UNSET[name][0])}
+                                   for rule_id, name in undecided.items()]
+    config = cfg.to_dict()
+    if "dist.world_size" in unknown:
+        resolved.update(world_size=None, data_parallel_size=None, micro_batches_per_step_per_rank=None)
+        config["dist"]["world_size"] = None
+    if "seq_length" in unknown:
+        resolved["seq_length"] = None
+        if resolved.get("packing_path") != "offline":
+            resolved["token_slots_per_step"] = None
+    return replace(report, resolved=resolved, config=config)

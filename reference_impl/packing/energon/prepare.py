@@ -20,8 +20,19 @@ which also puts the marker into the text.
 Split: ``round(rows * val_fraction)`` rows (at least one when the fraction is positive) go to
 ``val``, chosen with ``numpy.random.default_rng(split_seed)``; both splits keep input order.
 
+Rows: every row goes through the checks ``pack`` makes before tokenizing
+(:func:`reference_impl.data.tokenize.check_row`): a missing or wrong-typed field or an unknown role
+stops the run naming file, line and field; an empty completion, an empty conversation or one
+without an assistant turn is skipped and counted by reason in the manifest's ``accounting``
+(``rows_in == written + skipped_total``), so the loader never meets it mid-epoch.
+
 Atomicity: everything is written under a temporary sibling directory that is renamed to ``DIR``
 at the end; a failure removes it, so ``DIR`` is either absent, the previous dataset, or complete.
+
+Overwrite: an existing non-empty ``DIR`` is replaced only with ``overwrite`` and only when this
+command wrote it: its manifest is there and every file in it is one the manifest records
+(``files``). The current directory, the home directory, the root and any directory holding the
+input are never replaced.
 Tar members carry fixed metadata (mtime 0, uid/gid 0), so the same input and options give
 byte-identical shards.
 """
@@ -44,6 +55,7 @@ import numpy as np
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_SHARD_SIZE
+from reference_impl.data.artifacts import check_output_directory, check_replace_target, record_files, stray_files
 from reference_impl.data.atomic import atomic_directory, atomic_output
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
@@ -153,9 +165,51 @@ def _energon_prepare(tmp: Path, shards: dict[str, list[str]]) -> None:
     (tmp / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML)
 
 
+def _check_replaceable(out: Path, src: Path, overwrite: bool) -> bool:
+    """Whether ``out`` must be replaced; refuses what may not be (module docstring, "Overwrite")."""
+    if not (out.exists() or out.is_symlink()) or (out.is_dir() and not any(out.iterdir())):
+        return False  # nothing there, or an empty directory: nothing to lose
+    if not overwrite:
+        raise UsageError(
+            "output directory already exists", file=str(out),
+            fix="choose a new --out or pass overwrite=True (--overwrite) to replace a dataset seqpack wrote",
+        )
+    _require_own(out, src)
+    return True
+
+
+def _require_own(out: Path, src: Path) -> None:
+    """Raise unless ``out`` is a dataset this command wrote (its manifest, no other file) in a safe place."""
+    from reference_impl.errors import ArtifactError
+
+    check_replace_target(out, inputs=[src], owner="seqpack energon-prepare")
+    try:
+        manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(
+            f"--overwrite replaces only a dataset seqpack energon-prepare wrote; this directory has no valid "
+            f"{MANIFEST_NAME}", file=str(out), fix="choose another --out; seqpack never deletes what it did not write",
+        )
+    known = manifest.get("files")
+    if isinstance(known, dict):
+        names = [*known, MANIFEST_NAME]
+    else:  # a manifest from before file records: its shards, energon's index and the manifest
+        names = [*manifest.get("shard_sha256", {}), MANIFEST_NAME]
+        names += [n for n in stray_files(out, names) if n.startswith(".nv-meta/")]
+    stray = stray_files(out, names)
+    if stray:
+        raise ArtifactError(
+            f"the directory holds files seqpack did not write ({', '.join(stray[:3])}"
+            f"{', ...' if len(stray) > 3 else ''})", file=str(out),
+            fix="move them away or choose another --out; seqpack never deletes what it did not write",
+        )
+
+
 def dataset_fingerprint(manifest: dict[str, Any]) -> str:
-    """sha256 over the manifest's content (everything but the fingerprint and the timing)."""
-    body = {k: v for k, v in manifest.items() if k not in ("fingerprint", "created_by", "seconds")}
+    """sha256 over the manifest's content (everything but the fingerprint, the timing and the file records)."""
+    body = {k: v for k, v in manifest.items() if k not in ("fingerprint", "created_by", "seconds", "files")}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -178,27 +232,27 @@ def prepare_energon_dataset(
     import megatron.energon  # noqa: F401 - imported before the clock starts (a one-off ~2 s)
 
     from reference_impl.data.jsonl import JsonlFile, file_fingerprint
-    from reference_impl.data.schemas import detect_schema
+    from reference_impl.data.rejections import SampleRejected
+    from reference_impl.data.schemas import default_schema, detect_schema
+    from reference_impl.data.tokenize import check_row
 
     started = time.perf_counter()
     _check_args(shard_size, val_fraction)
     src = Path(input_path)
-    out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise UsageError(
-            "output directory already exists", file=str(out),
-            fix="choose a new --out or pass overwrite=True (--overwrite)",
-        )
+    out = check_output_directory(out_dir)
+    replace = _check_replaceable(out, src, overwrite)
     jf = JsonlFile(src, use_cache=False)
     n = len(jf)
     val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
     width = max(8, len(str(n - 1)))
-    # ``out`` is replaced only with overwrite=True (checked above)
-    with atomic_directory(out, replace=overwrite) as tmp:
+    # ``out`` is replaced only with overwrite=True and only when seqpack wrote it (checked above and at the swap)
+    with atomic_directory(out, replace=replace, check_replace=lambda path: _require_own(path, src)) as tmp:
         (tmp / SHARD_DIR).mkdir()
         writers = {split: _ShardWriter(tmp, split, shard_size) for split in SPLITS}
         counts = {split: 0 for split in SPLITS}
+        skipped: dict[str, dict[str, Any]] = {}
         schema_kind: str | None = None
+        schema: Any = None
         patch_dim: int | None = media.patch_dim if media is not None else None
         n_media = n_inline = 0
         source_file = str(src.resolve())
@@ -209,9 +263,17 @@ def prepare_energon_dataset(
                     row = jf.row(i)
                     kind = detect_schema(row)
                     if schema_kind is None:
-                        schema_kind = kind
+                        schema_kind, schema = kind, default_schema(kind)
                     elif kind != schema_kind:
                         raise InputError(f"row is {kind} but the file started with {schema_kind} rows")
+                    try:  # the checks pack makes before tokenizing: a bad field stops, a rejection skips
+                        check_row({k: v for k, v in row.items() if k != INLINE_PATCHES_FIELD}, schema)
+                    except SampleRejected as rejected:
+                        entry = skipped.setdefault(rejected.reason, {"count": 0, "examples": []})
+                        entry["count"] += 1
+                        if len(entry["examples"]) < 5:
+                            entry["examples"].append({"file": str(src), "line": loc.line, "row": i})
+                        continue
                     patches = None
                     if INLINE_PATCHES_FIELD in row:
                         row = dict(row)
@@ -260,10 +322,15 @@ def prepare_energon_dataset(
             "key_format": f"row{{index:0{width}d}}",
             "options": {"shard_size": shard_size, "val_fraction": float(val_fraction), "split_seed": split_seed},
             "splits": {split: {"samples": counts[split], "shards": shards[split]} for split in SPLITS if counts[split]},
+            "accounting": {"rows_in": n, "written": sum(counts.values()),
+                           "skipped_total": sum(v["count"] for v in skipped.values()), "skipped": skipped},
             "shard_sha256": {k: v for w in writers.values() for k, v in w.sha256.items()},
             "media": media_info,
         }
+        if not sum(counts.values()):
+            raise InputError(f"no usable row ({n} of {n} skipped: {', '.join(skipped)})", file=str(src))
         manifest["fingerprint"] = dataset_fingerprint(manifest)
+        manifest["files"] = record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
         with atomic_output(tmp / MANIFEST_NAME) as fh:
             fh.write((json.dumps(manifest, indent=2) + "\n").encode())
     result = _result(out, manifest, time.perf_counter() - started)
@@ -281,6 +348,7 @@ def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> Prepa
         media=manifest.get("media"),
         fingerprint=manifest["fingerprint"],
         seconds=round(seconds, 4),
+        skipped={k: int(v["count"]) for k, v in manifest.get("accounting", {}).get("skipped", {}).items()},
     )
     return result.attach(manifest=manifest)
 
@@ -289,7 +357,9 @@ def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
     """Read and check the manifest of a dataset made by :func:`prepare_energon_dataset`.
 
     Raises :class:`~reference_impl.errors.ArtifactError` when it is missing, of another format,
-    or does not match its own fingerprint.
+    does not match its own fingerprint, or a file it records is missing or of another size (a
+    truncated shard is refused before training starts, not met mid-epoch; sizes only, so opening a
+    large dataset costs no read of its shards).
     """
     from reference_impl.errors import ArtifactError
 
@@ -310,6 +380,12 @@ def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
         raise ArtifactError("manifest content does not match its fingerprint (edited or corrupt)", file=str(path))
     if not (root / ".nv-meta" / "split.yaml").is_file():
         raise ArtifactError("energon metadata (.nv-meta/split.yaml) is missing", file=str(root))
+    for name, record in (manifest.get("files") or {}).items():
+        target = root / name
+        if not target.is_file() or target.stat().st_size != record.get("size"):
+            raise ArtifactError(f"{name} is missing or not the size the manifest recorded ({record.get('size')} "
+                                "bytes); the dataset is damaged", file=str(target),
+                                fix="prepare it again with `seqpack energon-prepare ... --overwrite`")
     return _result(root, manifest)
 
 

@@ -76,7 +76,9 @@ def simulate_steps(
     """The first ``num_steps`` steps (all when None) of every DP rank, simulated in this process.
 
     With ``drop_last=False`` the final steps may be partial (ranks with fewer or no samples), so
-    every usable row is packed exactly once.
+    every usable row is packed exactly once. With ``drop_last`` (the config's ``dataset.drop_last``
+    when None, True by default) a final step short of the global batch is not simulated, as training
+    does not run it.
     """
     from reference_impl.packing.global_batch.dataset import (
         GlobalBatchSFTDataset,
@@ -88,6 +90,8 @@ def simulate_steps(
     cfg = load_config(cfg)
     settings = settings_from_config(cfg)
     positive_int("num_steps", num_steps, allow_none=True, maximum=MAX_STEPS_SHOWN)
+    full = settings.micro_batches_per_rank * settings.dp_size
+    drop = cfg.dataset.drop_last if drop_last is None else drop_last
     dataset = source if isinstance(source, GlobalBatchSFTDataset) else GlobalBatchSFTDataset(
         source, seq_length=settings.seq_length)
     feeds = [iter(build_global_batch_loader(cfg, dataset, dp_rank=d, row_scan=row_scan, drop_last=drop_last,
@@ -106,7 +110,7 @@ def simulate_steps(
                     break
                 mine.extend(item)
             per_rank.append(mine)
-        if not any(per_rank):
+        if not any(per_rank) or (drop and sum(len(m) for m in per_rank) < full):
             break
         steps.append(simulate_step(
             per_rank, max_seqlen_per_dp_cp_rank=settings.max_seqlen_per_dp_cp_rank, cp_size=settings.cp_size,
@@ -150,13 +154,19 @@ def _summary(index: int, sim: SimulatedStep) -> StepSummary:
 
 @dataclass(frozen=True)
 class GlobalBatchReport(Result):
-    """Result of :func:`inspect_global_batch`."""
+    """Result of :func:`inspect_global_batch`.
+
+    ``full_steps``: complete global batches the rows fill; ``dropped_rows``: rows of the last,
+    incomplete one, which training (``drop_last``) never runs and the simulation leaves out.
+    """
 
     mode: str = field(default="global-batch", init=False)
     file: str
     rows: int
     settings: dict[str, Any]
     steps: list[StepSummary] = field(default_factory=list)
+    full_steps: int = 0
+    dropped_rows: int = 0
 
 
 def inspect_global_batch(
@@ -171,9 +181,20 @@ def inspect_global_batch(
     """The first ``num_steps`` global-batch steps of ``path`` under ``cfg``, DP ranks simulated."""
     from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset
 
+    from reference_impl.errors import InputError
+
     cfg = load_config(cfg)
     dataset = GlobalBatchSFTDataset(path, seq_length=cfg.seq_length, tokenizer=tokenizer, schema=schema,
                                     truncation=truncation)
+    gbs = cfg.train.global_batch_size
+    if len(dataset) < gbs:
+        raise InputError(
+            f"the file holds {len(dataset)} rows, fewer than one global batch of {gbs} samples (DP "
+            f"{cfg.dist.world_size // (cfg.model.tensor_model_parallel_size * cfg.model.context_parallel_size)}): "
+            "training would run no step", file=str(dataset.path), field="gbs",
+            fix=f"lower --gbs to at most {len(dataset)} (a multiple of DP) or give more rows",
+        )
     settings, steps = simulate_steps(cfg, dataset, num_steps=num_steps)
     return GlobalBatchReport(str(dataset.path), len(dataset), settings.to_dict(),
-                             [_summary(i, sim) for i, sim in enumerate(steps)])
+                             [_summary(i, sim) for i, sim in enumerate(steps)],
+                             full_steps=len(dataset) // gbs, dropped_rows=len(dataset) % gbs)
