@@ -324,3 +324,28 @@ def test_roll_in_segments_on_a_stack() -> None:
     values = torch.arange(1, 13).reshape(2, 6)
     segments = torch.tensor([[0, 0, 0, -1, 1, 1], [0, 0, 1, 1, 1, -1]])
     assert roll_in_segments(values, segments).tolist() == [[2, 3, 0, 0, 6, 0], [8, 0, 10, 11, 0, 0]]
+
+
+def _pairs(batch: dict) -> list:
+    from reference_impl.training.step import split_sequences
+
+    pieces = split_sequences(batch)
+    return [(batch, [(k, p) for k, p in enumerate(pieces) if p["tokens"].shape[1]])]
+
+
+@pytest.mark.parametrize("name", ["aligned4_tail", "fixed_width"])
+def test_compare_options_passes_and_its_negative_controls_fail(model: TinyGPT, name: str) -> None:
+    from reference_impl.training.moe_mtp_step import compare_options
+
+    batch = BATCHES[name]
+    good = compare_options(model, _pairs(batch))
+    assert good.router_ok(TOL) and good.mtp_ok(TOL), good
+    assert good.sequences == len(LENGTHS) and good.router_layers == 3 and good.dispatched_padding > 0
+    counted = compare_options(model, _pairs(batch), count_padding=True)
+    assert not counted.router_ok(TOL) and counted.mtp_ok(TOL)
+    # the first label of every sequence is unsupervised: the loss cannot see the crossed roll, the logits can
+    prompted = make_thd_batch(_rows(prompt=[2, 2, 1, 3]), 4)
+    assert compare_options(model, _pairs(prompted)).mtp_ok(TOL)
+    crossed = compare_options(model, _pairs(prompted), mtp_roll="row")
+    assert not crossed.mtp_ok(TOL)  # (the MTP layer's router sees the crossed inputs too)
+    assert crossed.max_mtp_logit_diff > 1e-6 and crossed.max_mtp_count_diff == 0

@@ -20,7 +20,7 @@ boundaries) are the negative controls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +35,8 @@ from reference_impl.training.moe import RouterStats, Routing, load_balancing_los
 from reference_impl.training.mtp import with_mtp_streams
 from reference_impl.training.step import sequence_loss_sums, split_sequences
 
-__all__ = ["AuxLog", "OptionsStepResult", "average_aux_logs", "mtp_objective", "option_terms", "options_step",
-           "padding_mask_of", "sum_router_stats", "unpacked_options"]
+__all__ = ["AuxLog", "OptionsComparison", "OptionsStepResult", "average_aux_logs", "compare_options", "mtp_objective",
+           "option_terms", "options_step", "padding_mask_of", "sum_router_stats", "unpacked_options"]
 
 
 def padding_mask_of(batch: Mapping[str, Any]) -> torch.Tensor:
@@ -66,6 +66,8 @@ class OptionsStepResult:
     mtp_token_counts: list[float]
     mtp_sequences: list[list[float]]
     grads: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    mtp_sequence_counts: list[list[float]] = field(default_factory=list)
+    mtp_logits: list[torch.Tensor] = field(default_factory=list, repr=False)
 
     def to_dict(self, model: TinyGPT | None = None) -> dict[str, Any]:
         """JSON-able summary; router losses need the ``model`` (for its MoE config)."""
@@ -94,8 +96,12 @@ def options_step(
     count_padding: bool = False,
     mtp_roll: str = "sequence",
     grads: bool = True,
+    keep_logits: bool = False,
 ) -> OptionsStepResult:
-    """Forward (and backward when ``grads``) of one whole packed row with the model's options."""
+    """Forward (and backward when ``grads``) of one whole packed row with the model's options.
+
+    ``keep_logits`` keeps every MTP depth's logits ``[T, V]`` (detached) in the result.
+    """
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
     mask = attention_mask(layout, everything, everything, mode)
@@ -109,7 +115,7 @@ def options_step(
         lm_sum, lm_count = masked_loss_pieces(losses, loss_mask)
         objective = lm_sum
         lm_seq, _ = sequence_loss_sums(losses, loss_mask, layout)
-        mtp_sums, mtp_counts, mtp_seq = [], [], []
+        mtp_sums, mtp_counts, mtp_seq, mtp_seq_counts, kept = [], [], [], [], []
         if model.config.mtp is not None:
             depths = model.config.mtp.num_layers
             streams = with_mtp_streams(batch, depths, mtp_roll)
@@ -121,7 +127,11 @@ def options_step(
                 objective = objective + s
                 mtp_sums.append(float(s.detach()))
                 mtp_counts.append(float(c))
-                mtp_seq.append(sequence_loss_sums(k_losses.detach(), k_mask, layout)[0][:-1].tolist())
+                seq_sums, seq_counts = sequence_loss_sums(k_losses.detach(), k_mask, layout)
+                mtp_seq.append(seq_sums[:-1].tolist())
+                mtp_seq_counts.append(seq_counts[:-1].tolist())
+                if keep_logits:
+                    kept.append(depth_logits.detach())
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         grad_map: dict[str, torch.Tensor] = {}
         if grads:
@@ -136,6 +146,8 @@ def options_step(
         mtp_token_counts=mtp_counts,
         mtp_sequences=mtp_seq,
         grads=grad_map,
+        mtp_sequence_counts=mtp_seq_counts,
+        mtp_logits=kept,
     )
 
 
@@ -154,6 +166,104 @@ def sum_router_stats(results: list[OptionsStepResult]) -> list[RouterStats]:
 def unpacked_options(model: TinyGPT, batch: Mapping[str, Any], *, grads: bool = True) -> list[OptionsStepResult]:
     """:func:`options_step` of every non-empty sequence of ``batch`` run alone (real tokens, positions from 0)."""
     return [options_step(model, piece, grads=grads) for piece in split_sequences(batch) if piece["tokens"].shape[1]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Packed against the samples run alone (the smoke test's MoE and MTP checks)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OptionsComparison:
+    """Largest packed-vs-unpacked differences of the MoE and MTP options over a set of packed micro-batches.
+
+    Router: per micro-batch and MoE layer, the load-balancing loss and the z-loss (coefficients left
+    out) and every count (tokens counted, tokens per expert, expert load) of the packed row against
+    the sums over its sequences' samples run alone. MTP: per sequence and depth, the loss sum and the
+    supervised-target count, and the logits at every real token. ``max_grad_diff``: the gradient of
+    ``lm_sum + sum of mtp_sums`` of each row against the sum over its samples.
+    """
+
+    batches: int
+    sequences: int
+    router_layers: int
+    mtp_depths: int
+    max_aux_diff: float = 0.0
+    max_z_diff: float = 0.0
+    max_count_diff: float = 0.0
+    max_mtp_loss_diff: float = 0.0
+    max_mtp_count_diff: float = 0.0
+    max_mtp_logit_diff: float = 0.0
+    max_grad_diff: float = 0.0
+    dispatched_padding: int = 0
+
+    def router_ok(self, tolerance: float) -> bool:
+        """Every router statistic agrees within ``tolerance`` (counts exactly)."""
+        return self.sequences > 0 and max(self.max_aux_diff, self.max_z_diff) <= tolerance and self.max_count_diff == 0
+
+    def mtp_ok(self, tolerance: float) -> bool:
+        """Every MTP number agrees within ``tolerance`` (counts exactly)."""
+        return (self.sequences > 0 and self.max_mtp_count_diff == 0
+                and max(self.max_mtp_loss_diff, self.max_mtp_logit_diff, self.max_grad_diff) <= tolerance)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return dict(self.__dict__)
+
+
+def _largest(values: torch.Tensor) -> float:
+    return float(values.abs().max()) if values.numel() else 0.0
+
+
+def compare_options(
+    model: TinyGPT,
+    pairs: Sequence[tuple[Mapping[str, Any], Sequence[tuple[int, Mapping[str, Any]]]]],
+    *,
+    count_padding: bool = False,
+    mtp_roll: str = "sequence",
+) -> OptionsComparison:
+    """Compare packed rows with their samples run alone (see :class:`OptionsComparison`).
+
+    ``pairs``: for each packed micro-batch, the list of ``(sequence index, sample batch)`` of its
+    sequences (the index counts the row's physical sequences, zero-length ones included; the
+    sample batch is the sample alone, positions from 0). ``count_padding`` and ``mtp_roll`` apply to
+    the packed side only: the negative controls.
+    """
+    moe = model.config.moe
+    depths = model.config.mtp.num_layers if model.config.mtp is not None else 0
+    out = OptionsComparison(batches=0, sequences=0, router_layers=0, mtp_depths=depths)
+    for batch, samples in pairs:
+        if not samples:
+            continue
+        packed = options_step(model, batch, count_padding=count_padding, mtp_roll=mtp_roll, keep_logits=True)
+        alone = [(k, options_step(model, sample, keep_logits=True)) for k, sample in samples]
+        out.batches += 1
+        out.sequences += len(alone)
+        out.router_layers = len(packed.router)
+        out.dispatched_padding += sum(s.dispatched_padding for s in packed.router)
+        summed = sum_router_stats([res for _, res in alone])
+        for p, u in zip(packed.router, summed):
+            aux = load_balancing_loss(p.score_sum, p.tokens_per_expert, moe.topk, 1.0)
+            aux_u = load_balancing_loss(u.score_sum, u.tokens_per_expert, moe.topk, 1.0)
+            out.max_aux_diff = max(out.max_aux_diff, abs(float(aux - aux_u)))
+            out.max_z_diff = max(out.max_z_diff, abs(float(p.z_loss(moe) - u.z_loss(moe))) / (moe.z_loss_coeff or 1.0))
+            for a, b in ((p.num_tokens, u.num_tokens), (p.tokens_per_expert, u.tokens_per_expert),
+                         (p.expert_load, u.expert_load)):
+                out.max_count_diff = max(out.max_count_diff, _largest(a - b))
+        layout = thd_layout(batch)
+        starts = layout.physical[:-1].tolist()
+        for d in range(depths):
+            for k, res in alone:
+                out.max_mtp_loss_diff = max(out.max_mtp_loss_diff,
+                                            abs(packed.mtp_sequences[d][k] - res.mtp_loss_sums[d]))
+                out.max_mtp_count_diff = max(out.max_mtp_count_diff,
+                                             abs(packed.mtp_sequence_counts[d][k] - res.mtp_token_counts[d]))
+                n = res.mtp_logits[d].shape[0]
+                rows = packed.mtp_logits[d][starts[k] : starts[k] + n]
+                out.max_mtp_logit_diff = max(out.max_mtp_logit_diff, _largest(rows - res.mtp_logits[d]))
+        total = {name: sum(res.grads[name] for _, res in alone) for name in packed.grads}
+        out.max_grad_diff = max(out.max_grad_diff, max(_largest(packed.grads[n] - total[n]) for n in total))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
