@@ -28,6 +28,11 @@ The reference samples (for 1, 4, 5) are tokenized independently of the packing c
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
 the negative controls in the test-suite): ``no_boundaries`` (attention ignores ``cu_seqlens``),
 ``shift_loss_mask``, ``drop_sample``, ``no_position_reset``.
+
+``model`` turns on options of the reference model (fields of
+:class:`~reference_impl.training.model.TinyGPTConfig`: ``moe``, ``mtp``); each adds its own check
+(:mod:`reference_impl.verbs.smoke_options`: ``moe_router_statistics``, ``mtp_equals_unpacked``) with
+the negative controls ``router_counts_padding`` and ``mtp_cross_boundary``.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-9
 SIZES = SMOKE_ROWS
-FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset")
+FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "router_counts_padding",
+          "mtp_cross_boundary")
 CHECK_NAMES = (
     "config_valid",
     "samples_exactly_once",
@@ -452,6 +458,7 @@ def run_packing_smoke_test(
     faults: Sequence[str] = (),
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    model: Mapping[str, Any] | None = None,
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
     import torch
@@ -459,8 +466,13 @@ def run_packing_smoke_test(
     from reference_impl.config import load_config
     from reference_impl.data import ByteTokenizer
     from reference_impl.training.model import TinyGPT, TinyGPTConfig
+    from reference_impl.verbs.smoke_options import option_checks
 
     spec = get_path(path)
+    try:
+        model_cfg = TinyGPTConfig(**{"vocab_size": ByteTokenizer().vocab_size, **(model or {})})
+    except TypeError as exc:
+        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
     bad = [f for f in faults if f not in FAULTS]
@@ -489,14 +501,15 @@ def run_packing_smoke_test(
         notify("forward/backward", 0.3)
         t0 = time.perf_counter()
         torch.manual_seed(seed)
-        model = TinyGPT(TinyGPTConfig(vocab_size=ByteTokenizer().vocab_size), seed=seed)
+        net = TinyGPT(model_cfg, seed=seed)
         mode = "causal" if "no_boundaries" in faults else "thd"
-        checks.extend(_equivalence(model, pb, batches, mode, notify))
+        checks.extend(_equivalence(net, pb, batches, mode, notify))
+        checks.extend(option_checks(net, pb, batches, faults, TOLERANCE))
         timings["equivalence_s"] = time.perf_counter() - t0
         if cp_check:
             notify("context parallel", 0.7)
             t0 = time.perf_counter()
-            checks.append(_cp_check(model, cfg, batches, scratch, seed, cp_max_batches, cp_timeout))
+            checks.append(_cp_check(net, cfg, batches, scratch, seed, cp_max_batches, cp_timeout))
             timings["cp_check_s"] = time.perf_counter() - t0
         else:
             checks.append(Check("cp_matches_cp1", None, None, TOLERANCE, "skipped: the caller turned the CP check off "
@@ -512,7 +525,8 @@ def run_packing_smoke_test(
         config={"pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
                 if path == "offline" and cfg.dataset.offline_packing_specs else None,
                 "context_parallel_size": cfg.model.context_parallel_size,
-                "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size},
+                "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size,
+                "reference_model": model_cfg.to_dict()},
         data={"source": str(source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
               **pb.details},

@@ -57,10 +57,15 @@ class TinyGPTConfig:
     mtp: MTPConfig | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.moe, dict):
-            object.__setattr__(self, "moe", MoEConfig(**self.moe))
-        if isinstance(self.mtp, dict):
-            object.__setattr__(self, "mtp", MTPConfig(**self.mtp))
+        for name, kind in (("moe", MoEConfig), ("mtp", MTPConfig)):
+            value = getattr(self, name)
+            if value is True or isinstance(value, dict):  # a flag, or the option's fields
+                object.__setattr__(self, name, kind(**({} if value is True else value)))
+            elif value is False:
+                object.__setattr__(self, name, None)
+            elif value is not None and not isinstance(value, kind):
+                raise UsageError(f"{name} must be true/false, a mapping of its fields or a {kind.__name__}, "
+                                 f"got {value!r}", field=name)
         for name in ("vocab_size", "hidden_size", "num_heads", "num_layers", "ffn_hidden_size"):
             positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
