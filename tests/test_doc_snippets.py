@@ -28,10 +28,15 @@ PYTHON = re.compile(r"```python\n(.*?)```", re.S)
 BASH = re.compile(r"```bash\n(.*?)```", re.S)
 
 
+#: Commands that take seconds (torch and batches, the model, Energon, the adversarial eval): ``slow`` blocks.
+SLOW_COMMANDS = re.compile(r"seqpack (smoke|batches|energon-prepare|eval adversarial)\b")
+
+
 def _blocks(pattern):
     for path in FILES:
         for i, match in enumerate(pattern.finditer(path.read_text())):
-            yield pytest.param(path, match.group(1), id=f"{path.relative_to(ROOT)}#{i}")
+            marks = [pytest.mark.slow] if pattern is BASH and SLOW_COMMANDS.search(match.group(1)) else []
+            yield pytest.param(path, match.group(1), id=f"{path.relative_to(ROOT)}#{i}", marks=marks)
 
 
 @pytest.mark.parametrize("path, code", list(_blocks(PYTHON)))

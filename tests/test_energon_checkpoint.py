@@ -110,6 +110,7 @@ def test_infinite_stream_restores_identically(root, tmp_path):
     assert all(same(x, next(itb)) for x in cont)
 
 
+@pytest.mark.slow
 def test_saving_right_after_iter_returns_the_start_state(root):
     a = make(root, num_workers=2)
     it = iter(a)  # energon has not started yet: no deadlock
@@ -134,6 +135,7 @@ def test_saving_right_after_iter_returns_the_start_state(root):
         b.restore_state(ckpt)
 
 
+@pytest.mark.slow
 def test_save_in_the_final_flush_window_is_refused(root):
     a = make(root, num_workers=2)
     batches = []
@@ -225,6 +227,7 @@ def test_malicious_state_files_are_refused(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
+@pytest.mark.slow
 def test_val_stream_can_be_saved_before_its_window(root):
     cfg = energon_cfg()
     loader = get_savable_loader(get_val_dataset(cfg, root))

@@ -114,7 +114,7 @@ def _epoch(truth, cfg, m, **kw):
     return packed, batches
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # workers: processes
 def test_media_epoch_has_every_sample_once(vlm, num_workers):
     cfg = energon_cfg(128, 8, "model.context_parallel_size=2", "dist.world_size=2")
     packed, batches = _epoch(vlm, cfg, 4, num_workers=num_workers)
@@ -127,7 +127,7 @@ def test_media_epoch_has_every_sample_once(vlm, num_workers):
     assert len(batches) < 108  # packing happened
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # workers: processes
 def test_text_epoch_has_every_sample_once(text, num_workers):
     cfg = energon_cfg(4096, 16, f"dataset.num_workers={num_workers}")
     _, batches = _epoch(text, cfg, 1)
@@ -136,6 +136,7 @@ def test_text_epoch_has_every_sample_once(text, num_workers):
     assert all("pixel_values" not in b for b in batches)
 
 
+@pytest.mark.slow
 def test_two_ranks_two_workers_split_the_data(vlm):
     cfg = energon_cfg(128, 8, "dist.world_size=2")
     seen = []
@@ -147,6 +148,7 @@ def test_two_ranks_two_workers_split_the_data(vlm):
     assert sorted(seen[0] + seen[1]) == vlm.keys("train")
 
 
+@pytest.mark.slow
 def test_val_flushes_its_partial_buffer_exactly(vlm):
     cfg = energon_cfg(128, 16)
     val_keys = vlm.keys("val")
@@ -233,7 +235,7 @@ def test_prepare_skips_rejected_rows(tmp_path):
     assert acc["skipped"]["empty_completion"]["examples"] == [{"file": str(src), "line": 6, "row": 5}]
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # workers: processes
 def test_failing_samples_raise_instead_of_being_skipped(broken, num_workers):
     cfg = energon_cfg(64, 4)
     with pytest.raises(InputError, match=r"row00000005.*empty_completion"):
@@ -260,6 +262,7 @@ def test_restore_sample_rebuilds_a_batch(vlm):
         assert torch.equal(again[key], batches[2][key])
 
 
+@pytest.mark.slow  # prepares an Energon dataset end to end
 def test_iter_energon_batches_from_a_jsonl_file(tmp_path):
     src = tmp_path / "pc.jsonl"
     src.write_text("".join(demo_path("prompt_completion").read_text().splitlines(keepends=True)[:40]))

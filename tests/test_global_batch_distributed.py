@@ -1,4 +1,4 @@
-"""Global-batch packing for real: DP=2 (2 gloo processes) and DP=2 x CP=2 (4 processes) under torchrun.
+"""Global-batch packing for real: DP=2 (2 gloo processes) and DP=2 x CP=2 (4 processes), started like torchrun starts them.
 
 The worker (tests/distributed/global_batch_worker.py) trains a float64 tiny GPT for two steps with
 each scheduler over Megatron-Core's parallel-state groups, runs the inputs Megatron-Core asserts
@@ -10,17 +10,13 @@ pack / CP, packed loss and gradients equal to the same samples run unpacked on o
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from reference_impl.packing.global_batch.schedule import schedule_global_batch
+from reference_impl.training.ranks import launch_ranks
 from tests.distributed.global_batch_data import write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,31 +27,18 @@ TOPOLOGIES = {"dp2": (2, 1), "dp2xcp2": (2, 2)}  # name -> (DP, CP)
 pytestmark = pytest.mark.distributed
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module", params=sorted(TOPOLOGIES))
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
     dp, cp = TOPOLOGIES[request.param]
     out = tmp_path_factory.mktemp(request.param)
     data = write_rows(out / "rows.jsonl", 48, seed=5)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(dp * cp),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(ROOT / "tests" / "distributed" / "global_batch_worker.py"),
-        "--data", str(data), "--cp", str(cp), "--out", str(out),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    wall = time.perf_counter() - started
-    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    worker = str(ROOT / "tests" / "distributed" / "global_batch_worker.py")
+    done = launch_ranks([worker, "--data", str(data), "--cp", str(cp), "--out", str(out)], dp * cp, timeout=240,
+                        log_dir=out / "logs", cwd=ROOT)
+    assert done.returncode == 0, f"the ranks failed ({done.returncode}):\n" + (
+        done.log.read_text()[-6000:] if done.log else "")
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(dp * cp)]
-    print(f"\n{request.param}: torchrun wall time {wall:.1f} s (worker init {max(r['init_s'] for r in reports):.1f} s)")
+    print(f"\n{request.param}: wall time {done.wall_s:.1f} s (worker init {max(r['init_s'] for r in reports):.1f} s)")
     return {"dp": dp, "cp": cp, "reports": reports}
 
 

@@ -15,8 +15,8 @@ def _status(report):
 
 
 @pytest.mark.distributed
-def test_global_batch_smoke_passes_every_check_including_cp():
-    report = run_packing_smoke_test("global_batch", size="tiny")
+def test_global_batch_smoke_passes_every_check_including_cp(smoke_cp_reports):
+    report = smoke_cp_reports["global_batch"]
     assert [c.name for c in report.checks] == list(CHECK_NAMES)
     assert all(c.passed is True for c in report.checks), [(c.name, c.message) for c in report.checks]
     assert report.data["samples"] == report.check("packed_equals_unpacked").value["sequences"] == 12

@@ -249,7 +249,7 @@ def test_builder_with_a_row_scan_reads_only_usable_rows(tmp_path):
 
 
 # ---------------------------------------------------------------- every row exactly once through a DataLoader
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # workers: processes
 @pytest.mark.parametrize("loader_type", ["single", "cyclic"])
 def test_every_row_exactly_once_per_epoch(loader_type, workers):
     cfg = cfg_for(**{"dataset.dataloader_type": loader_type, "model.context_parallel_size": 2,
@@ -269,6 +269,7 @@ def test_every_row_exactly_once_per_epoch(loader_type, workers):
         assert seen != list(range(DEMO_ROWS))
 
 
+@pytest.mark.slow
 def test_every_row_exactly_once_across_dp_ranks_with_an_incomplete_tail():
     cfg = cfg_for(**{"dataset.dataloader_type": "cyclic", "dist.world_size": 3, "train.micro_batch_size": 3})
     per_rank = [

@@ -428,6 +428,7 @@ def _env() -> dict[str, str]:
     return {"PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.slow  # a server process
 @pytest.mark.anyio
 async def test_stdio_subprocess(root: Path, tmp_path: Path):
     params = StdioServerParameters(command=sys.executable, args=["-m", "reference_impl", "mcp", "--root", str(root)],
@@ -498,6 +499,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # a server process
 @pytest.mark.anyio
 async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
     port = _free_port()
@@ -535,6 +537,7 @@ async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
     assert f"http://127.0.0.1:{port}" in err.read()
 
 
+@pytest.mark.slow
 def test_http_server_stops_by_itself_after_its_lifetime(root: Path, tmp_path: Path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(_free_port()),

@@ -64,6 +64,7 @@ async def test_smoke_tool_with_user_data_and_config_text(root: Path):
         assert result.structured_content["data"]["samples"] == 16
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_smoke_tool_time_limit_cancellation_and_roots(root: Path, tmp_path: Path):
     async with Client(build_server([root], skill_dir=None)) as c:

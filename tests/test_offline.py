@@ -226,6 +226,7 @@ def test_existing_foreign_directory_is_not_overwritten(write_jsonl, tmp_path):
     assert sorted(p.name for p in res.root.iterdir()) == before and (res.root / MANIFEST_NAME).read_text() == "{}"
 
 
+@pytest.mark.slow  # worker processes
 def test_chat_demo_and_workers_match_serial(tmp_path):
     serial = prepare_packed_dataset(demo_path("chat"), tmp_path / "s", pack_size=4096, pad_seq_to_mult=2)
     parallel = prepare_packed_dataset(demo_path("chat"), tmp_path / "p", pack_size=4096, pad_seq_to_mult=2, num_workers=2)

@@ -1,11 +1,14 @@
 """The packing smoke test: every check passes on the real paths, and each can fail (negative controls)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from reference_impl.cli import main
 from reference_impl.errors import UsageError
+from reference_impl.packing_paths import path_names
 from reference_impl.smoke import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
 
 
@@ -14,16 +17,31 @@ def _status(report):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("path", ["offline", "in_batch", "energon"])
-def test_default_smoke_passes_every_check_including_cp(path):
-    report = run_packing_smoke_test(path, size="tiny")
+@pytest.mark.parametrize("path", path_names())
+def test_default_smoke_passes_every_check_including_cp(path, smoke_cp_reports):
+    report = smoke_cp_reports[path]
     assert [c.name for c in report.checks] == list(CHECK_NAMES)
     assert all(c.passed is True for c in report.checks), [(c.name, c.message) for c in report.checks]
     eq = report.check("packed_equals_unpacked").value
     assert eq["sequences"] == report.data["samples"] > 0 and eq["max_grad_diff"] < 1e-9
+    assert eq["losses"] == ["lm"] and eq["outputs"] == ["logits"] and eq["outside_loss_tokens"] == 0
     cp = report.check("cp_matches_cp1").value
     assert cp["cp"] == 2 and cp["max_grad_diff"] < 1e-9
-    assert report.check("no_cross_sequence_leakage").value["min_own_logit_change"] > 0
+    assert report.check("no_cross_sequence_leakage").value["min_own_output_change"] > 0
+    # one launch served every path; the real PackedSeqParams was built there, Megatron-Core imported once
+    assert cp["launch_paths"] == [r.path for r in smoke_cp_reports.values()]
+    assert report.data["packed_seq_params"] == "megatron.core.packed_seq_params.PackedSeqParams"
+    assert report.timings["megatron_core_import_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_smoke_process_never_imports_megatron_core():
+    code = ("import sys; from reference_impl.smoke import run_packing_smoke_test as r; "
+            "rep = r('in_batch', size='tiny', cp_check=False); "
+            "assert 'megatron.core' not in sys.modules, 'imported'; print(rep.data['packed_seq_params'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "field mapping only" in done.stdout
 
 
 @pytest.mark.parametrize("path", ["offline", "in_batch", "energon"])
@@ -32,7 +50,7 @@ def test_attention_without_boundaries_fails_equivalence_and_leakage(path):
     status = _status(report)
     assert status["packed_equals_unpacked"] is False and status["no_cross_sequence_leakage"] is False
     assert status["samples_exactly_once"] is True and not report.ok
-    assert report.check("no_cross_sequence_leakage").value["max_other_logit_change"] > 1e-6
+    assert report.check("no_cross_sequence_leakage").value["max_other_output_change"] > 1e-6
     assert "cu_seqlens" in report.check("packed_equals_unpacked").fix
 
 
@@ -56,10 +74,8 @@ def test_positions_that_do_not_restart_fail():
 
 
 @pytest.mark.distributed
-def test_wrong_alignment_for_cp_fails_the_cp_check_with_the_rule():
-    cfg = json.loads(json.dumps(DEFAULT_CONFIGS["offline"]))
-    cfg["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] = 1
-    report = run_packing_smoke_test("offline", cfg, size="tiny")
+def test_wrong_alignment_for_cp_fails_the_cp_check_with_the_rule(smoke_cp_reports):
+    report = smoke_cp_reports["offline-pad1"]
     cp = report.check("cp_matches_cp1")
     assert cp.passed is False and cp.rule_id == "PACK-OFFLINE-PAD-MULT-TOPOLOGY"
     assert "divisible" in cp.message or "multiple" in cp.message
@@ -68,9 +84,8 @@ def test_wrong_alignment_for_cp_fails_the_cp_check_with_the_rule():
 
 
 @pytest.mark.distributed
-def test_mean_loss_reduction_under_cp_differs_from_cp1():
-    report = run_packing_smoke_test("in_batch", size="tiny", cp_max_batches=1,
-                                    overrides=["model.calculate_per_token_loss=false"])
+def test_mean_loss_reduction_under_cp_differs_from_cp1(smoke_cp_reports):
+    report = smoke_cp_reports["in_batch-mean-loss"]
     assert report.check("config_valid").rule_id == "CP-FT-PER-TOKEN-LOSS"
     cp = report.check("cp_matches_cp1")
     assert cp.passed is False and cp.value["max_grad_diff"] > 1e-6

@@ -37,7 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seqs-per-pack", type=int, default=None)
     p.add_argument("--bridge-compat", action="store_true", help="reproduce Megatron-Bridge's strategy and fill exactly")
     p.add_argument("--num-samples", type=int, default=None, help="draws from a blend (default: sum of source rows)")
-    p.add_argument("--workers", type=int, default=1, help="tokenizer processes")
+    p.add_argument("--pad-seq-length-to-mult", type=int, default=None,
+                   help="pre-pad samples to this multiple instead (a multiple of the alignment; capped at the "
+                   "per-sample cap), as Megatron-Bridge's dataset_kwargs override does")
+    p.add_argument("--metadata-path", default=None,
+                   help="also append the metadata entries to this JSON array file (created when absent), as "
+                   "Megatron-Bridge does")
+    p.add_argument("--workers", type=int, default=1, help="tokenizer and writer processes (per rank under torchrun)")
+    p.add_argument("--distributed", action="store_true", default=None,
+                   help="run on the ranks of a torchrun job (detected from WORLD_SIZE when not given); every "
+                   "rank must see the output root")
     p.add_argument("--overwrite", action="store_true", help="replace an existing pack with the same fingerprint")
     p.add_argument("--no-progress", action="store_true")
     add_json_flag(p)
@@ -56,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         completion_column=args.completion_column, loss_mode=args.loss_mode, tokenizer=args.tokenizer,
         truncation=args.truncation, algorithm=args.algorithm, seed=args.seed,
         max_seqs_per_pack=args.max_seqs_per_pack, bridge_compat=args.bridge_compat, num_samples=args.num_samples,
-        workers=args.workers, overwrite=args.overwrite,
+        pad_seq_length_to_mult=args.pad_seq_length_to_mult, metadata_path=args.metadata_path, workers=args.workers,
+        distributed=args.distributed, overwrite=args.overwrite,
         progress=not args.no_progress and not args.json and sys.stderr.isatty(),
     )
     result = pack(options)

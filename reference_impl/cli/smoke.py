@@ -37,16 +37,15 @@ def run(args: argparse.Namespace) -> int:
     """Run and print a table per path; exit 0 only when every check of every path ran and passed."""
     from reference_impl.errors import UsageError
     from reference_impl.verbs.smoke_options import model_options
-    from reference_impl.verbs.smoke_test import SmokeOptions, smoke
+    from reference_impl.verbs.smoke_test import SmokeOptions, smoke_paths
 
     paths = list(PACKING_PATHS) if args.path == "all" else [args.path]
     if args.config and len(paths) > 1:
         raise UsageError("--config describes one packing path; pass --path too")
-    reports = [
-        smoke(SmokeOptions(path=p, config_path=args.config, overrides=args.overrides, data=args.data, size=args.size,
-                           seed=args.seed, cp_check=not args.no_cp, model=model_options(args.moe, args.mtp)))
-        for p in paths
-    ]
+    # one run: the CP checks of all paths share one launch of CP ranks
+    reports = smoke_paths(SmokeOptions(path=paths[0], config_path=args.config, overrides=args.overrides,
+                                       data=args.data, size=args.size, seed=args.seed, cp_check=not args.no_cp,
+                                       model=model_options(args.moe, args.mtp)), paths)
     ok = all(r.ok for r in reports)
     result = "pass" if ok else ("fail" if any(r.result == "fail" for r in reports) else "incomplete")
     if args.json:

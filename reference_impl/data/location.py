@@ -1,7 +1,7 @@
 """Where an input row came from, and a helper that stamps that place onto errors.
 
 Pure functions (schema extraction, tokenization) raise errors that name the *field*; only the
-caller knows the file, physical line and row index. :func:`at_row` fills those in on the way out,
+caller knows the file, physical line and row index. :func:`at_row` (or :func:`stamp`) fills those in on the way out,
 without overwriting anything the error already knows.
 """
 
@@ -37,11 +37,17 @@ def at_row(location: RowLocation | None) -> Iterator[None]:
     try:
         yield
     except SeqpackError as err:
-        if location is not None:
-            if err.file is None and location.file is not None:
-                err.file = str(location.file)
-            if err.line is None:
-                err.line = location.line
-            if err.row is None:
-                err.row = location.row
+        stamp(err, location)
         raise
+
+
+def stamp(err: SeqpackError, location: RowLocation | None) -> SeqpackError:
+    """Fill in the parts of ``location`` that ``err`` does not carry yet; returns ``err``."""
+    if location is not None:
+        if err.file is None and location.file is not None:
+            err.file = str(location.file)
+        if err.line is None:
+            err.line = location.line
+        if err.row is None:
+            err.row = location.row
+    return err

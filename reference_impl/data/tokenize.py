@@ -44,8 +44,11 @@ texts of a batch go through the tokenizer's batch encoding in one call (the Rust
 it in parallel, outside the GIL), each chat is rendered twice (as is and with markers), and the
 result is one flat ``int32`` id array and one ``uint8`` mask array with ``int64`` offsets, plus
 per-sample lengths and flags: ready to be written to disk or concatenated without per-sample
-objects. Rejections are listed with their position in the batch; any other input error stops
-the batch, naming its row.
+objects. Prompt/completion rows never become per-row arrays: truncation, special tokens and masks
+are computed for the whole batch on the flat encoding (a tokenizer may offer
+``encode_batch_flat(texts) -> (ids, lengths)``; the byte tokenizer does), with exactly the
+per-row rules above. Rejections are listed with their position in the batch; any other input
+error stops the batch, naming its row.
 
 **Shift** (:func:`to_training_example`): ``tokens = ids[:-1]``, ``labels = ids[1:]``,
 ``loss_mask = mask[1:]`` (the mask is aligned to the labels).
@@ -54,6 +57,7 @@ the batch, naming its row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +65,12 @@ import numpy as np
 
 from reference_impl.choices import TRUNCATION_MODES
 from reference_impl.data import rejections as rj
-from reference_impl.data.location import RowLocation, at_row
+from reference_impl.data.ranges import concat_ranges, offsets_of
+from reference_impl.data.location import RowLocation, at_row, stamp
 from reference_impl.data.rejections import SampleRejected
 from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema, Schema
 from reference_impl.data.tokenizers import ChatRendering, Tokenizer
-from reference_impl.errors import InputError, UsageError
+from reference_impl.errors import InputError, SeqpackError, UsageError
 
 TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
 
@@ -378,32 +383,27 @@ def tokenize_batch(
     errors. A :class:`SampleRejected` row is listed in ``rejected``; other errors are raised.
     """
     _check_args(max_length, truncation)
-    where = list(locations) if locations is not None else [None] * len(rows)
+    where = locations if locations is not None else [None] * len(rows)
     if len(where) != len(rows):
         raise UsageError(f"{len(rows)} rows but {len(where)} locations")
-    samples: list[tuple[int, TokenizedSample]] = []
     rejected: list[tuple[int, SampleRejected]] = []
 
     def guarded(pos: int, fn: Any, *args: Any) -> Any:
         try:
-            with at_row(where[pos]):
-                return fn(*args)
+            return fn(*args)
         except SampleRejected as err:
-            rejected.append((pos, err))
+            rejected.append((pos, stamp(err, where[pos])))
             return None
+        except SeqpackError as err:
+            raise stamp(err, where[pos])
 
     if isinstance(schema, PromptCompletionSchema):
         texts = {pos: guarded(pos, _pc_texts, row, schema, tokenizer) for pos, row in enumerate(rows)}
         ok = [pos for pos, t in texts.items() if t is not None]
-        flat = [texts[pos][j] for pos in ok for j in (0, 1)]
-        encoded = _encode_batch(tokenizer, flat)
-        for n, pos in enumerate(ok):
-            prompt = encoded[2 * n] if flat[2 * n] else []
-            answer = encoded[2 * n + 1] if flat[2 * n + 1] else []
-            sample = guarded(pos, _pc_sample, prompt, answer, schema, tokenizer, max_length, truncation)
-            if sample is not None:
-                samples.append((pos, sample))
-    elif isinstance(schema, ChatSchema):
+        return _pc_batch(ok, [part for pos in ok for part in texts[pos]], schema, tokenizer, max_length, truncation,
+                         where, rejected)
+    samples: list[tuple[int, TokenizedSample]] = []
+    if isinstance(schema, ChatSchema):
         inputs = {pos: guarded(pos, _chat_input, row, schema, truncation) for pos, row in enumerate(rows)}
         ok = [pos for pos, x in inputs.items() if x is not None]
         renderings = _render_batch(tokenizer, [inputs[pos] for pos in ok])
@@ -418,6 +418,87 @@ def tokenize_batch(
         raise UsageError(f"unknown schema object {type(schema).__name__}")
     rejected.sort(key=lambda item: item[0])
     return _pack_batch(samples, rejected, schema.kind)
+
+
+def _encode_flat(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """All ``texts`` encoded: ``(ids int64, lengths int64)`` with the ids of text ``i`` at
+    ``ids[sum(lengths[:i]):...]`` (an empty text has no ids)."""
+    flat = getattr(tokenizer, "encode_batch_flat", None)
+    if callable(flat):
+        ids, lengths = flat(texts)
+        return np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    wanted = [t for t in texts if t]
+    encoded = iter(_encode_batch(tokenizer, wanted))
+    parts = [next(encoded) if t else [] for t in texts]
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    return np.fromiter(chain.from_iterable(parts), dtype=np.int64, count=int(lengths.sum())), lengths
+
+
+def _pc_batch(
+    ok: list[int], texts: list[str], schema: PromptCompletionSchema, tokenizer: Tokenizer, max_length: int,
+    truncation: str, where: Sequence[RowLocation | None], rejected: list[tuple[int, SampleRejected]],
+) -> TokenizedBatch:
+    """:func:`_pc_sample` for many rows at once, on flat arrays (same samples, same rejections).
+
+    ``texts`` holds ``prompt, completion`` of every row in ``ok``, in turn.
+    """
+    values, lengths = _encode_flat(tokenizer, texts)
+    n = len(ok)
+    head = int(schema.add_bos and n > 0)
+    tail = int(schema.add_eos and n > 0)
+    bos = _special(tokenizer, "bos_id") if head else 0
+    eos = _special(tokenizer, "eos_id") if tail else 0
+    if n and head + tail >= max_length:
+        raise UsageError(f"max_length={max_length} leaves no room next to {head + tail} special token(s)")
+    text_start = offsets_of(lengths)[:-1]
+    prompt, answer = lengths[0::2], lengths[1::2]
+    original = prompt + answer + head + tail
+    overflow = np.maximum(original - max_length, 0)
+    from_prompt = np.minimum(overflow, prompt)
+    from_answer = overflow - from_prompt
+    kept_prompt, kept_answer = prompt - from_prompt, answer - from_answer
+    left = truncation == "left"
+    prompt_src = text_start[0::2] + (from_prompt if left else 0)
+    answer_src = text_start[1::2] + (from_answer if left else 0)
+    size = head + kept_prompt + kept_answer + tail
+    if schema.loss_mode == "full":
+        trained, first_trained = size, np.ones(n, dtype=bool)
+    else:
+        trained = kept_answer + tail
+        first_trained = (head + kept_prompt == 0) & (trained > 0)
+    supervised = trained - first_trained
+    reasons = np.full(n, "", dtype=object)
+    if truncation == "reject":
+        reasons[overflow > 0] = rj.TOO_LONG
+    reasons[(reasons == "") & (size < 2)] = rj.TOO_SHORT
+    reasons[(reasons == "") & (supervised == 0)] = rj.NO_SUPERVISED_TOKENS
+    for k in np.flatnonzero(reasons != "").tolist():
+        detail = {
+            rj.TOO_LONG: f"{int(original[k])} tokens > max_length {max_length}",
+            rj.TOO_SHORT: f"{int(size[k])} token(s); at least 2 are needed",
+        }.get(reasons[k])
+        rejected.append((ok[k], stamp(SampleRejected(reasons[k], detail), where[ok[k]])))
+    rejected.sort(key=lambda item: item[0])
+    keep = np.flatnonzero(reasons == "")
+    # four pieces per sample: [bos], kept prompt, kept completion, [eos]; the specials sit after the texts
+    source = np.concatenate([values, np.array([bos, eos], dtype=np.int64)])
+    piece_start = np.stack([np.full(keep.size, values.size), prompt_src[keep], answer_src[keep],
+                            np.full(keep.size, values.size + 1)], axis=1).ravel()
+    piece_len = np.stack([np.full(keep.size, head), kept_prompt[keep], kept_answer[keep], np.full(keep.size, tail)],
+                         axis=1).ravel()
+    piece_mask = np.tile(np.array([1, 1, 1, 1] if schema.loss_mode == "full" else [0, 0, 1, 1], dtype=np.uint8),
+                         keep.size)
+    return TokenizedBatch(
+        ids=source[concat_ranges(piece_start, piece_len)].astype(np.int32),
+        loss_mask=np.repeat(piece_mask, piece_len),
+        offsets=offsets_of(size[keep]),
+        positions=np.asarray(ok, dtype=np.int64)[keep],
+        prompt_lengths=(head + kept_prompt[keep]).astype(np.int64),
+        original_lengths=original[keep].astype(np.int64),
+        truncated=original[keep] > size[keep],
+        rejected=rejected,
+        schema=schema.kind,
+    )
 
 
 def _encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:

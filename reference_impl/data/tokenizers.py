@@ -183,6 +183,12 @@ class ByteTokenizer:
         """:meth:`encode` of each text."""
         return [self.encode(t) for t in texts]
 
+    def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' UTF-8 bytes as one flat ``uint8`` id array, plus the per-text lengths."""
+        data = [t.encode("utf-8") for t in texts]
+        lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
+        return np.frombuffer(b"".join(data), dtype=np.uint8), lengths
+
     def apply_chat_template(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
     ) -> ChatRendering:

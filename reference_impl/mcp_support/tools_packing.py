@@ -225,6 +225,11 @@ async def pack_dataset(
     max_seqs_per_pack: MaxSeqs = None,
     bridge_compat: Annotated[bool, Field(description="reproduce Megatron-Bridge's packing exactly")] = False,
     num_samples: Annotated[int | None, Field(ge=1, le=MAX_BLEND_SAMPLES, description="draws from a blend")] = None,
+    pad_seq_length_to_mult: Annotated[int | None, Field(
+        ge=1, le=MAX_PAD_SEQ_TO_MULT, description="pre-pad samples to this multiple instead (a multiple of the "
+        "alignment), as Megatron-Bridge's dataset_kwargs override does")] = None,
+    metadata_path: Annotated[str | None, Field(description="also append the metadata entries to this JSON array "
+                                               "file inside an allowed root", max_length=MAX_PATH_CHARS)] = None,
     overwrite: Annotated[bool, Field(description="rewrite the pack directory of this fingerprint (only one seqpack "
                                      "wrote: a directory with other files is never replaced)")] = False,
     time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
@@ -245,7 +250,10 @@ async def pack_dataset(
         completion_column=completion_column, loss_mode=loss_mode,
         tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), truncation=truncation, algorithm=algorithm,
         seed=seed, max_seqs_per_pack=max_seqs_per_pack, bridge_compat=bridge_compat, num_samples=num_samples,
-        overwrite=overwrite,
+        pad_seq_length_to_mult=pad_seq_length_to_mult,
+        metadata_path=None if metadata_path is None else roots.resolve(metadata_path, field="metadata_path",
+                                                                       must_exist=False),
+        overwrite=overwrite, distributed=False,
     )
     return await run_job(ctx, lambda job: pack(options), time_limit_s=time_limit_s)
 

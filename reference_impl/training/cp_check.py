@@ -1,28 +1,70 @@
 """Context-parallel run of saved canonical batches, one process per CP rank (gloo on CPU).
 
-Launched by the packing smoke test as::
+:func:`launch` starts the ranks (``python -m reference_impl.training.cp_check --job JOB.pt --out
+RESULT.pt`` with the environment ``torchrun`` would set, :mod:`reference_impl.training.ranks`)
+and waits for them, with a time limit. One launch serves many jobs: the smoke test of every
+packing path puts its batches into one ``JOB.pt``, so the ranks pay for starting Python, torch
+and Megatron-Core once per run, not once per path.
 
-    python -m torch.distributed.run --nproc_per_node CP -m reference_impl.training.cp_check \
-        --job JOB.pt --out RESULT.pt
-
-``JOB.pt`` (written by the parent with ``torch.save``, read with ``weights_only=True``) holds the
-canonical batches, the model config and seed, and the loss-reduction settings. Every rank takes
-its ``2*CP``-chunk slice of each batch (:func:`slice_thd_batch_for_cp`), runs
+``JOB.pt`` (written with ``torch.save``, read with ``weights_only=True``) is
+``{"jobs": [job, ...]}``; a job holds canonical batches, the model config and seed, the dtype and
+the loss-reduction settings. For every batch each rank builds a real Megatron-Core
+``PackedSeqParams`` (:func:`~reference_impl.training.packed_seq_params.to_packed_seq_params`),
+takes the boundaries from it, slices its ``2*CP``-chunk share
+(:func:`~reference_impl.training.context_parallel.slice_thd_batch_for_cp`) and runs
 :func:`~reference_impl.training.cp_step.cp_step` (Megatron-Core parallel state groups, K/V
-all-gather) and rank 0 writes, per batch, the reduced objective, the global per-sequence loss sums
-and the reduced gradients to ``RESULT.pt``. A batch that cannot be split (alignment) is reported
-with its error message instead of numbers.
+all-gather). Rank 0 writes ``RESULT.pt``: per job and batch the reduced objective, the global
+per-sequence loss sums and the reduced gradients (or the error message of a batch that cannot be
+split), plus what importing Megatron-Core cost and which ``PackedSeqParams`` class was used.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+from reference_impl.training.ranks import LaunchOutcome, launch_ranks
+
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+
+__all__ = ["LaunchOutcome", "launch", "main"]
+
+
+def _run_job(job: dict[str, Any], cp: int, rank: int, groups: tuple[Any, Any]) -> list[dict[str, Any]]:
+    from reference_impl.errors import SeqpackError
+    from reference_impl.training.context_parallel import slice_thd_batch_for_cp
+    from reference_impl.training.cp_step import cp_step
+    from reference_impl.training.model import TinyGPT, TinyGPTConfig
+    from reference_impl.training.packed_seq_params import batch_with_params, to_packed_seq_params
+
+    group, grad_group = groups
+    model = TinyGPT(TinyGPTConfig(**job["model_config"]), seed=int(job["seed"]))
+    if job.get("dtype") == "float32":
+        model = model.float()
+    results = []
+    for batch in job["batches"]:
+        try:
+            view = batch_with_params(batch, to_packed_seq_params(batch))
+            local = slice_thd_batch_for_cp(view, cp, rank)
+        except SeqpackError as exc:
+            results.append({"error": str(exc)})
+            continue
+        res = cp_step(
+            model, local, cp_size=cp, cp_rank=rank, group=group, grad_group=grad_group,
+            calculate_per_token_loss=bool(job["calculate_per_token_loss"]),
+            average_in_collective=bool(job["average_in_collective"]),
+        )
+        results.append({
+            "objective": res.reduction.objective,
+            "token_mean": res.reduction.token_mean,
+            "sequence_sums": [s.loss_sum for s in res.sequences],
+            "grads": res.grads,
+        })
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,60 +72,39 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from reference_impl.errors import SeqpackError
-    from reference_impl.training.context_parallel import slice_thd_batch_for_cp
-    from reference_impl.training.cp_step import cp_step
-    from reference_impl.training.model import TinyGPT, TinyGPTConfig
+    from reference_impl.training.ranks import import_megatron_core
 
     parser = argparse.ArgumentParser(description="context-parallel check worker")
     parser.add_argument("--job", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    job: dict[str, Any] = torch.load(args.job, weights_only=True)
+    payload: dict[str, Any] = torch.load(args.job, weights_only=True)
     dist.init_process_group("gloo")
-    from megatron.core import parallel_state
-
+    started = time.perf_counter()
+    parallel_state, PackedSeqParams = import_megatron_core()  # noqa: N806 (a class)
+    import_s = time.perf_counter() - started
     cp = dist.get_world_size()
     parallel_state.initialize_model_parallel(context_parallel_size=cp)
     try:
-        group = parallel_state.get_context_parallel_group()
+        groups = (parallel_state.get_context_parallel_group(),
+                  parallel_state.get_data_parallel_group(with_context_parallel=True))
         rank = parallel_state.get_context_parallel_rank()
-        grad_group = parallel_state.get_data_parallel_group(with_context_parallel=True)
-        model = TinyGPT(TinyGPTConfig(**job["model_config"]), seed=int(job["seed"]))
-        if job.get("dtype") == "float32":
-            model = model.float()
-        results = []
-        for batch in job["batches"]:
-            try:
-                local = slice_thd_batch_for_cp(batch, cp, rank)
-            except SeqpackError as exc:
-                results.append({"error": str(exc)})
-                continue
-            res = cp_step(
-                model,
-                local,
-                cp_size=cp,
-                cp_rank=rank,
-                group=group,
-                grad_group=grad_group,
-                calculate_per_token_loss=bool(job["calculate_per_token_loss"]),
-                average_in_collective=bool(job["average_in_collective"]),
-            )
-            results.append(
-                {
-                    "objective": res.reduction.objective,
-                    "token_mean": res.reduction.token_mean,
-                    "sequence_sums": [s.loss_sum for s in res.sequences],
-                    "grads": res.grads,
-                }
-            )
+        jobs = [_run_job(job, cp, rank, groups) for job in payload["jobs"]]
         if rank == 0:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"cp": cp, "results": results}, args.out)
+            torch.save({"cp": cp, "jobs": jobs, "megatron_core_import_s": import_s,
+                        "packed_seq_params": f"{PackedSeqParams.__module__}.{PackedSeqParams.__qualname__}"}, args.out)
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
+
+
+def launch(job: Path, out: Path, cp: int, timeout: float) -> LaunchOutcome:
+    """Run :func:`main` on ``cp`` local ranks (:func:`~reference_impl.training.ranks.launch_ranks`) for ``job``;
+    the ranks' logs go next to ``out``."""
+    return launch_ranks(["-m", "reference_impl.training.cp_check", "--job", str(job), "--out", str(out)], cp,
+                        timeout=timeout, log_dir=out.parent / f"{out.stem}_logs")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,15 @@ every packed sequence), pre-norm blocks of multi-head self-attention under a boo
 head. Weights come from a seeded generator, so two models built with the same seed are
 identical; ``dtype=torch.float64`` makes packed/unpacked comparisons exact to rounding.
 
+The forward takes one row (``tokens [T]``, ``mask [T, Tk]``) or a stack of rows (``tokens [B, T]``,
+``mask [B, T, Tk]``); the rows of a stack never see each other, so a padded stack computes every
+row as if it ran alone. The smoke test's batched equivalence
+(:mod:`reference_impl.training.equivalence`) reads the model through two methods:
+:meth:`TinyGPT.token_outputs` (every per-token output, by name) and :meth:`TinyGPT.token_losses`
+(every per-token loss, by name). A model option that adds an output or a loss (an MTP head, a
+router's probabilities) adds it there, and the smoke test compares it packed against unpacked
+without further code.
+
 For context parallelism the forward takes an optional ``kv_exchange`` callable: each rank
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
 (:class:`reference_impl.training.cp_exchange.KVExchange`), and the local queries attend to the
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -32,7 +41,10 @@ from reference_impl.training.attention import masked_attention
 from reference_impl.training.moe import MoEConfig, MoEMLP, Routing
 from reference_impl.training.mtp import MTPConfig, MTPHead
 
-__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope"]
+if TYPE_CHECKING:
+    from reference_impl.training.equivalence import TokenLoss, TokenRows
+
+__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope", "rope_tables", "rotate"]
 
 KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -79,14 +91,25 @@ class TinyGPTConfig:
         return asdict(self)
 
 
-def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate ``x`` ``[T, heads, d]`` by the angles of ``position_ids`` ``[T]`` (rotate-half convention)."""
+def rope_tables(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the rotary angles of ``position_ids`` ``[..., T]``."""
+    half = head_dim // 2
+    inv_freq = base ** (-torch.arange(half, dtype=dtype, device=position_ids.device) / half)
+    angles = position_ids.to(dtype)[..., None] * inv_freq
+    return angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
+
+
+def rotate(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by :func:`rope_tables` (rotate-half convention)."""
+    cos, sin = tables
     half = x.shape[-1] // 2
-    inv_freq = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
-    angles = position_ids.to(x.dtype)[:, None] * inv_freq[None, :]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate ``x`` ``[..., T, heads, d]`` by the angles of ``position_ids`` ``[..., T]`` (rotate-half convention)."""
+    return rotate(x, rope_tables(position_ids, x.shape[-1], base, x.dtype))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -111,29 +134,30 @@ class _Block(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        position_ids: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
         kv_exchange: KVExchangeFn | None = None,
         routing: Routing | None = None,
+        one_row: bool = False,
     ) -> torch.Tensor:
         cfg = self.cfg
-        t = x.shape[0]
+        b, t = x.shape[:2]
         heads, d = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        q, k, v = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).split(cfg.hidden_size, dim=-1)
-        q = apply_rope(q.reshape(t, heads, d), position_ids, cfg.rope_base)
-        k = apply_rope(k.reshape(t, heads, d), position_ids, cfg.rope_base)
-        v = v.reshape(t, heads, d)
-        if kv_exchange is not None:
-            k, v = kv_exchange(k, v)
-        x = x + masked_attention(q, k, v, mask).reshape(t, cfg.hidden_size) @ self.proj
+        qkv = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).reshape(b, t, 3 * heads, d)
+        q, k = rotate(qkv[:, :, : 2 * heads], rope).split(heads, dim=2)  # queries and keys in one rotation
+        v = qkv[:, :, 2 * heads :]
+        if kv_exchange is not None:  # one row (checked by TinyGPT.trunk)
+            k, v = (part[None] for part in kv_exchange(k[0], v[0]))
+        x = x + masked_attention(q, k, v, mask).reshape(b, t, cfg.hidden_size) @ self.proj
         normed = _rms_norm(x, self.mlp_norm, cfg.norm_eps)
-        if cfg.moe is not None:
-            return x + self.moe(normed, routing)
+        if cfg.moe is not None:  # each row of a stack is its own micro-batch; one row keeps [T, H] statistics
+            return x + (self.moe(normed[0], routing)[None] if one_row else self.moe(normed, routing))
         return x + torch.nn.functional.gelu(normed @ self.fc1) @ self.fc2
 
 
 class TinyGPT(nn.Module):
-    """Reference decoder: ``forward(tokens [T], position_ids [T], mask [T, Tk]) -> logits [T, V]``."""
+    """Reference decoder: ``forward(tokens [T], position_ids [T], mask [T, Tk]) -> logits [T, V]``
+    (or ``[B, T]``, ``[B, T]``, ``[B, T, Tk]`` -> ``[B, T, V]`` for a stack of independent rows)."""
 
     def __init__(self, config: TinyGPTConfig | None = None, *, seed: int, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
@@ -164,12 +188,18 @@ class TinyGPT(nn.Module):
         kv_exchange: KVExchangeFn | None = None,
         routing: Routing | None = None,
     ) -> torch.Tensor:
-        """Logits for 1-D ``tokens``; ``mask`` is ``[T, T_keys]`` (``T_keys`` = gathered length under CP)."""
+        """Logits for ``tokens`` ``[T]`` (``mask`` ``[T, T_keys]``, ``T_keys`` = gathered length under CP)
+        or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``)."""
         return self.head(self.trunk(tokens, position_ids, mask, kv_exchange=kv_exchange, routing=routing))
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of the trunk's last hidden state."""
         return _rms_norm(hidden, self.final_norm, self.config.norm_eps) @ self.lm_head
+
+    def rope(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of ``position_ids`` for this model's head size (:func:`rope_tables`)."""
+        cfg = self.config
+        return rope_tables(position_ids, cfg.hidden_size // cfg.num_heads, cfg.rope_base, dtype)
 
     def mtp_logits(
         self,
@@ -180,11 +210,16 @@ class TinyGPT(nn.Module):
         kv_exchange: KVExchangeFn | None = None,
         routing: Routing | None = None,
     ) -> list[torch.Tensor]:
-        """Logits of every MTP depth from the trunk's ``hidden`` and the rolled ``streams`` (``training.mtp``)."""
+        """Logits of every MTP depth from the trunk's ``hidden`` (``[T, H]`` or ``[B, T, H]``) and the rolled
+        ``streams`` (``[1, T, D]`` or ``[B, T, D]``, :mod:`reference_impl.training.mtp`)."""
         if self.config.mtp is None:
             raise UsageError("this model has no MTP head (TinyGPTConfig.mtp is None)", field="mtp")
-        return self.mtp(hidden, streams, self.embedding, self.lm_head, mask,
-                        {"kv_exchange": kv_exchange, "routing": routing})
+        one_row = hidden.dim() == 2
+        if one_row:
+            hidden, mask = hidden[None], mask[None]
+        logits = self.mtp(hidden, streams, self.embedding, self.lm_head, mask, self.rope,
+                          {"kv_exchange": kv_exchange, "routing": routing, "one_row": one_row})
+        return [depth[0] for depth in logits] if one_row else logits
 
     def trunk(
         self,
@@ -195,16 +230,102 @@ class TinyGPT(nn.Module):
         kv_exchange: KVExchangeFn | None = None,
         routing: Routing | None = None,
     ) -> torch.Tensor:
-        """Hidden state ``[T, H]`` after the last block (before the final norm)."""
-        if tokens.dim() != 1 or position_ids.shape != tokens.shape:
+        """Hidden state ``[T, H]`` (or ``[B, T, H]`` for a stack) after the last block (before the final norm)."""
+        if tokens.dim() not in (1, 2) or position_ids.shape != tokens.shape:
             raise UsageError(
-                f"tokens and position_ids must be 1-D of equal length, got {list(tokens.shape)} "
+                f"tokens and position_ids must be [T] or [B, T] of equal shape, got {list(tokens.shape)} "
                 f"and {list(position_ids.shape)}"
             )
+        one_row = tokens.dim() == 1
+        if mask.dim() != tokens.dim() + 1 or mask.shape[:-1] != tokens.shape:
+            raise UsageError(f"mask must be [{'T' if one_row else 'B, T'}, T_keys] for tokens {list(tokens.shape)}, "
+                             f"got {list(mask.shape)}")
+        if kv_exchange is not None and not one_row:
+            raise UsageError("kv_exchange (context parallelism) takes one row: tokens [T]")
         vocab = self.config.vocab_size
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
             raise UsageError(f"token ids must lie in [0, {vocab}), got [{int(tokens.min())}, {int(tokens.max())}]")
+        if one_row:
+            tokens, position_ids, mask = tokens[None], position_ids[None], mask[None]
         x = self.embedding[tokens]
+        rope = self.rope(position_ids, x.dtype)
         for layer in self.layers:
-            x = layer(x, position_ids, mask, kv_exchange, routing)
-        return x
+            x = layer(x, rope, mask, kv_exchange, routing, one_row)
+        return x[0] if one_row else x
+
+    @property
+    def token_inputs(self) -> tuple[str, ...]:
+        """Per-token batch keys the model reads besides tokens and positions (none here). An option that
+        needs one (image embeddings, M-RoPE positions) names it, and the smoke test carries it from the
+        batches and samples into :attr:`TokenRows.extras`."""
+        return ()
+
+    def token_routing(self, rows: TokenRows, *, count_padding: bool = False) -> Routing:
+        """The :class:`Routing` of a stack of rows, each row its own micro-batch: every position of a row
+        outside its sequences (alignment gaps, width padding) is padding, and the stack's right padding
+        lies outside every micro-batch. ``count_padding``: the negative control (the router counts the
+        rows' padding like real tokens)."""
+        outside = torch.arange(rows.tokens.shape[1]) >= rows.lengths[:, None]
+        return Routing(padding_mask=rows.segments < 0, count_padding=count_padding, outside=outside)
+
+    def token_outputs(self, rows: TokenRows, routing: Routing | None = None) -> dict[str, torch.Tensor]:
+        """Every per-token output ``[B, T, ...]`` of a stack of rows, by name: ``logits``, and with MTP
+        ``mtp_logits_1 .. mtp_logits_D`` (inputs rolled inside each sequence, :meth:`token_streams`).
+
+        The smoke test compares each output at every real token, packed against unpacked, and
+        checks that perturbing one sequence leaves the others' outputs unchanged. A model option
+        that adds an output adds it here. MoE layers route each row as its own micro-batch
+        (``routing``: default :meth:`token_routing`; pass one to collect the router statistics).
+        """
+        cfg = self.config
+        if routing is None and cfg.moe is not None:
+            routing = self.token_routing(rows)
+        hidden = self.trunk(rows.tokens, rows.position_ids, rows.attention, routing=routing)
+        out = {"logits": self.head(hidden)}
+        if cfg.mtp is not None:
+            streams = self.token_streams(rows)
+            for k, logits in enumerate(self.mtp_logits(hidden, streams, rows.attention, routing=routing), 1):
+                out[f"mtp_logits_{k}"] = logits
+        return out
+
+    #: How :meth:`token_streams` rolls MTP inputs and targets: ``"sequence"`` (inside each sequence) or
+    #: ``"row"`` (over each whole row, across boundaries: the smoke test's ``mtp_cross_boundary`` control;
+    #: a row holding one sequence rolls the same either way).
+    mtp_roll: str = "sequence"
+
+    def token_streams(self, rows: TokenRows) -> dict[str, torch.Tensor]:
+        """The MTP streams ``[B, T, D]`` of a stack of rows (:func:`~reference_impl.training.mtp.stack_streams`)."""
+        from reference_impl.training.mtp import stack_streams
+
+        if self.mtp_roll not in ("sequence", "row"):
+            raise UsageError(f"mtp_roll must be 'sequence' or 'row', got {self.mtp_roll!r}", field="mtp_roll")
+        segments = rows.segments
+        if self.mtp_roll == "row":
+            inside = torch.arange(segments.shape[1]) < rows.lengths[:, None]
+            segments = torch.where(inside, torch.zeros_like(segments), torch.full_like(segments, -1))
+        values = {"mtp_tokens": rows.tokens, "mtp_position_ids": rows.position_ids, "mtp_labels": rows.labels,
+                  "mtp_loss_mask": rows.loss_mask}
+        return stack_streams(values, segments, self.config.mtp.num_layers if self.config.mtp else 0)
+
+    def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
+        """Every per-token loss of a stack of rows, by name: ``lm``, the next-token cross-entropy, and with
+        MTP ``mtp_1 .. mtp_D``, each depth's cross-entropy against the rolled labels under the rolled
+        loss mask (the sums ``process_mtp_loss`` scales).
+
+        A loss is a :class:`~reference_impl.training.equivalence.TokenLoss`: values ``[B, T]`` and the
+        weight of each position (the loss mask). The smoke test compares the per-sequence sums of
+        every loss, packed against unpacked, and the gradients of their weighted sum. A model
+        option that adds a loss (an MTP head's, an auxiliary loss) adds it here.
+        """
+        from reference_impl.training.equivalence import TokenLoss
+        from reference_impl.training.loss import token_cross_entropy
+
+        mask = rows.loss_mask
+        out = {"lm": TokenLoss(token_cross_entropy(outputs["logits"], rows.labels, mask), mask)}
+        if self.config.mtp is not None:
+            streams = self.token_streams(rows)
+            for k in range(self.config.mtp.num_layers):
+                k_mask = streams["mtp_loss_mask"][..., k]
+                losses = token_cross_entropy(outputs[f"mtp_logits_{k + 1}"], streams["mtp_labels"][..., k], k_mask)
+                out[f"mtp_{k + 1}"] = TokenLoss(losses, k_mask)
+        return out

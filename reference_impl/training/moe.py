@@ -233,12 +233,15 @@ class Routing:
 
     ``padding_mask`` (bool ``[T]`` or ``[B, T]``, True = not a real token) covers the tokens of
     this forward (a CP rank's slice under context parallelism, or a stack of rows); ``count_padding`` makes the router treat
-    padding as real (negative control). Each MoE layer appends its :class:`RouterStats` to
-    ``stats`` in layer order (trunk layers first, then MTP layers).
+    padding as real (negative control). ``outside`` (bool, same shape) marks positions that belong
+    to no micro-batch (the right padding of a stack of rows): never counted, not even with
+    ``count_padding``, and left out of the dispatch counters. Each MoE layer appends its
+    :class:`RouterStats` to ``stats`` in layer order (trunk layers first, then MTP layers).
     """
 
     padding_mask: torch.Tensor | None = None
     count_padding: bool = False
+    outside: torch.Tensor | None = None
     stats: list[RouterStats] = field(default_factory=list)
 
 
@@ -270,13 +273,15 @@ class MoEMLP(nn.Module):
         self.register_buffer("expert_bias", torch.zeros(e, dtype=self.router.dtype))
 
     def route(
-        self, logits: torch.Tensor, padding: torch.Tensor, counted: torch.Tensor | None = None
+        self, logits: torch.Tensor, padding: torch.Tensor, counted: torch.Tensor | None = None,
+        outside: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, RouterStats]:
         """``(probs [..., T, E], routing_map [..., T, E], stats)`` for router ``logits`` ``[..., T, E]``.
 
         ``padding`` (bool ``[..., T]``) marks the positions that are not real tokens; the statistics
-        leave out the positions ``counted`` marks False (default: the real tokens). Statistics are
-        summed over ``T``, so they keep the leading dimensions.
+        leave out the positions ``counted`` marks False (default: the real tokens); the dispatch
+        counters leave out the positions ``outside`` marks. Statistics are summed over ``T``, so they
+        keep the leading dimensions.
         """
         cfg = self.config
         num_tokens, num_experts = logits.shape[-2:]
@@ -314,8 +319,8 @@ class MoEMLP(nn.Module):
             score_sum=(aux_scores * valid[..., None]).sum(dim=-2),
             z_sum=(torch.logsumexp(logits, dim=-1).square() * valid).sum(dim=-1),
             expert_load=(routing_map.to(logits.dtype) * valid[..., None]).sum(dim=-2).detach(),
-            dispatched=int(routing_map.sum()),
-            dispatched_padding=int(routing_map[padding].sum()),
+            dispatched=int(routing_map.sum() if outside is None else routing_map[~outside].sum()),
+            dispatched_padding=int(routing_map[padding if outside is None else padding & ~outside].sum()),
             dropped=dropped,
         )
         return probs, routing_map, stats
@@ -324,15 +329,22 @@ class MoEMLP(nn.Module):
         """Probability-weighted sum of the chosen experts' outputs; stats go to ``routing.stats``."""
         if x.dim() not in (2, 3):
             raise InputError(f"MoE input must be [T, H] or [B, T, H], got {list(x.shape)}")
-        padding = torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
-        if routing is not None and routing.padding_mask is not None:
-            given = routing.padding_mask.to(device=x.device, dtype=torch.bool)
-            if given.numel() != padding.numel():
-                raise InputError(f"padding_mask covers {given.numel()} tokens but the MoE layer got {padding.numel()}",
-                                 field="padding_mask")
-            padding = given.reshape(padding.shape)
-        counted = torch.ones_like(padding) if routing is not None and routing.count_padding else None
-        probs, _, stats = self.route(x @ self.router, padding, counted)
+        masks = {}
+        for name in ("padding_mask", "outside"):
+            given = getattr(routing, name) if routing is not None else None
+            if given is not None:
+                if given.numel() != x[..., 0].numel():
+                    raise InputError(f"{name} covers {given.numel()} tokens but the MoE layer got {x[..., 0].numel()}",
+                                     field=name)
+                masks[name] = given.to(device=x.device, dtype=torch.bool).reshape(x.shape[:-1])
+        outside = masks.get("outside")
+        padding = masks.get("padding_mask", torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device))
+        if outside is not None:
+            padding = padding | outside
+        counted = None
+        if routing is not None and routing.count_padding:
+            counted = torch.ones_like(padding) if outside is None else ~outside
+        probs, _, stats = self.route(x @ self.router, padding, counted, outside)
         hidden = torch.nn.functional.gelu(torch.einsum("...th,ehf->...etf", x, self.expert_fc1))
         outputs = torch.einsum("...etf,efh->...eth", hidden, self.expert_fc2)
         if routing is not None:

@@ -29,14 +29,16 @@ import torch
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import attention_mask
 from reference_impl.training.boundaries import thd_layout
+from reference_impl.training.equivalence import DEFAULT_BUDGET, Row, _chunks, stack_rows
 from reference_impl.training.loss import masked_loss_pieces, token_cross_entropy
 from reference_impl.training.model import TinyGPT
 from reference_impl.training.moe import RouterStats, Routing, load_balancing_loss
 from reference_impl.training.mtp import with_mtp_streams
 from reference_impl.training.step import sequence_loss_sums, split_sequences
 
-__all__ = ["AuxLog", "OptionsComparison", "OptionsStepResult", "average_aux_logs", "compare_options", "mtp_objective",
-           "option_terms", "options_step", "padding_mask_of", "sum_router_stats", "unpacked_options"]
+__all__ = ["AuxLog", "OptionsComparison", "OptionsStepResult", "average_aux_logs", "compare_options",
+           "compare_router_rows", "mtp_objective", "option_terms", "options_step", "padding_mask_of",
+           "stack_router_stats", "sum_router_stats", "unpacked_options"]
 
 
 def padding_mask_of(batch: Mapping[str, Any]) -> torch.Tensor:
@@ -215,6 +217,64 @@ def _largest(values: torch.Tensor) -> float:
     return float(values.abs().max()) if values.numel() else 0.0
 
 
+def _router_diffs(out: OptionsComparison, packed: Sequence[RouterStats], summed: Sequence[RouterStats],
+                  moe: Any) -> None:
+    """Fold one micro-batch's router statistics, per layer, against the sums over its samples into ``out``."""
+    for p, u in zip(packed, summed):
+        aux = load_balancing_loss(p.score_sum, p.tokens_per_expert, moe.topk, 1.0)
+        aux_u = load_balancing_loss(u.score_sum, u.tokens_per_expert, moe.topk, 1.0)
+        out.max_aux_diff = max(out.max_aux_diff, abs(float(aux - aux_u)))
+        out.max_z_diff = max(out.max_z_diff, abs(float(p.z_loss(moe) - u.z_loss(moe))) / (moe.z_loss_coeff or 1.0))
+        for a, b in ((p.num_tokens, u.num_tokens), (p.tokens_per_expert, u.tokens_per_expert),
+                     (p.expert_load, u.expert_load)):
+            out.max_count_diff = max(out.max_count_diff, _largest(a - b))
+
+
+def stack_router_stats(model: TinyGPT, rows: Sequence[Row], *, count_padding: bool = False,
+                       budget: int = DEFAULT_BUDGET) -> tuple[list[list[RouterStats]], int]:
+    """Router statistics of every row run as its own micro-batch (one :class:`RouterStats` per MoE layer
+    and row), from stacked forwards without gradients (:meth:`TinyGPT.token_outputs` with
+    :meth:`TinyGPT.token_routing`), and the token-expert assignments of the rows' padding dispatched."""
+    out: list[list[RouterStats]] = [[] for _ in rows]
+    dispatched_padding = 0
+    with torch.no_grad():
+        for chunk in _chunks(rows, budget):
+            stack = stack_rows([rows[i] for i in chunk])
+            routing = model.token_routing(stack, count_padding=count_padding)
+            model.token_outputs(stack, routing)
+            dispatched_padding += sum(s.dispatched_padding for s in routing.stats)
+            for j, i in enumerate(chunk):
+                out[i] = [s.select(j) for s in routing.stats]
+    return out, dispatched_padding
+
+
+def compare_router_rows(model: TinyGPT, packed: Sequence[Row], unpacked: Sequence[Row], match: Sequence[int], *,
+                        count_padding: bool = False, budget: int = DEFAULT_BUDGET) -> OptionsComparison:
+    """The router half of :func:`compare_options` on the batched rows of the smoke test
+    (:mod:`reference_impl.training.equivalence`): per packed row and MoE layer, its statistics against
+    the sums over its sequences' unpacked rows. ``match[k]``: the unpacked row of packed sequence ``k``
+    (the packed rows number their sequences consecutively); a row with an unmatched sequence is left
+    out (the equivalence check counts it). ``count_padding`` applies to the packed side only."""
+    moe = model.config.moe
+    if moe is None:
+        raise UsageError("this model has no MoE layers (TinyGPTConfig.moe is None)", field="moe")
+    out = OptionsComparison(batches=0, sequences=0, router_layers=0, mtp_depths=0)
+    p_stats, out.dispatched_padding = stack_router_stats(model, packed, count_padding=count_padding, budget=budget)
+    u_stats, _ = stack_router_stats(model, unpacked, budget=budget)
+    first = 0
+    for row, stats in zip(packed, p_stats):
+        slots = list(match[first : first + len(row.sequences)])
+        first += len(row.sequences)
+        if not slots or min(slots) < 0:
+            continue
+        summed = [sum(layer[1:], layer[0]) for layer in zip(*(u_stats[j] for j in slots))]
+        out.batches += 1
+        out.sequences += len(slots)
+        out.router_layers = len(stats)
+        _router_diffs(out, stats, summed, moe)
+    return out
+
+
 def compare_options(
     model: TinyGPT,
     pairs: Sequence[tuple[Mapping[str, Any], Sequence[tuple[int, Mapping[str, Any]]]]],
@@ -241,15 +301,7 @@ def compare_options(
         out.sequences += len(alone)
         out.router_layers = len(packed.router)
         out.dispatched_padding += sum(s.dispatched_padding for s in packed.router)
-        summed = sum_router_stats([res for _, res in alone])
-        for p, u in zip(packed.router, summed):
-            aux = load_balancing_loss(p.score_sum, p.tokens_per_expert, moe.topk, 1.0)
-            aux_u = load_balancing_loss(u.score_sum, u.tokens_per_expert, moe.topk, 1.0)
-            out.max_aux_diff = max(out.max_aux_diff, abs(float(aux - aux_u)))
-            out.max_z_diff = max(out.max_z_diff, abs(float(p.z_loss(moe) - u.z_loss(moe))) / (moe.z_loss_coeff or 1.0))
-            for a, b in ((p.num_tokens, u.num_tokens), (p.tokens_per_expert, u.tokens_per_expert),
-                         (p.expert_load, u.expert_load)):
-                out.max_count_diff = max(out.max_count_diff, _largest(a - b))
+        _router_diffs(out, packed.router, sum_router_stats([res for _, res in alone]), moe)
         layout = thd_layout(batch)
         starts = layout.physical[:-1].tolist()
         for d in range(depths):

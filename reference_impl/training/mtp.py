@@ -48,6 +48,7 @@ __all__ = [
     "roll_in_segments",
     "roll_packed",
     "segments_of",
+    "stack_streams",
     "with_mtp_streams",
 ]
 
@@ -151,12 +152,26 @@ def mtp_streams(batch: Mapping[str, Any], num_layers: int, mode: str = "sequence
         "mtp_labels": _row(batch, "labels"),
         "mtp_loss_mask": _row(batch, "loss_mask"),
     }
-    columns: dict[str, list[torch.Tensor]] = {key: [] for key in MTP_KEYS}
+    rolled = _rolled(current, lambda value: roll_packed(value, layout, mode), num_layers)
+    return {key: value[None] for key, value in rolled.items()}
+
+
+def _rolled(values: Mapping[str, torch.Tensor], roll: Callable[[torch.Tensor], torch.Tensor],
+            num_layers: int) -> dict[str, torch.Tensor]:
+    """Each of ``values`` ``[..., T]`` rolled ``k`` times by ``roll`` in column ``k - 1`` of ``[..., T, D]``."""
+    columns: dict[str, list[torch.Tensor]] = {key: [] for key in values}
+    current = dict(values)
     for _ in range(num_layers):
-        current = {key: roll_packed(value, layout, mode) for key, value in current.items()}
+        current = {key: roll(value) for key, value in current.items()}
         for key, value in current.items():
             columns[key].append(value)
-    return {key: torch.stack(cols, dim=-1)[None] for key, cols in columns.items()}
+    return {key: torch.stack(cols, dim=-1) for key, cols in columns.items()}
+
+
+def stack_streams(values: Mapping[str, torch.Tensor], segments: torch.Tensor, num_layers: int) -> dict[str, torch.Tensor]:
+    """The MTP streams of a stack of rows: each of ``values`` (``[..., T]``, keyed by :data:`MTP_KEYS`)
+    rolled ``k`` times inside ``segments`` (:func:`roll_in_segments`) for depth ``k``, as ``[..., T, D]``."""
+    return _rolled(values, lambda value: roll_in_segments(value, segments), num_layers)
 
 
 def with_mtp_streams(batch: Mapping[str, Any], num_layers: int, mode: str = "sequence") -> dict[str, Any]:
@@ -196,12 +211,13 @@ class MTPHead(nn.Module):
         embedding: torch.Tensor,
         lm_head: torch.Tensor,
         mask: torch.Tensor,
+        rope: Callable[[torch.Tensor, torch.dtype], tuple[torch.Tensor, torch.Tensor]],
         block_kwargs: Mapping[str, Any],
     ) -> list[torch.Tensor]:
-        """Logits ``[..., T, V]`` of every depth for ``hidden`` ``[..., T, H]``.
+        """Logits ``[B, T, V]`` of every depth for ``hidden`` ``[B, T, H]`` and ``mask`` ``[B, T, T_keys]``.
 
-        ``streams`` hold the rolled ``mtp_tokens`` and ``mtp_position_ids`` as ``[..., T, D]`` (a
-        leading 1 for one row is accepted: this rank's slice of :func:`with_mtp_streams`).
+        ``streams`` hold the rolled ``mtp_tokens`` and ``mtp_position_ids`` as ``[B, T, D]`` (for one
+        row: this rank's slice of :func:`with_mtp_streams`); ``rope`` gives the rotary tables of positions.
         """
         tokens, positions = streams["mtp_tokens"], streams["mtp_position_ids"]
         want = (*hidden.shape[:-1], self.config.num_layers)
@@ -218,6 +234,6 @@ class MTPHead(nn.Module):
         for k, block in enumerate(self.blocks):
             emb = _rms_norm(embedding[tokens[..., k]], self.embed_norms[k], eps)
             hidden = torch.cat([emb, _rms_norm(hidden, self.hidden_norms[k], eps)], dim=-1) @ self.projections[k]
-            hidden = block(hidden, positions[..., k], mask, **block_kwargs)
+            hidden = block(hidden, rope(positions[..., k], hidden.dtype), mask, **block_kwargs)
             out.append(_rms_norm(hidden, self.final_norms[k], eps) @ lm_head)
         return out

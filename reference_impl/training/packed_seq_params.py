@@ -33,7 +33,7 @@ import torch
 from reference_impl.errors import InputError, UsageError
 from reference_impl.training.boundaries import boundary_vector, check_boundaries, trim_sentinels
 
-__all__ = ["packed_seq_params_kwargs", "to_packed_seq_params"]
+__all__ = ["batch_with_params", "packed_seq_params_kwargs", "to_packed_seq_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,3 +175,22 @@ def to_packed_seq_params(batch: Mapping[str, Any], *, params_cls: type | None = 
     if dropped:
         logger.debug("%s has no field(s) %s; not passed", params_cls.__name__, ", ".join(dropped))
     return params_cls(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+#: Per-token keys :func:`batch_with_params` keeps from the batch.
+TOKEN_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
+
+
+def batch_with_params(batch: Mapping[str, Any], params: Any, extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The per-token tensors of ``batch`` (``tokens``, ``labels``, ``loss_mask``, ``position_ids`` and
+    ``extra_keys``) with every boundary taken from ``params``: a ``PackedSeqParams`` object or the
+    mapping :func:`packed_seq_params_kwargs` returns. Code that runs on this view reads its sequence
+    boundaries from what Megatron-Core's attention would receive, not from the batch."""
+    get = params.get if isinstance(params, Mapping) else (lambda name: getattr(params, name))
+    out = {k: batch[k] for k in (*TOKEN_KEYS, *extra_keys)}
+    out["cu_seqlens_q"], out["cu_seqlens_kv"] = get("cu_seqlens_q"), get("cu_seqlens_kv")
+    if get("cu_seqlens_q_padded") is not None:
+        out["cu_seqlens_q_padded"] = get("cu_seqlens_q_padded")
+        out["cu_seqlens_kv_padded"] = get("cu_seqlens_kv_padded")
+    out["max_seqlen_q"], out["max_seqlen_kv"] = get("max_seqlen_q"), get("max_seqlen_kv")
+    return out

@@ -9,7 +9,13 @@ from typing import Any
 
 from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, LOSS_MODES, SCHEMA_OPTIONS, TRUNCATION_MODES
-from reference_impl.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_SEQS_PER_PACK, MAX_WORKERS
+from reference_impl.limits import (
+    MAX_BLEND_SAMPLES,
+    MAX_PACK_LEN,
+    MAX_PAD_SEQ_TO_MULT,
+    MAX_SEQS_PER_PACK,
+    MAX_WORKERS,
+)
 from reference_impl.reports import PreparedPacks
 from reference_impl.verbs.common import AlignedOptions, check_choice, check_path, check_seed
 
@@ -19,7 +25,12 @@ __all__ = ["PackOptions", "pack"]
 @dataclass(frozen=True, kw_only=True)
 class PackOptions(AlignedOptions):
     """Inputs (``input``: JSONL or blend manifest, optional ``validation`` JSONL), output root,
-    pack size, the topology (or an explicit ``pad_seq_to_mult``) and every packing setting."""
+    pack size, the topology (or an explicit ``pad_seq_to_mult``) and every packing setting.
+
+    ``pad_seq_length_to_mult`` overrides the pre-padding multiple (a multiple of the alignment,
+    capped at the per-sample cap, as in Megatron-Bridge); ``metadata_path`` also appends the
+    metadata entries to that JSON array file; ``distributed`` runs on the ranks of a ``torchrun``
+    job (``None``: detected from the environment)."""
 
     input: str | os.PathLike[str] | Mapping[str, Any]
     out: str | os.PathLike[str]
@@ -37,7 +48,10 @@ class PackOptions(AlignedOptions):
     max_seqs_per_pack: int | None = None
     bridge_compat: bool = False
     num_samples: int | None = None
+    pad_seq_length_to_mult: int | None = None
+    metadata_path: str | os.PathLike[str] | None = None
     workers: int = 1
+    distributed: bool | None = None
     overwrite: bool = False
     progress: bool = False
 
@@ -61,6 +75,8 @@ def pack(options: PackOptions) -> PreparedPacks:
         check_path("input", options.input)
     check_path("out", options.out)
     inputs: Any = options.input
+    if options.metadata_path is not None:
+        check_path("metadata_path", options.metadata_path)
     if options.validation is not None:
         inputs = {"training": os.fspath(check_path("input", options.input)),
                   "validation": os.fspath(check_path("validation", options.validation))}
@@ -80,7 +96,11 @@ def pack(options: PackOptions) -> PreparedPacks:
                                        maximum=MAX_SEQS_PER_PACK),
         bridge_compat=options.bridge_compat,
         num_samples=positive_int("num_samples", options.num_samples, allow_none=True, maximum=MAX_BLEND_SAMPLES),
+        pad_seq_length_to_mult=positive_int("pad_seq_length_to_mult", options.pad_seq_length_to_mult, allow_none=True,
+                                            maximum=MAX_PAD_SEQ_TO_MULT),
+        metadata_path=options.metadata_path,
         num_workers=positive_int("workers", options.workers, maximum=MAX_WORKERS),
+        distributed=options.distributed,
         overwrite=options.overwrite,
         progress=options.progress,
     )

@@ -5,14 +5,17 @@ load-balancing loss, the z-loss and the expert-load counts (the expert-bias stat
 sums over its sequences' samples run alone: they agree only when alignment and width padding stay
 out of every routing statistic. With ``mtp`` on, ``mtp_equals_unpacked`` compares every
 sequence's MTP loss sum, supervised-target count and logits at every real token, and the
-gradients: they agree only when MTP inputs and targets roll inside each sequence. The samples are
-the smoke test's independently tokenized ones (:func:`reference_impl.training.moe_mtp_step.compare_options`).
+gradients: they agree only when MTP inputs and targets roll inside each sequence. Both run on the
+rows of the smoke test's batched equivalence check (packed micro-batches and the independently
+tokenized samples, each a row of a padded stack): the MTP numbers are that check's ``mtp_*``
+outputs and losses, the router statistics come from the same stacks with each row routed as its
+own micro-batch.
 Faults ``router_counts_padding`` and ``mtp_cross_boundary`` are the negative controls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["OPTION_CHECKS", "OPTION_FAULTS", "model_options", "option_checks"]
@@ -28,42 +31,25 @@ def model_options(moe: bool = False, mtp: bool = False) -> dict[str, bool]:
     return {name: True for name, on in (("moe", moe), ("mtp", mtp)) if on}
 
 
-def _pairs(pb: Any, batches: Sequence[Mapping[str, Any]]) -> tuple[list, int]:
-    from reference_impl.smoke import _key, _sequences, _single
+def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], match: Sequence[int], equivalence: Any,
+                  faults: Sequence[str], tolerance: float, budget: int) -> list[Any]:
+    """The option checks of ``model`` (none for a dense model) on the smoke test's rows.
 
-    by_key: dict[tuple, Mapping[str, Any]] = {}
-    for s in pb.samples:
-        by_key.setdefault(_key(s["tokens"], s["labels"], s["loss_mask"]), s)
-    pairs, unmatched = [], 0
-    for batch in batches:
-        found = []
-        for k, (start, _, real) in enumerate(_sequences(batch)):
-            if real == 0:
-                continue
-            sl = slice(start, start + real)
-            sample = by_key.get(_key(batch["tokens"][0, sl], batch["labels"][0, sl], batch["loss_mask"][0, sl]))
-            if sample is None:
-                unmatched += 1
-            else:
-                found.append((k, _single(sample)))
-        pairs.append((batch, found))
-    return pairs, unmatched
-
-
-def option_checks(model: Any, pb: Any, batches: Sequence[Mapping[str, Any]], faults: Sequence[str],
-                  tolerance: float) -> list[Any]:
-    """The option checks of ``model`` (none for a dense model) on the smoke test's batches and samples."""
+    ``packed``, ``unpacked`` and ``match`` are the rows of the batched equivalence check and
+    ``equivalence`` its :class:`~reference_impl.training.equivalence.EquivalenceResult`: the MTP
+    check reads its per-name differences of the ``mtp_*`` outputs and losses (the model's
+    ``token_outputs`` / ``token_losses`` carry them), the MoE check runs both stacks again, without
+    gradients, for the router statistics (:func:`~reference_impl.training.moe_mtp_step.compare_router_rows`).
+    """
     from reference_impl.smoke import Check
-    from reference_impl.training.moe_mtp_step import compare_options
+    from reference_impl.training.moe_mtp_step import compare_router_rows
 
     cfg = model.config
-    if cfg.moe is None and cfg.mtp is None:
-        return []
-    pairs, unmatched = _pairs(pb, batches)
-    res = compare_options(model, pairs, count_padding="router_counts_padding" in faults,
-                          mtp_roll="row" if "mtp_cross_boundary" in faults else "sequence")
+    unmatched = sum(1 for m in match if m < 0)
     out = []
     if cfg.moe is not None:
+        res = compare_router_rows(model, packed, unpacked, match, budget=budget,
+                                  count_padding="router_counts_padding" in faults)
         ok = res.router_ok(tolerance) and unmatched == 0
         out.append(Check(
             "moe_router_statistics", ok,
@@ -80,16 +66,21 @@ def option_checks(model: Any, pb: Any, batches: Sequence[Mapping[str, Any]], fau
             "the load-balancing loss, the z-loss and the expert-bias counts",
         ))
     if cfg.mtp is not None:
-        ok = res.mtp_ok(tolerance) and unmatched == 0
+        depths = range(1, cfg.mtp.num_layers + 1)
+        loss = max(equivalence.loss_diffs[f"mtp_{k}"] for k in depths)
+        count = max(equivalence.count_diffs[f"mtp_{k}"] for k in depths)
+        logit = max(equivalence.output_diffs[f"mtp_logits_{k}"] for k in depths)
+        grad = equivalence.max_grad_diff
+        ok = (equivalence.sequences > 0 and unmatched == 0 and count == 0
+              and max(loss, logit, grad) <= tolerance)
         out.append(Check(
             "mtp_equals_unpacked", ok,
-            {"sequences": res.sequences, "depths": res.mtp_depths, "max_mtp_loss_diff": res.max_mtp_loss_diff,
-             "max_mtp_count_diff": res.max_mtp_count_diff, "max_mtp_logit_diff": res.max_mtp_logit_diff,
-             "max_grad_diff": res.max_grad_diff, "unmatched": unmatched},
+            {"sequences": equivalence.sequences, "depths": cfg.mtp.num_layers, "max_mtp_loss_diff": loss,
+             "max_mtp_count_diff": count, "max_mtp_logit_diff": logit, "max_grad_diff": grad,
+             "unmatched": unmatched},
             tolerance,
-            f"{res.sequences} sequences x {res.mtp_depths} MTP depth(s): max |MTP loss diff| "
-            f"{res.max_mtp_loss_diff:.2e}, max |logit diff| {res.max_mtp_logit_diff:.2e}, target count diff "
-            f"{res.max_mtp_count_diff:g}, max |grad diff| {res.max_grad_diff:.2e}",
+            f"{equivalence.sequences} sequences x {cfg.mtp.num_layers} MTP depth(s): max |MTP loss diff| "
+            f"{loss:.2e}, max |logit diff| {logit:.2e}, target count diff {count:g}, max |grad diff| {grad:.2e}",
             None if ok else "roll MTP inputs and targets inside each packed sequence (the last token of a sequence "
             "gets no target from the next one), with the physical (padded) boundaries",
         ))

@@ -15,7 +15,7 @@ from reference_impl.smoke import SmokeReport
 from reference_impl.verbs.common import check_choice, check_path, check_seed
 from reference_impl.verbs.validation import check_overrides, config_source
 
-__all__ = ["SmokeOptions", "smoke"]
+__all__ = ["SmokeOptions", "smoke", "smoke_paths"]
 
 #: The name of the smoke test's working copy of the data rows (``smoke._subset`` writes it).
 SMOKE_COPY_NAME = "smoke_input.jsonl"
@@ -46,20 +46,24 @@ class SmokeOptions:
     model: Mapping[str, Any] | None = None
 
 
-def smoke(options: SmokeOptions) -> SmokeReport:
-    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``; an error about a data row
-    names the row in ``options.data`` (never the test's temporary copy)."""
-    check_choice("packing path", options.path, PACKING_PATHS)
+def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
+    """The checked request for ``path`` and the run's shared keyword arguments."""
+    from reference_impl.smoke import SmokeRequest
+
+    check_choice("packing path", path, PACKING_PATHS)
     check_choice("size", options.size, SMOKE_SIZES)
     if not 0 < float(options.cp_timeout) <= MAX_SMOKE_SECONDS:
         raise UsageError(f"cp_timeout must be in (0, {MAX_SMOKE_SECONDS:g}] seconds", field="cp_timeout")
     source = config_source(options.config_path, options.config_text, None, options.config,
                            offered=("config_text", "config_path"))
-    data = check_path("data", options.data, allow_none=True)
-    try:
-        return _run(options, source, data)
-    except SeqpackError as err:
-        raise _in_user_file(err, data) from None
+    request = SmokeRequest(path, source, check_path("data", options.data, allow_none=True),
+                           check_overrides(options.overrides), model=dict(options.model or {}))
+    shared = dict(
+        size=options.size, seed=check_seed(options.seed), cp_check=options.cp_check,
+        cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
+        cp_timeout=float(options.cp_timeout), progress=options.progress,
+    )
+    return request, shared
 
 
 def _in_user_file(err: SeqpackError, data: Any) -> SeqpackError:
@@ -80,13 +84,25 @@ def _in_user_file(err: SeqpackError, data: Any) -> SeqpackError:
     return err
 
 
-def _run(options: SmokeOptions, source: Any, data: Any) -> SmokeReport:
-    from reference_impl.smoke import run_packing_smoke_test
+def smoke(options: SmokeOptions) -> SmokeReport:
+    """Run :func:`reference_impl.smoke.run_packing_smoke_test` for ``options``; an error about a data row
+    names the row in ``options.data`` (never the test's temporary copy)."""
+    return smoke_paths(options, [options.path])[0]
 
-    return run_packing_smoke_test(
-        options.path, source, data,
-        overrides=check_overrides(options.overrides), size=options.size,
-        seed=check_seed(options.seed), cp_check=options.cp_check,
-        cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
-        cp_timeout=float(options.cp_timeout), progress=options.progress, model=options.model,
-    )
+
+def smoke_paths(options: SmokeOptions, paths: Sequence[str]) -> list[SmokeReport]:
+    """The smoke test of every path in ``paths`` with the rest of ``options`` (``options.path`` is not
+    used): one report per path, the CP checks of all of them in one launch of CP ranks
+    (:func:`reference_impl.smoke.run_packing_smoke_tests`)."""
+    from reference_impl.smoke import run_packing_smoke_tests
+
+    if not paths:
+        raise UsageError("name at least one packing path", field="path")
+    if len(paths) > 1 and (options.config_path is not None or options.config_text is not None
+                           or options.config is not None):
+        raise UsageError("a config describes one packing path; run the paths one at a time", field="config")
+    checked = [_request(options, p) for p in paths]
+    try:
+        return run_packing_smoke_tests([request for request, _ in checked], **checked[0][1])
+    except SeqpackError as err:
+        raise _in_user_file(err, checked[0][0].data) from None

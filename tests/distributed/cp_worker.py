@@ -30,6 +30,7 @@ from reference_impl.training.context_parallel import slice_thd_batch_for_cp  # n
 from reference_impl.training.cp_step import cp_step  # noqa: E402
 from reference_impl.training.loss import reduction_weights, token_cross_entropy  # noqa: E402
 from reference_impl.training.model import TinyGPT  # noqa: E402
+from reference_impl.training.ranks import import_megatron_core  # noqa: E402
 from reference_impl.training.step import cp_rank_pieces, packed_forward, reference_step  # noqa: E402
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences  # noqa: E402
 
@@ -64,7 +65,7 @@ def main() -> None:
     torch.set_num_threads(1)
     started = time.perf_counter()
     dist.init_process_group("gloo")
-    from megatron.core import parallel_state
+    parallel_state, _ = import_megatron_core()  # without compiling fused kernels it never calls
 
     cp = dist.get_world_size()
     parallel_state.initialize_model_parallel(context_parallel_size=cp)

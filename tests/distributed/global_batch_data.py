@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from reference_impl.training.model import TinyGPT
-from reference_impl.training.step import reference_step
+from reference_impl.training.equivalence import run_rows, unpacked_row
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -71,21 +71,12 @@ def unpacked_reference(
 ) -> tuple[float, float, dict[str, torch.Tensor]]:
     """(loss sum, supervised tokens, gradient of the loss sum) of every example run alone, unpadded.
 
-    ``examples`` carry 1-D ``tokens``, ``labels``, ``loss_mask`` (real tokens only).
+    ``examples`` carry 1-D ``tokens``, ``labels``, ``loss_mask`` (real tokens only). They run as one
+    padded stack of independent rows (:func:`reference_impl.training.equivalence.run_rows`), which
+    computes every row as if it ran alone.
     """
-    loss_sum, count, grads = 0.0, 0.0, None
-    for ex in examples:
-        n = len(ex["tokens"])
-        cu = torch.tensor([0, n], dtype=torch.int32)
-        batch = {
-            "tokens": torch.as_tensor(np.asarray(ex["tokens"]), dtype=torch.int64)[None],
-            "labels": torch.as_tensor(np.asarray(ex["labels"]), dtype=torch.int64)[None],
-            "loss_mask": torch.as_tensor(np.asarray(ex["loss_mask"]), dtype=torch.float32)[None],
-            "position_ids": torch.arange(n, dtype=torch.int64)[None],
-            "cu_seqlens_q": cu, "cu_seqlens_kv": cu, "max_seqlen_q": n, "max_seqlen_kv": n,
-        }
-        res = reference_step(model, batch)
-        loss_sum += res.loss_sum
-        count += res.token_count
-        grads = res.grads if grads is None else {k: grads[k] + res.grads[k] for k in grads}
-    return loss_sum, count, grads or {}
+    rows = [unpacked_row({k: np.asarray(ex[k]) for k in ("tokens", "labels", "loss_mask")}, 0) for ex in examples]
+    if not rows:
+        return 0.0, 0.0, {}
+    res = run_rows(model, rows, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    return float(res.sums["lm"][0]), float(res.counts["lm"][0]), res.grads

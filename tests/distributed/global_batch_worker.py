@@ -41,6 +41,7 @@ from reference_impl.training.global_batch_step import train_step  # noqa: E402
 from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
 from reference_impl.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
 from reference_impl.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
+from reference_impl.training.ranks import import_megatron_core  # noqa: E402
 from tests.distributed.global_batch_data import (  # noqa: E402
     packed_keys,
     sample_key,
@@ -148,7 +149,7 @@ def main() -> None:
     torch.set_num_threads(1)
     started = time.perf_counter()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
-    from megatron.core import parallel_state
+    parallel_state, _ = import_megatron_core()  # without compiling fused kernels it never calls
 
     world, cp = dist.get_world_size(), args.cp
     parallel_state.initialize_model_parallel(context_parallel_size=cp)

@@ -98,12 +98,12 @@ def test_atomic_directory_keeps_a_concurrent_writers_equal_result(tmp_path):
 
 
 def _fail_writes(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
-    import reference_impl.packing.parquet as parquet
+    import reference_impl.packing.pack_fill as pack_fill
 
     def broken(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(parquet, "write_packed_parquet", broken)
+    monkeypatch.setattr(pack_fill, "write_part", broken)  # where the packs' Parquet is written
 
 
 @pytest.mark.parametrize("code, needle", [(errno.ENOSPC, "No space left on device"),

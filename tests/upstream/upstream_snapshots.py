@@ -73,28 +73,68 @@ BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
 BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
 
 
+def _exec_with_stubs(source: str, name: str, stubs: dict):
+    """Execute ``source`` as module ``name`` while the modules in ``stubs`` stand in for its imports."""
+    import sys
+    import types
+
+    previous = {key: sys.modules.get(key) for key in stubs}
+    sys.modules.update(stubs)
+    try:
+        module = types.ModuleType(name)
+        exec(compile(source, f"bridge:{name}", "exec"), module.__dict__)  # noqa: S102 - tests only
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = old
+    return module
+
+
+def _stub(name: str, **attrs):
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    return module
+
+
 def load_bridge_packing_algorithms():
     """Megatron-Bridge's ``data/packing/algorithms.py`` at :data:`BRIDGE_COMMIT`, as a module, or None.
 
     The source is read from the snapshot and executed here (it needs numpy and tqdm); its one Bridge
     import (a safe ``.npy`` loader the packing functions do not use) is stubbed for the load.
     """
-    import sys
-    import types
-
     source = git_show(BRIDGE, BRIDGE_COMMIT, "src/megatron/bridge/data/packing/algorithms.py")
     if source is None:
         return None
-    stub = types.ModuleType("megatron.bridge.utils.safe_pickle")
-    stub.safe_load_npy = lambda *a, **k: None
-    previous = sys.modules.get(stub.__name__)
-    sys.modules[stub.__name__] = stub
-    try:
-        module = types.ModuleType("bridge_packing_algorithms")
-        exec(compile(source, "bridge:data/packing/algorithms.py", "exec"), module.__dict__)  # noqa: S102 - tests only
-    finally:
-        if previous is None:
-            sys.modules.pop(stub.__name__, None)
-        else:
-            sys.modules[stub.__name__] = previous
-    return module
+    stub = _stub("megatron.bridge.utils.safe_pickle", safe_load_npy=lambda *a, **k: None)
+    return _exec_with_stubs(source, "bridge_packing_algorithms", {stub.__name__: stub})
+
+
+def load_bridge_offline():
+    """Megatron-Bridge's ``data/packing/offline.py`` (offline preparation) at :data:`BRIDGE_COMMIT`, or None.
+
+    Its imports are stubbed: the packing algorithms are Bridge's own (:func:`load_bridge_packing_algorithms`),
+    the multi-storage client reports itself disabled (so ``.npy`` output goes through ``np.save``), and
+    the tokenizer type is a placeholder (callers pass their own tokenizer object). It needs torch and tqdm.
+    """
+    source = git_show(BRIDGE, BRIDGE_COMMIT, "src/megatron/bridge/data/packing/offline.py")
+    algorithms = load_bridge_packing_algorithms()
+    if source is None or algorithms is None:
+        return None
+
+    class _MultiStorageClientFeature:
+        @staticmethod
+        def is_enabled() -> bool:
+            return False
+
+    stubs = {
+        "megatron.bridge.data.packing.algorithms": algorithms,
+        "megatron.core.msc_utils": _stub("megatron.core.msc_utils",
+                                         MultiStorageClientFeature=_MultiStorageClientFeature),
+        "megatron.bridge.training.tokenizers.tokenizer": _stub("megatron.bridge.training.tokenizers.tokenizer",
+                                                               MegatronTokenizer=object),
+    }
+    return _exec_with_stubs(source, "bridge_packing_offline", stubs)
