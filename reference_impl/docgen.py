@@ -70,7 +70,8 @@ GUIDE_MARKER = "<!-- generated from "
 
 #: Per-path guides: written once, in the skill's references (self-contained for agents), and
 #: published under docs/ as generated copies.
-GUIDES: tuple[str, ...] = ("offline", "in-batch", "energon", "global-batch", "context-parallel", "cuda-graphs", "vlm")
+GUIDES: tuple[str, ...] = ("offline", "in-batch", "energon", "global-batch", "context-parallel", "cuda-graphs",
+                           "vlm", "moe-mtp")
 
 
 def _guide(name: str) -> Callable[[], str]:

@@ -20,6 +20,17 @@ plan reports:
 Lengths are *runtime* lengths: the tokens a sample occupies in a pack (for JSONL input, the
 tokenized ids minus one, counted by :func:`reference_impl.packing.offline.sample_lengths`).
 
+For an MoE model (``moe_dispatcher`` set) every row also carries ``dispatch``: what the token
+dispatcher sends per rank under the width rules of :mod:`reference_impl.config.dispatch`. A
+pack reaches an MoE layer as ``width / (CP * TP_sp)`` tokens per rank, and padded positions are
+dispatched like real ones. Fixed-width packs (``pad_to_max_length``, or a dispatcher that needs
+equal counts) dispatch the full width; eager HybridEP pads each micro-batch to the largest one
+of its EP group, rounded up to the 64-token chunk; alltoall and DeepEP send what the pack holds.
+EP groups are formed from the simulated packs in a seeded shuffled order, ``ep`` at a time (the
+ranks of an EP group run different packs at once). ``dispatch_padding_share`` is the share of
+dispatched tokens that are not real tokens; ``dispatcher_padding_share`` the part the dispatcher
+adds on top of the packs' own padding.
+
 The recommendation rule is :data:`RECOMMENDATION_RULE`.
 """
 
@@ -33,6 +44,7 @@ import numpy as np
 from reference_impl.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
 from reference_impl.arguments import positive_int
 from reference_impl.choices import ALGORITHMS, TRUNCATION_MODES
+from reference_impl.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
 from reference_impl.errors import InputError, UsageError
 from reference_impl.limits import MAX_PLAN_SAMPLES, MAX_SAMPLE_TOKENS
 from reference_impl.reports import LengthSummary, PackPlan, PlanRow
@@ -193,6 +205,42 @@ def _validity(pack_len: int, token_slots: int, dp: int, m: int) -> tuple[int | N
     return gbs, reasons
 
 
+def _round_up(values: np.ndarray, multiple: int) -> np.ndarray:
+    return -(-values // multiple) * multiple
+
+
+def dispatch_overhead(
+    real: np.ndarray, aligned: np.ndarray, pack_len: int, width: DispatchWidth, seed: int = 0
+) -> dict[str, Any]:
+    """Tokens dispatched per rank for packs holding ``real`` real and ``aligned`` aligned tokens (see module doc)."""
+    div = width.tokens_divisor
+    real = np.asarray(real, dtype=np.int64)
+    fixed = width.width_rule in ("fixed", "fixed_required", "equal_required")
+    widths = np.full(real.shape, pack_len, dtype=np.int64) if fixed else np.asarray(aligned, dtype=np.int64)
+    per_rank = -(-widths // div)
+    sent = per_rank.copy()
+    if width.chunk:
+        sent = _round_up(per_rank, width.chunk)
+        if width.width_rule == "uneven_padded" and sent.size:
+            order = np.random.default_rng(seed).permutation(sent.size)
+            for start in range(0, sent.size, width.ep):
+                group = order[start : start + width.ep]
+                sent[group] = sent[group].max()
+    dispatched, packed, kept = int(sent.sum()), int(per_rank.sum()), float(real.sum()) / div
+    out: dict[str, Any] = {
+        **{k: v for k, v in width.to_dict().items() if k not in ("fixed_width", "per_rank_tokens", "chunk_padding")},
+        "micro_batches": int(sent.size),
+        "mean_dispatched_per_rank": dispatched / sent.size if sent.size else 0.0,
+        "max_dispatched_per_rank": int(sent.max()) if sent.size else 0,
+        "dispatch_padding_share": 1.0 - kept / dispatched if dispatched else 0.0,
+        "dispatcher_padding_share": (dispatched - packed) / dispatched if dispatched else 0.0,
+    }
+    if width.width_rule in ("fixed_required", "equal_required"):
+        out["notes"] = [*out["notes"], "this dispatcher needs fixed-width packs here; shown as if pad_to_max_length "
+                        "were on"]
+    return out
+
+
 def _simulate(
     arr: np.ndarray,
     pack_len: int,
@@ -203,6 +251,7 @@ def _simulate(
     algorithm: str,
     seed: int,
     max_seqs_per_pack: int | None,
+    moe: Mapping[str, Any] | None = None,
 ) -> PlanRow:
     from reference_impl.packing.algorithms import pack_lengths
 
@@ -223,10 +272,18 @@ def _simulate(
     if too_long:
         verb = "left out" if truncation == "reject" else f"cut to {cap} tokens"
         notes.append(f"{too_long} sample(s) longer than {cap} tokens would be {verb}")
+    dispatch = None
     if aligned.size:
         result = pack_lengths(aligned, pack_len, algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack)
         packs, lower = result.num_bins, result.lower_bound
         max_in_pack = result.max_items_per_bin
+        if moe is not None:
+            real_per_pack = np.bincount(result.bin_ids, weights=kept, minlength=packs).astype(np.int64)
+            width = dispatch_width(
+                dispatcher=moe["dispatcher"], ep=moe["ep"], tp=moe["tp"], cp=moe["cp"], sp=moe["sp"],
+                pad_seq_to_mult=m, fixed_width=pack_len if moe["pad_to_max_length"] else None,
+            )
+            dispatch = dispatch_overhead(real_per_pack, np.asarray(result.bin_sums), pack_len, width, seed)
     else:
         packs = lower = max_in_pack = 0
         notes.append("no sample fits this pack length")
@@ -264,6 +321,7 @@ def _simulate(
         steps_per_epoch=steps,
         full_steps_per_epoch=full,
         notes=notes,
+        dispatch=dispatch,
     )
 
 
@@ -317,6 +375,12 @@ def plan_pack_length(
     schema: Any = None,
     tokenizer: Any = None,
     vision: Any = None,
+    moe_dispatcher: str | None = None,
+    ep: int = 1,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    pad_to_max_length: bool = False,
 ) -> PackPlan:
     """Equal-token-slot table of candidate pack lengths with simulated packing and a recommendation.
 
@@ -326,6 +390,8 @@ def plan_pack_length(
     JSONL rows are VLM samples: lengths count their image tokens (``lengths.details["vlm"]`` says
     how many), and since a VLM sample is never cut, truncation is ``reject``. See the module
     docstring for every column and :data:`RECOMMENDATION_RULE`.
+    ``moe_dispatcher`` (one of ``alltoall``, ``allgather``, ``deepep``, ``hybridep``) with ``ep``,
+    ``tp``, ``cp``, ``sp`` and ``pad_to_max_length`` adds the MoE dispatch overhead to every row.
 
     >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
     8
@@ -355,9 +421,16 @@ def plan_pack_length(
         )
     if vision is not None and jsonl is not None:
         truncation = "reject"  # a VLM sample is never cut (its image tokens would lose their patches)
+    moe = None
+    if moe_dispatcher is not None:
+        if moe_dispatcher not in DISPATCHERS:
+            raise UsageError(f"unknown MoE dispatcher {moe_dispatcher!r}; choose one of {', '.join(DISPATCHERS)}",
+                             field="moe_dispatcher")
+        moe = {"dispatcher": moe_dispatcher, "ep": positive_int("ep", ep), "tp": positive_int("tp", tp),
+               "cp": positive_int("cp", cp), "sp": bool(sp), "pad_to_max_length": bool(pad_to_max_length)}
     arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer, vision)
     rows = [
-        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack)
+        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack, moe)
         for c in sorted(cands)
     ]
     pick, text = recommend(rows)
@@ -374,11 +447,13 @@ def plan_pack_length(
         seed=int(seed),
         max_seqs_per_pack=max_seqs_per_pack,
         truncation=truncation,
+        moe=moe,
     )
 
 
 __all__ = [
     "MAX_PLAN_SAMPLES",
+    "dispatch_overhead",
     "RECOMMENDATION_RULE",
     "TIE_TOLERANCE",
     "LengthSummary",

@@ -64,6 +64,7 @@ class PlanRow(Result):
     steps_per_epoch: float | None
     full_steps_per_epoch: int | None
     notes: list[str] = field(default_factory=list)
+    dispatch: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class PackPlan(Result):
     seed: int
     max_seqs_per_pack: int | None
     truncation: str
+    moe: dict[str, Any] | None = None
 
     def row(self, pack_len: int) -> PlanRow:
         """The row of one candidate pack length."""

@@ -51,6 +51,13 @@ reach the batched comparison as the model's per-token inputs (``token_inputs``, 
 batch and each sample alone by ``TinyGPT.batch_inputs``), so packed equals unpacked covers the
 stem's gradients, and the leakage check also perturbs the images of the first sequence that has
 some.
+
+``model`` turns on options of the reference model (fields of
+:class:`~reference_impl.training.model.TinyGPTConfig`: ``moe``, ``mtp``). Their per-token outputs and
+losses (MTP logits and losses) join check 1 through the model's hooks; each option also adds its
+own check (:mod:`reference_impl.verbs.smoke_options`: ``moe_router_statistics``,
+``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
+``mtp_cross_boundary``.
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ log = logging.getLogger(__name__)
 TOLERANCE = 1e-9
 SIZES = SMOKE_ROWS
 FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "misaligned_image_tokens",
-          "mrope_no_restart")
+          "mrope_no_restart", "router_counts_padding", "mtp_cross_boundary")
 CHECK_NAMES = (
     "config_valid",
     "samples_exactly_once",
@@ -292,12 +299,12 @@ def _positions(batches: list[dict[str, Any]], pb: PathBatches | None = None) -> 
                  "and attach_visual_inputs do)")
 
 
-def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str, seed: int,
-                 extra_keys: tuple[str, ...] = ()) -> tuple[Check, Check]:
-    """Packed against unpacked in one batched computation per side, and the leakage probe
-    (:mod:`reference_impl.training.equivalence`). Boundaries are read through the
-    ``PackedSeqParams`` field mapping, as Megatron-Core's attention would receive them."""
-    from reference_impl.training.equivalence import compare_packed_unpacked, packed_row, perturbation_leak, unpacked_row
+def _compared_rows(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
+                   extra_keys: tuple[str, ...] = ()) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
+    """The packed rows (boundaries read through the ``PackedSeqParams`` field mapping, as Megatron-Core's
+    attention would receive them), the unpacked rows of the samples they hold, the unpacked row of
+    every packed sequence (-1: no sample), and every batch with the model's per-token inputs."""
+    from reference_impl.training.equivalence import packed_row, unpacked_row
     from reference_impl.training.packed_seq_params import batch_with_params, packed_seq_params_kwargs
 
     index: dict[tuple, int] = {}
@@ -316,7 +323,26 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
     used = sorted({m for m in match if m >= 0})
     slot = {j: n for n, j in enumerate(used)}
     unpacked = [unpacked_row(sample_inputs(model, pb.samples[j]), n, extra_keys=extra_keys) for n, j in enumerate(used)]
-    res = compare_packed_unpacked(model, rows, unpacked, [slot.get(m, -1) for m in match], seed=seed)
+    return rows, unpacked, [slot.get(m, -1) for m in match], full
+
+
+def _budget(model: Any) -> int:
+    """Query-key pairs per stack of rows: one row a stack when the MoE router drops tokens (its capacity
+    counts every position of the micro-batch, so a stack's right padding would change it)."""
+    from reference_impl.training.equivalence import DEFAULT_BUDGET
+
+    moe = model.config.moe
+    return 1 if moe is not None and moe.capacity_factor is not None else DEFAULT_BUDGET
+
+
+def _equivalence(model: Any, rows: list[Any], unpacked: list[Any], match: list[int], full: list[dict[str, Any]],
+                 seed: int) -> tuple[Check, Check, Any]:
+    """Packed against unpacked in one batched computation per side, and the leakage probe
+    (:mod:`reference_impl.training.equivalence`); the comparison's result comes last."""
+    from reference_impl.training.equivalence import compare_packed_unpacked, perturbation_leak
+
+    budget = _budget(model)
+    res = compare_packed_unpacked(model, rows, unpacked, match, seed=seed, budget=budget)
     ok = res.ok(TOLERANCE)
     eq = Check(
         "packed_equals_unpacked", ok,
@@ -332,12 +358,13 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
     )
     probe = [i for i, r in enumerate(rows) if len(r.sequences) >= 2][:4]
     if not probe:
-        return eq, Check("no_cross_sequence_leakage", None, None, 0.0, "no batch holds two sequences; nothing to test")
+        return eq, Check("no_cross_sequence_leakage", None, None, 0.0,
+                         "no batch holds two sequences; nothing to test"), res
     # a VLM row perturbs the first sequence with images, images included (smoke_vlm.leak_inputs)
     targets, poked = zip(*(leak_inputs(model, full[i], [s[0] for s in _sequences(full[i])],
                                        [s[0] for s in rows[i].sequences]) for i in probe))
     leak = perturbation_leak(model, [rows[i] for i in probe], model.config.vocab_size, targets=targets,
-                             perturbed_extras=poked)
+                             perturbed_extras=poked, budget=budget)
     leak_ok = leak.max_other_change <= TOLERANCE and leak.min_own_change > 0
     return eq, Check(
         "no_cross_sequence_leakage", leak_ok,
@@ -346,7 +373,7 @@ def _equivalence(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mod
         TOLERANCE,
         f"perturbing one sequence moved other sequences' outputs by at most {leak.max_other_change:.2e}",
         None if leak_ok else "tokens attend across sequence boundaries: use THD attention with cu_seqlens",
-    )
+    ), res
 
 
 def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -513,6 +540,7 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     import torch
 
     from reference_impl.training.model import TinyGPT
+    from reference_impl.verbs.smoke_options import option_checks
 
     started = time.perf_counter()
     spec, faults = get_path(run.request.path), run.request.faults
@@ -535,7 +563,13 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     vlm = model_options(run.pb, model_config(**run.request.model))
     run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
-    run.checks.extend(_equivalence(run.model, run.pb, run.batches, mode, seed, run.model.token_inputs))
+    rows, unpacked, match, full = _compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs)
+    if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
+        run.model.mtp_roll = "row"
+    eq, leak, res = _equivalence(run.model, rows, unpacked, match, full, seed)
+    run.model.mtp_roll = "sequence"
+    run.checks.extend((eq, leak))
+    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, _budget(run.model)))
     run.timings["equivalence_s"] = time.perf_counter() - t0
     cp = run.cfg.model.context_parallel_size
     if not cp_check:
@@ -642,9 +676,10 @@ def run_packing_smoke_test(
     faults: Sequence[str] = (),
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    model: Mapping[str, Any] | None = None,
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
-    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults))
+    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}))
     return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
                                    cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]
 

@@ -12,6 +12,7 @@ from reference_impl.choices import (
     TRUNCATION_MODES,
     VISION_OPTIONS,
 )
+from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.cli._output import add_json_flag, int_list, print_json, table
 
 NAME = "plan"
@@ -46,6 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vision", choices=VISION_OPTIONS, default="auto",
                    help="with --jsonl: rows with images count their image tokens (default auto: the qwen2_vl "
                    "preset when the file has images); see docs/vlm.md")
+    p.add_argument("--moe-dispatcher", choices=DISPATCHERS, default=None,
+                   help="an MoE model's token dispatcher: add its dispatch padding overhead to every row")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel size, with --moe-dispatcher (default 1)")
+    p.add_argument("--pad-to-max-length", action="store_true",
+                   help="fixed-width packs (every pack pack_len wide), with --moe-dispatcher")
     add_json_flag(p)
 
 
@@ -60,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         tp=args.tp, cp=args.cp, sp=args.sp, eval_cp=args.eval_cp, pad_seq_to_mult=args.pad_seq_to_mult,
         algorithm=args.algorithm, seed=args.seed, max_seqs_per_pack=args.max_seqs_per_pack,
         truncation=args.truncation, schema=args.schema, tokenizer=args.tokenizer, vision=args.vision,
+        moe_dispatcher=args.moe_dispatcher, ep=args.ep, pad_to_max_length=args.pad_to_max_length,
     ))
     code = 0 if plan.recommended_pack_len is not None else 1
     if args.json:
@@ -102,7 +109,29 @@ def run(args: argparse.Namespace) -> int:
     for r in plan.rows:
         for line in r.reasons + r.notes:
             print(f"  {r.pack_len}: {line}")
+    if plan.moe is not None:
+        _print_dispatch(plan)
     verdict = "recommended" if plan.recommended_pack_len is not None else "no recommendation"
     print(f"{verdict}: {plan.recommendation}")
     print(f"rule: {plan.rule}")
     return code
+
+
+def _print_dispatch(plan) -> None:  # noqa: ANN001 - a PackPlan
+    moe = plan.moe
+    print(f"MoE dispatch ({moe['dispatcher']}, EP={moe['ep']}, "
+          f"{'fixed-width' if moe['pad_to_max_length'] else 'variable-width'} packs):")
+    rows = []
+    for r in plan.rows:
+        d = r.dispatch
+        if d is None:
+            continue
+        rows.append([r.pack_len, d["width_rule"], d["tokens_divisor"], f"{d['mean_dispatched_per_rank']:.1f}",
+                     d["max_dispatched_per_rank"], f"{d['dispatch_padding_share']:.2%}",
+                     f"{d['dispatcher_padding_share']:.2%}"])
+    print(table(["pack_len", "width rule", "CP*TP_sp", "mean/rank", "max/rank", "dispatched padding",
+                 "added by dispatcher"], rows))
+    for r in plan.rows:
+        if r.dispatch is not None:
+            for line in r.dispatch["notes"]:
+                print(f"  {r.pack_len}: {line}")

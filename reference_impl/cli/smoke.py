@@ -26,12 +26,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cp", action="store_true",
                    help="skip the multi-process CP=2 check (the result is then INCOMPLETE, not PASS)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--moe", action="store_true",
+                   help="reference model with a mixture-of-experts MLP: adds the moe_router_statistics check")
+    p.add_argument("--mtp", action="store_true",
+                   help="reference model with a multi-token-prediction depth: adds the mtp_equals_unpacked check")
     add_json_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run and print a table per path; exit 0 only when every check of every path ran and passed."""
     from reference_impl.errors import UsageError
+    from reference_impl.verbs.smoke_options import model_options
     from reference_impl.verbs.smoke_test import SmokeOptions, smoke_paths
 
     paths = list(PACKING_PATHS) if args.path == "all" else [args.path]
@@ -39,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--config describes one packing path; pass --path too")
     # one run: the CP checks of all paths share one launch of CP ranks
     reports = smoke_paths(SmokeOptions(path=paths[0], config_path=args.config, overrides=args.overrides,
-                                       data=args.data, size=args.size, seed=args.seed, cp_check=not args.no_cp), paths)
+                                       data=args.data, size=args.size, seed=args.seed, cp_check=not args.no_cp,
+                                       model=model_options(args.moe, args.mtp)), paths)
     ok = all(r.ok for r in reports)
     result = "pass" if ok else ("fail" if any(r.result == "fail" for r in reports) else "incomplete")
     if args.json:

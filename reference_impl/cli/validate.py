@@ -64,4 +64,12 @@ def run(args: argparse.Namespace) -> int:
         f"seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
         f"token_slots_per_step={r['token_slots_per_step']}"
     )
+    moe = r.get("moe_dispatch")
+    if moe:
+        width = (f" {moe['per_rank_tokens']} tokens per rank" if moe["per_rank_tokens"] is not None else "")
+        chunk = f", chunk padding {moe['chunk_padding']} per dispatch" if moe["chunk_padding"] is not None else ""
+        print(f"moe_dispatch: {moe['dispatcher']} EP={moe['ep']} rule={moe['width_rule']}{width}{chunk}, "
+              f"width multiple {moe['width_multiple']} ({moe['reason']})")
+        for note in moe["notes"]:
+            print(f"  note: {note}")
     return 1 if failed else 0

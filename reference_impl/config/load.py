@@ -336,6 +336,13 @@ def _coerce_value(tp: Any, value: Any, path: str, ctx: _Ctx, meta: Mapping[str, 
         if minimum is not None and value < minimum:
             raise ctx.error(path, f"must be >= {minimum}, got {value}")
         return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ctx.error(path, f"must be a number, got {value!r} ({type(value).__name__})")
+        minimum = meta.get("minimum")
+        if minimum is not None and value < minimum:
+            raise ctx.error(path, f"must be >= {minimum}, got {value}")
+        return float(value)
     if tp is str:
         if not isinstance(value, str):
             raise ctx.error(path, f"must be a string, got {value!r} ({type(value).__name__})")

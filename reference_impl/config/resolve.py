@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.alignment import Alignment, derive_alignment
+from reference_impl.config.dispatch import DispatchWidth, dispatch_width, dispatcher_name
 from reference_impl.config.schema import SFT_KINDS, OfflinePackingSpecs, TrainingConfig
 
 ROUTER_SCOPES = ("moe", "moe_router", "moe_preprocess")
@@ -44,6 +45,29 @@ class Resolved:
         """True when any packing path is on."""
         return bool(self.paths)
 
+    def fixed_pack_width(self) -> int | None:
+        """The width of every packed micro-batch when packs are fixed-width, else None."""
+        if not self.packed or not self.pad_to_max_length or "global_batch" in self.paths:
+            return None
+        if "offline" in self.paths and self.specs is not None and self.specs.packed_sequence_size > 0:
+            return self.specs.packed_sequence_size
+        return self.seq_length
+
+    def moe_dispatch(self) -> DispatchWidth | None:
+        """The MoE dispatch width rule of a packed MoE config (:mod:`reference_impl.config.dispatch`), else None."""
+        m = self.cfg.model
+        if not self.packed or not m.num_moe_experts:
+            return None
+        multiple = self.alignment.pad_seq_to_mult
+        if "offline" in self.paths and self.specs is not None and self.specs.pad_seq_to_mult:
+            multiple = self.specs.pad_seq_to_mult
+        return dispatch_width(
+            dispatcher=dispatcher_name(m.moe_token_dispatcher_type, m.moe_flex_dispatcher_backend),
+            ep=self.ep, tp=self.tp, cp=self.cp, sp=self.sp, pad_seq_to_mult=multiple,
+            fixed_width=self.fixed_pack_width(), cuda_graphs=m.cuda_graph_impl != "none",
+            hybridep_padding=m.moe_hybridep_pad_uneven_dispatch_inputs,
+        )
+
     def summary(self) -> dict[str, Any]:
         """The resolved values a user sees in the validation report."""
         cfg = self.cfg
@@ -70,6 +94,9 @@ class Resolved:
             out["offline_pad_seq_to_mult"] = self.specs.pad_seq_to_mult
         if "in_batch" in self.paths or "energon" in self.paths:
             out["in_batch_packing_pad_to_multiple_of"] = self.alignment.pad_seq_to_mult
+        dispatch = self.moe_dispatch()
+        if dispatch is not None:
+            out["moe_dispatch"] = dispatch.to_dict()
         if "global_batch" in self.paths:
             cap = cfg.model.max_seqlen_per_dp_cp_rank
             out["global_batch_capacity_tokens"] = cap * self.cp if cap else None

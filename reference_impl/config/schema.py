@@ -86,6 +86,15 @@ class ModelConfig:
     num_moe_experts: int | None = _f(None, "Number of MoE experts (null = dense model).", minimum=1)
     moe_token_dispatcher_type: DispatcherType = _f("alltoall", "MoE token dispatcher: alltoall, allgather or flex.")
     moe_flex_dispatcher_backend: FlexBackend | None = _f(None, "Flex dispatcher backend: deepep or hybridep.")
+    moe_hybridep_pad_uneven_dispatch_inputs: bool | None = _f(
+        None, "HybridEP: pad uneven per-rank dispatch inputs to the EP group's maximum (null = Bridge decides)."
+    )
+    moe_expert_capacity_factor: float | None = _f(
+        None, "MoE expert capacity factor; tokens over capacity are dropped (null = dropless)."
+    )
+    variable_seq_lengths: bool | None = _f(
+        None, "Exchange tensor shapes between pipeline stages (null = Bridge decides; packing paths set it)."
+    )
     overlap_moe_expert_parallel_comm: bool = _f(False, "Overlap MoE expert-parallel communication.")
     delay_wgrad_compute: bool = _f(False, "Delay weight-gradient computation (used with EP overlap).")
     family: str | None = _f(

@@ -35,6 +35,7 @@ from reference_impl.errors import UsageError
 from reference_impl.evaluation import (
     templates_files,
     templates_knowledge,
+    templates_moe,
     templates_near_miss,
     templates_upstream,
     templates_vlm,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 #: ``build(ctx: GenContext) -> None`` and imports only :mod:`~reference_impl.evaluation.builder`
 #: from the build machinery. A new family of tasks is one new module plus one entry here.
 TEMPLATES: tuple[ModuleType, ...] = (
-    templates_knowledge, templates_files, templates_upstream, templates_vlm, templates_near_miss,
+    templates_knowledge, templates_files, templates_upstream, templates_vlm, templates_moe, templates_near_miss,
 )
 
 

@@ -295,6 +295,37 @@ def _overridden(f: Finding, r: ValidationReport) -> list[Fact]:
                  f"(derived multiple {mult}).")]
 
 
+def _chunk_width(f: Finding, r: ValidationReport) -> list[Fact]:
+    moe = r.resolved["moe_dispatch"]
+    return [_multiple("pack_width_multiple", r"(?:pack(?:ed)?[_ ](?:sequence[_ ])?(?:size|width)|seq(?:uence)?[_ ]length)",
+                      f"For whole HybridEP chunks ({moe['chunk']} tokens) on every rank, the pack width",
+                      moe["width_multiple"])]
+
+
+def _capacity(f: Finding, r: ValidationReport) -> list[Fact]:
+    return [Fact((yes_no_field(
+        "upstream_runtime_coverage", False,
+        [r"(?<!no )(?<!without )runtime coverage\b(?! is missing)", r"\bis (?:covered|tested)\b"],
+        [r"\bno (?:upstream )?runtime coverage", r"(?:lacks?|without|missing) (?:upstream )?runtime coverage",
+         r"not (?:covered|tested)"],
+        anywhere=True, says="upstream has runtime coverage of token dropping with packing"),),
+        "Upstream has no runtime coverage of expert capacity / token dropping with packed sequences: capacity "
+        "counts each pack's padding, padding competes for it, and the dropped tokens depend on what shares the "
+        "pack. Prefer dropless MoE (moe_expert_capacity_factor=null) or verify the run.")]
+
+
+def _mtp_roll(f: Finding, r: ValidationReport) -> list[Fact]:
+    return [Fact((yes_no_field(
+        "mtp_targets_correct", False,
+        [r"MTP (?:loss|targets?) (?:is|are) (?:right|correct|fine)"],
+        [r"(?:wrong|misplaced|incorrect|shifted) (?:MTP )?(?:targets?|loss)", r"MTP (?:loss|targets?) (?:is|are) wrong",
+         r"silently wrong"],
+        anywhere=True, says="the MTP targets are correct"),),
+        "Megatron-Core's packed MTP roll takes its windows from cu_seqlens_q (the real boundaries) while the row is "
+        "laid out by the padded ones, so every sequence after the first gets wrong MTP targets, silently. Keep the "
+        "alignment at 1, use a Megatron-Core with the fix, or turn MTP off.")]
+
+
 FACTS: dict[str, FactFn] = {
     "TOPO-WORLD-DIVISIBLE": _world,
     "BATCH-GBS-DIVISIBLE": _gbs,
@@ -391,6 +422,18 @@ FACTS: dict[str, FactFn] = {
     "DATALOADER-NUM-EPOCHS": _num_epochs,
     "DATASET-KWARGS-MAX-NUM-SAMPLES": _kwargs_max,
     "HF-REWRITE-EXPLICIT-PATHS": _hf_rewrite,
+    "MOE-ALLGATHER-EQUAL-WIDTH": _set("MOE-ALLGATHER-EQUAL-WIDTH", "dataset.dataset_kwargs.pad_to_max_length", (False,)),
+    "MOE-HYBRIDEP-GRAPHS-FIXED-WIDTH": _set("MOE-HYBRIDEP-GRAPHS-FIXED-WIDTH",
+                                            "dataset.dataset_kwargs.pad_to_max_length", (False,)),
+    "MOE-HYBRIDEP-GRAPHS-PADDING": _set("MOE-HYBRIDEP-GRAPHS-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
+                                        (True,)),
+    "MOE-HYBRIDEP-UNEVEN-PADDING": _set("MOE-HYBRIDEP-UNEVEN-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
+                                        (False,)),
+    "MOE-HYBRIDEP-CHUNK-WIDTH": _chunk_width,
+    "MOE-CAPACITY-PACKING": _capacity,
+    "MTP-PACKED-ALIGNMENT-ROLL": _mtp_roll,
+    "PACK-PP-VARIABLE-SHAPES": _set("PACK-PP-VARIABLE-SHAPES", "dataset.dataset_kwargs.pad_to_max_length", (False,)),
+    "MOE-ALLGATHER-PP-VARIABLE": _set("MOE-ALLGATHER-PP-VARIABLE", "model.moe_token_dispatcher_type", ("allgather",)),
 }
 
 

@@ -49,6 +49,7 @@ TOPICS: tuple[str, ...] = (
     "diagnosis",
     "packing",
     "verification",
+    "moe_mtp",
     "negative",
     "vlm",
     "mrope",

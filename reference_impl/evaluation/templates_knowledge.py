@@ -367,6 +367,7 @@ _FAMILY_PATHS: dict[str, list[str]] = {
     "energon": ["energon"],
     "global_batch": ["global_batch"],
     "model": ["offline"],
+    "moe": ["offline"],
     "dataset": ["offline"],
 }
 

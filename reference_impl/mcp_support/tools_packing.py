@@ -55,6 +55,7 @@ from reference_impl.limits import (
     MAX_TOKEN_SLOTS,
     MAX_TOOL_SECONDS,
 )
+from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.mcp_support.hints import WRITES
 from reference_impl.mcp_support.jobs import run_job
 from reference_impl.mcp_support.registry import roots_of, tool
@@ -147,6 +148,11 @@ async def plan_pack_length(
                       Field(description="jsonl_path rows with images: auto (qwen2_vl preset when the file has "
                                         "images), none (refuse them) or a preset; lengths count image tokens")]
     = "auto",
+    moe_dispatcher: Annotated[literal(DISPATCHERS) | None,  # type: ignore[valid-type]
+                              Field(description="an MoE model's token dispatcher: adds the dispatch padding "
+                                                "overhead to every row")] = None,
+    ep: Annotated[int, Field(ge=1, le=MAX_PARALLEL_SIZE, description="expert-parallel size")] = 1,
+    pad_to_max_length: Annotated[bool, Field(description="fixed-width packs (every pack pack_len wide)")] = False,
     time_limit_s: TimeLimit = DEFAULT_TOOL_SECONDS,
 ) -> PackPlan:
     """Compare candidate pack lengths at equal token slots per step and recommend one.
@@ -156,6 +162,8 @@ async def plan_pack_length(
     >= DP, pack_len a multiple of pad_seq_to_mult) and a simulated packing of the aligned
     lengths: packs, lower bound, token efficiency, padding waste, sequences per pack, samples
     too long, optimizer steps per epoch. The rule behind the recommendation is returned too.
+    With moe_dispatcher, each row also gives the MoE dispatch width rule and the share of
+    dispatched tokens that are padding.
     """
     jsonl = str(roots_of(ctx).resolve_inputs(jsonl_path, field="jsonl_path")) if jsonl_path is not None else None
     options = PlanOptions(
@@ -163,6 +171,7 @@ async def plan_pack_length(
         candidates=tuple(candidates), token_slots=token_slots, dp=dp, tp=tp, cp=cp, sp=sp, eval_cp=eval_cp,
         pad_seq_to_mult=pad_seq_to_mult, algorithm=algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack,
         truncation=truncation, schema=schema, tokenizer=_file(ctx, tokenizer_path, "tokenizer_path"), vision=vision,
+        moe_dispatcher=moe_dispatcher, ep=ep, pad_to_max_length=pad_to_max_length,
     )
     return await run_job(ctx, lambda job: plan(options), time_limit_s=time_limit_s)
 

@@ -37,6 +37,10 @@ async def run_packing_smoke_test(
                                     "it the result is incomplete)")] = True,
     time_limit_s: Annotated[float, Field(gt=0, le=MAX_SMOKE_SECONDS, description="stop after this many seconds")]
     = 300.0,
+    moe: Annotated[bool, Field(description="reference model with a mixture-of-experts MLP: adds the "
+                               "moe_router_statistics check (padding out of every routing statistic)")] = False,
+    mtp: Annotated[bool, Field(description="reference model with an MTP depth: adds the mtp_equals_unpacked "
+                               "check (MTP targets rolled inside each sequence)")] = False,
 ) -> SmokeReport:
     """Build real batches through a packing path, read their boundaries as Megatron-Core PackedSeqParams
     fields, run a tiny float64 GPT forward and backward, and report each check as passed, failed or
@@ -47,13 +51,15 @@ async def run_packing_smoke_test(
     notifications; honours cancellation and time_limit_s. Takes seconds; the CP check adds a few more
     (longer on a busy machine).
     """
+    from reference_impl.verbs.smoke_options import model_options
     from reference_impl.verbs.smoke_test import SmokeOptions, smoke
 
     roots = roots_of(ctx)
     config = roots.resolve(config_path, field="config_path", kind="file") if config_path is not None else None
     data = roots.resolve(data_path, field="data_path", kind="file") if data_path else None
     options = dict(path=path, config_path=config, config_text=config_text, overrides=tuple(overrides), data=data,
-                   size=size, cp_check=cp_check, cp_timeout=max(10.0, min(120.0, time_limit_s)))
+                   size=size, cp_check=cp_check, cp_timeout=max(10.0, min(120.0, time_limit_s)),
+                   model=model_options(moe, mtp))
 
     def work(job: JobControl) -> SmokeReport:
         job.check()

@@ -32,6 +32,7 @@ from reference_impl.training.loss import (
     token_cross_entropy,
 )
 from reference_impl.training.model import TinyGPT
+from reference_impl.training.moe import Routing
 from reference_impl.training.step import SequenceLoss, sequence_loss_sums
 
 __all__ = ["CPForward", "CPStepResult", "cp_forward", "cp_step"]
@@ -77,13 +78,20 @@ def _row(batch: Mapping[str, Any], key: str) -> torch.Tensor:
 
 @dataclass
 class CPForward:
-    """One CP rank's forward of its slice: layout (global boundaries), query positions, logits, token losses."""
+    """One CP rank's forward of its slice: layout (global boundaries), query positions, logits, token losses.
+
+    ``hidden`` (the trunk's output), ``mask`` and ``exchange`` let the MTP depths of the model run on
+    the same slice (:func:`reference_impl.training.moe_mtp_step.option_terms`).
+    """
 
     layout: Any
     queries: torch.Tensor
     logits: torch.Tensor
     losses: torch.Tensor
     loss_mask: torch.Tensor
+    hidden: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    exchange: Any = None
 
 
 def cp_forward(
@@ -95,9 +103,12 @@ def cp_forward(
     group: Any = None,
     mode: str = "thd",
     exchange_kv: bool = True,
+    routing: Routing | None = None,
 ) -> CPForward:
     """Forward of this rank's ``2*CP``-chunk slice: queries are the rank's global positions, keys and values
-    are gathered over ``group`` (nothing is exchanged when ``cp_size`` is 1 or ``exchange_kv`` is False)."""
+    are gathered over ``group`` (nothing is exchanged when ``cp_size`` is 1 or ``exchange_kv`` is False).
+
+    ``routing`` goes to the MoE layers of a MoE model (padding mask in, router statistics out)."""
     tokens = _row(local_batch, "tokens")
     layout = thd_layout(local_batch, total_tokens=tokens.shape[0] * cp_size)
     indices = [
@@ -109,10 +120,12 @@ def cp_forward(
     mask = attention_mask(layout, queries, keys, mode)
     exchange = KVExchange(group) if use_exchange else None
     inputs = {k: v[0] for k, v in model.batch_inputs(local_batch, whole_row=cp_size == 1).items()}
-    logits = model(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange, inputs=inputs)
+    hidden = model.trunk(tokens, _row(local_batch, "position_ids"), mask, kv_exchange=exchange, inputs=inputs,
+                         routing=routing)
+    logits = model.head(hidden)
     loss_mask = _row(local_batch, "loss_mask")
     losses = token_cross_entropy(logits, _row(local_batch, "labels"), loss_mask)
-    return CPForward(layout, queries, logits, losses, loss_mask)
+    return CPForward(layout, queries, logits, losses, loss_mask, hidden, mask, exchange)
 
 
 def cp_step(

@@ -294,6 +294,8 @@ class EquivalenceResult:
 
     ``outside_loss_tokens`` counts supervised positions (of any loss) that belong to no sequence
     on the packed side; ``unmatched`` counts packed sequences without a sample to compare with.
+    ``output_diffs``, ``loss_diffs`` and ``count_diffs`` hold the same maxima per output and loss name
+    (a model option's own check reads its names there).
     """
 
     sequences: int
@@ -306,6 +308,9 @@ class EquivalenceResult:
     outside_loss_tokens: float
     max_grad_diff: float
     chunks: dict[str, int]
+    output_diffs: dict[str, float] = field(default_factory=dict)
+    loss_diffs: dict[str, float] = field(default_factory=dict)
+    count_diffs: dict[str, float] = field(default_factory=dict)
 
     def ok(self, tolerance: float) -> bool:
         """Every difference within ``tolerance``, nothing supervised outside a sequence, something compared."""
@@ -344,12 +349,14 @@ def compare_packed_unpacked(
     p = run_rows(model, packed, packed_w, budget)
     u = run_rows(model, unpacked, unpacked_w, budget)
 
-    loss_diff = count_diff = outside = 0.0
+    outside = 0.0
+    loss_diffs: dict[str, float] = {}
+    count_diffs: dict[str, float] = {}
     for name, sums in p.sums.items():
         if name not in u.sums:
             raise InputError(f"the model gave the loss {name!r} for packed rows only")
-        loss_diff = max(loss_diff, _largest((sums[:-1] - u.sums[name][target])[matched]))
-        count_diff = max(count_diff, _largest((p.counts[name][:-1] - u.counts[name][target])[matched]))
+        loss_diffs[name] = _largest((sums[:-1] - u.sums[name][target])[matched])
+        count_diffs[name] = _largest((p.counts[name][:-1] - u.counts[name][target])[matched])
         outside += float(p.counts[name][-1])
 
     # tokens of packed sequence k against the tokens of its unpacked row, in order
@@ -363,18 +370,18 @@ def compare_packed_unpacked(
     offset = torch.arange(int(count.sum())) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
     p_index = torch.repeat_interleave(p_start[ks], count) + offset
     u_index = torch.repeat_interleave(u_start[target[ks]], count) + offset
-    output_diff = 0.0
-    for name, values in p.outputs.items():
-        output_diff = max(output_diff, _largest(values[p_index] - u.outputs[name][u_index]))
+    output_diffs = {name: _largest(values[p_index] - u.outputs[name][u_index]) for name, values in p.outputs.items()}
     if int((matched & ~comparable).sum()):  # a matched sequence of another length: a difference, not a pass
-        output_diff = float("inf")
+        output_diffs = {name: float("inf") for name in output_diffs}
 
     grad_diff = max((_largest(p.grads[n] - u.grads[n]) for n in p.grads), default=0.0)
     return EquivalenceResult(
         sequences=int(matched.sum()), unmatched=int((~matched).sum()), outputs=tuple(p.outputs),
-        losses=tuple(p.sums), max_output_diff=output_diff, max_loss_diff=loss_diff, max_count_diff=count_diff,
+        losses=tuple(p.sums), max_output_diff=max(output_diffs.values(), default=0.0),
+        max_loss_diff=max(loss_diffs.values(), default=0.0), max_count_diff=max(count_diffs.values(), default=0.0),
         outside_loss_tokens=outside, max_grad_diff=grad_diff,
         chunks={"packed": len(_chunks(packed, budget)), "unpacked": len(_chunks(unpacked, budget))},
+        output_diffs=output_diffs, loss_diffs=loss_diffs, count_diffs=count_diffs,
     )
 
 

@@ -10,7 +10,11 @@
   requires); gradients accumulate over the micro-batches;
 * after the last micro-batch the gradients are summed over the DP x CP group and divided by the
   global supervised-token count (:func:`~reference_impl.training.loss.finalize_gradients`), so the
-  result is the mean loss over every supervised token of the global batch, whatever the packing.
+  result is the mean loss over every supervised token of the global batch, whatever the packing;
+* a model with MoE or MTP options adds their terms to every micro-batch's loss, scaled as
+  Megatron-Core scales them under per-token loss, and the step reports the auxiliary losses
+  averaged over the micro-batches that actually ran (``aux``, see
+  :func:`~reference_impl.training.moe_mtp_step.average_aux_logs`), then over the DP ranks.
 
 :func:`evaluate` runs forward passes only, over ``eval_iters`` steps. Build the validation loader
 with an :class:`~reference_impl.packing.global_batch.dataset.EvaluationPlan` so a validation set
@@ -37,6 +41,9 @@ from reference_impl.training.loss import (
     masked_loss_pieces,
 )
 from reference_impl.training.model import TinyGPT
+from reference_impl.training.moe import Routing
+from reference_impl.training.moe_mtp_step import AuxLog, average_aux_logs, option_terms
+from reference_impl.training.mtp import with_mtp_streams
 
 __all__ = ["EvalResult", "TrainStepResult", "evaluate", "micro_batch_loss", "run_micro_batches", "train_step"]
 
@@ -45,8 +52,30 @@ def micro_batch_loss(
     model: TinyGPT, local_batch: Mapping[str, Any], layout: ParallelLayout
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss sum, supervised tokens)`` of this CP rank's slice of one pack (boundaries stay global)."""
-    fwd = cp_forward(model, local_batch, cp_size=layout.cp_size, cp_rank=layout.cp_rank, group=layout.cp_group)
-    return masked_loss_pieces(fwd.losses, fwd.loss_mask)
+    loss_sum, count, _, _ = micro_batch_terms(model, local_batch, layout)
+    return loss_sum, count
+
+
+def micro_batch_terms(
+    model: TinyGPT, local_batch: Mapping[str, Any], layout: ParallelLayout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, AuxLog | None]:
+    """LM loss sum, supervised tokens, the MoE/MTP term to add before backward, and the aux log.
+
+    The last two are None for a dense model. The MTP streams must be in ``local_batch`` already
+    (added to the whole pack before the CP split).
+    """
+    cfg = model.config
+    routing = None
+    if cfg.moe is not None:
+        padding = local_batch.get("padding_mask")
+        routing = Routing(padding_mask=None if padding is None else padding[0])
+    fwd = cp_forward(model, local_batch, cp_size=layout.cp_size, cp_rank=layout.cp_rank, group=layout.cp_group,
+                     routing=routing)
+    loss_sum, count = masked_loss_pieces(fwd.losses, fwd.loss_mask)
+    if cfg.moe is None and cfg.mtp is None:
+        return loss_sum, count, None, None
+    extra, log = option_terms(model, fwd, local_batch, routing, cp_size=layout.cp_size, group=layout.cp_group)
+    return loss_sum, count, extra, log
 
 
 @dataclass
@@ -67,6 +96,8 @@ class TrainStepResult:
     sample_ids: list[list[int]]
     grads: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     step: GlobalBatchStep | None = field(default=None, repr=False)
+    aux: dict[str, Any] = field(default_factory=dict)
+    aux_logs: list[AuxLog] = field(default_factory=list, repr=False)
 
     @property
     def loss(self) -> float:
@@ -87,6 +118,7 @@ class TrainStepResult:
             "local_supervised": self.local_supervised,
             "sample_ids": self.sample_ids,
             "grad_norm": norm,
+            "aux": self.aux,
         }
 
 
@@ -98,13 +130,20 @@ def run_micro_batches(model: TinyGPT, step: GlobalBatchStep, *, backward: bool =
     local_sum = 0.0
     local_tokens: list[int] = []
     local_supervised: list[float] = []
+    logs: list[AuxLog] = []
+    mtp = model.config.mtp
     context = torch.enable_grad() if backward else torch.no_grad()
     with context:
         for batch in step.data_iterator:
+            if mtp is not None:
+                batch = with_mtp_streams(batch, mtp.num_layers)
             local = slice_thd_batch_for_cp(batch, lay.cp_size, lay.cp_rank)
-            loss_sum, count = micro_batch_loss(model, local, lay)
+            loss_sum, count, extra, log = micro_batch_terms(model, local, lay)
             if backward:
-                backward_loss(loss_sum, count, calculate_per_token_loss=True).backward()
+                objective = loss_sum if extra is None else loss_sum + extra
+                backward_loss(objective, count, calculate_per_token_loss=True).backward()
+            if log is not None:
+                logs.append(log)
             local_sum += float(loss_sum.detach())
             local_tokens.append(int(local["tokens"].shape[1]))
             local_supervised.append(float(count))
@@ -115,6 +154,7 @@ def run_micro_batches(model: TinyGPT, step: GlobalBatchStep, *, backward: bool =
                            average_in_collective=False, group=lay.dp_cp_group)
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     total_sum, total_count = all_reduce_loss_pieces(local_sum, local_count, group=lay.dp_cp_group)
+    aux = _dp_average(average_aux_logs(logs), lay)
     return TrainStepResult(
         num_micro_batches=step.num_micro_batches,
         seqlen_sum=step.seqlen_sum,
@@ -126,7 +166,27 @@ def run_micro_batches(model: TinyGPT, step: GlobalBatchStep, *, backward: bool =
         sample_ids=[list(b["sample_ids"]) for b in step.batches],
         grads=grads,
         step=step,
+        aux=aux,
+        aux_logs=logs,
     )
+
+
+def _dp_average(aux: dict[str, Any], lay: ParallelLayout) -> dict[str, Any]:
+    """Average the logged losses over the DP ranks (Megatron-Core's trackers average over DP last)."""
+    if lay.dp_size == 1 or not aux:
+        return aux
+    import torch.distributed as dist
+
+    keys = [k for k in ("load_balancing_loss", "z_loss") if k in aux]
+    values = [aux[k] for k in keys] + list(aux.get("mtp_loss", []))
+    vector = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(vector, group=lay.dp_group)
+    vector /= lay.dp_size
+    out = dict(aux)
+    out.update({k: float(v) for k, v in zip(keys, vector[: len(keys)])})
+    if "mtp_loss" in aux:
+        out["mtp_loss"] = [float(v) for v in vector[len(keys):]]
+    return out
 
 
 def train_step(

@@ -26,6 +26,11 @@ For context parallelism the forward takes an optional ``kv_exchange`` callable: 
 computes keys and values for its own tokens, the callable gathers them from the whole CP group
 (:class:`reference_impl.training.cp_exchange.KVExchange`), and the local queries attend to the
 global keys under a mask built from the global positions of both.
+
+Model options are composable flags of :class:`TinyGPTConfig`: ``moe`` replaces every MLP by a
+mixture of experts (:mod:`reference_impl.training.moe`; a :class:`~reference_impl.training.moe.Routing`
+passed to the forward carries the padding mask in and the router statistics out), and ``mtp``
+adds multi-token-prediction depths (:mod:`reference_impl.training.mtp`; :meth:`TinyGPT.mtp_logits`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from reference_impl.training.vision import (
     token_windows,
     vision_inputs,
 )
+from reference_impl.training.moe import MoEConfig, MoEMLP, Routing
+from reference_impl.training.mtp import MTPConfig, MTPHead
 
 if TYPE_CHECKING:
     from reference_impl.training.equivalence import TokenLoss, TokenRows
@@ -62,10 +69,15 @@ KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.
 
 @dataclass(frozen=True)
 class TinyGPTConfig:
-    """Sizes of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size.
+    """Sizes and options of :class:`TinyGPT`. ``hidden_size`` must divide by ``num_heads`` into an even head size.
 
     ``vision``: a vision stem (None: text only); ``mrope_section``: M-RoPE frequency split
-    (temporal, height, width) summing to head_size / 2 (None: 1-D RoPE).
+    (temporal, height, width) summing to head_size / 2 (None: 1-D RoPE). ``moe`` (a
+    :class:`MoEConfig` or its dict) turns every MLP into a mixture of experts; ``mtp`` (a
+    :class:`MTPConfig` or its dict) adds MTP depths. All default to off (a dense text model). The MTP
+    depths of a VLM read the language embedding of the rolled token ids (an image token's placeholder
+    embedding, as Megatron-Core's MTP layer embeds ``input_ids``) and rotate by the rolled 1-D
+    positions on all three M-RoPE axes.
     """
 
     vocab_size: int = 64
@@ -78,12 +90,23 @@ class TinyGPTConfig:
     init_std: float = 0.2
     vision: VisionStemConfig | None = None
     mrope_section: tuple[int, int, int] | None = None
+    moe: MoEConfig | None = None
+    mtp: MTPConfig | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.vision, dict):  # from to_dict() (a CP job file)
             object.__setattr__(self, "vision", VisionStemConfig(**self.vision))
         if self.mrope_section is not None:
             object.__setattr__(self, "mrope_section", tuple(self.mrope_section))
+        for name, kind in (("moe", MoEConfig), ("mtp", MTPConfig)):
+            value = getattr(self, name)
+            if value is True or isinstance(value, dict):  # a flag, or the option's fields
+                object.__setattr__(self, name, kind(**({} if value is True else value)))
+            elif value is False:
+                object.__setattr__(self, name, None)
+            elif value is not None and not isinstance(value, kind):
+                raise UsageError(f"{name} must be true/false, a mapping of its fields or a {kind.__name__}, "
+                                 f"got {value!r}", field=name)
         for name in ("vocab_size", "hidden_size", "num_heads", "num_layers", "ffn_hidden_size"):
             positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
@@ -133,12 +156,20 @@ class _Block(nn.Module):
         self.qkv = draw(h, 3 * h)
         self.proj = draw(h, h)
         self.mlp_norm = draw(h, around_one=True)
-        self.fc1 = draw(h, f)
-        self.fc2 = draw(f, h)
+        if cfg.moe is None:
+            self.fc1 = draw(h, f)
+            self.fc2 = draw(f, h)
+        else:
+            self.moe = MoEMLP(cfg.moe, h, draw)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
-        kv_exchange: KVExchangeFn | None,
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+        kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
+        one_row: bool = False,
     ) -> torch.Tensor:
         cfg = self.cfg
         b, t = x.shape[:2]
@@ -146,11 +177,13 @@ class _Block(nn.Module):
         qkv = (_rms_norm(x, self.attn_norm, cfg.norm_eps) @ self.qkv).reshape(b, t, 3 * heads, d)
         q, k = rotate(qkv[:, :, : 2 * heads], rope).split(heads, dim=2)  # queries and keys in one rotation
         v = qkv[:, :, 2 * heads :]
-        if kv_exchange is not None:  # one row (checked by TinyGPT.forward)
+        if kv_exchange is not None:  # one row (checked by TinyGPT.trunk)
             k, v = (part[None] for part in kv_exchange(k[0], v[0]))
         x = x + masked_attention(q, k, v, mask).reshape(b, t, cfg.hidden_size) @ self.proj
-        hidden = torch.nn.functional.gelu(_rms_norm(x, self.mlp_norm, cfg.norm_eps) @ self.fc1)
-        return x + hidden @ self.fc2
+        normed = _rms_norm(x, self.mlp_norm, cfg.norm_eps)
+        if cfg.moe is not None:  # each row of a stack is its own micro-batch; one row keeps [T, H] statistics
+            return x + (self.moe(normed[0], routing)[None] if one_row else self.moe(normed, routing))
+        return x + torch.nn.functional.gelu(normed @ self.fc1) @ self.fc2
 
 
 class TinyGPT(nn.Module):
@@ -183,6 +216,8 @@ class TinyGPT(nn.Module):
                                                                 dtype=torch.float64)).to(dtype))
 
             self.vision = VisionStem(cfg.vision, cfg.hidden_size, draw_vision)
+        if cfg.mtp is not None:
+            self.mtp = MTPHead(cfg.mtp, cfg.hidden_size, cfg.norm_eps, draw, lambda: _Block(cfg, draw))
 
     def forward(
         self,
@@ -192,13 +227,63 @@ class TinyGPT(nn.Module):
         *,
         kv_exchange: KVExchangeFn | None = None,
         inputs: Mapping[str, torch.Tensor] | None = None,
+        routing: Routing | None = None,
     ) -> torch.Tensor:
         """Logits for ``tokens`` ``[T]`` (``mask`` ``[T, T_keys]``, ``T_keys`` = gathered length under CP)
         or for a stack of rows ``[B, T]`` (``mask`` ``[B, T, T]``; no ``kv_exchange``).
 
         ``inputs``: per-token inputs named by :attr:`token_inputs`, each ``tokens.shape + [...]``
         (:meth:`batch_inputs`); one left out counts as text (no images; M-RoPE ids equal to
-        ``position_ids`` on all three axes)."""
+        ``position_ids`` on all three axes). ``routing``: the MoE padding mask in, router statistics out."""
+        return self.head(self.trunk(tokens, position_ids, mask, kv_exchange=kv_exchange, inputs=inputs,
+                                    routing=routing))
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the trunk's last hidden state."""
+        return _rms_norm(hidden, self.final_norm, self.config.norm_eps) @ self.lm_head
+
+    def rope(self, position_ids: torch.Tensor, dtype: torch.dtype,
+             mrope_axes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of ``position_ids`` for this model's head size (:func:`rope_tables`); with
+        M-RoPE, of ``mrope_axes`` ``[..., T, 3]`` (default: ``position_ids`` on all three axes, as text)."""
+        cfg = self.config
+        head_dim = cfg.hidden_size // cfg.num_heads
+        if cfg.mrope_section is None:
+            return rope_tables(position_ids, head_dim, cfg.rope_base, dtype)
+        axes = position_ids[..., None].expand(*position_ids.shape, 3) if mrope_axes is None else mrope_axes
+        return mrope_tables(axes.movedim(-1, 0), head_dim, cfg.rope_base, cfg.mrope_section, dtype)
+
+    def mtp_logits(
+        self,
+        hidden: torch.Tensor,
+        streams: dict[str, torch.Tensor],
+        mask: torch.Tensor,
+        *,
+        kv_exchange: KVExchangeFn | None = None,
+        routing: Routing | None = None,
+    ) -> list[torch.Tensor]:
+        """Logits of every MTP depth from the trunk's ``hidden`` (``[T, H]`` or ``[B, T, H]``) and the rolled
+        ``streams`` (``[1, T, D]`` or ``[B, T, D]``, :mod:`reference_impl.training.mtp`)."""
+        if self.config.mtp is None:
+            raise UsageError("this model has no MTP head (TinyGPTConfig.mtp is None)", field="mtp")
+        one_row = hidden.dim() == 2
+        if one_row:
+            hidden, mask = hidden[None], mask[None]
+        logits = self.mtp(hidden, streams, self.embedding, self.lm_head, mask, self.rope,
+                          {"kv_exchange": kv_exchange, "routing": routing, "one_row": one_row})
+        return [depth[0] for depth in logits] if one_row else logits
+
+    def trunk(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        kv_exchange: KVExchangeFn | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+        routing: Routing | None = None,
+    ) -> torch.Tensor:
+        """Hidden state ``[T, H]`` (or ``[B, T, H]`` for a stack) after the last block (before the final norm)."""
         if tokens.dim() not in (1, 2) or position_ids.shape != tokens.shape:
             raise UsageError(
                 f"tokens and position_ids must be [T] or [B, T] of equal shape, got {list(tokens.shape)} "
@@ -220,17 +305,10 @@ class TinyGPT(nn.Module):
         x = self.embedding[tokens]
         if self.vision is not None and VISION_INPUTS[0] in extra:
             x = place_visual_tokens(x, *(extra[k] for k in VISION_INPUTS), self.vision)
-        cfg = self.config
-        head_dim = cfg.hidden_size // cfg.num_heads
-        if cfg.mrope_section is None:
-            rope = rope_tables(position_ids, head_dim, cfg.rope_base, x.dtype)
-        else:
-            axes = extra.get(MROPE_INPUT, position_ids[..., None].expand(*position_ids.shape, 3))
-            rope = mrope_tables(axes.movedim(-1, 0), head_dim, cfg.rope_base, cfg.mrope_section, x.dtype)
+        rope = self.rope(position_ids, x.dtype, extra.get(MROPE_INPUT))
         for layer in self.layers:
-            x = layer(x, rope, mask, kv_exchange)
-        logits = _rms_norm(x, self.final_norm, self.config.norm_eps) @ self.lm_head
-        return logits[0] if one_row else logits
+            x = layer(x, rope, mask, kv_exchange, routing, one_row)
+        return x[0] if one_row else x
 
     def _checked_inputs(self, tokens: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         extra = dict(inputs or {})
@@ -275,17 +353,57 @@ class TinyGPT(nn.Module):
             out[MROPE_INPUT] = token_positions(batch)
         return out
 
-    def token_outputs(self, rows: TokenRows) -> dict[str, torch.Tensor]:
-        """Every per-token output ``[B, T, ...]`` of a stack of rows, by name (here: ``logits``).
+    def token_routing(self, rows: TokenRows, *, count_padding: bool = False) -> Routing:
+        """The :class:`Routing` of a stack of rows, each row its own micro-batch: every position of a row
+        outside its sequences (alignment gaps, width padding) is padding, and the stack's right padding
+        lies outside every micro-batch. ``count_padding``: the negative control (the router counts the
+        rows' padding like real tokens)."""
+        outside = torch.arange(rows.tokens.shape[1]) >= rows.lengths[:, None]
+        return Routing(padding_mask=rows.segments < 0, count_padding=count_padding, outside=outside)
+
+    def token_outputs(self, rows: TokenRows, routing: Routing | None = None) -> dict[str, torch.Tensor]:
+        """Every per-token output ``[B, T, ...]`` of a stack of rows, by name: ``logits``, and with MTP
+        ``mtp_logits_1 .. mtp_logits_D`` (inputs rolled inside each sequence, :meth:`token_streams`).
 
         The smoke test compares each output at every real token, packed against unpacked, and
         checks that perturbing one sequence leaves the others' outputs unchanged. A model option
-        that adds an output adds it here.
+        that adds an output adds it here. MoE layers route each row as its own micro-batch
+        (``routing``: default :meth:`token_routing`; pass one to collect the router statistics).
         """
-        return {"logits": self(rows.tokens, rows.position_ids, rows.attention, inputs=rows.extras)}
+        cfg = self.config
+        if routing is None and cfg.moe is not None:
+            routing = self.token_routing(rows)
+        hidden = self.trunk(rows.tokens, rows.position_ids, rows.attention, inputs=rows.extras, routing=routing)
+        out = {"logits": self.head(hidden)}
+        if cfg.mtp is not None:
+            streams = self.token_streams(rows)
+            for k, logits in enumerate(self.mtp_logits(hidden, streams, rows.attention, routing=routing), 1):
+                out[f"mtp_logits_{k}"] = logits
+        return out
+
+    #: How :meth:`token_streams` rolls MTP inputs and targets: ``"sequence"`` (inside each sequence) or
+    #: ``"row"`` (over each whole row, across boundaries: the smoke test's ``mtp_cross_boundary`` control;
+    #: a row holding one sequence rolls the same either way).
+    mtp_roll: str = "sequence"
+
+    def token_streams(self, rows: TokenRows) -> dict[str, torch.Tensor]:
+        """The MTP streams ``[B, T, D]`` of a stack of rows (:func:`~reference_impl.training.mtp.stack_streams`)."""
+        from reference_impl.training.mtp import stack_streams
+
+        if self.mtp_roll not in ("sequence", "row"):
+            raise UsageError(f"mtp_roll must be 'sequence' or 'row', got {self.mtp_roll!r}", field="mtp_roll")
+        segments = rows.segments
+        if self.mtp_roll == "row":
+            inside = torch.arange(segments.shape[1]) < rows.lengths[:, None]
+            segments = torch.where(inside, torch.zeros_like(segments), torch.full_like(segments, -1))
+        values = {"mtp_tokens": rows.tokens, "mtp_position_ids": rows.position_ids, "mtp_labels": rows.labels,
+                  "mtp_loss_mask": rows.loss_mask}
+        return stack_streams(values, segments, self.config.mtp.num_layers if self.config.mtp else 0)
 
     def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
-        """Every per-token loss of a stack of rows, by name (here: ``lm``, the next-token cross-entropy).
+        """Every per-token loss of a stack of rows, by name: ``lm``, the next-token cross-entropy, and with
+        MTP ``mtp_1 .. mtp_D``, each depth's cross-entropy against the rolled labels under the rolled
+        loss mask (the sums ``process_mtp_loss`` scales).
 
         A loss is a :class:`~reference_impl.training.equivalence.TokenLoss`: values ``[B, T]`` and the
         weight of each position (the loss mask). The smoke test compares the per-sequence sums of
@@ -296,4 +414,11 @@ class TinyGPT(nn.Module):
         from reference_impl.training.loss import token_cross_entropy
 
         mask = rows.loss_mask
-        return {"lm": TokenLoss(token_cross_entropy(outputs["logits"], rows.labels, mask), mask)}
+        out = {"lm": TokenLoss(token_cross_entropy(outputs["logits"], rows.labels, mask), mask)}
+        if self.config.mtp is not None:
+            streams = self.token_streams(rows)
+            for k in range(self.config.mtp.num_layers):
+                k_mask = streams["mtp_loss_mask"][..., k]
+                losses = token_cross_entropy(outputs[f"mtp_logits_{k + 1}"], streams["mtp_labels"][..., k], k_mask)
+                out[f"mtp_{k + 1}"] = TokenLoss(losses, k_mask)
+        return out

@@ -17,6 +17,7 @@ from reference_impl.choices import (
     TRUNCATION_MODES,
     VISION_OPTIONS,
 )
+from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.errors import UsageError
 from reference_impl.limits import (
     MAX_CANDIDATES,
@@ -24,6 +25,7 @@ from reference_impl.limits import (
     MAX_INLINE_LENGTHS,
     MAX_MIX_LENGTH,
     MAX_PACK_LEN,
+    MAX_PARALLEL_SIZE,
     MAX_PLAN_SAMPLES,
     MAX_SEQS_PER_PACK,
     MAX_TOKEN_SLOTS,
@@ -43,6 +45,8 @@ class PlanOptions(AlignedOptions):
     settings. ``schema``, ``tokenizer`` and ``vision`` apply to ``jsonl`` (``vision``: ``auto`` counts
     the image tokens of rows with images with the ``qwen2_vl`` preset, ``none`` refuses such rows, or a
     preset name); ``n``, ``max_len`` and ``seed`` to ``mix``.
+    ``moe_dispatcher`` (``alltoall``, ``allgather``, ``deepep`` or ``hybridep``) adds every row's MoE
+    dispatch overhead for expert-parallel size ``ep``, with fixed-width packs when ``pad_to_max_length``.
     """
 
     lengths: Sequence[int] | None = None
@@ -61,6 +65,9 @@ class PlanOptions(AlignedOptions):
     schema: str = "auto"
     tokenizer: Any = None
     vision: str = "auto"
+    moe_dispatcher: str | None = None
+    ep: int = 1
+    pad_to_max_length: bool = False
 
 
 def plan(options: PlanOptions) -> PackPlan:
@@ -78,6 +85,7 @@ def plan(options: PlanOptions) -> PackPlan:
     check_choice("truncation", options.truncation, TRUNCATION_MODES)
     check_choice("schema", options.schema, SCHEMA_OPTIONS)
     check_choice("vision", options.vision, VISION_OPTIONS)
+    check_choice("moe_dispatcher", options.moe_dispatcher, DISPATCHERS, allow_none=True)
     candidates = int_list("candidates", options.candidates, maximum=MAX_PACK_LEN, most=MAX_CANDIDATES)
     lengths = options.lengths
     if lengths is not None and len(lengths) > MAX_INLINE_LENGTHS:
@@ -120,4 +128,10 @@ def plan(options: PlanOptions) -> PackPlan:
         schema=schema,
         tokenizer=options.tokenizer,
         vision=vision,
+        moe_dispatcher=options.moe_dispatcher,
+        ep=positive_int("ep", options.ep, maximum=MAX_PARALLEL_SIZE),
+        tp=options.topology.tp,
+        cp=options.topology.cp,
+        sp=options.topology.sp,
+        pad_to_max_length=bool(options.pad_to_max_length),
     )

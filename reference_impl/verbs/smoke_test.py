@@ -27,6 +27,8 @@ class SmokeOptions:
     default CP=2 config) with overrides, the data (default: the path's smoke data) and the run's size.
 
     ``cp_check=False`` skips the multi-process CP check (the report is then ``incomplete``).
+    ``model``: options of the reference model (``{"moe": True, "mtp": True}`` or their fields); each adds
+    its own check (:mod:`reference_impl.verbs.smoke_options`).
     """
 
     path: str = "offline"
@@ -41,6 +43,7 @@ class SmokeOptions:
     cp_max_batches: int = 2
     cp_timeout: float = 120.0
     progress: Callable[[str, float], None] | None = None
+    model: Mapping[str, Any] | None = None
 
 
 def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
@@ -54,7 +57,7 @@ def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
     source = config_source(options.config_path, options.config_text, None, options.config,
                            offered=("config_text", "config_path"))
     request = SmokeRequest(path, source, check_path("data", options.data, allow_none=True),
-                           check_overrides(options.overrides))
+                           check_overrides(options.overrides), model=dict(options.model or {}))
     shared = dict(
         size=options.size, seed=check_seed(options.seed), cp_check=options.cp_check,
         cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),

@@ -34,6 +34,7 @@ from reference_impl.config.rules import (  # noqa: F401
     global_batch,
     in_batch,
     model,
+    moe,
     offline,
     topology,
     vlm,
@@ -44,7 +45,8 @@ from reference_impl.config.rules.registry import FAMILIES, Provenance, Rule, Sev
 FAMILY_MODULES = {
     m.FAMILY: m
     for m in (
-        topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, vlm, model, dataset
+        topology, context_parallel, offline, cuda_graphs, exclusive, in_batch, energon, global_batch, vlm, model, moe,
+        dataset,
     )
 }
 

@@ -158,6 +158,10 @@ def energon_avg_collective(r: Resolved) -> str | None:
     trigger={**ENERGON, "model.mtp_num_layers": 1},
     fixed={"model.mtp_num_layers": 0},
     upstream_check=bridge_cc(1335, "MTP", "raises ValueError: Energon native packing does not support MTP"),
+    note="Version: Megatron-Bridge 067f987 (2026-08-22) raises here, as its guide of that commit says. A newer "
+    "guide (the one that also documents global-batch packing, in no public snapshot yet) says Energon packing "
+    "supports MTP through Megatron-Core's boundary-aware roll (core_v0.16.0+); seqpack follows the code it can "
+    "read and its reference model runs MTP on Energon packs (`seqpack smoke --path energon --mtp`).",
 )
 def energon_no_mtp(r: Resolved) -> str | None:
     if r.cfg.energon_packing and (r.cfg.model.mtp_num_layers or 0) > 0:

@@ -34,8 +34,10 @@ def _family_status(r: Resolved, status: str) -> str | None:
     fix="Verify with `seqpack smoke` and a loss sentinel, or set mtp_num_layers=0.",
     trigger={**OFFLINE, "model.mtp_num_layers": 1},
     fixed={"model.mtp_num_layers": 0},
-    note="Megatron-Core's MTP rolls tokens per packed sequence; one Bridge recipe (Nemotron-3 Super) "
-        "combines MTP=2 with offline packing.",
+    note="The statement predates Megatron-Core's packed MTP: core_v0.15 rolled MTP targets over the whole row; "
+        "core_v0.16.0 and later roll them inside each packed sequence (multi_token_prediction.py "
+        "_roll_tensor_packed_seq). One Bridge recipe (Nemotron-3 Super) combines MTP=2 with offline packing. "
+        "With per-sequence alignment padding the roll still misplaces sequences (MTP-PACKED-ALIGNMENT-ROLL).",
 )
 def mtp_documented(r: Resolved) -> str | None:
     mtp = r.cfg.model.mtp_num_layers or 0

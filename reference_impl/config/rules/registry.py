@@ -31,6 +31,7 @@ FAMILIES: dict[str, str] = {
     "global_batch": "Global-batch online packing",
     "vlm": "Vision-language models",
     "model": "MTP and model families",
+    "moe": "MoE and MTP with packing",
     "dataset": "Dataset and dataloader",
 }
 
