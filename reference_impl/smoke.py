@@ -57,7 +57,8 @@ some.
 losses (MTP logits and losses) join check 1 through the model's hooks; each option also adds its
 own check (:mod:`reference_impl.verbs.smoke_options`: ``moe_router_statistics``,
 ``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
-``mtp_cross_boundary``.
+``mtp_cross_boundary``. The router check also needs every batch's ``padding_mask`` to agree with
+its boundaries (negative control ``wrong_padding_mask``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ log = logging.getLogger(__name__)
 TOLERANCE = 1e-9
 SIZES = SMOKE_ROWS
 FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "misaligned_image_tokens",
-          "mrope_no_restart", "router_counts_padding", "mtp_cross_boundary")
+          "mrope_no_restart", "router_counts_padding", "mtp_cross_boundary", "wrong_padding_mask")
 CHECK_NAMES = (
     "config_valid",
     "samples_exactly_once",
@@ -230,7 +231,25 @@ def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any
             b["loss_mask"] = torch.roll(b["loss_mask"], 1, dims=1)
         if "no_position_reset" in faults:
             b["position_ids"] = torch.arange(b["tokens"].shape[1], dtype=torch.int64)[None]
+        if "wrong_padding_mask" in faults and "padding_mask" in b:  # padding handed to the router as real tokens
+            b["padding_mask"] = torch.zeros_like(b["padding_mask"])
     return apply_vlm_faults(out, faults, vlm)
+
+
+def _padding_mask_mismatches(batches: list[dict[str, Any]]) -> int:
+    """Batches whose ``padding_mask`` (what Megatron-Core's MoE router reads) is not "outside every
+    sequence's real tokens" by the boundaries; the reference router derives padding from those."""
+    import torch
+
+    bad = 0
+    for b in batches:
+        if "padding_mask" not in b:
+            continue
+        expected = torch.ones(b["tokens"].shape[1], dtype=torch.bool)
+        for start, _, real in _sequences(b):
+            expected[start : start + real] = False
+        bad += not torch.equal(b["padding_mask"][0].to(torch.bool), expected)
+    return bad
 
 
 def _config_check(cfg: Any) -> Check:
@@ -569,7 +588,8 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     eq, leak, res = _equivalence(run.model, rows, unpacked, match, full, seed)
     run.model.mtp_roll = "sequence"
     run.checks.extend((eq, leak))
-    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, _budget(run.model)))
+    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, _budget(run.model),
+                                    padding_mask_mismatches=_padding_mask_mismatches(run.batches)))
     run.timings["equivalence_s"] = time.perf_counter() - t0
     cp = run.cfg.model.context_parallel_size
     if not cp_check:

@@ -105,3 +105,13 @@ def test_cli_flags_turn_the_options_on(capsys: pytest.CaptureFixture) -> None:
     names = [c["name"] for c in out["reports"][0]["checks"]]
     assert code == 1 and out["result"] == "incomplete"  # --no-cp: incomplete, never a pass
     assert "moe_router_statistics" in names and "mtp_equals_unpacked" in names
+
+
+def test_a_padding_mask_that_disagrees_with_the_boundaries_fails_the_router_check() -> None:
+    """Megatron-Core's router reads the batch's padding_mask: one that marks padding as real fails the MoE check."""
+    good = run_packing_smoke_test("offline", cp_check=False, model={"moe": True})
+    assert good.check("moe_router_statistics").value["batches_with_wrong_padding_mask"] == 0
+    bad = run_packing_smoke_test("offline", cp_check=False, model={"moe": True}, faults=("wrong_padding_mask",))
+    check = bad.check("moe_router_statistics")
+    assert check.status == "failed" and check.value["batches_with_wrong_padding_mask"] > 0
+    assert "padding_mask that disagrees" in check.message

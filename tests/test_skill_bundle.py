@@ -202,6 +202,7 @@ def test_skill_names_every_mcp_tool_and_every_json_script_command(skill):
     import importlib
     import pkgutil
 
+    import reference_impl.mcp_server  # noqa: F401  (registers server_info)
     import reference_impl.mcp_support as mcp_support
     from reference_impl.mcp_support.registry import TOOLS
 

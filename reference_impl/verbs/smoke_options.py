@@ -32,7 +32,8 @@ def model_options(moe: bool = False, mtp: bool = False) -> dict[str, bool]:
 
 
 def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], match: Sequence[int], equivalence: Any,
-                  faults: Sequence[str], tolerance: float, budget: int) -> list[Any]:
+                  faults: Sequence[str], tolerance: float, budget: int, *,
+                  padding_mask_mismatches: int = 0) -> list[Any]:
     """The option checks of ``model`` (none for a dense model) on the smoke test's rows.
 
     ``packed``, ``unpacked`` and ``match`` are the rows of the batched equivalence check and
@@ -40,6 +41,9 @@ def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], ma
     check reads its per-name differences of the ``mtp_*`` outputs and losses (the model's
     ``token_outputs`` / ``token_losses`` carry them), the MoE check runs both stacks again, without
     gradients, for the router statistics (:func:`~reference_impl.training.moe_mtp_step.compare_router_rows`).
+    The reference router takes its padding from the boundaries; ``padding_mask_mismatches`` counts the
+    batches whose ``padding_mask`` field (what Megatron-Core's router reads) disagrees with them, and
+    fails the MoE check unless it is 0.
     """
     from reference_impl.smoke import Check
     from reference_impl.training.moe_mtp_step import compare_router_rows
@@ -50,18 +54,20 @@ def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], ma
     if cfg.moe is not None:
         res = compare_router_rows(model, packed, unpacked, match, budget=budget,
                                   count_padding="router_counts_padding" in faults)
-        ok = res.router_ok(tolerance) and unmatched == 0
+        ok = res.router_ok(tolerance) and unmatched == 0 and padding_mask_mismatches == 0
+        wrong_mask = (f"; {padding_mask_mismatches} batch(es) carry a padding_mask that disagrees with their "
+                      "boundaries" if padding_mask_mismatches else "")
         out.append(Check(
             "moe_router_statistics", ok,
             {"batches": res.batches, "sequences": res.sequences, "moe_layers": res.router_layers,
              "max_aux_loss_diff": res.max_aux_diff, "max_z_loss_diff": res.max_z_diff,
              "max_count_diff": res.max_count_diff, "dispatched_padding": res.dispatched_padding,
-             "unmatched": unmatched},
+             "unmatched": unmatched, "batches_with_wrong_padding_mask": padding_mask_mismatches},
             tolerance,
             f"{res.batches} micro-batches x {res.router_layers} MoE layers: load-balancing loss, z-loss and expert "
             f"loads of each packed micro-batch vs its samples alone: max |aux diff| {res.max_aux_diff:.2e}, "
             f"max |z diff| {res.max_z_diff:.2e}, max count diff {res.max_count_diff:g} "
-            f"({res.dispatched_padding} padded token-expert assignments dispatched)",
+            f"({res.dispatched_padding} padded token-expert assignments dispatched){wrong_mask}",
             None if ok else "pass the batch's padding_mask to the router so alignment and width padding stay out of "
             "the load-balancing loss, the z-loss and the expert-bias counts",
         ))
