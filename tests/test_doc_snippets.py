@@ -28,8 +28,8 @@ PYTHON = re.compile(r"```python\n(.*?)```", re.S)
 BASH = re.compile(r"```bash\n(.*?)```", re.S)
 
 
-#: Commands that take seconds (torch and batches, the model, Energon, the adversarial eval): ``slow`` blocks.
-SLOW_COMMANDS = re.compile(r"seqpack (smoke|batches|energon-prepare|eval adversarial)\b")
+#: Commands that take seconds (torch and batches, the model, Energon, the adversarial eval, torchrun): ``slow`` blocks.
+SLOW_COMMANDS = re.compile(r"seqpack (smoke|batches|energon-prepare|eval adversarial)\b|torch\.distributed\.run")
 
 
 def _blocks(pattern):

@@ -78,6 +78,7 @@ def test_claimed_tools_earn_no_discoverability(dataset):
     assert stuffed.scores["correctness"] == 0.0
 
 
+@pytest.mark.slow
 def test_cli_prints_the_tables(capsys):
     assert main(["eval", "adversarial", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
