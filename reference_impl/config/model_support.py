@@ -142,7 +142,8 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         ),
     ),
     _entry(
-        "llama3", "Llama 3", "Megatron-Bridge llama3 recipes (pad_seq_to_mult = 2*CP when CP>1)", ("llama", "llama-3"),
+        "llama3", "Llama 3", "Megatron-Bridge llama3 recipes (pad_seq_to_mult = 2*CP when CP>1)",
+        ("llama", "llama-3", "llama3.1", "llama-3.1", "llama3.2", "llama-3.2"),
         offline=("supported", "recipes pin pad_seq_to_mult = 2*CP when CP>1"),
     ),
     _entry(
@@ -159,6 +160,99 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         in_batch=("caveat", "packs only at step time (defer_in_batch_packing_to_step required), one whole shard per pack"),
     ),
 )
+
+#: Families whose Megatron-Bridge recipes (converted in tests/upstream/recipes, upstream commit 067f987) turn
+#: offline packed SFT on with no recorded exception. Each note names recipes with the pad_seq_to_mult and CP they
+#: pin; tests/upstream/test_model_support_recipes.py checks every such claim against the converted recipes.
+_OFFLINE_RECIPES: tuple[FamilyEntry, ...] = (
+    _entry(
+        "qwen3", "Qwen3 (dense)", "Megatron-Bridge recipes/qwen/h100/qwen3.py", ("qwen-3",),
+        offline=("supported", "offline packed SFT in 14 recipes; qwen3_8b_sft_4gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1), qwen3_8b_sft_8gpu_h100_bf16_32k_config pins pad_seq_to_mult=8 (CP2), "
+                 "qwen3_600m_sft_8gpu_h100_bf16_128k_config pins pad_seq_to_mult=16 (CP8)"),
+    ),
+    _entry(
+        "qwen3_moe", "Qwen3 MoE (30B-A3B, 235B-A22B)", "Megatron-Bridge recipes/qwen/h100/qwen3_moe.py",
+        ("qwen3-moe", "qwen-3-moe"),
+        offline=("supported", "offline packed SFT in 5 recipes; qwen3_30b_a3b_sft_8gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=4 (CP1), qwen3_235b_a22b_sft_64gpu_h100_bf16_config pins pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "qwen25", "Qwen2.5", "Megatron-Bridge recipes/qwen/h100/qwen2.py", ("qwen2.5", "qwen-2.5"),
+        offline=("supported", "offline packed SFT in 12 recipes; qwen25_7b_sft_2gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "qwen2", "Qwen2", "Megatron-Bridge recipes/qwen/h100/qwen2.py", ("qwen-2",),
+        offline=("supported", "offline packed SFT in 8 recipes; qwen2_7b_sft_2gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "glm5", "GLM-5.2", "Megatron-Bridge recipes/glm/h100/glm5.py; recipes/glm/gb200/glm5.py",
+        ("glm-5", "glm52", "glm-5.2"),
+        offline=("supported", "offline packed SFT in 6 recipes, all with MTP=1 (the MTP rules apply); "
+                 "glm52_peft_208gpu_h100_bf16_config pins pad_seq_to_mult=4 (CP1), glm52_sft_416gpu_h100_bf16_config "
+                 "pins pad_seq_to_mult=32 (CP16), glm52_sft_608gpu_h100_bf16_200k_config pins pad_seq_to_mult=64 "
+                 "(CP32)"),
+    ),
+    _entry(
+        "minimax_m3", "MiniMax-M3", "Megatron-Bridge recipes/minimax/h100/minimax_m3.py", ("minimax-m3",),
+        offline=("supported", "offline packed SFT in 1 recipe; minimax_m3_sft_128gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "moonlight", "Moonlight-16B", "Megatron-Bridge recipes/moonlight/h100/moonlight_16b.py", ("moonlight-16b",),
+        offline=("supported", "offline packed SFT in 5 recipes; moonlight_16b_sft_8gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=4 (CP1), moonlight_16b_sft_8gpu_h100_bf16_8k_config pins pad_seq_to_mult=4 (CP2)"),
+    ),
+    _entry(
+        "olmoe", "OLMoE", "Megatron-Bridge recipes/olmoe/h100/olmoe_7b.py", (),
+        offline=("supported", "offline packed SFT in 2 recipes; olmoe_7b_sft_8gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "exaone4", "EXAONE 4.0", "Megatron-Bridge recipes/exaone/h100/exaone4.py", ("exaone-4", "exaone-4.0"),
+        offline=("supported", "offline packed SFT in 2 recipes; exaone4_1p2b_sft_1gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "exaone_moe", "K-EXAONE MoE", "Megatron-Bridge recipes/exaone/h100/exaone_moe.py", ("exaone-moe", "k-exaone"),
+        offline=("supported", "offline packed SFT in 4 recipes; exaone_moe_236b_a23b_sft_64gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "nemotronh", "Nemotron-H", "Megatron-Bridge recipes/nemotronh/h100/nemotronh.py", ("nemotron-h",),
+        offline=("supported", "offline packed SFT in 8 recipes; nemotronh_8b_sft_2gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "nemotron_nano_v2", "Nemotron Nano V2", "Megatron-Bridge recipes/nemotronh/h100/nemotron_nano_v2.py",
+        ("nemotron-nano-v2",),
+        offline=("supported", "offline packed SFT in 4 recipes; nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1)"),
+    ),
+    _entry(
+        "nemotron3_nano", "Nemotron-3 Nano (30B-A3B, 4B)",
+        "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_nano.py; recipes/nemotronh/h100/nemotron_3_nano_4b.py",
+        ("nemotron-3-nano",),
+        offline=("supported", "offline packed SFT in 5 recipes; nemotron_3_nano_sft_8gpu_h100_bf16_config pins "
+                 "pad_seq_to_mult=1 (CP1), nemotron_3_nano_4b_sft_8gpu_h100_bf16_32k_config pins pad_seq_to_mult=4 "
+                 "(CP2)"),
+    ),
+    _entry(
+        "nemotron35_lightning", "Nemotron 3.5 Lightning", "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_nano.py",
+        ("nemotron-3.5-lightning",),
+        offline=("supported", "offline packed SFT in 4 recipes, all with MTP=2 (the MTP rules apply); "
+                 "nemotron_3_5_lightning_sft_openmathinstruct2_packed_config pins pad_seq_to_mult=2 (CP1)"),
+    ),
+    _entry(
+        "nemotron3_ultra", "Nemotron-3 Ultra", "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_ultra.py",
+        ("nemotron-3-ultra",),
+        offline=("supported", "offline packed SFT in 2 recipes, both with MTP=2 (the MTP rules apply); "
+                 "nemotron_3_ultra_sft_192gpu_h100_bf16_openmathinstruct2_packed_config pins pad_seq_to_mult=1 (CP1)"),
+    ),
+)
+FAMILIES = FAMILIES + _OFFLINE_RECIPES
 
 _BY_NAME: dict[str, FamilyEntry] = {}
 for _e in FAMILIES:
