@@ -209,3 +209,17 @@ def test_family_ids_and_aliases_do_not_collide():
     for alias, family in [("Qwen3", "qwen3"), ("qwen-3", "qwen3"), ("Qwen2.5", "qwen25"), ("llama3.1", "llama3"),
                           ("Nemotron-H", "nemotronh"), ("qwen3-next", "qwen3_next"), ("GLM-5.2", "glm5")]:
         assert find_family(alias).family == family, alias
+
+
+@pytest.mark.parametrize("use", [u for u in USES if u.path], ids=lambda u: u.name)
+def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(use):
+    from reference_impl.config import validate_config
+
+    config = yaml.safe_load((RECIPES / f"{use.name}.yaml").read_text(encoding="utf-8"))
+    named = dict(config, model={**config["model"], "family": use.family})  # the converter names only some
+    before, after = validate_config(config), validate_config(named)
+    status = check_model_support(use.family, use.path)[0].status
+    expected = {"opt_out": {"MODEL-FAMILY-OPT-OUT"}, "caveat": {"MODEL-FAMILY-CAVEAT"}}.get(status, set())
+    assert {i for i in after.rule_ids if i.startswith("MODEL-FAMILY-")} == expected
+    # naming the family adds no error: the same errors as the committed recipe
+    assert {f.rule_id for f in after.violations} == {f.rule_id for f in before.violations}
