@@ -43,10 +43,9 @@ def model_support_document() -> str:
         "warns, because no upstream check rejects the combination), **caveat** (allowed with a documented\n"
         "limitation; validation warns), **unknown** (nothing recorded: run the packing smoke test before\n"
         "spending GPU hours). Names match case-insensitively, with dots dropped and dashes or spaces read as\n"
-        "underscores (`Qwen2.5` finds `qwen25`). A note that names a recipe\n"
-        "states the pad_seq_to_mult and CP that Megatron-Bridge recipe pins; the test suite checks each such\n"
-        "note, and that every family whose converted recipes turn a path on is recorded, against the recipes\n"
-        "converted from the upstream snapshot (tests/upstream/recipes/).\n\n"
+        "underscores (`Qwen2.5` finds `qwen25`). A note that names a recipe states the pad_seq_to_mult and\n"
+        "CP that Megatron-Bridge recipe pins; seqpack's test suite checks each such note, and that every\n"
+        "family whose recipes turn a path on is recorded, against Bridge's recipes converted at commit 067f987.\n\n"
         f"{model_support_markdown()}\n"
     )
 

@@ -223,3 +223,9 @@ def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(
     assert {i for i in after.rule_ids if i.startswith("MODEL-FAMILY-")} == expected
     # naming the family adds no error: the same errors as the committed recipe
     assert {f.rule_id for f in after.violations} == {f.rule_id for f in before.violations}
+
+
+def test_the_generated_page_names_the_recipe_commit_checked_here():
+    from reference_impl.docgen import model_support_document
+
+    assert INDEX["upstream"].split("@", 1)[1][:7] in model_support_document()
