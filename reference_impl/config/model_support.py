@@ -161,96 +161,62 @@ FAMILIES: tuple[FamilyEntry, ...] = (
     ),
 )
 
+def _offline_recipes(
+    family: str,
+    name: str,
+    modules: str,
+    aliases: tuple[str, ...],
+    count: int,
+    pins: tuple[tuple[str, int, int], ...],
+    mtp: int = 0,
+) -> FamilyEntry:
+    """A family whose ``count`` Bridge recipes pack offline; ``pins`` are (recipe, pad_seq_to_mult, CP) examples."""
+    plural = "recipe" if count == 1 else "recipes"
+    mtp_note = f", with MTP={mtp} (the MTP rules apply)" if mtp else ""
+    named = ", ".join(f"{recipe} pins pad_seq_to_mult={mult} (CP{cp})" for recipe, mult, cp in pins)
+    evidence = "Megatron-Bridge " + "; ".join(f"recipes/{m}.py" for m in modules.split())
+    return _entry(family, name, evidence, aliases,
+                  offline=("supported", f"offline packed SFT in {count} {plural}{mtp_note}; {named}"))
+
+
 #: Families whose Megatron-Bridge recipes (converted in tests/upstream/recipes, upstream commit 067f987) turn
 #: offline packed SFT on with no recorded exception. Each note names recipes with the pad_seq_to_mult and CP they
 #: pin; tests/upstream/test_model_support_recipes.py checks every such claim against the converted recipes.
 _OFFLINE_RECIPES: tuple[FamilyEntry, ...] = (
-    _entry(
-        "qwen3", "Qwen3 (dense)", "Megatron-Bridge recipes/qwen/h100/qwen3.py", ("qwen-3",),
-        offline=("supported", "offline packed SFT in 14 recipes; qwen3_8b_sft_4gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1), qwen3_8b_sft_8gpu_h100_bf16_32k_config pins pad_seq_to_mult=8 (CP2), "
-                 "qwen3_600m_sft_8gpu_h100_bf16_128k_config pins pad_seq_to_mult=16 (CP8)"),
-    ),
-    _entry(
-        "qwen3_moe", "Qwen3 MoE (30B-A3B, 235B-A22B)", "Megatron-Bridge recipes/qwen/h100/qwen3_moe.py",
-        ("qwen3-moe", "qwen-3-moe"),
-        offline=("supported", "offline packed SFT in 5 recipes; qwen3_30b_a3b_sft_8gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=4 (CP1), qwen3_235b_a22b_sft_64gpu_h100_bf16_config pins pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "qwen25", "Qwen2.5", "Megatron-Bridge recipes/qwen/h100/qwen2.py", ("qwen2.5", "qwen-2.5"),
-        offline=("supported", "offline packed SFT in 12 recipes; qwen25_7b_sft_2gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "qwen2", "Qwen2", "Megatron-Bridge recipes/qwen/h100/qwen2.py", ("qwen-2",),
-        offline=("supported", "offline packed SFT in 8 recipes; qwen2_7b_sft_2gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "glm5", "GLM-5.2", "Megatron-Bridge recipes/glm/h100/glm5.py; recipes/glm/gb200/glm5.py",
-        ("glm-5", "glm52", "glm-5.2"),
-        offline=("supported", "offline packed SFT in 6 recipes, all with MTP=1 (the MTP rules apply); "
-                 "glm52_peft_208gpu_h100_bf16_config pins pad_seq_to_mult=4 (CP1), glm52_sft_416gpu_h100_bf16_config "
-                 "pins pad_seq_to_mult=32 (CP16), glm52_sft_608gpu_h100_bf16_200k_config pins pad_seq_to_mult=64 "
-                 "(CP32)"),
-    ),
-    _entry(
-        "minimax_m3", "MiniMax-M3", "Megatron-Bridge recipes/minimax/h100/minimax_m3.py", ("minimax-m3",),
-        offline=("supported", "offline packed SFT in 1 recipe; minimax_m3_sft_128gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "moonlight", "Moonlight-16B", "Megatron-Bridge recipes/moonlight/h100/moonlight_16b.py", ("moonlight-16b",),
-        offline=("supported", "offline packed SFT in 5 recipes; moonlight_16b_sft_8gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=4 (CP1), moonlight_16b_sft_8gpu_h100_bf16_8k_config pins pad_seq_to_mult=4 (CP2)"),
-    ),
-    _entry(
-        "olmoe", "OLMoE", "Megatron-Bridge recipes/olmoe/h100/olmoe_7b.py", (),
-        offline=("supported", "offline packed SFT in 2 recipes; olmoe_7b_sft_8gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "exaone4", "EXAONE 4.0", "Megatron-Bridge recipes/exaone/h100/exaone4.py", ("exaone-4", "exaone-4.0"),
-        offline=("supported", "offline packed SFT in 2 recipes; exaone4_1p2b_sft_1gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "exaone_moe", "K-EXAONE MoE", "Megatron-Bridge recipes/exaone/h100/exaone_moe.py", ("exaone-moe", "k-exaone"),
-        offline=("supported", "offline packed SFT in 4 recipes; exaone_moe_236b_a23b_sft_64gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "nemotronh", "Nemotron-H", "Megatron-Bridge recipes/nemotronh/h100/nemotronh.py", ("nemotron-h",),
-        offline=("supported", "offline packed SFT in 8 recipes; nemotronh_8b_sft_2gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "nemotron_nano_v2", "Nemotron Nano V2", "Megatron-Bridge recipes/nemotronh/h100/nemotron_nano_v2.py",
-        ("nemotron-nano-v2",),
-        offline=("supported", "offline packed SFT in 4 recipes; nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1)"),
-    ),
-    _entry(
-        "nemotron3_nano", "Nemotron-3 Nano (30B-A3B, 4B)",
-        "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_nano.py; recipes/nemotronh/h100/nemotron_3_nano_4b.py",
-        ("nemotron-3-nano",),
-        offline=("supported", "offline packed SFT in 5 recipes; nemotron_3_nano_sft_8gpu_h100_bf16_config pins "
-                 "pad_seq_to_mult=1 (CP1), nemotron_3_nano_4b_sft_8gpu_h100_bf16_32k_config pins pad_seq_to_mult=4 "
-                 "(CP2)"),
-    ),
-    _entry(
-        "nemotron35_lightning", "Nemotron 3.5 Lightning", "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_nano.py",
-        ("nemotron-3.5-lightning",),
-        offline=("supported", "offline packed SFT in 4 recipes, all with MTP=2 (the MTP rules apply); "
-                 "nemotron_3_5_lightning_sft_openmathinstruct2_packed_config pins pad_seq_to_mult=2 (CP1)"),
-    ),
-    _entry(
-        "nemotron3_ultra", "Nemotron-3 Ultra", "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_ultra.py",
-        ("nemotron-3-ultra",),
-        offline=("supported", "offline packed SFT in 2 recipes, both with MTP=2 (the MTP rules apply); "
-                 "nemotron_3_ultra_sft_192gpu_h100_bf16_openmathinstruct2_packed_config pins pad_seq_to_mult=1 (CP1)"),
-    ),
+    _offline_recipes("qwen3", "Qwen3 (dense)", "qwen/h100/qwen3", ("qwen-3",), 14, (
+        ("qwen3_8b_sft_4gpu_h100_bf16_config", 1, 1), ("qwen3_8b_sft_8gpu_h100_bf16_32k_config", 8, 2),
+        ("qwen3_600m_sft_8gpu_h100_bf16_128k_config", 16, 8))),
+    _offline_recipes("qwen3_moe", "Qwen3 MoE (30B-A3B, 235B-A22B)", "qwen/h100/qwen3_moe", ("qwen3-moe", "qwen-3-moe"),
+                     5, (("qwen3_30b_a3b_sft_8gpu_h100_bf16_config", 4, 1),
+                         ("qwen3_235b_a22b_sft_64gpu_h100_bf16_config", 1, 1))),
+    _offline_recipes("qwen25", "Qwen2.5", "qwen/h100/qwen2", ("qwen2.5", "qwen-2.5"), 12,
+                     (("qwen25_7b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("qwen2", "Qwen2", "qwen/h100/qwen2", ("qwen-2",), 8, (("qwen2_7b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("glm5", "GLM-5.2", "glm/h100/glm5 glm/gb200/glm5", ("glm-5", "glm52", "glm-5.2"), 6, (
+        ("glm52_peft_208gpu_h100_bf16_config", 4, 1), ("glm52_sft_416gpu_h100_bf16_config", 32, 16),
+        ("glm52_sft_608gpu_h100_bf16_200k_config", 64, 32)), mtp=1),
+    _offline_recipes("minimax_m3", "MiniMax-M3", "minimax/h100/minimax_m3", ("minimax-m3",), 1,
+                     (("minimax_m3_sft_128gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("moonlight", "Moonlight-16B", "moonlight/h100/moonlight_16b", ("moonlight-16b",), 5, (
+        ("moonlight_16b_sft_8gpu_h100_bf16_config", 4, 1), ("moonlight_16b_sft_8gpu_h100_bf16_8k_config", 4, 2))),
+    _offline_recipes("olmoe", "OLMoE", "olmoe/h100/olmoe_7b", (), 2, (("olmoe_7b_sft_8gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("exaone4", "EXAONE 4.0", "exaone/h100/exaone4", ("exaone-4", "exaone-4.0"), 2,
+                     (("exaone4_1p2b_sft_1gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("exaone_moe", "K-EXAONE MoE", "exaone/h100/exaone_moe", ("exaone-moe", "k-exaone"), 4,
+                     (("exaone_moe_236b_a23b_sft_64gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotronh", "Nemotron-H", "nemotronh/h100/nemotronh", ("nemotron-h",), 8,
+                     (("nemotronh_8b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotron_nano_v2", "Nemotron Nano V2", "nemotronh/h100/nemotron_nano_v2", ("nemotron-nano-v2",),
+                     4, (("nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotron3_nano", "Nemotron-3 Nano (30B-A3B, 4B)",
+                     "nemotronh/h100/nemotron_3_nano nemotronh/h100/nemotron_3_nano_4b", ("nemotron-3-nano",), 5, (
+                         ("nemotron_3_nano_sft_8gpu_h100_bf16_config", 1, 1),
+                         ("nemotron_3_nano_4b_sft_8gpu_h100_bf16_32k_config", 4, 2))),
+    _offline_recipes("nemotron35_lightning", "Nemotron 3.5 Lightning", "nemotronh/h100/nemotron_3_nano",
+                     ("nemotron-3.5-lightning",), 4,
+                     (("nemotron_3_5_lightning_sft_openmathinstruct2_packed_config", 2, 1),), mtp=2),
+    _offline_recipes("nemotron3_ultra", "Nemotron-3 Ultra", "nemotronh/h100/nemotron_3_ultra", ("nemotron-3-ultra",),
+                     2, (("nemotron_3_ultra_sft_192gpu_h100_bf16_openmathinstruct2_packed_config", 1, 1),), mtp=2),
 )
 FAMILIES = FAMILIES + _OFFLINE_RECIPES
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from convert_recipes import packing_path
 
 from reference_impl.config.model_support import FAMILIES, check_model_support, find_family
 
@@ -61,6 +62,7 @@ LEGACY_NOTES = {("llama3", "offline"), ("gemma3", "offline"), ("gpt_oss", "offli
                 ("qwen_vl", "energon"), ("qwen3_vl", "energon")}
 
 CLAIM = re.compile(r"(\w+_config) pins pad_seq_to_mult=(\d+) \(CP(\d+)\)")
+MTP = re.compile(r"\bwith MTP=(\d+)")
 COUNT = re.compile(r"\bin (\d+) recipes?\b")
 
 
@@ -74,6 +76,7 @@ class RecipeUse:
     path: str | None
     cp: int
     pad_seq_to_mult: int | None
+    mtp: int
 
 
 def family_of(recipe: str) -> str:
@@ -87,19 +90,10 @@ def family_of(recipe: str) -> str:
 def recipe_use(name: str, config: dict[str, Any], source: str = "") -> RecipeUse:
     """The packing use of one converted recipe config (``path`` None when it packs nothing)."""
     model, data = config.get("model", {}), config.get("dataset", {})
-    if data.get("enable_offline_packing"):
-        path: str | None = "offline"
-    elif data.get("enable_in_batch_packing"):
-        path = "in_batch"
-    elif data.get("enable_global_batch_packing"):
-        path = "global_batch"
-    elif data.get("kind") == "energon" and data.get("packing_buffer_size") is not None:
-        path = "energon"
-    else:
-        path = None
-    specs = data.get("offline_packing_specs") or {}
-    mult = specs.get("pad_seq_to_mult") if path == "offline" else None
-    return RecipeUse(name, source, family_of(name), path, int(model.get("context_parallel_size") or 1), mult)
+    path = PATH_OF.get(packing_path(config))
+    mult = (data.get("offline_packing_specs") or {}).get("pad_seq_to_mult") if path == "offline" else None
+    cp, mtp = int(model.get("context_parallel_size") or 1), int(model.get("mtp_num_layers") or 0)
+    return RecipeUse(name, source, family_of(name), path, cp, mult, mtp)
 
 
 def committed_uses() -> list[RecipeUse]:
@@ -171,8 +165,10 @@ def test_negative_control_a_packing_recipe_of_an_unrecorded_family_is_reported()
     # a recorded family, path unknown for it (Qwen3 records offline only) and an opt-out without an acknowledgement
     energon = recipe_use("qwen3_8b_sft_energon_config", {"dataset": {"kind": "energon", "packing_buffer_size": 8}})
     glm = recipe_use("glm45_355b_sft_config", {"dataset": {"enable_offline_packing": True}})
-    assert unrecorded([energon, glm]) == [
+    gbp = recipe_use("olmoe_7b_sft_gbp_config", {"dataset": {"enable_global_batch_packing": True}})
+    assert unrecorded([energon, glm, gbp]) == [
         "glm45/offline is opt_out but glm45_355b_sft_config turns it on",
+        "olmoe/global_batch is unknown but olmoe_7b_sft_gbp_config turns it on",
         "qwen3/energon is unknown but qwen3_8b_sft_energon_config turns it on",
     ]
 
@@ -196,8 +192,11 @@ def test_supported_notes_name_recipes_that_turn_the_path_on(family, path, note, 
         assert (use.pad_seq_to_mult, use.cp) == (int(mult), int(cp)), recipe
         module = use.source.split(":")[0].removeprefix("src/megatron/bridge/")
         assert module in evidence, (recipe, module)
+    group = uses_by_family(USES)[(family, path)]
     (count,) = COUNT.findall(note)
-    assert int(count) == len(uses_by_family(USES)[(family, path)])
+    assert int(count) == len(group)
+    assert {str(u.mtp) for u in group if u.mtp} == set(MTP.findall(note)), "MTP stated iff the recipes use it"
+    assert all(u.mtp for u in group) or not MTP.findall(note)
 
 
 def test_family_ids_and_aliases_do_not_collide():
