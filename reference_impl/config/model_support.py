@@ -112,7 +112,14 @@ FAMILIES: tuple[FamilyEntry, ...] = (
     _entry(
         "nemotron_nano_v2_vl", "Nemotron Nano V2 VL", "Megatron-Bridge Nemotron Nano V2 VL recipe", (), in_batch=_VLM_OFF
     ),
-    _entry("nemotron_omni", "Nemotron Omni", "Megatron-Bridge Nemotron Omni recipe", (), in_batch=_VLM_OFF),
+    _entry(
+        "nemotron_omni", "Nemotron Omni", "Megatron-Bridge Nemotron Omni recipes", (),
+        in_batch=(
+            "caveat",
+            "the CORD-v2 SFT/PEFT and VALOR recipes turn in-batch packing off; only the long-context CORD-v2 SFT "
+            "recipe packs (MBS 2, CP2, pad_seq_to_mult 8)",
+        ),
+    ),
     _entry("qwen3_omni", "Qwen3-Omni", "Megatron-Bridge Qwen3-Omni recipe", ("qwen3-omni",), in_batch=_VLM_OFF),
     _entry("exaone45", "EXAONE 4.5", "Megatron-Bridge EXAONE 4.5 recipe", ("exaone-4.5",), in_batch=_VLM_OFF),
     _entry(

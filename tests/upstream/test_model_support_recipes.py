@@ -52,10 +52,7 @@ PATH_OF = {"offline": "offline", "in_batch": "in_batch", "in_batch_deferred": "i
            "global_batch": "global_batch"}
 
 #: (family, path) pairs a recipe turns on although the table records opt_out, and why that entry stays.
-ACKNOWLEDGED_CONFLICTS: dict[tuple[str, str], str] = {
-    ("nemotron_omni", "in_batch"): "the CORD-v2 SFT/PEFT and VALOR recipes set enable_in_batch_packing=False; the "
-    "long-context CORD-v2 SFT recipe alone turns it on (MBS 2, CP2); the entry is kept for the lead to re-grade",
-}
+ACKNOWLEDGED_CONFLICTS: dict[tuple[str, str], str] = {}
 
 #: Supported entries recorded before this check existed; their notes name no recipe.
 LEGACY_NOTES = {("llama3", "offline"), ("gemma3", "offline"), ("gpt_oss", "offline"), ("qwen_vl", "in_batch"),
