@@ -27,7 +27,8 @@ def model_support_markdown() -> str:
         for path in PATHS:
             status = entry.paths.get(path, "unknown")
             cells.append(status if status == "unknown" else f"**{status}**: {entry.notes[path]}")
-        rows.append([f"`{entry.family}` ({entry.name})", *cells, entry.evidence])
+        aliases = f"; also {', '.join(entry.aliases)}" if entry.aliases else ""
+        rows.append([f"`{entry.family}` ({entry.name}{aliases})", *cells, entry.evidence])
     return markdown_table(["family", *PATHS, "evidence"], rows)
 
 
@@ -41,7 +42,10 @@ def model_support_document() -> str:
         "Status: **supported** (recipes use or allow the path), **opt_out** (a recipe turns it off; validation\n"
         "warns, because no upstream check rejects the combination), **caveat** (allowed with a documented\n"
         "limitation; validation warns), **unknown** (nothing recorded: run the packing smoke test before\n"
-        "spending GPU hours).\n\n"
+        "spending GPU hours). Names match case-insensitively, with dots dropped and dashes or spaces read as\n"
+        "underscores (`Qwen2.5` finds `qwen25`). A note that names a recipe states the pad_seq_to_mult and\n"
+        "CP that Megatron-Bridge recipe pins; seqpack's test suite checks each such note, and that every\n"
+        "family whose recipes turn a path on is recorded, against Bridge's recipes converted at commit 067f987.\n\n"
         f"{model_support_markdown()}\n"
     )
 

@@ -112,7 +112,14 @@ FAMILIES: tuple[FamilyEntry, ...] = (
     _entry(
         "nemotron_nano_v2_vl", "Nemotron Nano V2 VL", "Megatron-Bridge Nemotron Nano V2 VL recipe", (), in_batch=_VLM_OFF
     ),
-    _entry("nemotron_omni", "Nemotron Omni", "Megatron-Bridge Nemotron Omni recipe", (), in_batch=_VLM_OFF),
+    _entry(
+        "nemotron_omni", "Nemotron Omni", "Megatron-Bridge Nemotron Omni recipes", (),
+        in_batch=(
+            "caveat",
+            "the CORD-v2 SFT/PEFT and VALOR recipes turn in-batch packing off; only the long-context CORD-v2 SFT "
+            "recipe packs (MBS 2, CP2, pad_seq_to_mult 8)",
+        ),
+    ),
     _entry("qwen3_omni", "Qwen3-Omni", "Megatron-Bridge Qwen3-Omni recipe", ("qwen3-omni",), in_batch=_VLM_OFF),
     _entry("exaone45", "EXAONE 4.5", "Megatron-Bridge EXAONE 4.5 recipe", ("exaone-4.5",), in_batch=_VLM_OFF),
     _entry(
@@ -142,7 +149,8 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         ),
     ),
     _entry(
-        "llama3", "Llama 3", "Megatron-Bridge llama3 recipes (pad_seq_to_mult = 2*CP when CP>1)", ("llama", "llama-3"),
+        "llama3", "Llama 3", "Megatron-Bridge llama3 recipes (pad_seq_to_mult = 2*CP when CP>1)",
+        ("llama", "llama-3", "llama3.1", "llama-3.1", "llama3.2", "llama-3.2"),
         offline=("supported", "recipes pin pad_seq_to_mult = 2*CP when CP>1"),
     ),
     _entry(
@@ -159,6 +167,65 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         in_batch=("caveat", "packs only at step time (defer_in_batch_packing_to_step required), one whole shard per pack"),
     ),
 )
+
+def _offline_recipes(
+    family: str,
+    name: str,
+    modules: str,
+    aliases: tuple[str, ...],
+    count: int,
+    pins: tuple[tuple[str, int, int], ...],
+    mtp: int = 0,
+) -> FamilyEntry:
+    """A family whose ``count`` Bridge recipes pack offline; ``pins`` are (recipe, pad_seq_to_mult, CP) examples."""
+    plural = "recipe" if count == 1 else "recipes"
+    mtp_note = f", with MTP={mtp} (the MTP rules apply)" if mtp else ""
+    named = ", ".join(f"{recipe} pins pad_seq_to_mult={mult} (CP{cp})" for recipe, mult, cp in pins)
+    evidence = "Megatron-Bridge " + "; ".join(f"recipes/{m}.py" for m in modules.split())
+    return _entry(family, name, evidence, aliases,
+                  offline=("supported", f"offline packed SFT in {count} {plural}{mtp_note}; {named}"))
+
+
+#: Families whose Megatron-Bridge recipes (converted in tests/upstream/recipes, upstream commit 067f987) turn
+#: offline packed SFT on with no recorded exception. Each note names recipes with the pad_seq_to_mult and CP they
+#: pin; tests/upstream/test_model_support_recipes.py checks every such claim against the converted recipes.
+_OFFLINE_RECIPES: tuple[FamilyEntry, ...] = (
+    _offline_recipes("qwen3", "Qwen3 (dense)", "qwen/h100/qwen3", ("qwen-3",), 14, (
+        ("qwen3_8b_sft_4gpu_h100_bf16_config", 1, 1), ("qwen3_8b_sft_8gpu_h100_bf16_32k_config", 8, 2),
+        ("qwen3_600m_sft_8gpu_h100_bf16_128k_config", 16, 8))),
+    _offline_recipes("qwen3_moe", "Qwen3 MoE (30B-A3B, 235B-A22B)", "qwen/h100/qwen3_moe", ("qwen3-moe", "qwen-3-moe"),
+                     5, (("qwen3_30b_a3b_sft_8gpu_h100_bf16_config", 4, 1),
+                         ("qwen3_235b_a22b_sft_64gpu_h100_bf16_config", 1, 1))),
+    _offline_recipes("qwen25", "Qwen2.5", "qwen/h100/qwen2", ("qwen2.5", "qwen-2.5"), 12,
+                     (("qwen25_7b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("qwen2", "Qwen2", "qwen/h100/qwen2", ("qwen-2",), 8, (("qwen2_7b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("glm5", "GLM-5.2", "glm/h100/glm5 glm/gb200/glm5", ("glm-5", "glm52", "glm-5.2"), 6, (
+        ("glm52_peft_208gpu_h100_bf16_config", 4, 1), ("glm52_sft_416gpu_h100_bf16_config", 32, 16),
+        ("glm52_sft_608gpu_h100_bf16_200k_config", 64, 32)), mtp=1),
+    _offline_recipes("minimax_m3", "MiniMax-M3", "minimax/h100/minimax_m3", ("minimax-m3",), 1,
+                     (("minimax_m3_sft_128gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("moonlight", "Moonlight-16B", "moonlight/h100/moonlight_16b", ("moonlight-16b",), 5, (
+        ("moonlight_16b_sft_8gpu_h100_bf16_config", 4, 1), ("moonlight_16b_sft_8gpu_h100_bf16_8k_config", 4, 2))),
+    _offline_recipes("olmoe", "OLMoE", "olmoe/h100/olmoe_7b", (), 2, (("olmoe_7b_sft_8gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("exaone4", "EXAONE 4.0", "exaone/h100/exaone4", ("exaone-4", "exaone-4.0"), 2,
+                     (("exaone4_1p2b_sft_1gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("exaone_moe", "K-EXAONE MoE", "exaone/h100/exaone_moe", ("exaone-moe", "k-exaone"), 4,
+                     (("exaone_moe_236b_a23b_sft_64gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotronh", "Nemotron-H", "nemotronh/h100/nemotronh", ("nemotron-h",), 8,
+                     (("nemotronh_8b_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotron_nano_v2", "Nemotron Nano V2", "nemotronh/h100/nemotron_nano_v2", ("nemotron-nano-v2",),
+                     4, (("nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config", 1, 1),)),
+    _offline_recipes("nemotron3_nano", "Nemotron-3 Nano (30B-A3B, 4B)",
+                     "nemotronh/h100/nemotron_3_nano nemotronh/h100/nemotron_3_nano_4b", ("nemotron-3-nano",), 5, (
+                         ("nemotron_3_nano_sft_8gpu_h100_bf16_config", 1, 1),
+                         ("nemotron_3_nano_4b_sft_8gpu_h100_bf16_32k_config", 4, 2))),
+    _offline_recipes("nemotron35_lightning", "Nemotron 3.5 Lightning", "nemotronh/h100/nemotron_3_nano",
+                     ("nemotron-3.5-lightning",), 4,
+                     (("nemotron_3_5_lightning_sft_openmathinstruct2_packed_config", 2, 1),), mtp=2),
+    _offline_recipes("nemotron3_ultra", "Nemotron-3 Ultra", "nemotronh/h100/nemotron_3_ultra", ("nemotron-3-ultra",),
+                     2, (("nemotron_3_ultra_sft_192gpu_h100_bf16_openmathinstruct2_packed_config", 1, 1),), mtp=2),
+)
+FAMILIES = FAMILIES + _OFFLINE_RECIPES
 
 _BY_NAME: dict[str, FamilyEntry] = {}
 for _e in FAMILIES:

@@ -224,6 +224,8 @@ def packing_path(config: dict[str, Any]) -> str:
     d = config.get("dataset", {})
     if d.get("enable_offline_packing"):
         return "offline"
+    if d.get("enable_global_batch_packing"):  # seqpack's own switch; no Bridge recipe sets it at 067f987
+        return "global_batch"
     if d.get("enable_in_batch_packing"):
         return "in_batch_deferred" if d.get("defer_in_batch_packing_to_step") else "in_batch"
     if d.get("kind") == "energon" and d.get("packing_buffer_size") is not None:
