@@ -296,7 +296,8 @@ def assistant_spans(
         reasoning: list[tuple[int, int]] = []
         answer_start = answer[0].start if answer else last
         if thoughts:
-            reasoning.append((start, answer_start if answer else _reasoning_end(real_text, last, end)))
+            reasoning.append((start, _answer_header_end(real_text, thoughts, answer_start, header) if answer
+                              else _reasoning_end(real_text, last, end)))
         elif THINK_CLOSE in real_text[start:answer_start]:
             # an empty reasoning block written by the template: part of the header, never trained
             close = real_text.rindex(THINK_CLOSE, start, answer_start) + len(THINK_CLOSE)
@@ -305,6 +306,21 @@ def assistant_spans(
             start = close
         turns.append(TurnSpan(start, max(end, last), k, reasoning))
     return _clip(turns)
+
+
+def _answer_header_end(real_text: str, thoughts: Sequence[PieceSpan], answer_start: int, header: str) -> int:
+    """Where the reasoning part of a turn ends: the answer, or the end of the answer's own turn header.
+
+    A template that writes reasoning as a message of its own (GPT-OSS: an ``analysis`` message,
+    then ``<|start|>assistant`` and the ``final`` channel) puts a full turn header between the last
+    reasoning run and the answer; the reasoning part runs through that header, and the channel
+    markup after it belongs to the answer (the model emits it whether or not reasoning is trained).
+    """
+    before = [t.end for t in thoughts if t.end <= answer_start]
+    if not header or not before:
+        return answer_start
+    at = real_text.rfind(header, max(before), answer_start)
+    return at + len(header) if at >= 0 else answer_start
 
 
 def _reasoning_end(real_text: str, last: int, end: int) -> int:
