@@ -115,7 +115,7 @@ def turn_ends(tok, entry: dict) -> dict[str, str]:
     return {"last": eos, "earlier": eos, **entry.get("turn_end", {})}
 
 
-def expected_runs(tok, row: dict, reasoning: str, entry: dict) -> list[tuple[str, list[str]]]:
+def expected_runs(tok, row: dict, reasoning: str, entry: dict) -> list[tuple[str, list]]:
     """Per rendered assistant turn: (exact text or "" when template-specific, strings it must contain).
 
     ``answer_prefix`` (families.json) is the channel markup the template writes between the turn
@@ -131,6 +131,8 @@ def expected_runs(tok, row: dict, reasoning: str, entry: dict) -> list[tuple[str
             # ends with the template's own closing token (DeepSeek-V3's template closes a single call
             # with <｜tool▁call▁end｜> and never writes the end of sentence: trained as rendered)
             out.append(("", ["get_weather", "Paris", *([ends["tool_call"]] if "tool_call" in ends else [])]))
+            if "tool_call" in ends:  # the run ends with the call's own closing marker, nothing after it
+                out[-1][1].append(("end", ends["tool_call"]))
             continue
         eos = ends["last"] if i == len(assistants) - 1 else ends["earlier"]
         answer = content.split("</think>")[-1].strip()
@@ -155,7 +157,10 @@ def check_sequence(tok, row: dict, ids: np.ndarray, mask: np.ndarray, reasoning:
         if exact:
             assert run.strip() == exact and run.lstrip() == run.lstrip(" "), (run, exact)
         for part in parts:
-            assert part in run, (part, run)
+            if isinstance(part, tuple):
+                assert run.endswith(part[1]), (part, run)
+            else:
+                assert part in run, (part, run)
         info = tok.chat_info()
         assert any(run.endswith(e) for e in (*info.end_markers, *info.specials)), run
         for other in others:

@@ -13,7 +13,9 @@ an assistant turn owns, the conversation is rendered twice, each exactly once:
 :func:`align` walks ``S``: its literal text must equal ``R`` character for character, and each
 marker stands for its run (verbatim or JSON-escaped, as ``tojson`` writes it). The result is the
 exact character span of every run in ``R``; a run the template dropped (Qwen3 strips the reasoning
-of earlier turns) has no marker in ``S`` and no span. When the template rewrites text in a way the
+of earlier turns) has no marker in ``S`` and no span. A run the template writes twice is its
+message's at its first place only; the copy belongs to no message (GPT-OSS repeats the called
+tool's name in the header of the tool-result message, which must not be trained with the call). When the template rewrites text in a way the
 markers cannot follow, :func:`search_pieces` locates each run in order in ``R`` instead.
 
 :func:`assistant_spans` turns the runs of each assistant message into its **trained span**: from
@@ -116,8 +118,8 @@ def sentinel_messages(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str
     """A marker copy of template-ready message dicts and the pieces its markers stand for.
 
     ``None`` when a text already contains the private-use marker characters (then only
-    :func:`search_pieces` applies). Tool-call arguments given as JSON objects are left as they are:
-    ``tojson`` renders them identically in both renderings.
+    :func:`search_pieces` applies). Tool-call arguments given as JSON objects keep their keys,
+    numbers and booleans; their string values are marked like any other run.
     """
     marks = _Sentinels()
     out: list[dict[str, Any]] = []
@@ -147,7 +149,25 @@ def _marked_call(call: dict[str, Any], k: int, marks: _Sentinels) -> dict[str, A
         fn["name"] = marks.text(fn["name"], k, "tool_call")
     if isinstance(fn.get("arguments"), str):
         fn["arguments"] = marks.text(fn["arguments"], k, "tool_call")
+    elif isinstance(fn.get("arguments"), dict):
+        fn["arguments"] = _marked_values(fn["arguments"], k, marks)
     return {**call, "function": fn}
+
+
+def _marked_values(value: Any, k: int, marks: _Sentinels) -> Any:
+    """``value`` (JSON-like arguments) with every string value marked; keys, numbers and booleans kept.
+
+    The markers locate the arguments, so a turn whose template writes its closing marker after
+    them (GPT-OSS: ``...<|message|>{"city": "Paris"}<|call|>``) ends there, not at the first
+    special token after the tool's name.
+    """
+    if isinstance(value, str):
+        return marks.text(value, k, "tool_call")
+    if isinstance(value, dict):
+        return {key: _marked_values(v, k, marks) for key, v in value.items()}
+    if isinstance(value, list):
+        return [_marked_values(v, k, marks) for v in value]
+    return value
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -183,6 +203,7 @@ def align(sentinel_text: str, real_text: str, pieces: Sequence[Piece]) -> list[P
     """Spans of the marked pieces in ``real_text``, or ``None`` if the two renderings disagree."""
     spans: list[PieceSpan] = []
     marks = list(_SENTINEL_RE.finditer(sentinel_text))
+    seen: set[int] = set()
     pos = 0
     last = 0
     for i, m in enumerate(marks):
@@ -200,7 +221,9 @@ def align(sentinel_text: str, real_text: str, pieces: Sequence[Piece]) -> list[P
                 break
         else:
             return None
-        spans.append(PieceSpan(pos, pos + len(form), piece.message, piece.kind))
+        if n not in seen:  # a later copy (GPT-OSS names the tool-result message after the call) is nobody's run
+            spans.append(PieceSpan(pos, pos + len(form), piece.message, piece.kind))
+            seen.add(n)
         pos += len(form)
         last = m.end()
     if sentinel_text[last:] != real_text[pos:]:
