@@ -338,3 +338,19 @@ def test_sequence_check_catches_a_trained_header_or_a_missing_end_marker():
         check_sequence(tok, row, ids, no_end, "train", FAMILIES["qwen3"])
     with pytest.raises(AssertionError):
         check_sequence(tok, row, ids, np.ones_like(mask), "train", FAMILIES["qwen3"])
+
+
+@pytest.mark.parametrize("args", [{}, {"n": 3}, {"flags": [True, False], "k": None}])
+def test_gptoss_tool_call_without_string_arguments_ends_at_its_call_marker(args):
+    """Arguments with no string value are located as tojson writes them: the call is trained through <|call|>."""
+    tok = tokenizer_for("gptoss")
+    row = {"tools": [WEATHER_TOOL], "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                              "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}
+    s = tokenize_row(row, ChatSchema(), tok, max_length=4096)
+    runs = [tok.decode(r) for r in trained_runs(s.input_ids, s.loss_mask)]
+    rendered = json.dumps(args, ensure_ascii=False)
+    assert runs[0].endswith(f"<|message|>{rendered}<|call|>") and "get_weather" in runs[0], runs
+    assert runs[1:] == ["<|channel|>final<|message|>ok<|return|>"] and "sunny" not in "".join(runs)

@@ -292,6 +292,56 @@ def _turn_end(real_text: str, lo: int, hi: int, end_markers: Sequence[str], spec
     return lo
 
 
+class UnlocatedArguments(ValueError):
+    """Tool-call arguments the template renders but :func:`string_free_arguments` cannot find."""
+
+    def __init__(self, message: int, text: str) -> None:
+        super().__init__(text)
+        self.message = message
+
+
+def string_free_arguments(
+    real_text: str, spans: Sequence[PieceSpan], messages: Sequence[dict[str, Any]]
+) -> list[PieceSpan]:
+    """Spans of tool-call arguments that hold no string value (``{}``, ``{"n": 3}``), added to ``spans``.
+
+    Marked runs locate arguments through their string values; arguments without one would leave the
+    call's trained span ending after the tool's name (GPT-OSS writes ``<|channel|>`` there and the
+    arguments and ``<|call|>`` after it). Each such object is looked for, as the template's
+    ``tojson`` writes it, between its call's name and the next message's first run. An object whose
+    keys are rendered there but that matches no known JSON form raises :class:`UnlocatedArguments`
+    (the caller refuses the row); one the template does not render at all adds nothing.
+    """
+    ordered = sorted(spans, key=lambda s: (s.start, s.end))
+    added: list[PieceSpan] = []
+    for k, msg in enumerate(messages):
+        cursor = 0
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            name, args = fn.get("name"), fn.get("arguments")
+            own = [s for s in ordered if s.message == k and s.kind == "tool_call" and s.start >= cursor]
+            at_name = next((s for s in own if isinstance(name, str) and real_text[s.start : s.end] == name), None)
+            if at_name is None:
+                continue
+            cursor = at_name.end
+            if not isinstance(args, (dict, list)) or any(True for _ in _strings(args)):
+                continue
+            limit = min((s.start for s in ordered if s.message != k and s.start >= cursor), default=len(real_text))
+            forms = dict.fromkeys(json.dumps(args, ensure_ascii=False, sort_keys=sort, separators=sep)
+                                  for sort in (False, True) for sep in ((", ", ": "), (",", ":")))
+            found = [(real_text.find(f, cursor, limit), f) for f in forms]
+            found = [(at, f) for at, f in found if at >= 0]
+            if found:
+                at, form = min(found)
+                added.append(PieceSpan(at, at + len(form), k, "tool_call"))
+                cursor = at + len(form)
+            elif isinstance(args, dict) and any(json.dumps(key) in real_text[cursor:limit] for key in args):
+                raise UnlocatedArguments(k, f"the arguments of tool call {name!r} in message {k} are rendered "
+                                         "in a form seqpack cannot locate, so the end of the call cannot be "
+                                         "attributed")
+    return [*spans, *added]
+
+
 def assistant_spans(
     real_text: str,
     spans: Sequence[PieceSpan],
