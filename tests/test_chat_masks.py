@@ -291,3 +291,27 @@ def test_prompt_completion_batch_equals_row_by_row(rows, max_length, truncation,
         assert (got.prompt_length, got.original_length, got.truncated) == (
             single.prompt_length, single.original_length, single.truncated)
     assert batch.ids.dtype == np.int32 and batch.loss_mask.dtype == np.uint8
+
+
+def test_string_free_arguments_are_located_or_refused():
+    """Tool-call arguments without a string value get a span where tojson wrote them; keys rendered in an
+    unknown form are refused (the call's end could not be attributed); arguments never rendered add nothing."""
+    msgs = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"n": 3}}}]},
+            {"role": "tool", "content": "r"}]
+    text = "U:q|A:f args={\"n\": 3}<call>|T:r"
+    spans = [cm.PieceSpan(2, 3, 0, "content"), cm.PieceSpan(text.index("f args"), text.index("f args") + 1, 1, "tool_call"),
+             cm.PieceSpan(len(text) - 1, len(text), 2, "content")]
+    out = cm.string_free_arguments(text, spans, msgs)
+    (extra,) = [s for s in out if s not in spans]
+    assert text[extra.start:extra.end] == '{"n": 3}' and extra.message == 1
+    # the key is rendered, the object in a form no tojson writes: refused
+    odd = text.replace('{"n": 3}', '{ "n" = 3 }')
+    with pytest.raises(cm.UnlocatedArguments) as err:
+        cm.string_free_arguments(odd, spans, msgs)
+    assert err.value.message == 1
+    # a template that never renders the arguments: nothing to add, nothing refused
+    bare = "U:q|A:f<call>|T:r"
+    bare_spans = [cm.PieceSpan(2, 3, 0, "content"), cm.PieceSpan(6, 7, 1, "tool_call"),
+                  cm.PieceSpan(len(bare) - 1, len(bare), 2, "content")]
+    assert cm.string_free_arguments(bare, bare_spans, msgs) == bare_spans

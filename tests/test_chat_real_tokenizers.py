@@ -11,6 +11,7 @@ rendering and the generation-block mask are compared with its ``apply_chat_templ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from reference_impl.data.chat_render import RENDER_DATE
 from reference_impl.data.schemas import ChatSchema
 from reference_impl.data.tokenize import tokenize_batch, tokenize_row
 
@@ -107,32 +109,47 @@ def trained_runs(ids: np.ndarray, mask: np.ndarray) -> list[list[int]]:
     return runs
 
 
-def expected_runs(tok, row: dict, reasoning: str) -> list[tuple[str, list[str]]]:
-    """Per rendered assistant turn: (exact text or "" when template-specific, strings it must contain)."""
-    text = tok.render(ChatSchema().extract(row), tools=ChatSchema().extract_tools(row))
+def turn_ends(tok, entry: dict) -> dict[str, str]:
+    """The end-of-turn marker each kind of assistant turn is trained with (``turn_end`` in families.json, else EOS)."""
     eos = tok.chat_info().end_markers[0]
+    return {"last": eos, "earlier": eos, **entry.get("turn_end", {})}
+
+
+def expected_runs(tok, row: dict, reasoning: str, entry: dict) -> list[tuple[str, list]]:
+    """Per rendered assistant turn: (exact text or "" when template-specific, strings it must contain).
+
+    ``answer_prefix`` (families.json) is the channel markup the template writes between the turn
+    header and the answer (GPT-OSS: ``<|channel|>final<|message|>``): the model emits it, so it is trained.
+    """
+    text = tok.render(ChatSchema().extract(row), tools=ChatSchema().extract_tools(row))
+    ends, prefix = turn_ends(tok, entry), entry.get("answer_prefix", "")
+    assistants = [m for m in row["messages"] if m["role"] == "assistant"]
     out = []
-    for msg in row["messages"]:
-        if msg["role"] != "assistant":
-            continue
+    for i, msg in enumerate(assistants):
         content = msg.get("content") or ""
         if msg.get("tool_calls"):
             # ends with the template's own closing token (DeepSeek-V3's template closes a single call
             # with <｜tool▁call▁end｜> and never writes the end of sentence: trained as rendered)
-            out.append(("", ["get_weather", "Paris"]))
+            out.append(("", ["get_weather", "Paris", *([ends["tool_call"]] if "tool_call" in ends else [])]))
+            if "tool_call" in ends:  # the run ends with the call's own closing marker, nothing after it
+                out[-1][1].append(("end", ends["tool_call"]))
             continue
+        eos = ends["last"] if i == len(assistants) - 1 else ends["earlier"]
         answer = content.split("</think>")[-1].strip()
         thought = msg.get("reasoning_content") or (content.split("</think>")[0].split("<think>")[-1].strip() if "</think>" in content else "")
+        # the channel markup is reasoning when an inline <think> block precedes the answer inside the
+        # same message; a reasoning field rendered as its own message (GPT-OSS analysis) leaves it to the answer
+        lead = prefix if not thought or msg.get("reasoning_content") or thought not in text else ""
         if thought and thought in text and reasoning == "train":
             out.append(("", [thought, answer, eos]))
         else:
-            out.append((answer + eos, []))
+            out.append((lead + answer + eos, []))
     return out
 
 
-def check_sequence(tok, row: dict, ids: np.ndarray, mask: np.ndarray, reasoning: str) -> None:
+def check_sequence(tok, row: dict, ids: np.ndarray, mask: np.ndarray, reasoning: str, entry: dict) -> None:
     runs = [tok.decode(r) for r in trained_runs(ids, mask)]
-    wanted = expected_runs(tok, row, reasoning)
+    wanted = expected_runs(tok, row, reasoning, entry)
     assert len(runs) == len(wanted), (runs, wanted)
     others = [m["content"] for m in row["messages"] if m["role"] != "assistant"]
     headers = [h for h in (tok.chat_info().header.strip(),) if h]
@@ -140,13 +157,21 @@ def check_sequence(tok, row: dict, ids: np.ndarray, mask: np.ndarray, reasoning:
         if exact:
             assert run.strip() == exact and run.lstrip() == run.lstrip(" "), (run, exact)
         for part in parts:
-            assert part in run, (part, run)
+            if isinstance(part, tuple):
+                assert run.endswith(part[1]), (part, run)
+            else:
+                assert part in run, (part, run)
         info = tok.chat_info()
         assert any(run.endswith(e) for e in (*info.end_markers, *info.specials)), run
         for other in others:
             assert other not in run, (other, run)
         for header in headers:
-            assert header not in run, (header, run)
+            # a turn header may only sit between the reasoning and the answer (GPT-OSS writes the
+            # analysis as a message of its own, and the model emits the next header itself)
+            assert not run.lstrip().startswith(header), (header, run)
+            if header in run:
+                assert parts and len(parts) == 3 and run.count(header) == 1, (header, run)
+                assert run.index(parts[0]) + len(parts[0]) <= run.index(header) < run.rindex(parts[1]), (header, run)
     if reasoning == "mask":
         assert not any(REASONING in r for r in runs)
 
@@ -175,7 +200,7 @@ def test_packed_chats_train_exactly_the_assistant_turns(family, tmp_path):
                 seq = ids[a:b]
                 mask = np.concatenate([[0], rolled[a : b - 1]])  # unroll: entry i trains label i+1
                 row = singles[tuple(seq.tolist())]
-                check_sequence(tok, row, seq, mask, reasoning)
+                check_sequence(tok, row, seq, mask, reasoning, FAMILIES[family])
                 seen += 1
         reader.close()
         assert seen == len(rows)
@@ -234,6 +259,23 @@ def test_batch_and_row_tokenization_agree_on_real_tokenizers():
 
 
 # ----------------------------------------------------------------------------- transformers cross-check
+@contextlib.contextmanager
+def pinned_transformers_date():
+    """Make transformers' ``strftime_now`` format :data:`RENDER_DATE` (ours) instead of today."""
+    import datetime as dt
+    from unittest import mock
+
+    from transformers.utils import chat_template_utils
+
+    class Pinned(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):  # noqa: ARG003
+            return RENDER_DATE
+
+    with mock.patch.object(chat_template_utils, "datetime", Pinned):
+        yield
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_rendering_matches_transformers(family):
     tok = tokenizer_for(family)
@@ -244,10 +286,11 @@ def test_rendering_matches_transformers(family):
         if any(m.get("content", "") is None for m in row["messages"]):
             continue  # transformers 5 drops null contents, which DeepSeek-V3's template reads for tool calls
         ours = tok.render(schema.extract(row), tools=schema.extract_tools(row))
-        theirs = hf.apply_chat_template(
-            [m.to_dict() for m in schema.extract(row)], tools=schema.extract_tools(row), chat_template=tok.chat_template,
-            tokenize=False, bos_token=tok.bos_token or "", eos_token=tok.eos_token or "", date_string="26 Jul 2024",
-        )
+        with pinned_transformers_date():  # GPT-OSS prints strftime_now's date: transformers' is today's
+            theirs = hf.apply_chat_template(
+                [m.to_dict() for m in schema.extract(row)], tools=schema.extract_tools(row), chat_template=tok.chat_template,
+                tokenize=False, bos_token=tok.bos_token or "", eos_token=tok.eos_token or "", date_string="26 Jul 2024",
+            )
         assert ours == theirs
 
 
@@ -282,16 +325,32 @@ def test_sequence_check_catches_a_trained_header_or_a_missing_end_marker():
     row = conversations(FAMILIES["qwen3"])[1]
     s = tokenize_row(row, ChatSchema(), tok, max_length=4096)
     ids, mask = s.input_ids, s.loss_mask.copy()
-    check_sequence(tok, row, ids, mask, "train")  # the real mask passes
+    check_sequence(tok, row, ids, mask, "train", FAMILIES["qwen3"])  # the real mask passes
     first = int(np.flatnonzero(mask)[0])
     with_header = mask.copy()
     with_header[first - 1] = 1  # the "\n" ending "<|im_start|>assistant\n" (same run, header text)
     with_header[first - 2] = 1
     with pytest.raises(AssertionError):
-        check_sequence(tok, row, ids, with_header, "train")
+        check_sequence(tok, row, ids, with_header, "train", FAMILIES["qwen3"])
     no_end = mask.copy()
     no_end[int(np.flatnonzero(mask)[-1])] = 0
     with pytest.raises(AssertionError):
-        check_sequence(tok, row, ids, no_end, "train")
+        check_sequence(tok, row, ids, no_end, "train", FAMILIES["qwen3"])
     with pytest.raises(AssertionError):
-        check_sequence(tok, row, ids, np.ones_like(mask), "train")
+        check_sequence(tok, row, ids, np.ones_like(mask), "train", FAMILIES["qwen3"])
+
+
+@pytest.mark.parametrize("args", [{}, {"n": 3}, {"flags": [True, False], "k": None}])
+def test_gptoss_tool_call_without_string_arguments_ends_at_its_call_marker(args):
+    """Arguments with no string value are located as tojson writes them: the call is trained through <|call|>."""
+    tok = tokenizer_for("gptoss")
+    row = {"tools": [WEATHER_TOOL], "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                              "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}
+    s = tokenize_row(row, ChatSchema(), tok, max_length=4096)
+    runs = [tok.decode(r) for r in trained_runs(s.input_ids, s.loss_mask)]
+    rendered = json.dumps(args, ensure_ascii=False)
+    assert runs[0].endswith(f"<|message|>{rendered}<|call|>") and "get_weather" in runs[0], runs
+    assert runs[1:] == ["<|channel|>final<|message|>ok<|return|>"] and "sunny" not in "".join(runs)

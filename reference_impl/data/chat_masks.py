@@ -13,7 +13,9 @@ an assistant turn owns, the conversation is rendered twice, each exactly once:
 :func:`align` walks ``S``: its literal text must equal ``R`` character for character, and each
 marker stands for its run (verbatim or JSON-escaped, as ``tojson`` writes it). The result is the
 exact character span of every run in ``R``; a run the template dropped (Qwen3 strips the reasoning
-of earlier turns) has no marker in ``S`` and no span. When the template rewrites text in a way the
+of earlier turns) has no marker in ``S`` and no span. A run the template writes twice is its
+message's at its first place only; the copy belongs to no message (GPT-OSS repeats the called
+tool's name in the header of the tool-result message, which must not be trained with the call). When the template rewrites text in a way the
 markers cannot follow, :func:`search_pieces` locates each run in order in ``R`` instead.
 
 :func:`assistant_spans` turns the runs of each assistant message into its **trained span**: from
@@ -116,8 +118,8 @@ def sentinel_messages(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str
     """A marker copy of template-ready message dicts and the pieces its markers stand for.
 
     ``None`` when a text already contains the private-use marker characters (then only
-    :func:`search_pieces` applies). Tool-call arguments given as JSON objects are left as they are:
-    ``tojson`` renders them identically in both renderings.
+    :func:`search_pieces` applies). Tool-call arguments given as JSON objects keep their keys,
+    numbers and booleans; their string values are marked like any other run.
     """
     marks = _Sentinels()
     out: list[dict[str, Any]] = []
@@ -147,7 +149,25 @@ def _marked_call(call: dict[str, Any], k: int, marks: _Sentinels) -> dict[str, A
         fn["name"] = marks.text(fn["name"], k, "tool_call")
     if isinstance(fn.get("arguments"), str):
         fn["arguments"] = marks.text(fn["arguments"], k, "tool_call")
+    elif isinstance(fn.get("arguments"), dict):
+        fn["arguments"] = _marked_values(fn["arguments"], k, marks)
     return {**call, "function": fn}
+
+
+def _marked_values(value: Any, k: int, marks: _Sentinels) -> Any:
+    """``value`` (JSON-like arguments) with every string value marked; keys, numbers and booleans kept.
+
+    The markers locate the arguments, so a turn whose template writes its closing marker after
+    them (GPT-OSS: ``...<|message|>{"city": "Paris"}<|call|>``) ends there, not at the first
+    special token after the tool's name.
+    """
+    if isinstance(value, str):
+        return marks.text(value, k, "tool_call")
+    if isinstance(value, dict):
+        return {key: _marked_values(v, k, marks) for key, v in value.items()}
+    if isinstance(value, list):
+        return [_marked_values(v, k, marks) for v in value]
+    return value
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -183,6 +203,7 @@ def align(sentinel_text: str, real_text: str, pieces: Sequence[Piece]) -> list[P
     """Spans of the marked pieces in ``real_text``, or ``None`` if the two renderings disagree."""
     spans: list[PieceSpan] = []
     marks = list(_SENTINEL_RE.finditer(sentinel_text))
+    seen: set[int] = set()
     pos = 0
     last = 0
     for i, m in enumerate(marks):
@@ -200,7 +221,9 @@ def align(sentinel_text: str, real_text: str, pieces: Sequence[Piece]) -> list[P
                 break
         else:
             return None
-        spans.append(PieceSpan(pos, pos + len(form), piece.message, piece.kind))
+        if n not in seen:  # a later copy (GPT-OSS names the tool-result message after the call) is nobody's run
+            spans.append(PieceSpan(pos, pos + len(form), piece.message, piece.kind))
+            seen.add(n)
         pos += len(form)
         last = m.end()
     if sentinel_text[last:] != real_text[pos:]:
@@ -269,6 +292,56 @@ def _turn_end(real_text: str, lo: int, hi: int, end_markers: Sequence[str], spec
     return lo
 
 
+class UnlocatedArguments(ValueError):
+    """Tool-call arguments the template renders but :func:`string_free_arguments` cannot find."""
+
+    def __init__(self, message: int, text: str) -> None:
+        super().__init__(text)
+        self.message = message
+
+
+def string_free_arguments(
+    real_text: str, spans: Sequence[PieceSpan], messages: Sequence[dict[str, Any]]
+) -> list[PieceSpan]:
+    """Spans of tool-call arguments that hold no string value (``{}``, ``{"n": 3}``), added to ``spans``.
+
+    Marked runs locate arguments through their string values; arguments without one would leave the
+    call's trained span ending after the tool's name (GPT-OSS writes ``<|channel|>`` there and the
+    arguments and ``<|call|>`` after it). Each such object is looked for, as the template's
+    ``tojson`` writes it, between its call's name and the next message's first run. An object whose
+    keys are rendered there but that matches no known JSON form raises :class:`UnlocatedArguments`
+    (the caller refuses the row); one the template does not render at all adds nothing.
+    """
+    ordered = sorted(spans, key=lambda s: (s.start, s.end))
+    added: list[PieceSpan] = []
+    for k, msg in enumerate(messages):
+        cursor = 0
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            name, args = fn.get("name"), fn.get("arguments")
+            own = [s for s in ordered if s.message == k and s.kind == "tool_call" and s.start >= cursor]
+            at_name = next((s for s in own if isinstance(name, str) and real_text[s.start : s.end] == name), None)
+            if at_name is None:
+                continue
+            cursor = at_name.end
+            if not isinstance(args, (dict, list)) or any(True for _ in _strings(args)):
+                continue
+            limit = min((s.start for s in ordered if s.message != k and s.start >= cursor), default=len(real_text))
+            forms = dict.fromkeys(json.dumps(args, ensure_ascii=False, sort_keys=sort, separators=sep)
+                                  for sort in (False, True) for sep in ((", ", ": "), (",", ":")))
+            found = [(real_text.find(f, cursor, limit), f) for f in forms]
+            found = [(at, f) for at, f in found if at >= 0]
+            if found:
+                at, form = min(found)
+                added.append(PieceSpan(at, at + len(form), k, "tool_call"))
+                cursor = at + len(form)
+            elif isinstance(args, dict) and any(json.dumps(key) in real_text[cursor:limit] for key in args):
+                raise UnlocatedArguments(k, f"the arguments of tool call {name!r} in message {k} are rendered "
+                                         "in a form seqpack cannot locate, so the end of the call cannot be "
+                                         "attributed")
+    return [*spans, *added]
+
+
 def assistant_spans(
     real_text: str,
     spans: Sequence[PieceSpan],
@@ -296,7 +369,8 @@ def assistant_spans(
         reasoning: list[tuple[int, int]] = []
         answer_start = answer[0].start if answer else last
         if thoughts:
-            reasoning.append((start, answer_start if answer else _reasoning_end(real_text, last, end)))
+            reasoning.append((start, _answer_header_end(real_text, thoughts, answer_start, header) if answer
+                              else _reasoning_end(real_text, last, end)))
         elif THINK_CLOSE in real_text[start:answer_start]:
             # an empty reasoning block written by the template: part of the header, never trained
             close = real_text.rindex(THINK_CLOSE, start, answer_start) + len(THINK_CLOSE)
@@ -305,6 +379,21 @@ def assistant_spans(
             start = close
         turns.append(TurnSpan(start, max(end, last), k, reasoning))
     return _clip(turns)
+
+
+def _answer_header_end(real_text: str, thoughts: Sequence[PieceSpan], answer_start: int, header: str) -> int:
+    """Where the reasoning part of a turn ends: the answer, or the end of the answer's own turn header.
+
+    A template that writes reasoning as a message of its own (GPT-OSS: an ``analysis`` message,
+    then ``<|start|>assistant`` and the ``final`` channel) puts a full turn header between the last
+    reasoning run and the answer; the reasoning part runs through that header, and the channel
+    markup after it belongs to the answer (the model emits it whether or not reasoning is trained).
+    """
+    before = [t.end for t in thoughts if t.end <= answer_start]
+    if not header or not before:
+        return answer_start
+    at = real_text.rfind(header, max(before), answer_start)
+    return at + len(header) if at >= 0 else answer_start
 
 
 def _reasoning_end(real_text: str, last: int, end: int) -> int:

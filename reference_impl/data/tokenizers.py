@@ -537,6 +537,12 @@ class HFTokenizer:
             method = "generation"
             turns = cm.generation_turns(blocks, spans, roles)
         else:
+            try:
+                spans = cm.string_free_arguments(text, spans, dicts)
+            except cm.UnlocatedArguments as exc:
+                raise InputError(str(exc), field=f"messages[{exc.message}].tool_calls",
+                                 fix="give the tool call a string-valued argument, or use a template with "
+                                 "{% generation %} blocks") from None
             turns = cm.assistant_spans(
                 text, spans, roles, header=info.header, end_markers=info.end_markers, specials=info.specials
             )
