@@ -239,16 +239,18 @@ def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any
 def _padding_mask_mismatches(batches: list[dict[str, Any]]) -> int:
     """Batches whose ``padding_mask`` (what Megatron-Core's MoE router reads) is not "outside every
     sequence's real tokens" by the boundaries; the reference router derives padding from those."""
-    import torch
+    import numpy as np
+
+    from reference_impl.packing.thd import padding_mask_from_lengths
 
     bad = 0
     for b in batches:
         if "padding_mask" not in b:
             continue
-        expected = torch.ones(b["tokens"].shape[1], dtype=torch.bool)
-        for start, _, real in _sequences(b):
-            expected[start : start + real] = False
-        bad += not torch.equal(b["padding_mask"][0].to(torch.bool), expected)
+        seqs = _sequences(b)
+        expected = padding_mask_from_lengths(np.array([s for s, _, _ in seqs]), np.array([r for _, _, r in seqs]),
+                                             int(b["tokens"].shape[1]))
+        bad += not np.array_equal(b["padding_mask"][0].cpu().numpy().astype(bool), expected)
     return bad
 
 

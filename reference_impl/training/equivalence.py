@@ -58,6 +58,7 @@ __all__ = [
     "packed_row",
     "perturbation_leak",
     "run_rows",
+    "stack_chunks",
     "stack_rows",
     "unpacked_row",
 ]
@@ -211,7 +212,7 @@ def stack_rows(rows: Sequence[Row]) -> TokenRows:
     )
 
 
-def _chunks(rows: Sequence[Row], budget: int) -> list[list[int]]:
+def stack_chunks(rows: Sequence[Row], budget: int) -> list[list[int]]:
     """Indices of ``rows`` in chunks of at most ``budget`` query-key pairs (longest rows first; a row
     longer than the budget gets a chunk of its own)."""
     order = sorted(range(len(rows)), key=lambda i: -rows[i].length)
@@ -258,7 +259,7 @@ def run_rows(model: EquivalenceModel, rows: Sequence[Row], weights: torch.Tensor
     keys: list[torch.Tensor] = []
     segs: list[torch.Tensor] = []
     span = max((r.length for r in rows), default=0) + 1  # key = segment * span + position orders all chunks alike
-    for chunk in _chunks(rows, budget):
+    for chunk in stack_chunks(rows, budget):
         stack = stack_rows([rows[i] for i in chunk])
         outputs = model.token_outputs(stack)
         losses = model.token_losses(stack, outputs)
@@ -380,7 +381,7 @@ def compare_packed_unpacked(
         losses=tuple(p.sums), max_output_diff=max(output_diffs.values(), default=0.0),
         max_loss_diff=max(loss_diffs.values(), default=0.0), max_count_diff=max(count_diffs.values(), default=0.0),
         outside_loss_tokens=outside, max_grad_diff=grad_diff,
-        chunks={"packed": len(_chunks(packed, budget)), "unpacked": len(_chunks(unpacked, budget))},
+        chunks={"packed": len(stack_chunks(packed, budget)), "unpacked": len(stack_chunks(unpacked, budget))},
         output_diffs=output_diffs, loss_diffs=loss_diffs, count_diffs=count_diffs,
     )
 
@@ -422,7 +423,7 @@ def perturbation_leak(
     other_max, own_min = 0.0, float("inf")
     with torch.no_grad():
         results: dict[int, dict[str, torch.Tensor]] = {}
-        for chunk in _chunks(both, budget):
+        for chunk in stack_chunks(both, budget):
             outputs = model.token_outputs(stack_rows([both[i] for i in chunk]))
             for j, i in enumerate(chunk):
                 results[i] = {n: v[j, : both[i].length] for n, v in outputs.items()}

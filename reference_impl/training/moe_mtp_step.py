@@ -29,7 +29,7 @@ import torch
 from reference_impl.errors import UsageError
 from reference_impl.training.attention import attention_mask
 from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.equivalence import DEFAULT_BUDGET, Row, _chunks, stack_rows
+from reference_impl.training.equivalence import DEFAULT_BUDGET, Row, stack_chunks, stack_rows
 from reference_impl.training.loss import masked_loss_pieces, token_cross_entropy
 from reference_impl.training.model import TinyGPT
 from reference_impl.training.moe import RouterStats, Routing, load_balancing_loss
@@ -238,7 +238,7 @@ def stack_router_stats(model: TinyGPT, rows: Sequence[Row], *, count_padding: bo
     out: list[list[RouterStats]] = [[] for _ in rows]
     dispatched_padding = 0
     with torch.no_grad():
-        for chunk in _chunks(rows, budget):
+        for chunk in stack_chunks(rows, budget):
             stack = stack_rows([rows[i] for i in chunk])
             routing = model.token_routing(stack, count_padding=count_padding)
             model.token_outputs(stack, routing)
