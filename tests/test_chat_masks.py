@@ -315,3 +315,35 @@ def test_string_free_arguments_are_located_or_refused():
     bare_spans = [cm.PieceSpan(2, 3, 0, "content"), cm.PieceSpan(6, 7, 1, "tool_call"),
                   cm.PieceSpan(len(bare) - 1, len(bare), 2, "content")]
     assert cm.string_free_arguments(bare, bare_spans, msgs) == bare_spans
+
+
+# Arguments written with indent: the keys are in the text, no JSON form seqpack knows is.
+INDENTED_ARGS = QWEN3_LIKE.replace("<tool_call>{{ c.function | tojson }}</tool_call>",
+                                   "<tool_call>{{ c.function.name }} {{ c.function.arguments | tojson(indent=2) }}"
+                                   "</tool_call>")
+
+
+def test_unlocatable_string_free_arguments_refuse_the_row_with_its_field(bpe_dir, tmp_path, capsys):
+    """Through tokenize_row and `seqpack pack`: one clear line naming the tool calls, exit 2, no internal error."""
+    from reference_impl.cli import main
+
+    tok = with_template(bpe_dir, INDENTED_ARGS)
+    row = {"messages": [{"role": "user", "content": "hello world"},
+                        {"role": "assistant", "content": "", "tool_calls": [
+                            {"type": "function", "function": {"name": "get", "arguments": {"n": 3}}}]},
+                        {"role": "tool", "content": "fine"}, {"role": "assistant", "content": "yes"}]}
+    with pytest.raises(InputError) as err:
+        tokenize_row(row, ChatSchema(), tok, max_length=512)
+    assert err.value.field == "messages[1].tool_calls" and "cannot locate" in err.value.message
+    # a string-valued argument is located by its value: the same template then packs
+    ok = json.loads(json.dumps(row))
+    ok["messages"][1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+    assert tokenize_row(ok, ChatSchema(), tok, max_length=512).loss_mask.sum() > 0
+    data = tmp_path / "calls.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    code = main(["pack", str(data), "--out", str(tmp_path / "out"), "--pack-size", "512", "--schema", "chat",
+                 "--tokenizer", str(bpe_dir), "--no-progress"])
+    err_text = capsys.readouterr().err
+    lines = [ln for ln in err_text.strip().splitlines() if not ln.startswith("seqpack-nonce")]
+    assert code == 2 and len(lines) == 1 and "internal error" not in err_text, err_text
+    assert f"{data}:1" in lines[0] and "tool_calls" in lines[0]
