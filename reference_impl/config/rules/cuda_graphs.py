@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, SPECS, offline_on
-from reference_impl.config.rules.evidence import bridge, bridge_cc
+from reference_impl.config.rules.evidence import bridge, bridge_cc, bridge_main
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "cuda_graphs"
@@ -21,7 +21,7 @@ FAMILY = "cuda_graphs"
     fix="Set dataset.dataset_kwargs.pad_to_max_length=true.",
     trigger={**OFFLINE, f"{SPECS}.pad_cu_seqlens": True},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
-    upstream_check=bridge_cc(1290, "pad_cu_seqlens", "raises ValueError: pad_cu_seqlens requires pad_to_max_length"),
+    upstream_check=bridge_cc(1169, "pad_cu_seqlens", "raises ValueError: pad_cu_seqlens requires pad_to_max_length"),
 )
 def pad_cu_fixed_width(r: Resolved) -> str | None:
     if r.specs is not None and r.specs.pad_cu_seqlens and not r.pad_to_max_length:
@@ -46,6 +46,7 @@ def pad_cu_fixed_width(r: Resolved) -> str | None:
         76,
         "pack_metadata_file_path",
         "the packed dataset asserts a metadata file when pad_cu_seqlens is on",
+        kind="runtime",
     ),
 )
 def pad_cu_metadata(r: Resolved) -> str | None:
@@ -72,7 +73,7 @@ def pad_cu_metadata(r: Resolved) -> str | None:
     trigger={**OFFLINE, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["mlp"]},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
     upstream_check=bridge_cc(
-        1299,
+        1178,
         "uses_training_cuda_graphs",
         "raises ValueError: offline packing with CUDA graphs needs pad_to_max_length",
     ),
@@ -99,7 +100,7 @@ def graph_fixed_width(r: Resolved) -> str | None:
     note="The docs say CUDA graphs need pad_cu_seqlens; upstream requires it only when attention is captured "
         "(full-iteration, whole-layer or 'attn' scope). MLP-only graphs pass without it.",
     upstream_check=bridge_cc(
-        1305,
+        1184,
         "captures_packed_attention",
         "raises ValueError: graphs that capture packed attention need pad_cu_seqlens",
     ),
@@ -126,7 +127,7 @@ def graph_pad_cu(r: Resolved) -> str | None:
     trigger={"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]},
     fixed={"rerun_state_machine.check_for_nan_in_loss": False},
     upstream_check=bridge_cc(
-        1510,
+        1371,
         "check_for_nan_in_loss",
         "asserts check_for_nan_in_loss is off with a full-iteration graph",
     ),
@@ -144,16 +145,19 @@ def graph_nan(r: Resolved) -> str | None:
     title="packed MoE padding masks are incompatible with router-scoped Transformer Engine CUDA graphs",
     fields=("model.num_moe_experts", "model.cuda_graph_impl", "model.cuda_graph_scope"),
     provenance="upstream",
-    source="V54: Megatron-Bridge gpt_step",
+    source="V54: Megatron-Bridge gpt_step (main; megatron-bridge 0.6.2 passes no padding mask to the model, so it has "
+    "no such conflict and no guard)",
     fix="Limit cuda_graph_scope to attn/mlp (not the router), or disable CUDA graphs for this packed MoE run.",
     trigger={**OFFLINE, "model.num_moe_experts": 8, "model.cuda_graph_impl": "transformer_engine",
         "model.cuda_graph_scope": ["moe_router"], "dataset.dataset_kwargs.pad_to_max_length": True},
     fixed={"model.cuda_graph_scope": ["mlp"]},
-    upstream_check=bridge(
+    targets=("main",),
+    upstream_check=bridge_main(
         "training/gpt_step.py",
         193,
         "captures_router",
         "gpt_step raises ValueError for packed MoE batches under router-scoped TE graphs",
+        kind="runtime",
     ),
 )
 def moe_mask_graph(r: Resolved) -> str | None:

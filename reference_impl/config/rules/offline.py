@@ -25,7 +25,7 @@ FAMILY = "offline"
     trigger={"dataset.enable_offline_packing": True},
     fixed={f"{SPECS}.packed_sequence_size": 2048},
     upstream_check=bridge_cc(
-        1278,
+        1158,
         "offline_packing_specs",
         "raises ValueError: specs must be set when offline packing is on",
     ),
@@ -48,7 +48,7 @@ def offline_specs_required(r: Resolved) -> str | None:
     trigger={f"{SPECS}.packed_sequence_size": 2048},
     fixed={"dataset.enable_offline_packing": True},
     upstream_check=bridge_cc(
-        1280,
+        1160,
         "enable_offline_packing",
         "raises ValueError: specs without enable_offline_packing",
     ),
@@ -77,7 +77,7 @@ def offline_enable_required(r: Resolved) -> str | None:
             "packed_sequence_size",
             "GPTSFTDatasetConfig.validate raises ValueError for packed_sequence_size <= 0",
         ),
-        bridge_cc(1602, "packed_sequence_size", "ConfigContainer.validate raises the same"),
+        bridge_cc(1464, "packed_sequence_size", "ConfigContainer.validate raises the same"),
     ),
 )
 def offline_size_positive(r: Resolved) -> str | None:
@@ -126,6 +126,7 @@ def pad_mult_positive(r: Resolved) -> str | None:
         205,
         "_pad_seq_to_mult",
         "the packed collate compares None > 1 and raises TypeError on the first batch",
+        kind="runtime",
     ),
 )
 def pad_mult_null(r: Resolved) -> str | None:
@@ -205,9 +206,10 @@ def max_single_le_pack(r: Resolved) -> str | None:
     fixed={f"{SPECS}.max_single_sequence_length": 2048},
     upstream_check=bridge(
         "data/packing/algorithms.py",
-        362,
+        301,
         "ifile_handles",
         "fill_packing_strategy has no bucket for a length above the pack size and raises KeyError",
+        kind="runtime",
     ),
 )
 def seq_le_pack(r: Resolved) -> str | None:
@@ -257,7 +259,7 @@ def size_eq_seq(r: Resolved) -> str | None:
     trigger={**OFFLINE, "train.micro_batch_size": 4},
     fixed={"train.micro_batch_size": 1},
     upstream_check=bridge_cc(
-        1605,
+        1466,
         "micro_batch_size",
         "raises ValueError: micro batch size must be 1 with offline packing",
     ),
@@ -285,7 +287,7 @@ def offline_mbs1(r: Resolved) -> str | None:
     fixed={"dataset.kind": "gpt_sft"},
     upstream_check=bridge(
         "data/builders/direct_hf_sft.py",
-        67,
+        54,
         "DirectHFSFTDatasetConfig",
         "the Direct-HF (and Energon, MockVLM) configs declare no offline packing fields, so they "
         "cannot be built with them",
@@ -413,6 +415,7 @@ def width_aligned(r: Resolved) -> str | None:
             198,
             "pad_seq_length_to_mult",
             "the packed collate rounds the row width to pad_seq_length_to_mult",
+            kind="runtime",
         ),
         te_partition("the resulting trailing segment must be divisible by 2*CP"),
     ),
