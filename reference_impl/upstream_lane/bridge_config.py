@@ -134,6 +134,7 @@ def _model(cfg: TrainingConfig, seq_length: int, not_carried: dict[str, Any]) ->
         kwargs.setdefault("moe_router_topk", min(2, m.num_moe_experts))
         kwargs.setdefault("moe_ffn_hidden_size", 32 * heads)
         kwargs["moe_layer_freq"] = [0] + [1] * (kwargs["num_layers"] - 1)
+        kwargs["add_bias_linear"] = False  # as the MoE recipes: Megatron-Core allows MoE biases only at expert TP 1
     return _obj("GPTModelProvider", **kwargs)
 
 
@@ -185,9 +186,16 @@ def bridge_spec(cfg: TrainingConfig, root: str) -> BridgeSpec:
     files: list[str] = []
 
     def path(value: str) -> str:
-        # a user path, moved under root with its name kept (its suffix is what Bridge checks)
-        target = f"{root}/paths/{len(files)}/{str(value).rstrip('/').rsplit('/', 1)[-1] or 'x'}"
-        files.append(target)
+        # a user path, moved under root with its last part kept (its form is what Bridge checks): a glob gets
+        # a file it matches, a name without a suffix is a directory holding one pack file, else a file
+        name = str(value).rstrip("/").rsplit("/", 1)[-1] or "packs"
+        target = f"{root}/paths/{len(files)}/{name}"
+        if "*" in name or "?" in name:
+            files.append(f"{root}/paths/{len(files)}/" + name.replace("*", "x").replace("?", "x"))
+        elif "." not in name:
+            files.append(f"{target}/part.idx.parquet")
+        else:
+            files.append(target)
         return target
 
     seq_length = cfg.seq_length  # model, else dataset, else the default (each side falls back to the other)

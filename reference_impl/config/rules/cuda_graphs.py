@@ -6,6 +6,7 @@ from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, SPECS, offline_on
 from reference_impl.config.rules.evidence import bridge, bridge_cc, bridge_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_RELEASE
 
 FAMILY = "cuda_graphs"
 
@@ -166,4 +167,32 @@ def moe_mask_graph(r: Resolved) -> str | None:
             f"packed MoE batches carry a padding mask that router-scoped Transformer Engine CUDA graphs cannot take "
             f"(cuda_graph_scope={r.cfg.model.cuda_graph_scope})"
         )
+    return None
+
+
+@rule(
+    "CUDA-GRAPH-LOCAL-FULL-ITERATION",
+    family=FAMILY,
+    severity="error",
+    title="cuda_graph_impl=local is supported only for full-iteration CUDA graphs",
+    fields=("model.cuda_graph_impl", "model.cuda_graph_scope"),
+    provenance="upstream",
+    source=f"Megatron-Bridge validate_cuda_graph_configuration, called from {BRIDGE_CC} (megatron-bridge "
+    f"{BRIDGE_RELEASE}; not read on main)",
+    fix="Use cuda_graph_scope=[full_iteration] with the local implementation, or cuda_graph_impl=transformer_engine "
+    "for scoped capture (attn, mlp, ...).",
+    trigger={"model.cuda_graph_impl": "local"},
+    fixed={"model.cuda_graph_impl": "transformer_engine"},
+    targets=(BRIDGE_RELEASE,),
+    upstream_check=bridge(
+        "utils/cuda_graph.py",
+        146,
+        "is_full_iteration_cuda_graph",
+        "raises ValueError for the local implementation without a full-iteration scope",
+    ),
+)
+def local_full_iteration(r: Resolved) -> str | None:
+    m = r.cfg.model
+    if m.cuda_graph_impl == "local" and "full_iteration" not in m.cuda_graph_scope:
+        return f"model.cuda_graph_impl=local with cuda_graph_scope={m.cuda_graph_scope} (no full_iteration)"
     return None

@@ -57,7 +57,8 @@ def _width_rule(r: Resolved) -> str | None:
               "all_gather_into_tensor needs the same number of tokens on every rank", kind="kernel"),
     ),
     note="EP groups are carved out of data parallelism, so their ranks hold different packs; packs of "
-    "different widths give them different token counts.",
+    "different widths give them different token counts."
+    " Not reproduced in the upstream lane: the failure is a multi-rank GPU all-gather.",
 )
 def allgather_equal_width(r: Resolved) -> str | None:
     if _moe(r) and _width_rule(r) == "fixed_required" and r.cfg.model.moe_token_dispatcher_type == "allgather":
@@ -88,6 +89,7 @@ def allgather_equal_width(r: Resolved) -> str | None:
         bridge("models/transformer_config.py", 125, "cuda_graphs_enabled",
                "Bridge leaves moe_hybridep_pad_uneven_dispatch_inputs as configured when CUDA graphs are on"),
     ),
+    note="Not reproduced in the upstream lane: HybridEP's dispatch is a multi-rank GPU collective."
 )
 def hybridep_graphs_fixed_width(r: Resolved) -> str | None:
     m = r.cfg.model
@@ -275,7 +277,8 @@ def mtp_alignment_roll(r: Resolved) -> str | None:
     ),
     note="Global-batch and Energon packing reject PP outright (PACK-GLOBAL-NO-PP, PACK-ENERGON-NO-PP); "
     "in-batch packing gets the flag from Bridge; Bridge's recipes that combine offline packing with PP use "
-    "the batch dataloader (for example GLM-5.2 PEFT at PP6).",
+    "the batch dataloader (for example GLM-5.2 PEFT at PP6)."
+    " Not reproduced in the upstream lane: the mismatch is in pipeline P2P communication between GPU ranks.",
 )
 def pp_variable_shapes(r: Resolved) -> str | None:
     m = r.cfg.model

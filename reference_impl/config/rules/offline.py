@@ -321,7 +321,8 @@ def _offline_pad_mult(r: Resolved) -> int | None:
     fix="Set pad_seq_to_mult to the value `seqpack align` derives and rebuild the packs.",
     trigger={**OFFLINE, **CP2},
     fixed={f"{SPECS}.pad_seq_to_mult": 4},
-    note="Bridge recipes set pad_seq_to_mult = 2*CP by hand when CP > 1; offline preparation never derives it.",
+    note="Bridge recipes set pad_seq_to_mult = 2*CP by hand when CP > 1; offline preparation never derives it."
+    " Not reproduced in the upstream lane: the failing check is Transformer Engine's THD CP partition, a CUDA kernel.",
     upstream_check=te_partition(
         "the THD CP partition asserts every physical boundary is divisible by 2*CP; a segment padded "
         "to a smaller multiple fails there",
@@ -381,6 +382,7 @@ def pad_mult_recommended(r: Resolved) -> str | None:
         te_partition("the trailing width padding is one more THD segment; with CP > 1 it must be divisible by 2*CP"),
         sp_scatter("with SP the row width (per CP rank) must be divisible by TP"),
     ),
+    note="Not reproduced in the upstream lane: Transformer Engine's THD CP partition is a CUDA kernel and the SP scatter needs TP ranks."
 )
 def width_aligned(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
@@ -419,6 +421,7 @@ def width_aligned(r: Resolved) -> str | None:
         ),
         te_partition("the resulting trailing segment must be divisible by 2*CP"),
     ),
+    note="Not reproduced in the upstream lane: the width the collate rounds to then fails in Transformer Engine's THD CP partition, a CUDA kernel."
 )
 def width_rounding(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
@@ -448,4 +451,50 @@ def width_rounding(r: Resolved) -> str | None:
             f"without a fixed width, packed rows are rounded up to dataset_kwargs.pad_seq_length_to_mult={mult}, "
             f"which is not a multiple of the alignment {need} ({topology(r)})"
         )
+    return None
+
+
+#: What Megatron-Bridge reads as packed data (data/packing/paths.py): packed Parquet files, globs of them or
+#: a directory holding them; ``.npy`` packs are deprecated but still read.
+PACKED_SUFFIXES = (".parquet", ".pq", ".npy")
+
+
+def _path_form_ok(value: str) -> bool:
+    name = value.rstrip("/").rsplit("/", 1)[-1].lower()
+    if name.endswith(PACKED_SUFFIXES):
+        return True
+    if "*" in name or "?" in name:
+        return ".parquet" in name or ".pq" in name
+    return "." not in name  # a directory (seqpack cannot look: a folder of Parquet packs is what Bridge reads)
+
+
+@rule(
+    "PACK-OFFLINE-PATH-FORMAT",
+    family=FAMILY,
+    severity="error",
+    title="explicit packed data paths must name packed Parquet (a .parquet/.pq file, a glob or a directory) or .npy",
+    fields=(f"{SPECS}.packed_train_data_path", f"{SPECS}.packed_val_data_path"),
+    provenance="upstream",
+    source="PackedSequenceSpecs.__post_init__ checks the form of explicit packed data paths",
+    fix="Point packed_train_data_path / packed_val_data_path at the packed Parquet output (training_<P>.idx.parquet, "
+    "a glob of such files, or their directory), not at the JSONL input.",
+    trigger={**OFFLINE, f"{SPECS}.packed_train_data_path": "/data/sft/training.jsonl"},
+    fixed={f"{SPECS}.packed_train_data_path": "/data/packed/training_2048.idx.parquet"},
+    upstream_check=bridge(
+        "data/packing/config.py",
+        85,
+        "must be a .npy file or a packed parquet spec",
+        "raises ValueError for a path that is neither a .npy file nor packed Parquet",
+    ),
+    note="Bridge also checks that the path exists when the config is built; seqpack's validator reads no files "
+    "(`seqpack inspect` checks an artifact).",
+)
+def path_format(r: Resolved) -> str | None:
+    s = r.specs
+    if s is None:
+        return None
+    for name in ("packed_train_data_path", "packed_val_data_path"):
+        value = getattr(s, name)
+        if value and not _path_form_ok(str(value)):
+            return f"offline_packing_specs.{name}={value} is neither packed Parquet (.parquet/.pq, a glob, a directory) nor .npy"
     return None

@@ -88,7 +88,7 @@ def gbs_divisible(r: Resolved) -> str | None:
     "BATCH-EVAL-GBS-DIVISIBLE",
     family=FAMILY,
     severity="error",
-    title="eval_global_batch_size must be divisible by eval micro batch size * eval DP",
+    title="eval_global_batch_size (default: global_batch_size) must be divisible by eval micro batch size * eval DP",
     fields=("validation.eval_global_batch_size", "validation.eval_micro_batch_size", "dist.eval_context_parallel_size"),
     provenance="upstream",
     source=f"V41: {BRIDGE_CC}",
@@ -99,13 +99,20 @@ def gbs_divisible(r: Resolved) -> str | None:
 )
 def eval_gbs_divisible(r: Resolved) -> str | None:
     egbs = r.cfg.validation.eval_global_batch_size
-    if egbs is None or r.eval_dp is None:
+    explicit_mbs = r.cfg.validation.eval_micro_batch_size
+    if r.eval_dp is None:
         return None
-    embs = r.cfg.validation.eval_micro_batch_size or r.cfg.train.micro_batch_size
+    name = "validation.eval_global_batch_size"
+    if egbs is None:  # Bridge evaluates with the training batch size
+        if r.eval_dp == r.dp and explicit_mbs is None:
+            return None  # the same product BATCH-GBS-DIVISIBLE checks
+        egbs = r.cfg.train.global_batch_size
+        name = "validation.eval_global_batch_size (unset: train.global_batch_size)"
+    embs = explicit_mbs or r.cfg.train.micro_batch_size
     unit = embs * r.eval_dp
     if egbs % unit:
         return (
-            f"validation.eval_global_batch_size={egbs} is not divisible by eval micro batch * eval DP = "
+            f"{name}={egbs} is not divisible by eval micro batch * eval DP = "
             f"{embs}*{r.eval_dp} = {unit}; nearest valid: {near_multiples(egbs, unit)}"
         )
     return None
