@@ -99,7 +99,7 @@ def validate_config(
     the release the upstream lane checks, the default, or ``main``): only the rules that hold for it are
     checked. ``None`` checks every given rule whatever its versions (seqpack's own loaders use that).
     """
-    target = DEFAULT_BRIDGE_TARGET if bridge_version is None else _target(bridge_version)
+    target = DEFAULT_BRIDGE_TARGET if bridge_version is None else bridge_target(bridge_version)
     cfg = config if isinstance(config, TrainingConfig) and not overrides else load_config(config, overrides)
     resolved = resolve(cfg, target)
     errors: list[Finding] = []
@@ -124,7 +124,8 @@ def validate_config(
     )
 
 
-def _target(bridge_version: str) -> str:
+def bridge_target(bridge_version: str) -> str:
+    """``bridge_version`` if it is a ``--bridge-version`` choice, else a UsageError naming the choices."""
     from reference_impl.errors import UsageError
 
     try:

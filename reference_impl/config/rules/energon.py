@@ -38,9 +38,9 @@ FAMILY = "energon"
 def energon_native_version(r: Resolved) -> str | None:
     if r.cfg.energon_packing:
         return (
-            f"dataset.packing_buffer_size={r.cfg.dataset.packing_buffer_size} selects Energon native packing, which "
-            f"megatron-bridge {BRIDGE_RELEASE} does not have: its task encoders implement no packing hooks, so "
-            f"megatron-energon {ENERGON_RELEASE} fails when the loader is built"
+            f"dataset.packing_buffer_size={r.cfg.dataset.packing_buffer_size} selects Energon native packing, which is "
+            f"not in megatron-bridge {BRIDGE_RELEASE}: its task encoders implement no packing hooks, so "
+            f"megatron-energon {ENERGON_RELEASE} fails when the loader is built (Bridge main has it)"
         )
     return None
 

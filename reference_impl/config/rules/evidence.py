@@ -40,7 +40,7 @@ REPOS: dict[str, str] = {
     "transformer-engine": "NVIDIA/TransformerEngine",
 }
 
-BRIDGE_MAIN = f"main {BRIDGE_MAIN_COMMIT[:7]}"  # Megatron-Bridge main, 2026-08-22
+BRIDGE_MAIN_REF = f"main {BRIDGE_MAIN_COMMIT[:7]}"  # Megatron-Bridge main, 2026-08-22
 BRIDGE_PR5493 = "PR #5493 (84275f5)"  # GPT-SFT in-batch packing, merged on main after 0.6.2
 BRIDGE_PR6127 = "PR #6127"  # global-batch online packing, open (2026-09-16)
 MCORE_MAIN = f"main {MCORE_MAIN_COMMIT[:8]}"  # Megatron-LM main, 2026-08-22
@@ -95,7 +95,7 @@ def bridge_cc(line: int, anchor: str, fails: str) -> UpstreamCheck:
     return bridge("training/config.py", line, anchor, fails)
 
 
-def bridge_main(path: str, line: int, anchor: str, fails: str, *, ref: str = BRIDGE_MAIN,
+def bridge_main(path: str, line: int, anchor: str, fails: str, *, ref: str = BRIDGE_MAIN_REF,
                 kind: Kind = "check") -> UpstreamCheck:
     """Megatron-Bridge code no release has: ``path`` relative to ``src/megatron/bridge/`` at ``ref``."""
     return UpstreamCheck("megatron-bridge", "", f"src/megatron/bridge/{path}", line, anchor, fails, kind, ref)

@@ -136,8 +136,9 @@ def gpt_sft_bridge_version(r: Resolved) -> str | None:
     d = r.cfg.dataset
     if d.kind == "gpt_sft" and (d.enable_in_batch_packing or d.in_batch_packing_pad_to_multiple_of is not None):
         return (
-            f"dataset.enable_in_batch_packing on a gpt_sft dataset: megatron-bridge {BRIDGE_RELEASE} has no GPT-SFT "
-            f"in-batch packing (its GPTSFTDatasetConfig refuses the field); {bridge_pr(5493)} adds it on main"
+            f"dataset.enable_in_batch_packing on a gpt_sft dataset: GPT-SFT in-batch packing is not in "
+            f"megatron-bridge {BRIDGE_RELEASE} (its GPTSFTDatasetConfig refuses the field); {bridge_pr(5493)} adds it "
+            "on Bridge main"
         )
     return None
 

@@ -115,14 +115,16 @@ def op_packed_reader(workdir: str, pad_seq_to_mult: int | None, pad_cu_seqlens: 
                                      "min_packed_seqlen": 5}]))
     tokenizer = _tokenizer(root / "tokenizer")
 
+    keys: list[str] = []
+
     def run():
         ds = build_gpt_sft_split(packs, tokenizer=tokenizer, seq_length=pack_size, memmap_workers=1, seed=0,
                                  packed_sequence_size=pack_size, pack_metadata_path=meta,
                                  pad_cu_seqlens=pad_cu_seqlens, pad_seq_to_mult=pad_seq_to_mult,
                                  dataset_kwargs={"pad_to_max_length": pad_to_max_length})
-        ds.collate_fn([ds[0], ds[1]])
+        keys.extend(sorted(ds.collate_fn([ds[0], ds[1]])))
 
-    return _outcome(run)
+    return {**_outcome(run), "keys": keys}
 
 
 # --- offline preparation: the fill step of the release's packing algorithms -----------------------------------
