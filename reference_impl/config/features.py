@@ -24,6 +24,7 @@ class Feature:
     switch: str
     availability: dict[str, str]
     rules: tuple[str, ...] = ()
+    behaviour: bool = False  # an upstream behaviour, not a switch a config turns on (nothing to refuse)
 
     def has(self, target: str) -> bool:
         """True when the target has the feature (its cell starts with "yes")."""
@@ -63,12 +64,12 @@ FEATURES: tuple[Feature, ...] = (
     Feature("pad_between_seqs", "pad_between_seqs in packed batches", "(emitted by the collate)",
             {BRIDGE_RELEASE: "no: the packed collate emits no pad_between_seqs (megatron-core 0.19.2's "
              "PackedSeqParams has the field)",
-             BRIDGE_MAIN: "yes, since PR #5610"}),
+             BRIDGE_MAIN: "yes, since PR #5610"}, behaviour=True),
     Feature("moe_mask_graph_guard", "refusal of packed MoE padding masks under router-scoped TE graphs",
             "num_moe_experts + cuda_graph_scope moe_router",
             {BRIDGE_RELEASE: "no: gpt_step passes no padding mask to the model (nothing to refuse)",
              BRIDGE_MAIN: f"yes ({_MAIN}, gpt_step)"},
-            ("PACK-MOE-MASK-CUDA-GRAPH",)),
+            ("PACK-MOE-MASK-CUDA-GRAPH",), behaviour=True),
 )
 
 
