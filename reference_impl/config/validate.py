@@ -156,3 +156,19 @@ def check_rules(
     report = validate_config(config, rules=selected, bridge_version=None)
     report.raise_for_violations()
     return report.warnings
+
+
+def version_target(config: TrainingConfig) -> tuple[str, list[str]]:
+    """The ``--bridge-version`` a config's packing features exist in, and the release-only rules that say so.
+
+    The default release, unless the config uses a feature only Bridge main (or a pull request) has; then
+    ``main`` and the ids of the release's rules that refuse the feature (``*-BRIDGE-VERSION``). seqpack's
+    own paths (smoke test) validate a config for the Bridge it follows this way, and say which one.
+    """
+    from reference_impl.config.rules import RULES
+    from reference_impl.versions import BRIDGE_MAIN
+
+    resolved = resolve(config, DEFAULT_BRIDGE_TARGET)
+    lacking = [r.id for r in RULES if r.id.endswith("-BRIDGE-VERSION") and r.applies_to(DEFAULT_BRIDGE_TARGET)
+               and r.check(resolved) is not None]
+    return (BRIDGE_MAIN if lacking else DEFAULT_BRIDGE_TARGET), lacking
