@@ -58,6 +58,8 @@ PLACEHOLDERS: dict[str, str] = {
     "validation and test splits off",
     "EnergonDatasetConfig.path / task_encoder.hf_processor_path": "an existing directory / a processor id",
     "MockVLMSFTDatasetConfig.hf_processor_path": "a processor id",
+    "model.num_moe_experts": "unset with expert_model_parallel_size > 1: 2*EP (the model's own count: recipes "
+    "read it from the HF config, seqpack's rules do not depend on it)",
     "model sizes": "2*PP*VPP layers, 4*TP heads of 16, vocabulary 256; a MoE model's first layer is dense "
     "(moe_layer_freq), as in DeepSeek-style recipes, so an 'mlp' CUDA-graph scope has a dense layer to capture",
     "mixed_precision": "bf16_mixed, the recipes' precision",
@@ -130,8 +132,13 @@ def _model(cfg: TrainingConfig, seq_length: int, not_carried: dict[str, Any]) ->
         if name == "cuda_graph_scope":
             value = list(value)
         kwargs[name] = value
-    if m.num_moe_experts:
-        kwargs.setdefault("moe_router_topk", min(2, m.num_moe_experts))
+    if m.expert_model_parallel_size > 1 and not m.num_moe_experts:
+        # an unset expert count is the model's own (recipes read it from the HF config); the lane's provider
+        # needs a number
+        kwargs["num_moe_experts"] = 2 * m.expert_model_parallel_size
+    experts = kwargs.get("num_moe_experts")
+    if experts:
+        kwargs.setdefault("moe_router_topk", min(2, experts))
         kwargs.setdefault("moe_ffn_hidden_size", 32 * heads)
         kwargs["moe_layer_freq"] = [0] + [1] * (kwargs["num_layers"] - 1)
         kwargs["add_bias_linear"] = False  # as the MoE recipes: Megatron-Core allows MoE biases only at expert TP 1

@@ -324,25 +324,6 @@ _TC = "megatron/core/transformer/transformer_config.py"
 
 
 @rule(
-    "MOE-EP-NEEDS-EXPERTS",
-    family=FAMILY,
-    severity="error",
-    title="expert parallelism needs a MoE model (num_moe_experts)",
-    fields=("model.expert_model_parallel_size", "model.num_moe_experts"),
-    provenance="upstream",
-    source="Megatron-Core TransformerConfig.__post_init__",
-    fix="Set model.num_moe_experts (a multiple of expert_model_parallel_size), or expert_model_parallel_size=1.",
-    trigger={"model.expert_model_parallel_size": 2, "dist.world_size": 2},
-    fixed={"model.num_moe_experts": 8},
-    upstream_check=mcore(_TC, 1469, "num_moe_experts must be non None", "raises ValueError for EP > 1 without experts"),
-)
-def ep_needs_experts(r: Resolved) -> str | None:
-    if r.ep > 1 and not r.cfg.model.num_moe_experts:
-        return f"model.expert_model_parallel_size={r.ep} but model.num_moe_experts is null (a dense model)"
-    return None
-
-
-@rule(
     "MOE-ALLGATHER-VARIABLE-SEQ",
     family=FAMILY,
     severity="error",
