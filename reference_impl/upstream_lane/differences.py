@@ -66,12 +66,12 @@ def difference(id: str, function_key: str, summary: str, reason: str) -> Differe
 
 # --- configuration validation (ConfigContainer.validate, runtime_config_update, recipes) -----------
 
-CONSTRUCT = function("config.construct", "megatron.bridge config classes, built with the config's fields "
-                     "(GPTSFTDatasetConfig, PackedSequenceSpecs, GPTModelProvider, ...)")
-VALIDATE = function("config.validate", "megatron.bridge.training.config.runtime_config_update "
-                    "(ConfigContainer.validate)")
-LATER = function("config.later", "the upstream step that fails after validation accepted a config seqpack refuses "
-                 "(packed reader and collate, packing fill, loaders, training steps, micro-batch calculator)")
+CONSTRUCT = function("config.construct", "megatron.bridge config dataclasses (GPTSFTDatasetConfig(...), "
+                     "PackedSequenceSpecs(...), GPTModelProvider(...), ...)")
+VALIDATE = function("config.validate", "megatron.bridge.training.config.runtime_config_update")
+LATER = function("config.later", "later upstream steps (packed reader and collate, packing fill, batch split, "
+                 "vlm/qwen3_vl/llava steps, loaders, micro-batch calculator, Energon build_batch)",
+                 f"{BRIDGE}, {MCORE}, megatron-energon 7.4.1")
 
 #: Rules that refuse a config Bridge's validation accepts: rule id -> (difference id, how the lane covers the
 #: later failure). "reproduced": a test in tests/upstream/test_diff_validate.py runs the failing upstream code;
