@@ -97,10 +97,12 @@ def validate_config(
 
     ``bridge_version`` is the Megatron-Bridge the config is for (``reference_impl.versions.BRIDGE_TARGETS``:
     the release the upstream lane checks, the default, or ``main``): only the rules that hold for it are
-    checked. ``None`` checks every given rule whatever its versions (seqpack's own loaders use that).
+    checked. ``None`` checks every given rule whatever its versions, for the Bridge that has the config's
+    packing features (:func:`version_target`; seqpack's own loaders use that).
     """
-    target = DEFAULT_BRIDGE_TARGET if bridge_version is None else bridge_target(bridge_version)
     cfg = config if isinstance(config, TrainingConfig) and not overrides else load_config(config, overrides)
+    # None: seqpack's own loaders; they follow the Bridge that has the config's features
+    target = version_target(cfg)[0] if bridge_version is None else bridge_target(bridge_version)
     resolved = resolve(cfg, target)
     errors: list[Finding] = []
     warnings: list[Finding] = []
