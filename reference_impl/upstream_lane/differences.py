@@ -163,8 +163,9 @@ difference(
     f"{MCORE}'s PackedSeqParams declares total_tokens an int")
 difference(
     "cp-total-tokens-past-last-boundary", BRIDGE_CP_INDICES,
-    "CP > 1 with total_tokens different from the last physical boundary: seqpack raises an "
-    "AlignmentError; Transformer Engine's partition is undefined there (its contract covers "
+    "CP > 1 with total_tokens different from the last physical boundary: seqpack raises (an "
+    "AlignmentError for tokens past it, an InputError for a row shorter than the boundaries); "
+    "Transformer Engine's partition is undefined there (its contract covers "
     "total_tokens == cu_seqlens[-1]; the stand-in reports that instead of an answer)",
     "tokens past the last boundary would be split as part of no sequence (overlapping indices); "
     "Megatron itself always passes the last boundary")
