@@ -308,3 +308,14 @@ def test_cp_split_equals_mcores_get_batch_on_this_cp_rank(upstream, compat, case
             if given_value is not None and same_tensor(theirs[key], given_value):
                 diffs.append(f"Megatron-Core changed {key}")
         compat.check(MCORE_CP_BATCH, not diffs, detail=f"CP{request['group_size']} rank {request['group_rank']}: {diffs}")
+
+
+def test_comparison_catches_a_difference(upstream):
+    """Negative control: another rank's, another CP size's or the real boundaries' split differs from Bridge's."""
+    batch = boundary_keys(packed_batch([3, 5, 11], 4, 0))
+    request = {"batch": batch, "total_tokens": 24, "cp_size": 2, "cp_rank": 0, "group_size": 2, "group_rank": 0}
+    (answer,) = ask(upstream, "packed_seq.cp_indices", [request])
+    assert same_tensor(answer["index"], seqpack_indices(request)[0]) == ""
+    assert same_tensor(answer["index"], seqpack_indices(dict(request, cp_rank=1, group_rank=1))[0])
+    real = {k: v for k, v in batch.items() if "padded" not in k}
+    assert same_tensor(answer["index"], seqpack_indices(dict(request, batch=real, total_tokens=19))[0])

@@ -541,3 +541,40 @@ def test_prompt_completion_collate_matches_bridges(upstream, compat, word_tokeni
             compat.check(BRIDGE_PC_COLLATE, False, detail="; ".join(diffs))
         compat.by_design(BRIDGE_PC_COLLATE, "collate-fixed-width" if case["pad_to_max_length"] else
                          "collate-skipped-tokens" if marker else "collate-row-layout")
+
+
+def test_comparisons_catch_a_difference(upstream, word_tokenizer):
+    """Negative controls: the comparisons above report a changed token, boundary, length or mask."""
+    case = {"rows": [{"input_ids": [5, 6, 7], "labels": [6, 7, -100], "loss_mask": [1.0, 1.0, 0.0],
+                      "position_ids": [0, 1, 2]},
+                     {"input_ids": [8, 9], "labels": [9, -100], "loss_mask": [1.0, 0.0], "position_ids": [0, 1]}],
+            "extras": {}, "sequence_length": None, "pad_to_multiple_of": 4, "pad_token_id": 0, "ignore_index": -100}
+    rows = _tensor_rows(case)
+    (answer,) = ask(upstream, "in_batch.rows", [_bridge_row_case(case, rows)])
+    ours, err = _ours_rows(case, rows)
+    assert err is None and compare_thd(answer["batch"], ours, token_key="input_ids") == ([], False)
+    for key, change in (("tokens", lambda t: t.index_fill_(1, torch.tensor([1]), 59)),
+                        ("cu_seqlens_q_padded", lambda t: t.copy_(torch.tensor([0, 4, 9], dtype=torch.int32))),
+                        ("position_ids", lambda t: t.add_(1)), ("padding_mask", lambda t: t.logical_not_())):
+        bad = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in ours.items()}
+        change(bad[key])
+        assert compare_thd(answer["batch"], bad, token_key="input_ids")[0], key
+    assert compare_thd(answer["batch"], {**ours, "max_seqlen_q": 3}, token_key="input_ids")[0]
+
+    from reference_impl.data import load_tokenizer
+
+    tokenizer = load_tokenizer(str(word_tokenizer))
+    collate = {"examples": [{"prompt": "w1 w2", "completion": "w3 w4"}, {"prompt": "w5", "completion": "w6"}],
+               "prompt_template": "{prompt}", "separator": " ", "loss_mode": "completion", "add_bos": False,
+               "add_eos": True, "truncation": "right", "max_length": 16, "m": 2, "pad_to_max_length": False,
+               "pad_to_multiple_of": 1}
+    (answer,) = ask(upstream, "in_batch.prompt_completion", [_bridge_collate_case(collate)],
+                    tokenizer_dir=str(word_tokenizer))
+    ours, err = _ours_collate(collate, tokenizer)
+    assert err is None and compare_collate(answer["batch"], ours, 2, set()) == ([], False)
+    bad = dict(ours, loss_mask=ours["loss_mask"].clone())
+    bad["loss_mask"][0, 0] = 1.0  # a prompt token trained
+    assert compare_collate(answer["batch"], bad, 2, set())[0]
+    bad = dict(ours, labels=ours["labels"].clone())
+    bad["labels"][0, 2] = 3
+    assert compare_collate(answer["batch"], bad, 2, set())[0]

@@ -236,3 +236,16 @@ def test_packed_seq_params_fixed_cases(upstream, compat, lane_params_class):
     assert full["pad_between_seqs"] is None and full["tokens_per_sample"] is None and full["local_cp_size"] is None
     assert full["seq_idx"].tolist() == [[0] * 4 + [1] * 8 + [2] * 12]
     assert answers[-1]["seqpack"]["seq_idx"].tolist() == full["seq_idx"].tolist()
+
+
+def test_comparison_catches_a_difference(upstream, lane_params_class):
+    """Negative control: a changed field is reported, and no documented difference explains it."""
+    batch = metadata(canonical_batch([3, 5, 11], 4))
+    kwargs, err = seqpack_kwargs(batch, lane_params_class)
+    wrong = dict(kwargs, max_seqlen_q=kwargs["max_seqlen_q"] + 1,
+                 cu_seqlens_q_padded=torch.tensor([0, 4, 12, 28], dtype=torch.int32), total_tokens=24)
+    (answer,) = ask(upstream, "packed_seq.params", [{"batch": batch, "seqpack_kwargs": wrong}])
+    diffs = field_differences(answer["bridge"], answer["seqpack"])
+    assert {"max_seqlen_q", "cu_seqlens_q_padded", "total_tokens", "seq_idx"} <= set(diffs), diffs
+    assert explained("none", "canonical", diffs, answer["bridge"], answer["seqpack"]) is None
+    assert explained("int64", "canonical", diffs, answer["bridge"], answer["seqpack"]) is None
