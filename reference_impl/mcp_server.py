@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from reference_impl import __version__
 from reference_impl.mcp_support.content import find_skill_dir, register_prompts, register_resources
@@ -62,6 +64,13 @@ class SeqpackServer(StampedMCPServer):
                          extensions=[SkillsExtension(bundle)] if bundle is not None else None)
         self.seqpack_roots = roots
         self.seqpack_skill_dir = skill_dir
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        """The prompt as the SDK renders it; an unknown name is ``-32602`` (invalid params), as the spec says,
+        not the SDK's internal error."""
+        if self._prompt_manager.get_prompt(name) is None:  # noqa: SLF001 - the SDK offers no public lookup
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
+        return await super().get_prompt(name, arguments, context)
 
     def finish_result(self, name: str, result: Any) -> Any:
         """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""

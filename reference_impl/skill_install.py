@@ -124,8 +124,17 @@ SERVER_NAME = "seqpack"
 TRANSPORT = "stdio"
 
 
+def server_command(root: Path) -> list[str]:
+    """The stdio server command: the ``seqpack`` console script next to this interpreter (a wheel, pipx or
+    uv tool install puts it there), else ``python -m reference_impl``; then ``mcp --root ROOT``."""
+    script = Path(sys.executable).parent / "seqpack"
+    installed = script.is_file() and os.access(script, os.X_OK)
+    start = [str(script)] if installed else [sys.executable, "-m", "reference_impl"]
+    return [*start, "mcp", "--root", str(root)]
+
+
 def _registration(client: str, root: Path) -> tuple[str, str]:
-    server = [sys.executable, "-m", "reference_impl", "mcp", "--root", str(root)]
+    server = server_command(root)
     cmd = shlex.join(server)
     if client == "claude":
         return (f"claude mcp add --scope project seqpack -- {cmd}",

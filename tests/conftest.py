@@ -127,3 +127,19 @@ def smoke_cp_reports():
     requests["offline-pad1"] = SmokeRequest("offline", pad1)
     requests["in_batch-mean-loss"] = SmokeRequest("in_batch", overrides=("model.calculate_per_token_loss=false",))
     return dict(zip(requests, run_packing_smoke_tests(list(requests.values()), size="tiny")))
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory):
+    """The sdist and wheel ``python -m build`` makes of (a copy of) this checkout: ``(sdist, wheel)``."""
+    from tests.release_env import build_dists
+
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def light_install(built_dists, tmp_path_factory):
+    """A clean venv holding only the wheel and the light dependencies it declares (no torch): its bin directory."""
+    from tests.release_env import light_venv
+
+    return light_venv(built_dists[1], tmp_path_factory.mktemp("light") / "venv")
