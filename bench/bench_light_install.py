@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reference_impl.textfmt import text_table  # noqa: E402
+from tests.release_env import copy_sources  # noqa: E402 - what a distribution is built from
 
 TARGET_S = 1.5
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "reference_impl", "skills")
 MESSAGES = [
     {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}},
@@ -55,16 +55,8 @@ def _run(argv: list, **kw) -> subprocess.CompletedProcess[str]:
 
 def build_wheel(out: Path) -> Path:
     """``python -m build --wheel`` of a copy of the checkout."""
-    src = out / "src"
-    if src.exists():
-        shutil.rmtree(src)
-    src.mkdir(parents=True)
-    for name in BUILD_INPUTS:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
-        else:
-            shutil.copy2(path, src / name)
+    shutil.rmtree(out / "src", ignore_errors=True)
+    src = copy_sources(out / "src")
     dist = out / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     _run([sys.executable, "-m", "build", "--wheel", "--outdir", dist, src])

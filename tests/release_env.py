@@ -62,9 +62,8 @@ def client(name: str) -> list[str]:
         raise  # unreachable
 
 
-def build_dists(out: Path) -> tuple[Path, Path]:
-    """``python -m build`` (sdist, then the wheel from it) of a copy of the checkout; returns (sdist, wheel)."""
-    src = out / "src"
+def copy_sources(src: Path) -> Path:
+    """Copy what a distribution is built from into ``src`` (a new directory); returns it."""
     src.mkdir(parents=True)
     for name in BUILD_INPUTS:
         path = ROOT / name
@@ -72,6 +71,12 @@ def build_dists(out: Path) -> tuple[Path, Path]:
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         else:
             shutil.copy2(path, src / name)
+    return src
+
+
+def build_dists(out: Path) -> tuple[Path, Path]:
+    """``python -m build`` (sdist, then the wheel from it) of a copy of the checkout; returns (sdist, wheel)."""
+    src = copy_sources(out / "src")
     dist = out / "dist"
     proc = run([sys.executable, "-m", "build", "--outdir", dist, src], check=False, timeout=1200)
     if proc.returncode != 0:
