@@ -387,3 +387,26 @@ def test_the_builder_writes_what_it_checks(tmp_path, monkeypatch):
     assert any("stray.txt" in p for p in builder._differences(files))
     builder.write(files)
     assert builder._differences(files) == [] and not stray.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# The lanes that need a registry: skipped here, failed in CI
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, ci", [({}, False), ({"CI": "1"}, True), ({"CI": "true"}, True), ({"SEQPACK_CI": "1"}, True),
+                                     ({"CI": "0"}, False), ({"SEQPACK_CI": ""}, False)])
+def test_a_check_that_cannot_run_fails_in_ci_and_is_skipped_elsewhere(monkeypatch, env, ci):
+    from tests.release_env import in_ci, unavailable
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("SEQPACK_CI", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert in_ci() is ci
+    with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception, match="npm client x unavailable"):
+        unavailable("npm client x unavailable")
+
+
+def test_ci_entry_point_marks_the_run_as_ci():
+    assert "export SEQPACK_CI=1" in (ROOT / ".ci" / "run").read_text()
