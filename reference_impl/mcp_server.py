@@ -143,12 +143,11 @@ def serve(
 
     if token_file is not None and transport != "http":
         raise UsageError("--token-file applies to --transport http (a stdio server is reached only by its client)")
-    token = read_token_file(token_file) if token_file is not None else None
-
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
+    token = read_token_file(token_file) if token_file is not None else None
     allowed = AllowedRoots.from_args(roots)
     server = build_server(allowed)
     log.info("seqpack MCP server %s (%s); roots: %s", __version__, transport, allowed.describe())
