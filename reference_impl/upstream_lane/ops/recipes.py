@@ -266,3 +266,22 @@ def op_run(out_dir: str, recipes: list[str] | None = None) -> dict:
             os.environ.clear()
             os.environ.update(environ)
     return {"recipes": results, "standin_problems": problems}
+
+
+def op_fill_step(lengths: list[int], max_seq_length: int, packed_sequence_size: int,
+                 packing_algorithm: str = "first_fit_shuffle", seed: int = 0) -> dict:
+    """Bridge's offline packing steps as ``prepare_gpt_sft_packed_data`` runs them (histogram up to
+    ``max_seq_length``, bins of ``packed_sequence_size``, fill) on samples of the given token counts."""
+    import numpy as np
+    from megatron.bridge.data.packing.algorithms import create_hist, create_packing_strategy, fill_packing_strategy
+
+    dataset = [{"input_ids": list(range(n)), "loss_mask": [True] * n} for n in lengths]
+    np.random.seed(seed)
+    try:
+        sequences, histogram = create_hist(dataset, max_seq_length)
+        assignments, _ = create_packing_strategy(histogram, packed_sequence_size, packing_algorithm)
+        packs = fill_packing_strategy(assignments, sequences, packed_sequence_size, 0)
+    except Exception as exc:
+        return {"raises": True, "type": type(exc).__name__, "message": str(exc)[:500],
+                "where": traceback.extract_tb(exc.__traceback__)[-1].name}
+    return {"raises": False, "packs": len(packs)}
