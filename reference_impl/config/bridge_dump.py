@@ -42,7 +42,7 @@ PROVIDER_FAMILIES: dict[str, str] = {
     "Qwen3VL": "qwen3_vl", "Qwen35VL": "qwen35_vl", "Qwen25VL": "qwen_vl", "Qwen3Next": "qwen3_next",
     "Gemma3VL": "gemma3_vl", "Gemma4VL": "gemma4_vl", "GLM45V": "glm45v", "KimiK25VL": "kimi_k25_vl",
     "NemotronVL": "nemotron_nano_v2_vl", "NemotronOmni": "nemotron_omni", "Qwen3Omni": "qwen3_omni",
-    "Exaone45": "exaone45", "Llava": "llava", "MegatronMIMO": "megatron_mimo",
+    "Exaone45": "exaone45", "Ministral3": "ministral3", "Llava": "llava", "MegatronMIMO": "megatron_mimo",
 }
 #: Dataset fields read from the dump (same names in Bridge and seqpack).
 _DATASET_FIELDS = ("seq_length", "seed", "enable_offline_packing", "enable_in_batch_packing",
