@@ -118,3 +118,16 @@ def test_enum_and_scope_forms_are_read_as_values():
     assert any("Qwen3VLModelProvider" in n for n in notes)
     full = dict(data, model={**data["model"], "cuda_graph_scope": "full"})
     assert from_bridge_dump(full)[0]["model"]["cuda_graph_scope"] == []
+
+
+def test_a_nested_provider_holds_the_language_model_fields():
+    data = {"_target_": "x.ConfigContainer",
+            "model": {"_target_": "megatron.bridge.models.megatron_mimo.megatron_mimo_provider.MegatronMIMOProvider",
+                      "freeze_language_model": False,
+                      "standard_provider": {"_target_": "x.GPTModelProvider", "tensor_model_parallel_size": 2,
+                                            "context_parallel_size": 2, "seq_length": 4096}},
+            "dataset": {"_target_": "x.MockVLMSFTDatasetConfig", "enable_in_batch_packing": True}}
+    mapped, notes = from_bridge_dump(data)
+    assert mapped["model"] == {"tensor_model_parallel_size": 2, "context_parallel_size": 2, "seq_length": 4096,
+                               "family": "megatron_mimo"}
+    assert any("model.standard_provider" in n for n in notes)

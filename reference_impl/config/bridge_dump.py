@@ -86,7 +86,20 @@ def _scope(value: Any) -> list[str]:
     return [] if out == ["full"] else out
 
 
-def _model(model: Mapping[str, Any], comm: Mapping[str, Any] | None, notes: list[str]) -> dict[str, Any]:
+def _language_fields(model: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
+    """The mapping that holds the language model's fields: the provider itself, or the provider it nests
+    (a multimodal container such as MegatronMIMOProvider keeps them in ``standard_provider``)."""
+    if "tensor_model_parallel_size" in model:
+        return model
+    for key, value in model.items():
+        if isinstance(value, Mapping) and "_target_" in value and "tensor_model_parallel_size" in value:
+            notes.append(f"model fields read from the nested provider model.{key} ({_class(value)})")
+            return value
+    return model
+
+
+def _model(outer: Mapping[str, Any], comm: Mapping[str, Any] | None, notes: list[str]) -> dict[str, Any]:
+    model = _language_fields(outer, notes)
     out: dict[str, Any] = {}
     for f in fields(ModelConfig):
         if f.name in ("family", "is_hybrid_model") or f.name not in model:
@@ -101,7 +114,7 @@ def _model(model: Mapping[str, Any], comm: Mapping[str, Any] | None, notes: list
         if value is None and f.default is not None:
             continue  # Bridge's null where seqpack has a definite default
         out[f.name] = value
-    provider = _class(model)
+    provider = _class(outer)
     if "hybrid_override_pattern" in model or "hybrid_layer_pattern" in model or "Hybrid" in provider or "Mamba" in provider:
         out["is_hybrid_model"] = True
     hits = [p for p in PROVIDER_FAMILIES if provider.startswith(p)]
