@@ -81,6 +81,7 @@ def test_each_file_is_headed_with_its_recipe_and_the_package_version(name):
     assert head[1] == f"# function: {ROWS[name]['function']} ({ROWS[name]['source']})"
 
 
+@pytest.mark.slow
 def test_the_packing_recipes_cover_every_path_the_release_packs():
     paths = Counter(r["path"] for r in INDEX["recipes"])
     assert paths["offline"] >= 100 and paths["in_batch"] >= 8 and paths["in_batch_deferred"] >= 4
