@@ -209,3 +209,19 @@ def _finish_compat(session) -> None:
                            "rewrites it)", red=True)
         reporter.write_line(table)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory):
+    """The sdist and wheel ``python -m build`` makes of (a copy of) this checkout: ``(sdist, wheel)``."""
+    from tests.release_env import build_dists
+
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def light_install(built_dists, tmp_path_factory):
+    """A clean venv holding only the wheel and the light dependencies it declares (no torch): its bin directory."""
+    from tests.release_env import light_venv
+
+    return light_venv(built_dists[1], tmp_path_factory.mktemp("light") / "venv")
