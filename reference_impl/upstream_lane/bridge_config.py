@@ -176,6 +176,8 @@ def _dataset(cfg: TrainingConfig, seq_length: int, root: str, path: Callable[[st
         kwargs["task_encoder"] = _obj(name, hf_processor_path="Qwen/Qwen2.5-VL-3B-Instruct") if name else encoder
     elif d.kind == "mock_vlm":
         kwargs["hf_processor_path"] = "Qwen/Qwen2.5-VL-3B-Instruct"
+        if "seed" in given:  # the mock VLM dataset calls it random_seed
+            kwargs["random_seed"] = given.pop("seed")
     else:  # pretrain: MCore's mock GPT dataset
         kwargs = {"seq_length": seq_length, "sequence_length": seq_length, "random_seed": d.seed,
                   "reset_position_ids": False, "reset_attention_mask": False, "eod_mask_loss": False}

@@ -264,7 +264,7 @@ def test_dataset_field_table_is_the_releases(upstream):
     fields = upstream.call("validate.class_fields", names=[DATASET_CLASSES[k] for k in MISSING_FIELDS])
     specific = {"enable_offline_packing", "offline_packing_specs", "packing_buffer_size", "enable_in_batch_packing",
                 "enable_global_batch_packing", "yields_unpacked_samples", "kind", "seq_length"}
-    renamed = {"pretrain": {"seed"}}  # MockGPTDatasetConfig calls it random_seed
+    renamed = {"pretrain": {"seed"}, "mock_vlm": {"seed"}}  # both call it random_seed
     for kind, missing in MISSING_FIELDS.items():
         have = set(fields[DATASET_CLASSES[kind]])
         lacks = {f for f in DatasetConfig.__dataclass_fields__ if f not in have} - specific - renamed.get(kind, set())

@@ -104,7 +104,7 @@ MISSING_FIELDS: dict[str, tuple[str, ...]] = {
                 "task_encoder"),
     "direct_hf": ("seed", "micro_batch_size", "task_encoder", "dataset_kwargs", "max_train_samples", "hf_rewrite"),
     "energon": ("seed", "max_train_samples", "hf_rewrite"),
-    "mock_vlm": ("seed", "micro_batch_size", "task_encoder", "dataset_kwargs", "max_train_samples", "hf_rewrite"),
+    "mock_vlm": ("micro_batch_size", "task_encoder", "dataset_kwargs", "max_train_samples", "hf_rewrite"),
     "pretrain": ("defer_in_batch_packing_to_step", "pad_to_max_length", "pad_to_multiple_of",
                  "in_batch_packing_pad_to_multiple_of", "micro_batch_size", "task_encoder", "dataset_kwargs",
                  "max_train_samples", "hf_rewrite"),
@@ -126,7 +126,7 @@ _DEFAULTS = DatasetConfig()
     source=f"the dataset config dataclasses of megatron-bridge {BRIDGE_RELEASE} (their fields are read in the lane): "
     "a field the class does not declare makes building it raise TypeError",
     fix="Remove the field, or use the dataset kind that has it (pad_to_max_length on GPT-SFT goes into "
-    "dataset_kwargs; seed on Direct-HF/MockVLM/Energon is not configurable there).",
+    "dataset_kwargs; seed on Direct-HF and Energon is not configurable there).",
     trigger={"dataset.kind": "direct_hf", "dataset.dataset_kwargs.pad_to_max_length": True},
     fixed={"dataset.dataset_kwargs": {}, "dataset.pad_to_max_length": True},
     targets=(BRIDGE_RELEASE, BRIDGE_MAIN),
@@ -139,9 +139,8 @@ _DEFAULTS = DatasetConfig()
 )
 def field_kind(r: Resolved) -> str | None:
     d = r.cfg.dataset
+    # seed is random_seed on the mock VLM and pretraining configs: carried over, not missing
     bad = [name for name in MISSING_FIELDS.get(d.kind, ()) if getattr(d, name) != getattr(_DEFAULTS, name)]
-    if d.kind == "pretrain" and d.seed != _DEFAULTS.seed:
-        bad = [n for n in bad if n != "seed"]  # GPTDatasetConfig calls it random_seed: carried over
     if bad:
         return (f"dataset.kind={d.kind}: {KIND_CLASSES[d.kind]} has no field {', '.join(bad)} (set to "
                 f"{', '.join(repr(getattr(d, n)) for n in bad)})")
