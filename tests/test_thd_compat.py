@@ -17,19 +17,29 @@ from hypothesis import strategies as st
 
 from reference_impl.errors import AlignmentError, ArtifactError, PackingError, UsageError
 from reference_impl.packing.thd import build_thd_batch, validate_thd_batch
+from reference_impl.packing import thd_compat
 from reference_impl.packing.thd_compat import (
     collate_stored_row_canonical,
-    collate_stored_rows,
     from_bridge_offline_batch,
     from_legacy_batch,
     right_padded_to_thd,
     static_shape_from_metadata,
     stored_row_segments,
-    to_bridge_offline_batch,
     to_legacy_batch,
 )
 
 F, T = False, True
+
+
+def collate_stored_rows(rows, **kwargs):
+    """The worked examples are Bridge main's batch form (read at 067f987), which carries ``padding_mask``;
+    megatron-bridge 0.6.2's has none, which is the default (``test_default_bridge_form_is_the_releases``)."""
+    return thd_compat.collate_stored_rows(rows, emit_padding_mask=True, **kwargs)
+
+
+def to_bridge_offline_batch(batches, **kwargs):
+    """Bridge main's form, with ``padding_mask`` (see :func:`collate_stored_rows`)."""
+    return thd_compat.to_bridge_offline_batch(batches, emit_padding_mask=True, **kwargs)
 
 # E1 / E2 stored row and metadata
 E1_ROW = {
@@ -751,3 +761,15 @@ def test_return_cu_seqlen_false_gives_bridges_causal_mask_and_no_boundaries():
     for key in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask"):
         assert torch.equal(b[key], with_cu[key])
     assert with_cu["attention_mask"] is None
+
+
+def test_default_bridge_form_is_the_releases_without_padding_mask():
+    """megatron-bridge 0.6.2's collate has no padding_mask (tests/upstream/test_diff_readers.py compares the
+    whole batch with it); the canonical batch comes back from that form when the padded keys are there."""
+    release = thd_compat.collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0,
+                                             pad_to_max_length=True)
+    main = collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True)
+    assert "padding_mask" not in release and "padding_mask" in main
+    assert {k for k in main if k != "padding_mask"} == set(release)
+    assert_same_batch(from_bridge_offline_batch(release)[0], from_bridge_offline_batch(main)[0])
+
