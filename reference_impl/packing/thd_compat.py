@@ -567,8 +567,10 @@ def stored_row_segments(
     ``row`` holds ``input_ids`` and the rolled ``loss_mask`` of a packed Parquet row, plus either
     ``seq_start_id`` (segment starts) or ``seq_boundaries`` (starts and the row length). For a
     stored segment ``s``: tokens = ``s[:-1]``, labels = ``s[1:]``, loss mask = the stored mask over
-    the token positions (or, without ``answer_only_loss``, 1 wherever the *input* token is not
-    ``eos_id``). With ``pad_seq_to_mult > 1`` the segment's ``valid_length`` is the index of its
+    the token positions (or, without ``answer_only_loss``, 1), and 0 wherever the *input* token is
+    ``eos_id``: megatron-bridge 0.6.2's collate drops every position whose input is EOS from the loss,
+    which also keeps the loss off the pre-padding of packs whose stored mask trains it (Bridge's legacy
+    template mode, quirk Q3). With ``pad_seq_to_mult > 1`` the segment's ``valid_length`` is the index of its
     last input token that is not ``eos_id``, plus one (the pre-padding at the end of a segment
     is materialised in the stored row); with 1 every token is real.
     """
@@ -603,10 +605,8 @@ def stored_row_segments(
     segments = []
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         tokens = ids[start : end - 1]
-        if answer_only_loss:
-            loss = stored_loss[start : end - 1]
-        else:
-            loss = (tokens != eos_id).astype(np.int64)
+        loss = stored_loss[start : end - 1] if answer_only_loss else np.ones(tokens.size, dtype=np.int64)
+        loss = loss * (tokens != eos_id)
         segment: dict[str, Any] = {
             "tokens": tokens, "labels": ids[start + 1 : end], "loss_mask": loss
         }
