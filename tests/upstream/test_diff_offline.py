@@ -292,10 +292,18 @@ def test_fixed_cases_real_bundle_and_documented_differences(upstream, compat):
     by_tok: dict[str, list[dict]] = {}
     for spec in specs:
         by_tok.setdefault(spec.get("tokenizer", tok).folder, []).append(spec)
+    results = {}
     for group in by_tok.values():
-        report(compat, run_prepare_cases(upstream, group[0].get("tokenizer", tok), group))
-    eod_case = next(s for s in specs if s["name"] == "EOD distinct from EOS")
-    assert eod_case["eod"] != tok.eos_id
+        done = run_prepare_cases(upstream, group[0].get("tokenizer", tok), group)
+        report(compat, done)
+        results.update({spec["name"]: (theirs, ours) for spec, theirs, ours in done})
+    # the distinct EOD pre-pads (and the manifest records it); Bridge fills the packs' ends with EOS
+    theirs, ours = results["EOD distinct from EOS"]
+    eod = tok.bridge["pad_id"]
+    assert eod != tok.eos_id and any(eod in row["input_ids"] for row in theirs["rows"])
+    assert ours["result"].manifest["tokenizer"]["eod_id"] == eod
+    # why seqpack refuses the override with pad_seq_to_mult=1: Bridge's packs are those without it
+    assert results["override with m=1"][0]["rows"] == results["pad_seq_to_mult=1, budget S-1"][0]["rows"]
     if qwen is None:
         pytest.skip("qwen3 bundle absent: the real-tokenizer cases did not run (run scripts/fetch_tokenizers.py)")
 
