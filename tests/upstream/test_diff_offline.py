@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stable_strategies import booleans, integers, lists, sampled_from
 from offline_lane_data import (
     RECIPE_PC,
     bundle,
@@ -134,37 +135,37 @@ def report(compat, results, function=D.PREPARE) -> None:
 
 @st.composite
 def prepare_specs(draw) -> dict:
-    pack = draw(st.sampled_from([32, 48, 64, 96, 128]))
-    m = draw(st.sampled_from([k for k in (1, 2, 4, 8) if pack % k == 0]))
-    seq = draw(st.one_of(st.just(pack), st.integers(max(m, 12), pack)))
+    pack = draw(sampled_from([32, 48, 64, 96, 128]))
+    m = draw(sampled_from([k for k in (1, 2, 4, 8) if pack % k == 0]))
+    seq = pack if draw(booleans()) else draw(integers(max(m, 12), pack))
     pc = {
         "prompt_column": "input", "completion_column": "output",
-        "prompt_template": draw(st.sampled_from(["{prompt}", "Q: {prompt} A:", "Question: {prompt}"])),
-        "separator": draw(st.sampled_from([" ", ""])),
-        "loss_mode": draw(st.sampled_from(["completion", "completion", "full"])),
-        "strip_whitespace": draw(st.booleans()),
-        "add_bos": draw(st.booleans()),
-        "add_eos": draw(st.sampled_from([True, True, True, False])),
-        "truncation_method": draw(st.sampled_from(["right", "right", "left"])),
+        "prompt_template": draw(sampled_from(["{prompt}", "Q: {prompt} A:", "Question: {prompt}"])),
+        "separator": draw(sampled_from([" ", ""])),
+        "loss_mode": draw(sampled_from(["completion", "completion", "full"])),
+        "strip_whitespace": draw(booleans()),
+        "add_bos": draw(booleans()),
+        "add_eos": draw(sampled_from([True, True, True, False])),
+        "truncation_method": draw(sampled_from(["right", "right", "left"])),
     }
     specials = int(pc["add_bos"]) + int(pc["add_eos"])
     rows = numeral_rows(
-        draw(st.integers(0, 10**6)), draw(st.integers(3, 36)),
-        prompt_max=draw(st.sampled_from([0, 4, pack // 2, pack, 2 * pack])),
-        completion_max=draw(st.integers(1, pack // 2)), completion_min=1 if specials else 2,
-        long_every=draw(st.sampled_from([0, 0, 5])), long_len=2 * pack,
+        draw(integers(0, 10**6)), draw(integers(3, 36)),
+        prompt_max=draw(sampled_from([0, 4, pack // 2, pack, 2 * pack])),
+        completion_max=draw(integers(1, pack // 2)), completion_min=1 if specials else 2,
+        long_every=draw(sampled_from([0, 0, 5])), long_len=2 * pack,
     )
     return {
         "pack": pack, "m": m, "seq": seq, "pc": pc, "rows": rows,
-        "algorithm": draw(st.sampled_from(["first_fit_shuffle", "first_fit_shuffle", "first_fit_decreasing"])),
-        "seed": draw(st.integers(0, 2**32 - 1)),
-        "override": None if m == 1 else draw(st.sampled_from([None, None, 2 * m, 4 * m])),
-        "existing": draw(st.sampled_from([None, [], OLD_ENTRIES[:1], OLD_ENTRIES])),
+        "algorithm": draw(sampled_from(["first_fit_shuffle", "first_fit_shuffle", "first_fit_decreasing"])),
+        "seed": draw(integers(0, 2**32 - 1)),
+        "override": None if m == 1 else draw(sampled_from([None, None, 2 * m, 4 * m])),
+        "existing": draw(sampled_from([None, [], OLD_ENTRIES[:1], OLD_ENTRIES])),
     }
 
 
 @settings(max_examples=18, **LANE)
-@given(st.lists(prepare_specs(), min_size=6, max_size=6))
+@given(lists(prepare_specs(), 6, 6))
 def test_prepare_equals_bridge_over_every_option(upstream, compat, specs):
     """Algorithm, seed, pad_seq_to_mult, per-sample cap and truncation (samples longer than the pack),
     EOD pre-padding, the pad_seq_length_to_mult override, prompt template, separator, loss mode, BOS/EOS,
@@ -353,6 +354,12 @@ def test_cli_and_builder_with_validation_split_equal_bridge(upstream, compat, ca
         compat.check(D.BUILDER_PREPARE, json.loads(meta.read_text()) == theirs["metadata"],
                      detail=f"metadata: {json.loads(meta.read_text())} vs {theirs['metadata']}")
         assert len(theirs["metadata"]) == 2
+    # Bridge's pack cache key leaves out the input's content: an edited training.jsonl reuses the stale pack
+    root, first = expected[0][0], answers[0]
+    before = read_rows(first["training"])
+    write_jsonl(root, numeral_rows(999, 40, prompt_max=20, completion_max=5), "training.jsonl")
+    again = upstream.call("offline.builder_prepare", cases=cases[:1])[0]
+    assert again["training"] == first["training"] and read_rows(again["training"]) == before
 
 
 # ------------------------------------------------------------------------------------------------
@@ -363,11 +370,11 @@ def _lengths(draw_list):
     return [int(x) for x in draw_list]
 
 
-length_lists = st.lists(st.integers(0, 90), min_size=0, max_size=60)
+length_lists = lists(integers(0, 90), 0, 60)
 
 
 @settings(max_examples=40, **LANE)
-@given(st.lists(st.tuples(length_lists, st.sampled_from([0, 1, 7, 32, 64]), st.integers(0, 2**32 - 1)),
+@given(lists(st.tuples(length_lists, sampled_from([0, 1, 7, 32, 64]), integers(0, 2**32 - 1)),
                 min_size=8, max_size=8))
 def test_first_fit_family_equals_bridge(upstream, compat, cases):
     """first_fit / first_fit_decreasing (zero lengths, items over the pack size, pack size 0) and
@@ -391,9 +398,9 @@ def test_first_fit_family_equals_bridge(upstream, compat, cases):
 
 
 @settings(max_examples=25, **LANE)
-@given(st.lists(st.tuples(st.lists(st.integers(0, 12), min_size=1, max_size=50), st.sampled_from([16, 40, 64]),
-                          st.sampled_from([None, "first_fit", "first_fit_decreasing", "first_fit_shuffle"]),
-                          st.integers(0, 2**32 - 1)),
+@given(lists(st.tuples(lists(integers(0, 12), 1, 50), sampled_from([16, 40, 64]),
+                          sampled_from([None, "first_fit", "first_fit_decreasing", "first_fit_shuffle"]),
+                          integers(0, 2**32 - 1)),
                 min_size=4, max_size=4))
 def test_packing_strategy_equals_bridge(upstream, compat, cases):
     """create_packing_strategy from a histogram (Bridge's default algorithm when none is given; its
@@ -420,8 +427,8 @@ def test_packing_strategy_equals_bridge(upstream, compat, cases):
 
 
 @settings(max_examples=25, **LANE)
-@given(st.lists(st.tuples(st.lists(st.integers(0, 40), min_size=1, max_size=120), st.sampled_from([40, 64]),
-                          st.sampled_from(["first_fit_shuffle", "first_fit_decreasing"]), st.integers(0, 2**32 - 1)),
+@given(lists(st.tuples(lists(integers(0, 40), 1, 120), sampled_from([40, 64]),
+                          sampled_from(["first_fit_shuffle", "first_fit_decreasing"]), integers(0, 2**32 - 1)),
                 min_size=4, max_size=4))
 def test_histogram_strategy_and_fill_equal_bridge(upstream, compat, cases):
     """create_hist + create_packing_strategy + fill_packing_strategy on one seeded stream, as the

@@ -27,6 +27,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stable_strategies import booleans, integers, lists, sampled_from
 from offline_lane_data import RECIPE_PC, fresh_dir, numeral_rows, read_rows, seqpack_pack, wordlevel, write_jsonl
 
 from reference_impl.errors import SeqpackError
@@ -221,21 +222,21 @@ def run_reader_cases(upstream, compat, specs: list[dict]) -> None:
 
 @st.composite
 def reader_specs(draw, all_packs: list[dict]) -> dict:
-    pack = draw(st.sampled_from(all_packs))
-    fixed = draw(st.booleans())
+    pack = draw(sampled_from(all_packs))
+    fixed = draw(booleans())
     opts = {
         "pad_to_max_length": fixed,
-        "pad_seq_length_to_mult": draw(st.sampled_from([1, 2, 3, 8, 16, 16, 64])),
-        "ceil_to_power_2": draw(st.sampled_from([False, False, False, True])),
-        "return_cu_seqlen": draw(st.sampled_from([True, True, True, True, False])),
-        "answer_only_loss": draw(st.sampled_from([True, True, True, False])),
-        "seed": draw(st.integers(0, 2**31 - 1)),
+        "pad_seq_length_to_mult": draw(sampled_from([1, 2, 3, 8, 16, 16, 64])),
+        "ceil_to_power_2": draw(sampled_from([False, False, False, True])),
+        "return_cu_seqlen": draw(sampled_from([True, True, True, True, False])),
+        "answer_only_loss": draw(sampled_from([True, True, True, False])),
+        "seed": draw(integers(0, 2**31 - 1)),
     }
-    if draw(st.booleans()):
-        opts["max_num_samples"] = draw(st.integers(1, 80))
-    pad_cu = draw(st.sampled_from([False, False, fixed, fixed, True]))
+    if draw(booleans()):
+        opts["max_num_samples"] = draw(integers(1, 80))
+    pad_cu = draw(sampled_from([False, False, fixed, fixed, True]))
     rows = 80  # an index range valid for every pack, folded into the real length below
-    batches = draw(st.lists(st.lists(st.integers(-rows, rows - 1), min_size=1, max_size=4), min_size=3, max_size=6))
+    batches = draw(lists(lists(integers(-rows, rows - 1), 1, 4), 3, 6))
     return {"pack": pack, "opts": opts, "pad_cu_seqlens": pad_cu, "batches": batches}
 
 
@@ -266,7 +267,7 @@ def all_packs(upstream):
 @settings(max_examples=16, **LANE)
 @given(data=st.data())
 def test_readers_equal_bridge_over_every_option(upstream, compat, all_packs, data):
-    specs = data.draw(st.lists(reader_specs(all_packs), min_size=8, max_size=8))
+    specs = data.draw(lists(reader_specs(all_packs), 8, 8))
     run_reader_cases(upstream, compat, _fold(specs, _lengths(all_packs)))
 
 

@@ -72,7 +72,8 @@ def op_prepare(cases: list[dict]) -> list[dict]:
     A case holds the function's arguments (paths as strings; ``tokenizer``: an HF tokenizer folder,
     ``eod``: optional distinct end-of-document id) and always uses Bridge's own dataset builder,
     ``megatron.bridge.data.builders.gpt_sft.build_gpt_sft_split``, with one tokenizer worker.
-    Answers ``{"metadata": <the metadata file's JSON after the call>, "rows": <packed rows>}``.
+    Answers ``{"raises": False, "metadata": <the metadata file's JSON after the call>}``; the packed
+    rows are in ``output_path`` (Parquet when it ends in ``.parquet``, as Bridge writes it).
     """
     from megatron.bridge.data.builders.gpt_sft import build_gpt_sft_split
     from megatron.bridge.data.packing.offline import prepare_gpt_sft_packed_data
