@@ -7,10 +7,10 @@ Checks per row: token ids within the vocabulary (never negative; below the manif
 ``vocab_size`` when it records one), structure (equal lengths, segment starts from 0 and strictly
 increasing, within the row, 0/1 loss mask), runtime tokens (stored length minus one per segment)
 within the pack size, and *loss only where a label exists*: the stored mask is rolled, so the last
-stored token of a segment has no label inside the segment and must carry 0. seqpack never writes a 1
-there, so in packs with a seqpack manifest it is an issue; Megatron-Bridge's legacy template mode does
-(quirk Q3), and every collate (megatron-bridge 0.6.2's and seqpack's) drops that position, so in a
-foreign pack it is only counted (``loss_on_segment_end``, segments).
+stored token of a segment has no label inside the segment and must carry 0 (a 1 there is how an
+unrolled mask shows). Megatron-Bridge's legacy template mode writes such packs on purpose (quirk Q3):
+the issue says so, and ``loss_on_segment_end`` counts the segments; megatron-bridge 0.6.2's collate and
+seqpack's drop that position, so it trains nothing there.
 
 With a seqpack manifest beside the files (a corrupt or foreign one is itself an issue): only the
 files it lists are data (any other Parquet file there is a ``stray_file`` issue, not counted), a
@@ -126,7 +126,7 @@ def inspect_packed_dataset(
             last = bounds[1:] - 1
             bad = np.flatnonzero(mask[last] != 0)
             loss_on_end += int(bad.size)
-            if bad.size and manifest is not None:
+            if bad.size:
                 issues.add("loss_without_label", r, "loss mask is 1 on a segment's last token, which has no label",
                            int(bad[0]))
             per_file[reader.locate(r)[0], 1] += phys.size

@@ -73,16 +73,22 @@ def bundle(upstream, family: str) -> LaneTokenizer:
 
 
 def numeral_rows(seed: int, n: int, *, prompt_max: int, completion_max: int, completion_min: int = 1,
-                 long_every: int = 0, long_len: int = 0) -> list[dict[str, str]]:
+                 long_every: int = 0, long_len: int = 0, eos_every: int = 0) -> list[dict[str, str]]:
     """``n`` prompt/completion rows of random numerals (``input``/``output`` columns); every
-    ``long_every``-th row gets a prompt of ``long_len`` words (samples longer than the pack)."""
+    ``long_every``-th row gets a prompt of ``long_len`` words (samples longer than the pack), and every
+    ``eos_every``-th row's completion holds the EOS token's text (at its end or inside it), which both
+    sides tokenize to the EOS id: the logical-length and loss rules of the collate see a supervised EOS
+    that is not the sample's last token."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         plen = long_len if long_every and i % long_every == long_every - 1 else int(rng.integers(0, prompt_max + 1))
         clen = int(rng.integers(completion_min, completion_max + 1))
-        words = rng.integers(0, 300, size=plen + clen)
-        rows.append({"input": " ".join(map(str, words[:plen])), "output": " ".join(map(str, words[plen:]))})
+        words = [str(w) for w in rng.integers(0, 300, size=plen + clen)]
+        completion = words[plen:]
+        if eos_every and i % eos_every == eos_every - 1:
+            completion.insert(int(rng.integers(0, len(completion) + 1)), SPECIALS["eos_token"])
+        rows.append({"input": " ".join(words[:plen]), "output": " ".join(completion)})
     return rows
 
 

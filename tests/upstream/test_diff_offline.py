@@ -153,7 +153,7 @@ def prepare_specs(draw) -> dict:
         draw(integers(0, 10**6)), draw(integers(3, 36)),
         prompt_max=draw(sampled_from([0, 4, pack // 2, pack, 2 * pack])),
         completion_max=draw(integers(1, pack // 2)), completion_min=1 if specials else 2,
-        long_every=draw(sampled_from([0, 0, 5])), long_len=2 * pack,
+        long_every=draw(sampled_from([0, 0, 5])), long_len=2 * pack, eos_every=draw(sampled_from([0, 0, 3])),
     )
     return {
         "pack": pack, "m": m, "seq": seq, "pc": pc, "rows": rows,

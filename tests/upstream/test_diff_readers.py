@@ -64,7 +64,7 @@ def packs(upstream) -> list[dict]:
                                                             (48, 2, "first_fit_decreasing", True)]):
         folder = fresh_dir(upstream, "seqpack-pack")
         data = write_jsonl(folder, numeral_rows(300 + k, 30, prompt_max=pack, completion_max=pack // 3,
-                                                long_every=6, long_len=2 * pack))
+                                                long_every=6, long_len=2 * pack, eos_every=4))
         if compat_mode:
             res = seqpack_pack(data, folder / "out", tok.seqpack, pack_size=pack, max_seq_length=pack, m=m,
                                algorithm=algorithm, seed=k, pc=RECIPE_PC)
@@ -81,7 +81,7 @@ def packs(upstream) -> list[dict]:
     for k, (pack, m, legacy) in enumerate([(64, 1, False), (64, 2, False), (128, 8, False), (64, 4, True)]):
         folder = fresh_dir(upstream, "bridge-pack")
         data = write_jsonl(folder, numeral_rows(400 + k, 30, prompt_max=pack, completion_max=pack // 3,
-                                                long_every=6, long_len=2 * pack))
+                                                long_every=6, long_len=2 * pack, eos_every=5))
         kwargs = {} if legacy else {"prompt_completion_config": RECIPE_PC}
         cases.append({"input_path": str(data), "output_path": str(folder / "training.idx.parquet"),
                       "output_metadata_path": str(folder / "metadata.json"), "packed_sequence_size": pack,
@@ -330,8 +330,12 @@ def test_inspect_reports_bridges_metadata_and_averages_of_its_packs(upstream, co
     for pack, theirs in zip(all_packs, averages):
         assert not theirs["raises"], theirs
         report = inspect_packed_dataset(pack["path"], pack_size=pack["pack"], eos_id=tok.eos_id)
-        assert report.ok, report.issues
         s = report.stats
+        if pack.get("legacy"):  # Bridge's legacy template mode stores loss on every segment's last token (Q3)
+            assert {i["check"] for i in report.issues} == {"loss_without_label"}, report.issues
+            assert s["loss_on_segment_end"] == s["segments"]
+        else:
+            assert report.ok and s["loss_on_segment_end"] == 0, report.issues
         ours = {"avg_seqlen_count": s["segments"] / s["rows"], "avg_seqlen_total": s["aligned_tokens"] / s["rows"],
                 "avg_seqlen_sq_individual": s["segment_length"]["sum_of_squares"] / s["segments"],
                 "avg_seqlen_sq_per_row": s["segment_length"]["sum_of_squares"] / s["rows"]}
