@@ -30,6 +30,19 @@ if "SEQPACK_REAL_HOME" not in os.environ:
     os.environ["SEQPACK_REAL_HOME"] = os.environ.get("HOME", "")
     os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
 
+# Hypothesis (6.131 and later) also draws literal constants it harvests from the project's own
+# modules loaded at the time (reference_impl/...), so the examples of a derandomized test would
+# depend on which modules earlier tests happened to import, and the lane's case counts (the generated
+# table in docs/compatibility.md) on which tests ran before. Keep that pool empty: examples then
+# depend only on the test. (An internal hook; on a Hypothesis without it there is nothing to undo.)
+try:
+    from hypothesis.internal.conjecture import providers as _hypothesis_providers
+
+    if hasattr(_hypothesis_providers, "_get_local_constants"):
+        _hypothesis_providers._get_local_constants = lambda: _hypothesis_providers._local_constants
+except ImportError:  # hypothesis is a test extra
+    pass
+
 #: A test taking longer than this on a quiet machine is marked ``slow`` (or ``distributed``).
 SLOW_SECONDS = 2.0
 _MARKS = ("slow", "distributed")
@@ -209,3 +222,19 @@ def _finish_compat(session) -> None:
                            "rewrites it)", red=True)
         reporter.write_line(table)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory):
+    """The sdist and wheel ``python -m build`` makes of (a copy of) this checkout: ``(sdist, wheel)``."""
+    from tests.release_env import build_dists
+
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def light_install(built_dists, tmp_path_factory):
+    """A clean venv holding only the wheel and the light dependencies it declares (no torch): its bin directory."""
+    from tests.release_env import light_venv
+
+    return light_venv(built_dists[1], tmp_path_factory.mktemp("light") / "venv")

@@ -26,8 +26,8 @@ PACKAGE = REPO / "reference_impl"
 
 #: Layers from the bottom up (DESIGN.md section 2); a module may import its own layer and those below.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt", "alignment",
-             "packing_paths", "config", "examples", "versions"),
+    "base": ("", "errors", "extras", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt",
+             "alignment", "packing_paths", "config", "examples", "versions"),
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),

@@ -298,7 +298,9 @@ async def test_pack_then_inspect(client: Client, root: Path):
 async def test_resources(client: Client, skill: Path):
     uris = sorted(str(r.uri) for r in (await client.list_resources()).resources)
     assert uris == ["seqpack://rules.json", "seqpack://rules.md", "seqpack://skill/SKILL.md",
-                    "seqpack://skill/references/offline.md"]
+                    "seqpack://skill/references/offline.md", "skill://megatron-sequence-packing/SKILL.md",
+                    "skill://megatron-sequence-packing/references/notes.txt",
+                    "skill://megatron-sequence-packing/references/offline.md"]  # skill://: every file
     md = await client.read_resource("seqpack://rules.md")
     assert md.contents[0].text == rules_document()
     js = await client.read_resource("seqpack://rules.json")
