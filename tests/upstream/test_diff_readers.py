@@ -27,8 +27,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stable_strategies import booleans, integers, lists, sampled_from
 from offline_lane_data import RECIPE_PC, fresh_dir, numeral_rows, read_rows, seqpack_pack, wordlevel, write_jsonl
+from stable_strategies import booleans, integers, lists, sampled_from
 
 from reference_impl.errors import SeqpackError
 from reference_impl.inspect import inspect_packed_dataset
