@@ -243,7 +243,7 @@ async def test_check_model_support(client: Client):
     out = await call(client, "check_model_support", {"family": "Qwen3-Next", "path": "offline"})
     (res,) = out["results"]
     assert out["known_family"] is True and res["status"] == "opt_out"
-    assert res["evidence"] == "Megatron-Bridge recipes/qwen/h100/qwen3_next.py"
+    assert res["evidence"] == "megatron-bridge 0.6.2 recipes/qwen/h100/qwen3_next.py"
     unknown = await call(client, "check_model_support", {"family": "my-own-model"})
     assert unknown["known_family"] is False
     assert [r["status"] for r in unknown["results"]] == ["unknown"] * 4

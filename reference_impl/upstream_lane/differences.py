@@ -308,3 +308,24 @@ difference(
     "hybrid context parallelism, which seqpack does not implement")
 
 # --- configuration validation (ConfigContainer.validate, runtime_config_update, recipes) -----------
+# Bridge's own config dump and its recipe functions (tests/upstream/test_config_dump.py, test_recipes.py): a case
+# is equal when Bridge's runtime_config_update raises exactly when seqpack validate, reading the dump Bridge wrote
+# (ConfigContainer.to_yaml, the run_config.yaml form), reports an error.
+function("config_dump.to_yaml", "megatron.bridge.training.config.ConfigContainer.to_yaml + runtime_config_update")
+function("recipes.runtime_config_update", "megatron.bridge.recipes.*_config + training.config.runtime_config_update")
+difference(
+    "recipes-later-upstream-failure", "recipes.runtime_config_update",
+    "seqpack rejects a packing recipe that runtime_config_update accepts",
+    "the failure comes later, outside the config update: nemotron_3_super_sft_16gpu_h100_bf16_32k_config packs "
+    "offline into 2048-token bins while tokenizing up to seq_length 32768, so Bridge's offline fill step "
+    "(data/packing/algorithms.py fill_packing_strategy) raises on any sample longer than the pack "
+    "(reproduced in the lane: tests/upstream/test_recipes.py), and with CP2 and pad_seq_to_mult=1 the packed "
+    "segments break Transformer Engine's THD partition rule (a CUDA kernel; seqpack's reference partition shows it)",
+)
+difference(
+    "recipes-bridge-rejects-outside-packing", "recipes.runtime_config_update",
+    "runtime_config_update rejects a packing recipe for a setting seqpack does not check",
+    "the rejected setting is not a packing one: megatron-bridge 0.6.2's DeepSeek-V4 packed SFT recipe lists "
+    "'mhc' in recompute_modules, which megatron-core 0.19.2's TransformerConfig does not accept; seqpack "
+    "validates packing, so it reports nothing there (the test lists each such recipe with Bridge's message)",
+)
