@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from offline_lane_data import RECIPE_PC, fresh_dir, numeral_rows, read_rows, seqpack_pack, wordlevel, write_jsonl
 from stable_strategies import booleans, integers, lists, sampled_from
+from thd_lane import encode as plain
 
 from reference_impl.errors import SeqpackError
 from reference_impl.inspect import inspect_packed_dataset
@@ -101,14 +102,6 @@ def packs(upstream) -> list[dict]:
 # comparing batches
 
 
-def plain(value):
-    """A batch value in the JSON form the lane answers with."""
-    if isinstance(value, torch.Tensor):
-        return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
-                "data": value.reshape(-1).tolist()}
-    return value
-
-
 def batch_difference(ours: dict, theirs: dict) -> str | None:
     """None when equal (keys, dtypes, shapes, values), else what differs first."""
     if set(ours) != set(theirs):
@@ -117,8 +110,8 @@ def batch_difference(ours: dict, theirs: dict) -> str | None:
         a, b = plain(ours[key]), theirs[key]
         if a != b:
             if isinstance(a, dict) and isinstance(b, dict):
-                return f"{key}: seqpack {a['dtype']}{a['shape']} {a['data'][:24]} vs Bridge {b['dtype']}{b['shape']} " \
-                       f"{b['data'][:24]}"
+                return f"{key}: seqpack {a.get('__t__')}{a.get('s')} {a.get('d', [])[:24]} vs Bridge " \
+                       f"{b.get('__t__')}{b.get('s')} {b.get('d', [])[:24]}"
             return f"{key}: seqpack {a} vs Bridge {b}"
     return None
 
@@ -147,18 +140,18 @@ def compare_params(compat, ds, indices: list[int], theirs_batch: dict, theirs_pa
         compat.equal(D.READER_PARAMS)
         return
     # documented: with pad_seq_to_mult=1 Bridge counts the width padding as one more real sequence
-    q = theirs["cu_seqlens_q"]["data"]
+    q = theirs["cu_seqlens_q"]["d"]
     end = int(canonical["cu_seqlens_q"][-1])  # where the real tokens end
     width_padding = m == 1 and theirs["cu_seqlens_q_padded"] is None and q[-1] > end
     if width_padding and rows_equal:
-        assert ours["cu_seqlens_q_padded"]["data"] == q, (name, ours, theirs)
-        assert ours["cu_seqlens_q"]["data"] == [min(v, end) for v in q], (name, ours, theirs)
+        assert ours["cu_seqlens_q_padded"]["d"] == q, (name, ours, theirs)
+        assert ours["cu_seqlens_q"]["d"] == [min(v, end) for v in q], (name, ours, theirs)
         assert ours["max_seqlen_q"] == theirs["max_seqlen_q"]
         compat.by_design(D.READER_PARAMS, "readers-width-padding-sequence")
         return
     # documented: the canonical micro-batch carries padded boundaries only when they differ
     same_boundaries = m > 1 and ours["cu_seqlens_q_padded"] is None and theirs["cu_seqlens_q_padded"] is not None \
-        and theirs["cu_seqlens_q_padded"]["data"] == q
+        and theirs["cu_seqlens_q_padded"]["d"] == q
     if same_boundaries and rows_equal and {k: v for k, v in ours.items() if "padded" not in k} == \
             {k: v for k, v in theirs.items() if "padded" not in k}:
         compat.by_design(D.READER_PARAMS, "readers-padded-boundaries-equal")
@@ -316,7 +309,7 @@ def test_data_order_with_max_num_samples(upstream, compat, all_packs):
         else:  # tiny mappings can coincide
             compat.equal(D.SAMPLES_MAPPING)
         # the padding index reads the last mapped row with its loss mask zeroed, on both sides
-        assert theirs["batches"][1]["loss_mask"]["data"] == [0] * len(theirs["batches"][1]["loss_mask"]["data"])
+        assert theirs["batches"][1]["loss_mask"]["d"] == [0] * len(theirs["batches"][1]["loss_mask"]["d"])
 
 
 def test_inspect_reports_bridges_metadata_and_averages_of_its_packs(upstream, compat, all_packs):

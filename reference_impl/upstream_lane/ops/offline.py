@@ -15,13 +15,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+from _thd_codec import raised
 
 logging.getLogger("megatron.bridge").setLevel(logging.ERROR)
 os.environ.setdefault("TQDM_DISABLE", "1")
-
-
-def _raised(exc: BaseException) -> dict:
-    return {"raises": True, "type": type(exc).__name__, "message": str(exc)[:2000]}
 
 
 def op_make_wordlevel_tokenizer(folder: str, words: list[str], specials: dict) -> dict:
@@ -99,7 +96,7 @@ def op_prepare(cases: list[dict]) -> list[dict]:
                 dataset_builder=build_gpt_sft_split,
             )
         except Exception as exc:  # noqa: BLE001 - an upstream failure is this case's answer
-            out.append(_raised(exc))
+            out.append(raised(exc))
             continue
         answer: dict = {"raises": False, "metadata": None}
         if metadata is not None:
@@ -134,7 +131,7 @@ def op_builder_prepare(cases: list[dict]) -> list[dict]:
             builder = GPTSFTDatasetBuilder(config, _bridge_tokenizers.bridge_tokenizer(case["tokenizer"]))
             builder.prepare_data()
         except Exception as exc:  # noqa: BLE001
-            out.append(_raised(exc))
+            out.append(raised(exc))
             continue
         out.append({
             "raises": False,
@@ -184,7 +181,7 @@ def op_algorithms(cases: list[dict]) -> list[dict]:
             else:
                 raise KeyError(f"unknown algorithms case {fn!r}")
         except Exception as exc:  # noqa: BLE001
-            out.append(_raised(exc))
+            out.append(raised(exc))
         finally:
             np.random.set_state(state)
     return out

@@ -2,8 +2,8 @@
 ``get_packed_seq_params`` on the batches, and its statistics of a packed file, run as is.
 
 Runs in the upstream interpreter (see ``worker.py``); never imports seqpack. Every op takes a list
-of cases and answers one result per case. Tensors travel as ``{"dtype", "shape", "data"}`` (flat
-values); a case that makes the upstream code raise answers ``{"raises": True, "type", "message"}``.
+of cases and answers one result per case. Tensors travel in ``_thd_codec``'s JSON form; a case that
+makes the upstream code raise answers ``{"raises": True, "type", "message"}``.
 """
 
 from __future__ import annotations
@@ -11,28 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from _thd_codec import encode, raised
+
 logging.getLogger("megatron.bridge").setLevel(logging.ERROR)
-
-
-def _raised(exc: BaseException) -> dict:
-    return {"raises": True, "type": type(exc).__name__, "message": str(exc)[:2000]}
-
-
-def _plain(value):
-    """A JSON form of a batch value: tensors and arrays as dtype/shape/flat data."""
-    import numpy as np
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape),
-                "data": value.reshape(-1).tolist()}
-    if isinstance(value, np.ndarray):
-        return {"dtype": str(value.dtype), "shape": list(value.shape), "data": value.reshape(-1).tolist()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return value
 
 
 def _dataset(case: dict):
@@ -60,7 +41,7 @@ def _params(batch: dict) -> dict:
     from megatron.bridge.training.utils.packed_seq_utils import get_packed_seq_params
 
     params = get_packed_seq_params(batch)
-    return {f.name: _plain(getattr(params, f.name)) for f in dataclasses.fields(params)}
+    return {f.name: encode(getattr(params, f.name)) for f in dataclasses.fields(params)}
 
 
 def op_collate(cases: list[dict]) -> list[dict]:
@@ -79,7 +60,7 @@ def op_collate(cases: list[dict]) -> list[dict]:
         try:
             ds = _dataset(case)
         except Exception as exc:  # noqa: BLE001 - an upstream failure is this case's answer
-            out.append(_raised(exc))
+            out.append(raised(exc))
             continue
         mapping = getattr(ds, "samples_mapping", None)
         answer = {"raises": False, "len": len(ds), "order": None if mapping is None else [int(i) for i in mapping],
@@ -88,15 +69,15 @@ def op_collate(cases: list[dict]) -> list[dict]:
             try:
                 batch = ds.collate_fn([ds[i] for i in indices])
             except Exception as exc:  # noqa: BLE001
-                answer["batches"].append(_raised(exc))
+                answer["batches"].append(raised(exc))
                 answer["params"].append(None)
                 continue
-            answer["batches"].append({k: _plain(v) for k, v in batch.items()})
+            answer["batches"].append({k: encode(v) for k, v in batch.items()})
             if case.get("params") and "cu_seqlens_q" in batch and len(indices) == 1:
                 try:
                     answer["params"].append(_params(batch))
                 except Exception as exc:  # noqa: BLE001
-                    answer["params"].append(_raised(exc))
+                    answer["params"].append(raised(exc))
             else:
                 answer["params"].append(None)
         out.append(answer)
@@ -115,7 +96,7 @@ def op_statistics(cases: list[dict]) -> list[dict]:
         try:
             values = calculate_avg_seqlen(case["path"], case["gbs"], case["max_seq_len"], case["drop_remainder"])
         except Exception as exc:  # noqa: BLE001
-            out.append(_raised(exc))
+            out.append(raised(exc))
             continue
         keys = ("avg_seqlen_count", "avg_seqlen_total", "avg_seqlen_sq_individual", "avg_seqlen_sq_per_row")
         out.append({"raises": False, **dict(zip(keys, (float(v) for v in values)))})
