@@ -111,30 +111,3 @@ def load_bridge_packing_algorithms():
         return None
     stub = _stub("megatron.bridge.utils.safe_pickle", safe_load_npy=lambda *a, **k: None)
     return _exec_with_stubs(source, "bridge_packing_algorithms", {stub.__name__: stub})
-
-
-def load_bridge_offline():
-    """Megatron-Bridge's ``data/packing/offline.py`` (offline preparation) at :data:`BRIDGE_COMMIT`, or None.
-
-    Its imports are stubbed: the packing algorithms are Bridge's own (:func:`load_bridge_packing_algorithms`),
-    the multi-storage client reports itself disabled (so ``.npy`` output goes through ``np.save``), and
-    the tokenizer type is a placeholder (callers pass their own tokenizer object). It needs torch and tqdm.
-    """
-    source = git_show(BRIDGE, BRIDGE_COMMIT, "src/megatron/bridge/data/packing/offline.py")
-    algorithms = load_bridge_packing_algorithms()
-    if source is None or algorithms is None:
-        return None
-
-    class _MultiStorageClientFeature:
-        @staticmethod
-        def is_enabled() -> bool:
-            return False
-
-    stubs = {
-        "megatron.bridge.data.packing.algorithms": algorithms,
-        "megatron.core.msc_utils": _stub("megatron.core.msc_utils",
-                                         MultiStorageClientFeature=_MultiStorageClientFeature),
-        "megatron.bridge.training.tokenizers.tokenizer": _stub("megatron.bridge.training.tokenizers.tokenizer",
-                                                               MegatronTokenizer=object),
-    }
-    return _exec_with_stubs(source, "bridge_packing_offline", stubs)
