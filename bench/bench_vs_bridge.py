@@ -22,7 +22,7 @@ most the two could hold at once), the load average around it. Sections:
   in no more packs. Each run reads its own hard link of the input, so no line index is reused.
 * ``pack_stage``: the packing stage alone on the runtime lengths of Bridge's packs of the offline
   section (the same tokenized lengths for both): ``create_hist`` + ``create_packing_strategy`` +
-  ``fill_packing_strategy`` against ``bridge_pack_samples`` (checked: the same samples in the same rows
+  ``fill_packing_strategy`` against ``bridge_pack_csr`` (``--bridge-compat``'s packing; checked: the same samples in the same rows
   in the same order, the same metadata) and ``pack_lengths`` best-fit decreasing (checked: every sample
   once, no pack over the capacity, no more packs).
 * ``read``: Bridge's packs read by ``GPTSFTPackedParquetDataset`` + ``collate_fn`` and by seqpack's
@@ -367,15 +367,16 @@ class Bench:
             data = self.input_for(rows)
             large = rows >= self.args.large_rows
             for tok_name, tok in self.tokenizers.items():
+                if large and self.args.large_tokenizers and tok_name not in self.args.large_tokenizers:
+                    continue
                 for pack in self.args.pack_sizes:
                     key = (rows, tok_name, pack)
                     runs: dict[str, list[dict]] = {name: [] for name, *_ in [(BRIDGE,)] + variants}
                     checks: dict[str, dict] = {}
-                    reps = self.args.repeat
+                    reps = self.args.repeat_large if large else self.args.repeat
                     for rep in range(reps):
-                        bridge_runs_here = rep < (self.args.bridge_repeat_large if large else reps)
                         thunks = []
-                        if bridge_runs_here:
+                        if rep < (self.args.bridge_repeat_large if large else reps):
                             thunks.append(lambda rep=rep: (BRIDGE, self._bridge_prepare(data, tok, pack, m, rep)))
                         for name, workers, compat in variants:
                             thunks.append(lambda name=name, workers=workers, compat=compat, rep=rep:
@@ -511,12 +512,14 @@ class Bench:
     # ---- packing stage alone
 
     def pack_stage(self) -> None:
-        tok_name = next(iter(self.tokenizers))
-        variants = [("seqpack bridge_pack_samples", "bridge_compat", 0), ("seqpack pack_lengths BFD", "best_fit_decreasing", 0)]
+        variants = [("seqpack bridge_pack_csr", "bridge_compat", 0), ("seqpack pack_lengths BFD", "best_fit_decreasing", 0)]
         if self.args.plant_mismatch:
-            variants.append(("PLANTED bridge_pack_samples seed+1", "bridge_compat", 1))
+            variants.append(("PLANTED bridge_pack_csr seed+1", "bridge_compat", 1))
         for rows in self.args.rows:
             for pack in self.args.pack_sizes:
+                # the lengths of a Bridge pack the offline section wrote (the real tokenizer's first)
+                tok_name = next((t for t in self.tokenizers if (rows, t, pack) in self.bridge_packs),
+                                next(iter(self.tokenizers)))
                 source = self._bridge_pack_for(rows, tok_name, pack)
                 if source is None:
                     self.notes.append(f"pack_stage {rows} P{pack}: no Bridge pack to take lengths from")
@@ -524,11 +527,12 @@ class Bench:
                 lengths_path = self.tmp / "cells" / f"lengths-{rows}-{pack}.npy"
                 np.save(lengths_path, source["lengths"])
                 large = rows >= self.args.large_rows
+                reps = self.args.repeat_large if large else self.args.repeat
                 runs: dict[str, list[dict]] = {BRIDGE: [], **{v[0]: [] for v in variants}}
                 checks: dict[str, dict] = {}
-                for rep in range(self.args.repeat):
+                for rep in range(reps):
                     thunks = []
-                    if rep < (self.args.bridge_repeat_large if large else self.args.repeat):
+                    if rep < (self.args.bridge_repeat_large if large else reps):
                         thunks.append(lambda rep=rep: (BRIDGE, self.runner.run("bridge", "pack_stage", {
                             "lengths": str(lengths_path), "pack_size": pack, "algorithm": "first_fit_shuffle",
                             "seed": SEED, "out": str(self.tmp / "cells" / f"stage-bridge-{rows}-{pack}-{rep}.npz")})))
@@ -540,7 +544,7 @@ class Bench:
                                 "out": str(self.tmp / "cells" / f"stage-{impl}{bump}-{rows}-{pack}-{rep}.npz")})))
                     for name, res in self._alternate(rep, thunks):
                         runs[name].append(res)
-                        print(f"  [{rep + 1}/{self.args.repeat}] pack_stage {rows:>8,} P{pack}  {name:<36} "
+                        print(f"  [{rep + 1}/{reps}] pack_stage {rows:>8,} P{pack}  {name:<36} "
                               f"{self._stage_brief(res)}", flush=True)
                     if rep == 0:
                         checks = self._stage_checks(rows, pack, lengths_path, runs, variants)
@@ -918,11 +922,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pad-seq-to-mult", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--large-rows", type=int, default=1_000_000,
-                        help="row counts from here on are 'large': Bridge runs --bridge-repeat-large times")
-    parser.add_argument("--bridge-repeat-large", type=int, default=1)
+                        help="row counts from here on are 'large': --repeat-large repeats, Bridge --bridge-repeat-large")
+    parser.add_argument("--repeat-large", type=int, default=1, help="repeats of the large offline cells")
+    parser.add_argument("--bridge-repeat-large", type=int, default=1, help="of which Bridge runs this many")
+    parser.add_argument("--large-tokenizers", nargs="*", default=["qwen3"],
+                        help="tokenizers of the large offline cells (none given: all)")
     parser.add_argument("--bridge-workers", type=int, default=1,
                         help="Bridge's num_tokenizer_workers (its default, -1, is serial like 1)")
-    parser.add_argument("--median-words", type=float, default=48.0, help="median words per row of the input")
+    parser.add_argument("--median-words", type=float, default=16.0,
+                        help="median words per row of the input (16: about 60 Qwen3 tokens a row on average, so "
+                             "that Bridge's 1M-row cell fits in the memory of a 24 GB machine)")
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--read-limit", type=int, default=0, help="micro-batches read per cell (0: every row)")
     parser.add_argument("--in-batch-rows", type=int, default=4096)

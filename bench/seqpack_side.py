@@ -5,8 +5,9 @@ Usage (started by ``bench_vs_bridge.py``): .venv/bin/python bench/seqpack_side.p
 The counterpart of ``bridge_side.py``, task for task:
 
 * ``pack``: ``seqpack pack ARGS`` (the CLI's ``main``, in this process, as the console script runs it);
-* ``pack_stage``: the packing of given runtime lengths: ``bridge_pack_samples`` (Bridge's strategy
-  and fill, bit for bit) or ``pack_lengths`` (best-fit decreasing, seqpack's default);
+* ``pack_stage``: the packing of given runtime lengths as offline packing runs it: ``bridge_pack_csr``
+  (``--bridge-compat``: Bridge's strategy and fill, bit for bit) or ``pack_lengths`` (best-fit
+  decreasing, the default);
 * ``read``: ``PackedParquetDataset`` + ``collate_bridge`` (Bridge's batch form) or ``collate`` (the
   canonical THD micro-batch), one row per micro-batch;
 * ``in_batch``: ``build_thd_batch`` over consecutive rows at each MBS;
@@ -51,16 +52,14 @@ def task_pack(spec: dict) -> dict:
 def task_pack_stage(spec: dict) -> dict:
     t0 = time.perf_counter()
     from reference_impl.packing.algorithms import pack_lengths
-    from reference_impl.packing.bridge_compat import bridge_pack_samples
+    from reference_impl.packing.bridge_compat import bridge_pack_csr
     t1 = time.perf_counter()
     lengths = np.load(spec["lengths"])
     t2 = time.perf_counter()
     if spec["impl"] == "bridge_compat":
-        packed = bridge_pack_samples(lengths, spec["pack_size"], seed=spec["seed"], algorithm=spec["algorithm"])
+        packed = bridge_pack_csr(lengths, spec["pack_size"], seed=spec["seed"], algorithm=spec["algorithm"])
         t3 = time.perf_counter()
-        rows, metadata = packed.sample_bins, packed.metadata
-        samples = np.fromiter((s for r in rows for s in r), dtype=np.int64)
-        counts = np.array([len(r) for r in rows], dtype=np.int64)
+        samples, counts, metadata = packed.order, np.diff(packed.offsets), packed.metadata
     else:
         result = pack_lengths(lengths, spec["pack_size"], spec["impl"])
         t3 = time.perf_counter()
