@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
 from reference_impl.packing_paths import PathBatches, get_path, path_names
@@ -446,8 +447,9 @@ def _cp_verdict(model: Any, cp: int, job: dict[str, Any], results: list[dict[str
                  None if ok else "CP-FT-PER-TOKEN-LOSS")
 
 
-def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
-    """Run the CP jobs of ``runs`` in one launch per CP size and set each run's ``cp`` check."""
+def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = None) -> None:
+    """Run the CP jobs of ``runs`` in one launch per CP size (ranks forked from ``server``, a
+    :class:`~reference_impl.training.rank_server.RankServer`, when given) and set each run's ``cp`` check."""
     import torch
 
     from reference_impl.training.cp_check import launch
@@ -460,7 +462,7 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
         started = time.perf_counter()
         job, out = scratch / f"cp{cp}_job.pt", scratch / f"cp{cp}_result.pt"
         torch.save({"jobs": [r.cp_job for r in group]}, job)
-        outcome = launch(job, out, cp, timeout)
+        outcome = launch(job, out, cp, timeout, server)
         result = torch.load(out, weights_only=True) if outcome.returncode == 0 and out.exists() else None
         shared = {"launch_paths": [r.request.path for r in group]}
         for i, run in enumerate(group):
@@ -537,13 +539,10 @@ class _Run:
 
 
 def _checked_request(request: SmokeRequest) -> _Run:
+    """The request's run, its config loaded and checked (the model options are checked by :func:`_check_model`)."""
     from reference_impl.config import load_config
 
     get_path(request.path)
-    try:
-        model_config(**request.model)
-    except TypeError as exc:
-        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
     bad = [f for f in request.faults if f not in FAULTS]
     if bad:
         raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
@@ -553,6 +552,56 @@ def _checked_request(request: SmokeRequest) -> _Run:
         raise UsageError(f"the config does not turn on the {request.path} path (active: {cfg.active_paths() or 'none'})",
                          field="dataset")
     return _Run(request, cfg)
+
+
+def _check_model(request: SmokeRequest) -> None:
+    """Refuse unknown reference model options (imports torch)."""
+    try:
+        model_config(**request.model)
+    except TypeError as exc:
+        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
+
+
+def _needs_cp(run: _Run, cp_check: bool) -> bool:
+    return cp_check and run.cfg.model.context_parallel_size >= 2
+
+
+def _start_rank_server(runs: list[_Run], cp_check: bool, log: Path) -> Any:
+    """A rank server for the CP checks, started now so that its imports (torch, Megatron-Core) run while
+    the in-process checks do (its errors go to ``log``); None when no run has a CP check or ranks cannot be
+    forked here."""
+    if not any(_needs_cp(run, cp_check) for run in runs):
+        return None
+    from reference_impl.training.cp_check import rank_server
+
+    return rank_server(log)
+
+
+def _in_parallel(items: list[Any], work: Callable[[Any], None], workers: int) -> None:
+    """``work(item)`` for every item, ``workers`` at a time on threads (torch releases the interpreter lock in
+    its operations, so two paths share two CPUs), each on one torch thread. The first item's error (in
+    order) is raised, as a one-by-one loop would; items not started by then are not started."""
+    import concurrent.futures as cf
+
+    from reference_impl.data.interrupt import with_stop_check
+
+    if workers <= 1 or len(items) <= 1:
+        for item in items:
+            work(item)
+        return
+
+    def one(item: Any) -> None:
+        with _torch_threads(1):  # a thread's own setting: a new thread starts from the process default
+            work(item)
+
+    with cf.ThreadPoolExecutor(workers, thread_name_prefix="smoke") as pool:
+        futures = [pool.submit(with_stop_check(one), item) for item in items]
+        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()
+    for f in futures:
+        if not f.cancelled() and f.exception() is not None:
+            raise f.exception()  # type: ignore[misc]
 
 
 def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, cp_max_batches: int,
@@ -658,28 +707,53 @@ def run_packing_smoke_tests(
     cp_timeout: float = 120.0,
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    workers: int | None = None,
 ) -> list[SmokeReport]:
     """Run the smoke test of several paths (a name stands for its default request); one report each.
 
-    Every request is checked before any work starts. The in-process checks run path by path;
-    the CP checks of all paths then run in one launch of CP ranks (one per distinct CP size).
+    Every request is checked before any work starts. The in-process checks run ``workers`` paths at
+    a time on threads (default: two, or one on a one-CPU machine; ``progress`` may then be called from
+    them, one call at a time); the CP checks of all paths then run in one launch of CP ranks (one
+    per distinct CP size), forked from a process that started importing torch and Megatron-Core
+    before the in-process checks began.
     """
+    import threading
+
     reqs = [SmokeRequest(r) if isinstance(r, str) else r for r in requests]
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
     runs = [_checked_request(r) for r in reqs]
-    notify = progress or (lambda stage, fraction: None)
+    workers = min(2, os.cpu_count() or 1) if workers is None else positive_int("workers", workers)
+    lock = threading.Lock()
+
+    def notify(stage: str, fraction: float) -> None:
+        if progress is not None:
+            with lock:
+                progress(stage, fraction)
+
     share = 0.7 / max(len(runs), 1)
-    with _torch_threads(1), tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        for i, run in enumerate(runs):
-            scratch = Path(tmp) / f"{i}_{run.request.path}"
-            scratch.mkdir()
-            label = f"{run.request.path}: " if len(runs) > 1 else ""
-            _in_process(run, scratch, size, seed, cp_check, cp_max_batches,
-                        lambda stage, f, i=i, label=label: notify(label + stage, share * (i + f)))
-        if any(r.cp_job is not None for r in runs):
-            notify("context parallel", 0.7)
-            _cp_checks(runs, Path(tmp), cp_timeout)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
+        try:
+            for r in reqs:
+                _check_model(r)
+
+            def work(item: tuple[int, _Run]) -> None:
+                i, run = item
+                scratch = Path(tmp) / f"{i}_{run.request.path}"
+                scratch.mkdir()
+                label = f"{run.request.path}: " if len(runs) > 1 else ""
+                _in_process(run, scratch, size, seed, cp_check, cp_max_batches,
+                            lambda stage, f: notify(label + stage, share * (i + f)))
+
+            with _torch_threads(1):
+                _in_parallel(list(enumerate(runs)), work, workers)
+                if any(r.cp_job is not None for r in runs):
+                    notify("context parallel", 0.7)
+                    _cp_checks(runs, Path(tmp), cp_timeout, server)
+        finally:
+            if server is not None:
+                server.close()
     notify("done", 1.0)
     return [_report(run) for run in runs]
 
