@@ -161,22 +161,9 @@ def time_commands(roots: dict[str, Path], size: str, repeat: int) -> list[dict[s
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
-    parser.add_argument("--no-cp", action="store_true", help="skip the CP=2 check in the timed passes")
-    parser.add_argument("--repeat", type=int, default=1, help="timed runs per path (median; default 1)")
-    parser.add_argument("--command", action="store_true",
-                        help="also time `seqpack smoke` for all paths, with and without the CP check")
-    parser.add_argument("--command-repeat", type=int, default=1, help="runs of each command (median; default 1)")
-    parser.add_argument("--compare-root", type=Path,
-                        help="another checkout (e.g. the base revision) whose commands run in turn with this one's")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "smoke.json")
-    args = parser.parse_args()
-    cp, repeat = not args.no_cp, max(1, args.repeat)
-    load_start = _load()
-
+def _in_process_passes(args: argparse.Namespace, cp: bool, repeat: int,
+                       load_start: list[float]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The per-path passes and the all-paths run, printed as a table: (per path, all paths, totals)."""
     results = time_paths(args.paths, args.size, cp=cp, repeat=repeat)
     together = time_together(args.paths, args.size, cp=cp, repeat=repeat)
     rows = []
@@ -202,6 +189,32 @@ def main() -> None:
           f"one CP launch; load average at start {load_start}")
     print(text_table(["path", "first run", "in-process", "build batches", "equivalence", "CP=2 check",
                       "total", "CPU", "samples", "batches", "result"], rows))
+    return results, together, totals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
+    parser.add_argument("--no-cp", action="store_true", help="skip the CP=2 check in the timed passes")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per path (median; default 1)")
+    parser.add_argument("--command", action="store_true",
+                        help="also time `seqpack smoke` for all paths, with and without the CP check")
+    parser.add_argument("--command-repeat", type=int, default=1, help="runs of each command (median; default 1)")
+    parser.add_argument("--command-only", action="store_true",
+                        help="time only the commands (implies --command; no per-path and in-process passes)")
+    parser.add_argument("--compare-root", type=Path,
+                        help="another checkout (e.g. the base revision) whose commands run in turn with this one's")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "smoke.json")
+    args = parser.parse_args()
+    cp, repeat = not args.no_cp, max(1, args.repeat)
+    load_start = _load()
+
+    if args.command_only:
+        args.command = True
+        results, together, totals = {}, {}, {}
+    else:
+        results, together, totals = _in_process_passes(args, cp, repeat, load_start)
 
     commands = []
     if args.command:
@@ -210,9 +223,11 @@ def main() -> None:
             roots["compare"] = args.compare_root.resolve()
         commands = time_commands(roots, args.size, max(1, args.command_repeat))
         for c in commands:
+            busy = statistics.median(load[0] for load in c["load_before"]) > 1.0
             print(f"{'MET ' if c['met'] else 'MISS'} [{c['root']}] `{c['command']}`: {c['wall_s']:.1f} s wall, "
                   f"{c['cpu_s']:.1f} s CPU (median of {len(c['wall_runs_s'])}: {c['wall_runs_s']}; target <= "
-                  f"{c['target_s']:g} s; exit codes {c['exit_codes']}; load before {c['load_before']})")
+                  f"{c['target_s']:g} s wall on a quiet machine; exit codes {c['exit_codes']}; load before "
+                  f"{c['load_before']})" + ("; BUSY machine: compare CPU seconds, not wall" if busy else ""))
 
     load_end = _load()
     print(f"load average: start {load_start}, end {load_end} ({os.cpu_count()} CPUs)")

@@ -35,8 +35,11 @@ default config and data of every path make every check run.
 :func:`run_packing_smoke_tests` runs several paths in one go: their CP checks share one launch of
 CP ranks, which is where Megatron-Core is imported and real ``PackedSeqParams`` are built (the
 import's cost is reported as ``timings["megatron_core_import_s"]``); the process that runs the
-smoke test never imports Megatron-Core. Torch runs on one thread meanwhile (the tiny model's
-operations are too small for threads to pay).
+smoke test never imports Megatron-Core. The ranks are forked from a rank server
+(:mod:`reference_impl.training.rank_server`) started before the in-process checks, so torch and
+Megatron-Core are imported once, while those checks run. Torch runs on one thread per worker
+meanwhile (the tiny model's operations are too small for intra-op threads to pay); the model's
+forward and backward of one path run on a worker thread while the next path builds its batches.
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
@@ -577,41 +580,49 @@ def _start_rank_server(runs: list[_Run], cp_check: bool, log: Path) -> Any:
     return rank_server(log)
 
 
-def _in_parallel(items: list[Any], work: Callable[[Any], None], workers: int) -> None:
-    """``work(item)`` for every item, ``workers`` at a time on threads (torch releases the interpreter lock in
-    its operations, so two paths share two CPUs), each on one torch thread. The first item's error (in
-    order) is raised, as a one-by-one loop would; items not started by then are not started."""
+def _in_process(runs: list[_Run], build: Callable[[int, _Run], None], compute: Callable[[int, _Run], None],
+                workers: int) -> None:
+    """Every run's in-process part: ``build`` (data to batches: tokenizers, Parquet, Energon, which may fork
+    worker processes) one run after the other in the calling thread, and ``compute`` (the model's forward
+    and backward on the built batches, pure torch) on ``workers`` threads, each on one torch thread, while
+    the next run builds (torch releases the interpreter lock in its operations, so two runs share two
+    CPUs). The error a one-by-one loop would raise first (in run order) is raised; no run builds after it.
+    """
     import concurrent.futures as cf
 
     from reference_impl.data.interrupt import with_stop_check
 
-    if workers <= 1 or len(items) <= 1:
-        for item in items:
-            work(item)
+    if workers <= 1 or len(runs) <= 1:
+        for i, run in enumerate(runs):
+            build(i, run)
+            compute(i, run)
         return
 
-    def one(item: Any) -> None:
+    def one(i: int, run: _Run) -> None:
         with _torch_threads(1):  # a thread's own setting: a new thread starts from the process default
-            work(item)
+            compute(i, run)
 
+    futures: list[cf.Future] = []
+    failed: BaseException | None = None
     with cf.ThreadPoolExecutor(workers, thread_name_prefix="smoke") as pool:
-        futures = [pool.submit(with_stop_check(one), item) for item in items]
-        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
-        for f in futures:
-            f.cancel()
+        for i, run in enumerate(runs):
+            if any(f.done() and f.exception() is not None for f in futures):
+                break
+            try:
+                build(i, run)
+            except BaseException as exc:  # noqa: BLE001 - raised below unless an earlier run's error comes first
+                failed = exc
+                break
+            futures.append(pool.submit(with_stop_check(one), i, run))
     for f in futures:
-        if not f.cancelled() and f.exception() is not None:
+        if f.exception() is not None:
             raise f.exception()  # type: ignore[misc]
+    if failed is not None:
+        raise failed
 
 
-def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, cp_max_batches: int,
-                notify: Callable[[str, float], None]) -> None:
-    """Build the path's batches and run every check but the CP one (prepared as a job)."""
-    import torch
-
-    from reference_impl.training.model import TinyGPT
-    from reference_impl.verbs.smoke_options import option_checks
-
+def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str, float], None]) -> None:
+    """Build the path's batches (through its smoke adapter) and run the checks on the data."""
     started = time.perf_counter()
     spec, faults = get_path(run.request.path), run.request.faults
     data = run.request.data
@@ -619,13 +630,24 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     jsonl = _subset(run.source, SIZES[size], scratch)
     run.checks.append(_config_check(run.cfg))
     notify("build batches", 0.1)
-    t0 = time.perf_counter()
     run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
-    run.timings["build_batches_s"] = time.perf_counter() - t0
+    run.timings["build_batches_s"] = time.perf_counter() - started
     run.batches = _apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
     run.checks.append(_exactly_once(run.pb, run.batches))
     run.checks.append(_loss_tokens(run.pb, run.batches))
     run.checks.append(_positions(run.batches, run.pb))
+    run.timings["in_process_s"] = time.perf_counter() - started
+
+
+def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: Callable[[str, float], None]) -> None:
+    """Run the reference model on the built batches: every check but the CP one (prepared as a job)."""
+    import torch
+
+    from reference_impl.training.model import TinyGPT
+    from reference_impl.verbs.smoke_options import option_checks
+
+    assert run.pb is not None
+    faults = run.request.faults
     notify("forward/backward, packed and unpacked (batched)", 0.4)
     t0 = time.perf_counter()
     torch.manual_seed(seed)
@@ -651,7 +673,7 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
                        "skipped: context_parallel_size=1 (set it to 2+ to check the CP split)")
     else:
         run.cp_job = _cp_job(run.model, run.cfg, run.batches, seed, cp_max_batches)
-    run.timings["in_process_s"] = time.perf_counter() - started
+    run.timings["in_process_s"] += time.perf_counter() - t0
 
 
 def _report(run: _Run) -> SmokeReport:
@@ -711,11 +733,12 @@ def run_packing_smoke_tests(
 ) -> list[SmokeReport]:
     """Run the smoke test of several paths (a name stands for its default request); one report each.
 
-    Every request is checked before any work starts. The in-process checks run ``workers`` paths at
-    a time on threads (default: two, or one on a one-CPU machine; ``progress`` may then be called from
-    them, one call at a time); the CP checks of all paths then run in one launch of CP ranks (one
-    per distinct CP size), forked from a process that started importing torch and Megatron-Core
-    before the in-process checks began.
+    Every request is checked before any work starts. Each path's batches are built in the calling
+    thread, one path after the other; the reference model runs on them on ``workers`` threads
+    (default: two, or one on a one-CPU machine; ``progress`` may then be called from them, one call
+    at a time) while the next path builds. The CP checks of all paths then run in one launch of CP
+    ranks (one per distinct CP size), forked from a process that started importing torch and
+    Megatron-Core before the in-process checks began.
     """
     import threading
 
@@ -738,16 +761,20 @@ def run_packing_smoke_tests(
             for r in reqs:
                 _check_model(r)
 
-            def work(item: tuple[int, _Run]) -> None:
-                i, run = item
+            def label(i: int) -> Callable[[str, float], None]:
+                prefix = f"{runs[i].request.path}: " if len(runs) > 1 else ""
+                return lambda stage, f: notify(prefix + stage, share * (i + f))
+
+            def build(i: int, run: _Run) -> None:
                 scratch = Path(tmp) / f"{i}_{run.request.path}"
                 scratch.mkdir()
-                label = f"{run.request.path}: " if len(runs) > 1 else ""
-                _in_process(run, scratch, size, seed, cp_check, cp_max_batches,
-                            lambda stage, f: notify(label + stage, share * (i + f)))
+                _build(run, scratch, size, seed, label(i))
+
+            def compute(i: int, run: _Run) -> None:
+                _compute(run, seed, cp_check, cp_max_batches, label(i))
 
             with _torch_threads(1):
-                _in_parallel(list(enumerate(runs)), work, workers)
+                _in_process(runs, build, compute, workers)
                 if any(r.cp_job is not None for r in runs):
                     notify("context parallel", 0.7)
                     _cp_checks(runs, Path(tmp), cp_timeout, server)
