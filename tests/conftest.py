@@ -7,12 +7,16 @@ measured by CPU time (this process and the child processes it waited for), which
 hardly changes (capped at the wall time), or by wall time scaled down by the load average (for
 tests that wait). The list
 is a report; ``--strict-slow-marks`` (or ``SEQPACK_STRICT_SLOW_MARKS=1``) turns it into a failed
-run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON.
+run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON. Under pytest-xdist
+(``scripts/test.sh`` runs two workers) each worker measures its tests and the controller reports
+them all.
 """
 
+import atexit
 import json
 import os
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -24,11 +28,13 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # No test may write into the real home directory (``install-skill --user``, the fuzzers, a client
-# config): every test process and its children see a fresh, empty HOME. The real one is kept in
-# SEQPACK_REAL_HOME for a test that needs to say where it was.
-if "SEQPACK_REAL_HOME" not in os.environ:
-    os.environ["SEQPACK_REAL_HOME"] = os.environ.get("HOME", "")
-    os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
+# config): every test process (each pytest-xdist worker too: it inherits the controller's
+# environment, so the HOME is made here, per process, not inherited) and its children see a fresh,
+# empty HOME, removed when the process ends. The real one is kept in SEQPACK_REAL_HOME for a test
+# that needs to say where it was. The user caches seqpack and Hugging Face keep under HOME follow it.
+os.environ.setdefault("SEQPACK_REAL_HOME", os.environ.get("HOME", ""))
+os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
+atexit.register(shutil.rmtree, os.environ["HOME"], True)
 
 #: A test taking longer than this on a quiet machine is marked ``slow`` (or ``distributed``).
 SLOW_SECONDS = 2.0
@@ -84,8 +90,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{cpu:7.2f} s CPU {wall:7.2f} s wall  {nodeid}")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: the controller collects the times each worker measured (its own run no tests)."""
+    times = getattr(node, "workeroutput", {}).get("seqpack_times")
+    if times:
+        _TIMES.update({n: tuple(t) for n, t in times["unmarked"].items()})
+        _MARKED.update({n: tuple(t) for n, t in times["marked"].items()})
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller reports and writes the times
+        config.workeroutput["seqpack_times"] = {"unmarked": dict(_TIMES), "marked": dict(_MARKED)}
+        return
     dump = os.environ.get("SEQPACK_TEST_TIMES")  # a JSON file with the times of every test
     if dump:
         Path(dump).write_text(json.dumps({

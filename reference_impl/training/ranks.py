@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 import subprocess
 import sys
 import time
@@ -29,17 +31,34 @@ from typing import Any
 from reference_impl.training.rank_server import RankServer, fork_available
 
 __all__ = ["LaunchOutcome", "RANK_VARIABLES", "free_port", "import_megatron_core", "launch_ranks",
-           "megatron_core_import_seconds", "rank_environment"]
+           "megatron_core_import_seconds", "rank_environment", "reserved_port"]
 
 #: The variables ``torchrun`` sets per launch or per rank (left out when a server's environment is compared).
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
+    """A TCP port on 127.0.0.1 that is free now (another program may take it before you bind it:
+    prefer :func:`reserved_port`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def reserved_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 held for the block: bound by a socket that listens on nothing.
+
+    The socket is bound without ``SO_REUSEADDR`` and gets the option afterwards, so while the block
+    runs no other program's free-port probe (a plain ``bind``, :func:`free_port` in another process,
+    another launch) is given the port, while a server that binds it with ``SO_REUSEADDR`` and listens
+    (torch's TCPStore, which the ranks' ``MASTER_PORT`` rendezvous starts; uvicorn) can. Concurrent
+    launches on one machine (two test workers, two smoke runs) therefore never share a port.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        yield int(s.getsockname()[1])
 
 
 @dataclass
@@ -72,12 +91,20 @@ def launch_ranks(args: Sequence[str], nproc: int, *, timeout: float, log_dir: Pa
     from ``server`` when it serves that environment, else from a server started for this launch that
     imports ``preload`` (names of :data:`~reference_impl.training.rank_server.PRELOADS`; empty: none), or,
     where forking is not available, started as fresh interpreters. ``timeout`` counts from the call,
-    a server's imports included.
+    a server's imports included. ``MASTER_PORT`` is a :func:`reserved_port`, held until the ranks end.
     """
+    with reserved_port() as port:  # held until the ranks ended: no concurrent launch gets it
+        return _launch(args, nproc, port, timeout=timeout, log_dir=log_dir, env=env, cwd=cwd, server=server,
+                       preload=preload)
+
+
+def _launch(args: Sequence[str], nproc: int, port: int, *, timeout: float, log_dir: Path,
+            env: dict[str, str] | None, cwd: Path | None, server: RankServer | None,
+            preload: Sequence[str]) -> LaunchOutcome:
     started = time.perf_counter()
     deadline = started + timeout
     base = rank_environment(env)
-    shared = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nproc),
+    shared = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc),
               "LOCAL_WORLD_SIZE": str(nproc)}
     envs = [{**base, **shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(nproc)]
     log_dir.mkdir(parents=True, exist_ok=True)
