@@ -24,8 +24,12 @@ pytestmark = [pytest.mark.distributed,
 WORKER = """
 import json, os, sys
 warm = "torch" in sys.modules
-import torch, torch.distributed as dist
 mode = sys.argv[2] if len(sys.argv) > 2 else ""
+if mode == "plain":  # no torch: report and end
+    with open(os.path.join(sys.argv[1], f"r{os.environ['RANK']}.json"), "w") as fh:
+        json.dump({"warm": warm, "ppid": os.getppid()}, fh)
+    raise SystemExit(0)
+import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 total = torch.tensor([float(os.environ["RANK"]) + 1])
 dist.all_reduce(total)
@@ -54,10 +58,13 @@ def worker(tmp_path: Path) -> Path:
     return path
 
 
+ENV = {"SEQPACK_RANK_TEST": "a"}  # the environment the module's server serves
+
+
 @pytest.fixture(scope="module")
 def server():
-    """One warmed server for the tests below (each launch forks fresh ranks from it)."""
-    with RankServer(rank_environment()) as started:
+    """One warmed server for the tests below (each launch forks fresh ranks from it), for environment ENV."""
+    with RankServer(rank_environment(ENV)) as started:
         assert started.ready(time.perf_counter() + 300)
         yield started
 
@@ -86,34 +93,32 @@ def test_ranks_forked_from_a_server_see_what_fresh_ranks_see(worker: Path, tmp_p
 def test_without_preload_the_ranks_are_fresh_interpreters(worker: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    done = launch_ranks([str(worker), str(out)], 2, timeout=120, log_dir=tmp_path / "logs", preload=())
+    done = launch_ranks([str(worker), str(out), "plain"], 2, timeout=120, log_dir=tmp_path / "logs", preload=())
     assert done.returncode == 0, done.tail
     reports = _reports(out, 2)
     assert not any(r["warm"] for r in reports)
     assert {r["ppid"] for r in reports} == {os.getpid()}
 
 
-def test_one_server_serves_several_launches_and_refuses_another_environment(worker: Path, tmp_path: Path) -> None:
-    env = {"SEQPACK_RANK_TEST": "a"}
-    with RankServer(rank_environment(env)) as server:
-        outs = []
-        for n in (2, 2):
-            out = tmp_path / f"out{len(outs)}"
-            out.mkdir()
-            done = launch_ranks([str(worker), str(out)], n, timeout=120, log_dir=out / "logs", env=env, server=server)
-            assert done.returncode == 0, done.tail
-            outs.append(_reports(out, n))
-        assert {r["ppid"] for rs in outs for r in rs} == {server._proc.pid}
-        assert {r["marker"] for rs in outs for r in rs} == {"a"}
-        assert not server.serves(rank_environment({"SEQPACK_RANK_TEST": "b"}))
-        assert server.serves(rank_environment(env))
-        other = tmp_path / "other"
-        other.mkdir()
-        done = launch_ranks([str(worker), str(other)], 2, timeout=120, log_dir=other / "logs",
-                            env={"SEQPACK_RANK_TEST": "b"}, server=server)
+def test_one_server_serves_several_launches_and_refuses_another_environment(worker: Path, tmp_path: Path,
+                                                                          server: RankServer) -> None:
+    outs = []
+    for n in (2, 3):
+        out = tmp_path / f"out{len(outs)}"
+        out.mkdir()
+        done = launch_ranks([str(worker), str(out)], n, timeout=120, log_dir=out / "logs", env=ENV, server=server)
         assert done.returncode == 0, done.tail
-        reports = _reports(other, 2)
-        assert {r["marker"] for r in reports} == {"b"} and server._proc.pid not in {r["ppid"] for r in reports}
+        outs.append(_reports(out, n))
+    assert {r["ppid"] for rs in outs for r in rs} == {server._proc.pid}
+    assert {r["marker"] for rs in outs for r in rs} == {"a"}
+    assert not server.serves(rank_environment({"SEQPACK_RANK_TEST": "b"}))
+    assert server.serves(rank_environment(ENV))
+    other = tmp_path / "other"  # another environment: a server of its own, not this one
+    other.mkdir()
+    done = launch_ranks([str(worker), str(other), "plain"], 2, timeout=120, log_dir=other / "logs",
+                        env={"SEQPACK_RANK_TEST": "b"}, server=server)
+    assert done.returncode == 0, done.tail
+    assert server._proc.pid not in {r["ppid"] for r in _reports(other, 2)}
 
 
 @pytest.mark.parametrize("mode, rank, code, text", [("fail", 1, 3, "rank 1 done"),
@@ -122,20 +127,22 @@ def test_a_failing_rank_is_reported_with_its_code_and_log(worker: Path, tmp_path
                                                           mode: str, rank: int, code: int, text: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    done = launch_ranks([str(worker), str(out), mode], 2, timeout=120, log_dir=tmp_path / "logs", server=server)
+    done = launch_ranks([str(worker), str(out), mode], 2, timeout=120, log_dir=tmp_path / "logs", env=ENV,
+                        server=server)
     assert done.returncode == code and not done.timed_out
     assert done.log == tmp_path / "logs" / f"rank{rank}.log"
     assert any(text in line for line in done.tail), done.tail
     again = tmp_path / "again"  # the server outlives a failed launch
     again.mkdir()
-    assert launch_ranks([str(worker), str(again)], 2, timeout=120, log_dir=again / "logs",
+    assert launch_ranks([str(worker), str(again)], 2, timeout=120, log_dir=again / "logs", env=ENV,
                         server=server).returncode == 0
 
 
 def test_a_rank_past_the_time_limit_is_killed(worker: Path, tmp_path: Path, server: RankServer) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    done = launch_ranks([str(worker), str(out), "hang"], 2, timeout=8, log_dir=tmp_path / "logs", server=server)
+    done = launch_ranks([str(worker), str(out), "hang"], 2, timeout=8, log_dir=tmp_path / "logs", env=ENV,
+                        server=server)
     assert done.timed_out and done.returncode == -9
     assert done.wall_s < 30
 

@@ -39,13 +39,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["PRELOADS", "RankServer", "fork_available"]
+__all__ = ["PRELOADS", "VOLATILE", "RankServer", "fork_available"]
 
 #: What a server can import before it forks, by name: ``torch`` (and ``torch.distributed``), and
 #: ``megatron_core``: Megatron-Core's parallel state and ``PackedSeqParams`` the way
 #: :func:`~reference_impl.training.ranks.import_megatron_core` imports them (fused-kernel compile off;
 #: only for ranks that import Megatron-Core through that function).
 PRELOADS = ("torch", "megatron_core")
+
+
+#: Variables that change while a process runs and that nothing reads at import time (pytest names the running
+#: test in ``PYTEST_CURRENT_TEST``): a launch whose environment differs from the server's only there is served.
+VOLATILE = ("PYTEST_CURRENT_TEST",)
+
+
+def _stable(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in VOLATILE}
 
 
 def fork_available() -> bool:
@@ -95,8 +104,9 @@ class RankServer:
     # -- parent side ----------------------------------------------------------------------------
 
     def serves(self, env: dict[str, str]) -> bool:
-        """True when ranks with environment ``env`` (without rank variables) can be forked from this server."""
-        return self._proc.poll() is None and env == self.env
+        """True when ranks with environment ``env`` (without rank variables) can be forked from this server: it
+        runs and was started with the same environment (but for :data:`VOLATILE`)."""
+        return self._proc.poll() is None and _stable(env) == _stable(self.env)
 
     def _message(self, deadline: float) -> dict[str, Any] | None:
         """The server's next message, or None at the deadline or when it ended."""
