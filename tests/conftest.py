@@ -82,7 +82,14 @@ def pytest_runtest_protocol(item, nextitem):
     # worker, may have run during earlier tests; workers on several CPUs finish in parallel)
     cpu = min(_cpu_seconds() - cpu, wall)
     marked = any(item.get_closest_marker(m) for m in _MARKS)
-    (_MARKED if marked else _TIMES)[item.nodeid] = (cpu, wall, os.getloadavg()[0] / cpus)
+    (_MARKED if marked else _TIMES)[_plain_nodeid(item)] = (cpu, wall, os.getloadavg()[0] / cpus)
+
+
+def _plain_nodeid(item) -> str:
+    """The test's id without the ``@group`` pytest-xdist's ``--dist loadgroup`` appends to it."""
+    group = item.get_closest_marker("xdist_group")
+    suffix = f"@{group.args[0]}" if group is not None and group.args else ""
+    return item.nodeid[: -len(suffix)] if suffix and item.nodeid.endswith(suffix) else item.nodeid
 
 
 def unmarked_slow(times: dict[str, tuple[float, float, float]], threshold: float) -> list[tuple[str, float, float]]:

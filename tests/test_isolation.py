@@ -84,3 +84,29 @@ def test_a_reserved_port_is_refused_to_probes_and_open_to_a_reusing_server() -> 
                 pass
     with socket.socket() as probe:  # released after the block
         probe.bind(("127.0.0.1", port))
+
+
+class _Item:
+    def __init__(self, nodeid: str, fixturenames: tuple[str, ...]) -> None:
+        self.nodeid, self.fixturenames = nodeid, fixturenames
+
+
+def test_a_file_and_each_expensive_session_fixture_keep_to_one_worker() -> None:
+    from tests.conftest import SHARED_SESSION_FIXTURES, _xdist_group
+
+    assert _xdist_group(_Item("tests/test_a.py::test_x[1]", ("tmp_path",))) == "tests/test_a.py"
+    assert _xdist_group(_Item("tests/test_a.py::TestK::test_y", ())) == "tests/test_a.py"
+    lane = {_xdist_group(_Item(f"tests/{f}::t", ("tmp_path", n))) for f in ("x.py", "y.py") for n in ("upstream", "compat")}
+    assert lane == {"upstream-lane"}
+    assert _xdist_group(_Item("tests/z.py::t", ("built_dists",))) == _xdist_group(_Item("tests/w.py::t", ("light_install",)))
+    assert set(SHARED_SESSION_FIXTURES) >= {"upstream", "compat", "built_dists", "light_install", "smoke_cp_reports"}
+
+
+def test_the_shared_fixtures_are_the_session_fixtures_of_the_conftest() -> None:
+    import re
+
+    from tests.conftest import SHARED_SESSION_FIXTURES
+
+    source = (ROOT / "tests" / "conftest.py").read_text()
+    session = set(re.findall(r'@pytest\.fixture\(scope="session"\)\ndef (\w+)\(', source))
+    assert set(SHARED_SESSION_FIXTURES) <= session, set(SHARED_SESSION_FIXTURES) - session
