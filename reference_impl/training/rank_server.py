@@ -11,9 +11,10 @@ own working directory, ``sys.argv`` and log file. It can be started early, so th
 run while the caller does other work (the smoke test starts it before its in-process checks).
 
 The server forks only where ``fork`` is safe for torch (Linux; :func:`fork_available`); it never
-touches torch's thread pools before forking (torch runs no operation in it), and its ranks set
-their own thread count as a fresh process would. A launch whose environment differs from the
-server's (say another ``OMP_NUM_THREADS``, which is read when torch loads) is refused
+touches torch's thread pools before forking (torch runs no operation in it), so its ranks start
+them as a fresh process would, with the thread settings torch read from the server's
+environment. A launch whose environment differs from the server's (say another
+``OMP_NUM_THREADS``, which is read when torch loads) is therefore refused
 (:meth:`RankServer.serves`); the caller then starts fresh processes.
 
 Protocol (JSON lines; the parent writes the server's stdin, reads its stdout): the server says
