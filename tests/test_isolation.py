@@ -110,3 +110,29 @@ def test_the_shared_fixtures_are_the_session_fixtures_of_the_conftest() -> None:
     source = (ROOT / "tests" / "conftest.py").read_text()
     session = set(re.findall(r'@pytest\.fixture\(scope="session"\)\ndef (\w+)\(', source))
     assert set(SHARED_SESSION_FIXTURES) <= session, set(SHARED_SESSION_FIXTURES) - session
+
+
+def test_npm_client_installs_take_turns(tmp_path: Path) -> None:
+    # two test workers installing the same client into the checkout's cache at once must not interleave
+    import threading
+    import time
+
+    from tests.release_env import npm_clients
+
+    lock, events = tmp_path / ".client.lock", []
+
+    def hold(name: str) -> None:
+        with npm_clients().locked(lock):
+            events.append((name, "in", time.monotonic()))
+            time.sleep(0.3)
+            events.append((name, "out", time.monotonic()))
+
+    first = threading.Thread(target=hold, args=("a",))
+    first.start()
+    while not events:
+        time.sleep(0.01)
+    second = threading.Thread(target=hold, args=("b",))
+    second.start()
+    first.join()
+    second.join()
+    assert [(n, e) for n, e, _ in events] == [("a", "in"), ("a", "out"), ("b", "in"), ("b", "out")]
