@@ -167,17 +167,29 @@ def roots_of(ctx: Context) -> AllowedRoots:
     return ctx.mcp_server.seqpack_roots  # type: ignore[attr-defined]
 
 
+#: The SDK's tool objects, built once per process: deriving a tool's argument and output models costs about
+#: 8 ms (pydantic), 0.13 s for a server, and a process that builds many servers (the tests) pays it once.
+#: A tool object holds only its function and schemas; the server and the request reach it through the context.
+_SDK_TOOLS: dict[str, Any] = {}
+
+
 def register_tools(server: MCPServer) -> None:
     """Add every registered tool to ``server``."""
     from reference_impl.mcp_support import tools_config, tools_packing, tools_smoke  # noqa: F401 - they register
 
+    manager = server._tool_manager  # noqa: SLF001 - the SDK offers no public hook
     with warnings.catch_warnings():
         # a result field called ``schema`` shadows a deprecated BaseModel method in the SDK's output model
         warnings.filterwarnings("ignore", message='Field name "schema" in .* shadows an attribute',
                                 category=UserWarning)
         for spec in TOOLS.values():
+            built = _SDK_TOOLS.get(spec.name)
+            if built is not None and built.fn is spec.fn and spec.name not in manager._tools:  # noqa: SLF001
+                manager._tools[spec.name] = built  # noqa: SLF001 - what add_tool stores, without rebuilding it
+                continue
             server.add_tool(spec.fn, name=spec.name, title=spec.title, description=spec.description,
                             annotations=spec.annotations)
-            registered = server._tool_manager.get_tool(spec.name)  # noqa: SLF001 - the SDK offers no public hook
+            registered = manager.get_tool(spec.name)
             if registered is not None:  # read live by the SDK: booleans are refused where numbers are wanted
                 registered.fn_metadata.arg_model = _strict_numbers(registered.fn_metadata.arg_model)
+                _SDK_TOOLS[spec.name] = registered
