@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -73,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from reference_impl import files
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
 from reference_impl.packing_paths import PathBatches, get_path, path_names
@@ -670,7 +670,7 @@ def run_packing_smoke_tests(
     runs = [_checked_request(r) for r in reqs]
     notify = progress or (lambda stage, fraction: None)
     share = 0.7 / max(len(runs), 1)
-    with _torch_threads(1), tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with _torch_threads(1), files.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
         for i, run in enumerate(runs):
             scratch = Path(tmp) / f"{i}_{run.request.path}"
             scratch.mkdir()

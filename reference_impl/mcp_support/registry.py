@@ -13,6 +13,7 @@ gets the reason. A JSON boolean is refused where a tool wants a number (pydantic
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
@@ -25,6 +26,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
+from reference_impl import files
 from reference_impl.errors import SeqpackError
 from reference_impl.mcp_support.errors import error_result, log
 from reference_impl.mcp_support.hints import READ_ONLY
@@ -99,15 +101,28 @@ def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
                         __validators__={"no_bools": model_validator(mode="before")(classmethod(no_bools))})
 
 
+def _confinement(args: tuple[Any, ...], kwargs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """The server's allowed roots as the file-access policy for one call (every path the call's work opens,
+    in any thread or forked worker, is confined); no policy for a call without a server context."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Context):
+            roots = getattr(getattr(value, "mcp_server", None), "seqpack_roots", None)
+            if isinstance(roots, AllowedRoots):
+                return files.confined_to(roots.roots)
+    return contextlib.nullcontext()
+
+
 def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with library errors turned into tool error results (same signature, sync or async)."""
+    """``fn`` with library errors turned into tool error results and every file access confined to the
+    allowed roots (same signature, sync or async)."""
     name = fn.__name__
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             try:
-                return await fn(*args, **kwargs)
+                with _confinement(args, kwargs):
+                    return await fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
                 return _error_or_raise(name, exc)
 
@@ -116,7 +131,8 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with _confinement(args, kwargs):
+                return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
             return _error_or_raise(name, exc)
 
