@@ -86,8 +86,8 @@ PathLike = str | os.PathLike[str]
 # ------------------------------------------------------------------------------------------------
 
 
-class OutsideRootsError(UsageError):
-    """A path resolves (symlinks followed) outside the allowed roots."""
+class OutsideRootsError(InputError):
+    """A path (given, or found inside a file) resolves, symlinks followed, outside the allowed roots."""
 
 
 _ROOTS: contextvars.ContextVar[tuple[Path, ...] | None] = contextvars.ContextVar("seqpack_roots", default=None)
@@ -412,7 +412,9 @@ def _exists(path: Path) -> bool:
 
 
 def _step(name: str) -> None:
-    """A named point of a directory swap (a no-op; tests kill the process here to prove recovery)."""
+    """A named point of a directory swap, reached after the action it names: ``start``, ``aside`` (the old
+    directory renamed aside), ``in`` (the new one renamed in), ``done`` (the old one deleted). A no-op; the
+    fault tests kill the process here to prove that every step is recoverable."""
 
 
 @contextmanager
@@ -481,15 +483,15 @@ def _commit(
     old = temporary_name(path, kind=_OLD_TAG, token=_token_of(tmp))
     if not path.is_symlink() and path.is_dir():
         locks.callback(_release, _lock_path(path))  # the old directory stays locked under its old name
-    _step("aside")
+    _step("start")
     os.rename(path, old)
-    _step("in")
+    _step("aside")  # kill -9 from here on: the next writer puts the old directory back
     try:
         os.rename(tmp, path)
     except BaseException:
         os.rename(old, path)
         raise
-    _step("drop")
+    _step("in")  # from here on: the next writer deletes the old directory
     try:
         remove_path(old)
     except OSError as exc:  # the new target is in place; the old copy is only clutter

@@ -204,8 +204,13 @@ def _pil() -> Any:
 def _image_file(path: str | os.PathLike[str]) -> Any:
     """An image file opened through the file-access layer (regular files only, inside the allowed roots)."""
     from reference_impl import files
+    from reference_impl.errors import SeqpackError
 
-    return files.open_regular(path, what="image file", field="image")
+    try:
+        return files.open_regular(path, what=f"image file {path}", field="image")
+    except SeqpackError as err:  # the row's file and line name where it came from, the message the image
+        err.file = None
+        raise
 
 
 def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.ndarray:
