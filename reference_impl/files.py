@@ -11,7 +11,8 @@ device is never opened, a FIFO never waited on) and the opened descriptor is che
 **Confinement.** :func:`confined_to` installs an allowed-roots policy for the current context (the
 MCP server does it for every tool call; worker threads and forked workers inherit it). While it
 is set, every path the layer reads or writes must resolve, symlinks followed, inside a root; a
-path outside is an :class:`OutsideRootsError`. :func:`scratch_directory` makes a private temporary
+path outside is an :class:`OutsideRootsError`. seqpack's own package directory (bundled example
+configs, demo data) may be read, never written. :func:`scratch_directory` makes a private temporary
 directory that counts as a root while it exists.
 
 **Writing.** :func:`check_write_target` refuses a symlink (seqpack never writes through one), a
@@ -113,18 +114,24 @@ def allowed_roots() -> tuple[Path, ...] | None:
     return _ROOTS.get()
 
 
-def _inside(resolved: Path, roots: tuple[Path, ...]) -> bool:
+#: Read-only under any policy: seqpack's own package (bundled examples, demo data, the skill copy).
+_PACKAGE = Path(os.path.realpath(__file__)).parent
+
+
+def _inside(resolved: Path, roots: tuple[Path, ...], *, write: bool = False) -> bool:
     with _SCRATCH_LOCK:
         scratch = tuple(_SCRATCH)
-    return any(resolved == r or resolved.is_relative_to(r) for r in (*roots, *scratch))
+    readable = () if write else (_PACKAGE,)
+    return any(resolved == r or resolved.is_relative_to(r) for r in (*roots, *scratch, *readable))
 
 
-def confine(path: PathLike, *, what: str = "path", field: str | None = None) -> Path:
+def confine(path: PathLike, *, what: str = "path", field: str | None = None, write: bool = False) -> Path:
     """``path`` resolved (symlinks followed); :class:`OutsideRootsError` when a policy is set and it
-    lies outside every root. Without a policy it only resolves."""
+    lies outside every root (for a read, seqpack's own package directory counts as one). Without a
+    policy it only resolves."""
     resolved = Path(os.path.realpath(path))
     roots = _ROOTS.get()
-    if roots is not None and not _inside(resolved, roots):
+    if roots is not None and not _inside(resolved, roots, write=write):
         where = "" if str(resolved) == os.fspath(path) else f" (it resolves to {resolved})"
         raise OutsideRootsError(
             f"{what} lies outside the allowed roots ({', '.join(map(str, roots))}){where}", file=os.fspath(path),
@@ -299,7 +306,7 @@ def check_write_target(path: PathLike, *, what: str = "output", field: str | Non
     An absent path or a regular file may be written (replaced atomically).
     """
     p = Path(path)
-    confine(p.parent, what=what, field=field)
+    confine(p.parent, what=what, field=field, write=True)
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -356,7 +363,7 @@ def _umask() -> int:
 
 
 def _prepare_parent(path: Path, temporary: Path) -> None:
-    confine(path.parent, what="the output's folder")
+    confine(path.parent, what="the output's folder", write=True)
     with _converting(path, temporary):
         path.parent.mkdir(parents=True, exist_ok=True)
     if not path.parent.is_dir():
@@ -718,7 +725,7 @@ def check_output_root(target: PathLike, *, owner: str = "seqpack", field: str = 
     path = Path(target)
     if path.exists() and not path.is_dir():
         raise UsageError("the output path names a file; give a directory", file=str(path), field=field)
-    resolved = confine(path, what="the output directory", field=field)
+    resolved = confine(path, what="the output directory", field=field, write=True)
     why = _system_reason(resolved)
     if why is None and not allow_home and resolved == Path.home().resolve():
         why = "it is the home directory"
@@ -957,7 +964,7 @@ def output_directory(
     path = Path(target)
     if _exists(path) and (path.is_symlink() or not path.is_dir()):
         raise UsageError("the output path names a file; give a directory", file=str(path))
-    confine(path, what="the output directory")
+    confine(path, what="the output directory", write=True)
     if path.parent.is_dir():
         recover_temporaries(path.parent)  # a swap killed midway puts its old directory back first
     inputs = list(inputs)
