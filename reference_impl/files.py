@@ -383,7 +383,13 @@ def atomic_output(target: PathLike, *, what: str = "output", field: str | None =
     try:
         with _converting(path, tmp), _creating(path.parent):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            _lock(fd)
+            try:
+                _lock(fd)
+            except _Unlockable:
+                log.debug("no flock on %s; its liveness cannot be checked by other runs", tmp)
+            except BaseException:
+                os.close(fd)
+                raise
         with _converting(path, tmp), os.fdopen(fd, "wb") as fh:
             yield fh  # type: ignore[misc]
             fh.flush()

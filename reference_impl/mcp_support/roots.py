@@ -1,7 +1,10 @@
 """Allowed roots: every file path a tool receives must resolve (symlinks followed) inside one.
 
-Relative paths are taken relative to the first root. The check is point-in-time (a file swapped
-for a symlink after the check is not caught); the roots are meant to be directories the user owns.
+Relative paths are taken relative to the first root. This module checks the arguments a tool
+receives, naming the argument; every path the work then opens or writes, the arguments and the
+paths found inside files alike (blend sources, image paths in rows, tokenizer files, caches), is
+confined again by the file-access layer (:mod:`reference_impl.files`), which the tool registry
+installs with these roots for every call, and checks what an opened descriptor really is.
 """
 
 from __future__ import annotations
