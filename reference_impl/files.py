@@ -716,6 +716,11 @@ SYSTEM_DIRECTORIES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64
                       "/sys", "/usr", "/var")
 
 
+def _real(path: PathLike) -> Path:
+    """``path`` with symlinks resolved; never raises (a symlink loop stays as it is)."""
+    return Path(os.path.realpath(path))
+
+
 def _system_reason(resolved: Path) -> str | None:
     if resolved == Path(resolved.anchor):
         return "it is the root of the file system"
@@ -733,7 +738,7 @@ def check_output_root(target: PathLike, *, owner: str = "seqpack", field: str = 
         raise UsageError("the output path names a file; give a directory", file=str(path), field=field)
     resolved = confine(path, what="the output directory", field=field, write=True)
     why = _system_reason(resolved)
-    if why is None and not allow_home and resolved == Path.home().resolve():
+    if why is None and not allow_home and resolved == _real(Path.home()):
         why = "it is the home directory"
     if why is not None:
         raise UsageError(f"{owner} will not write its output here: {why}", file=str(path), field=field,
@@ -743,19 +748,19 @@ def check_output_root(target: PathLike, *, owner: str = "seqpack", field: str = 
 
 def _protected(target: Path, inputs: Iterable[PathLike]) -> str | None:
     """Why replacing ``target`` would be unsafe whatever it holds, or None."""
-    resolved = target.resolve()
+    resolved = _real(target)
     why = _system_reason(resolved)
     if why is not None:
         return why
-    if resolved == Path.home().resolve():
+    if resolved == _real(Path.home()):
         return "it is the home directory"
-    cwd = Path.cwd().resolve()
+    cwd = _real(Path.cwd())
     if resolved == cwd:
         return "it is the current directory"
     if resolved in cwd.parents:
         return "it contains the current directory"
     for item in inputs:
-        p = Path(item).resolve()
+        p = _real(item)
         if p == resolved or resolved in p.parents:
             return f"it holds an input of this run ({item})"
     return None

@@ -98,11 +98,11 @@ def install_skill(
             "the skill bundle was not found next to the package (reference_impl/skill_assets is missing)",
             fix="reinstall seqpack from a wheel built with its build hook (pip install .) or from a source checkout",
         )
-    base = Path.home() if user else Path(project or ".").resolve()
+    base = Path.home() if user else Path(os.path.realpath(project or "."))
     files.check_output_root(base, owner="seqpack install-skill", field="project", allow_home=True)
     base.mkdir(parents=True, exist_ok=True)  # --project DIR may name a project that does not exist yet
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
-    if dest.resolve() == src.resolve():
+    if os.path.realpath(dest) == os.path.realpath(src):
         raise UsageError("the destination is the skill source itself", file=str(dest))
     replaced = (dest.exists() or dest.is_symlink()) and not (dest.is_dir() and not any(dest.iterdir()))
     if replaced and not force:

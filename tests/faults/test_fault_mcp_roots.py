@@ -124,6 +124,17 @@ async def test_caches_outside_the_root_are_neither_read_nor_written(place, monke
     assert not error and (data.parent / ".seqpack-cache" / "d.jsonl.idx.npz").is_file()
 
 
+async def test_a_symlink_loop_is_a_tool_error(place):
+    root, _ = place
+    (root / "loop.jsonl").symlink_to(root / "loop.jsonl")
+    (root / "good.jsonl").write_text(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
+    for tool, args in (("pack_dataset", {"input_path": "loop.jsonl", "output_dir": "o", "pack_size": 64}),
+                       ("validate_config", {"path": "loop.jsonl"}), ("inspect_packed_dataset", {"path": "loop.jsonl"}),
+                       ("prepare_energon_dataset", {"input_path": "good.jsonl", "output_dir": "loop.jsonl"})):
+        error, text = await _call(root, tool, args)
+        assert error and "internal error" not in text and "loop.jsonl" in text, text
+
+
 def test_the_policy_confines_every_layer_call(tmp_path):
     """The library face: inside ``confined_to`` the layer refuses reads and writes that resolve outside."""
     from reference_impl import files

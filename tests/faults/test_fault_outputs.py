@@ -71,6 +71,26 @@ def test_install_skill_refuses_the_root_as_a_project(cli, tmp_path):
     assert not os.path.exists("/etc/.agents/skills/megatron-sequence-packing")
 
 
+def test_eval_export_refuses_the_root_home_and_system_directories(cli, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    before = set(os.listdir(os.sep))
+    try:
+        cli("eval", "export", "--out", os.sep).refused("will not write its output here", "root of the file system")
+        cli("eval", "export", "--out", "/usr").refused("system directory")
+    finally:
+        for made in _new_entries(before, "evals.json") + _new_entries(before, "files"):  # only after a regression
+            shutil.rmtree(made) if made.is_dir() else made.unlink()
+    cli("eval", "export", "--out", home).refused("home directory")
+    assert not list(home.iterdir()) and not os.path.exists("/usr/evals.json")
+    target = tmp_path / "export"
+    target.mkdir()
+    (target / "evals.json").symlink_to(home / "precious.json")  # never written through
+    cli("eval", "export", "--out", target).refused("evals.json", "symbolic link")
+    assert not (home / "precious.json").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # Never delete what the command did not create
 # --------------------------------------------------------------------------------------------
