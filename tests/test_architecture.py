@@ -26,12 +26,12 @@ PACKAGE = REPO / "reference_impl"
 
 #: Layers from the bottom up (DESIGN.md section 2); a module may import its own layer and those below.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "files", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt",
-             "alignment", "packing_paths", "config", "examples"),
+    "base": ("", "errors", "extras", "files", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports",
+             "textfmt", "alignment", "packing_paths", "config", "examples", "versions"),
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),
-    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen"),
+    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen", "upstream_lane"),
     "edges": ("cli", "mcp_server", "mcp_support", "evaluation", "__main__"),
 }
 ORDER = list(LAYERS)

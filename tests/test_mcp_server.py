@@ -243,7 +243,7 @@ async def test_check_model_support(client: Client):
     out = await call(client, "check_model_support", {"family": "Qwen3-Next", "path": "offline"})
     (res,) = out["results"]
     assert out["known_family"] is True and res["status"] == "opt_out"
-    assert res["evidence"] == "Megatron-Bridge recipes/qwen/h100/qwen3_next.py"
+    assert res["evidence"] == "megatron-bridge 0.6.2 recipes/qwen/h100/qwen3_next.py"
     unknown = await call(client, "check_model_support", {"family": "my-own-model"})
     assert unknown["known_family"] is False
     assert [r["status"] for r in unknown["results"]] == ["unknown"] * 4
@@ -298,7 +298,9 @@ async def test_pack_then_inspect(client: Client, root: Path):
 async def test_resources(client: Client, skill: Path):
     uris = sorted(str(r.uri) for r in (await client.list_resources()).resources)
     assert uris == ["seqpack://rules.json", "seqpack://rules.md", "seqpack://skill/SKILL.md",
-                    "seqpack://skill/references/offline.md"]
+                    "seqpack://skill/references/offline.md", "skill://megatron-sequence-packing/SKILL.md",
+                    "skill://megatron-sequence-packing/references/notes.txt",
+                    "skill://megatron-sequence-packing/references/offline.md"]  # skill://: every file
     md = await client.read_resource("seqpack://rules.md")
     assert md.contents[0].text == rules_document()
     js = await client.read_resource("seqpack://rules.json")

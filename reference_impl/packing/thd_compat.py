@@ -824,9 +824,12 @@ def right_padded_to_thd(
     Returns a new canonical dict; the input is not modified, and its other keys (``metadata``,
     a stale ``padding_mask`` ...) are not copied.
 
-    Differs from Bridge: Bridge mutates the batch in place, returns ``total_tokens`` and 0-d tensor
-    ``max_seqlen_*``, and tolerates ``labels=None`` / ``loss_mask=None``; the canonical batch always
-    has labels and a loss mask, so here they are required.
+    Differs from Bridge (megatron-bridge 0.6.2's ``pack_right_padded_sequence_batch_to_mcore_thd``,
+    compared in the upstream lane): Bridge mutates the batch in place, returns ``total_tokens`` and
+    0-d tensor ``max_seqlen_*``, needs ``position_ids``, writes the padded boundary pair whenever
+    ``pad_seq_to_mult > 1`` (here only when it differs), and tolerates ``labels=None`` /
+    ``loss_mask=None``; the canonical batch always has labels and a loss mask, so here they are
+    required.
     """
     if token_key is None:
         if isinstance(batch.get("tokens"), torch.Tensor):
