@@ -973,7 +973,10 @@ def output_directory(
     without ``replace_own`` it is a :class:`~reference_impl.errors.UsageError` naming ``owner.flag``.
     """
     path = Path(target)
-    if _exists(path) and (path.is_symlink() or not path.is_dir()):
+    if path.is_symlink():
+        raise UsageError("the output path is a symbolic link; seqpack does not replace or write through links",
+                         file=str(path), fix="give the directory itself, or remove the link")
+    if _exists(path) and not path.is_dir():
         raise UsageError("the output path names a file; give a directory", file=str(path))
     confine(path, what="the output directory", write=True)
     if path.parent.is_dir():
