@@ -382,14 +382,7 @@ def atomic_output(target: PathLike, *, what: str = "output", field: str | None =
     _prepare_parent(path, tmp)
     try:
         with _converting(path, tmp), _creating(path.parent):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                _lock(fd)
-            except _Unlockable:
-                log.debug("no flock on %s; its liveness cannot be checked by other runs", tmp)
-            except BaseException:
-                os.close(fd)
-                raise
+            fd = _hold(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), tmp)
         with _converting(path, tmp), os.fdopen(fd, "wb") as fh:
             yield fh  # type: ignore[misc]
             fh.flush()
@@ -568,10 +561,8 @@ def _identity(fd: int) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _lock_path(path: Path) -> int:
-    """An open descriptor of ``path`` holding its exclusive lock (best effort where flock is unsupported);
-    give it back with :func:`_release`."""
-    fd = _open_entry(path)
+def _hold(fd: int, path: Path) -> int:
+    """``fd`` once it holds its exclusive lock (closed on failure; kept unlocked where flock is unsupported)."""
     try:
         _lock(fd)
     except _Unlockable:
@@ -579,6 +570,13 @@ def _lock_path(path: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def _lock_path(path: Path) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock (best effort where flock is unsupported);
+    give it back with :func:`_release`."""
+    fd = _hold(_open_entry(path), path)
     with _SCRATCH_LOCK:
         _HELD.add(_identity(fd))
     return fd
