@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -76,6 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from reference_impl import files
 from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
@@ -759,7 +759,7 @@ def run_packing_smoke_tests(
                 progress(stage, fraction)
 
     share = 0.7 / max(len(runs), 1)
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+    with files.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
         server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
         try:
             for r in reqs:

@@ -16,6 +16,7 @@ the same, never an ImportError.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
@@ -28,6 +29,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
+from reference_impl import files
 from reference_impl.errors import SeqpackError
 from reference_impl.extras import install_hint, missing_extra_error, require_extra
 from reference_impl.mcp_support.errors import error_result, log
@@ -115,9 +117,21 @@ def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
                         __validators__={"no_bools": model_validator(mode="before")(classmethod(no_bools))})
 
 
+def _confinement(args: tuple[Any, ...], kwargs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """The server's allowed roots as the file-access policy for one call (every path the call's work opens,
+    in any thread or forked worker, is confined); no policy for a call without a server context."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Context):
+            roots = getattr(getattr(value, "mcp_server", None), "seqpack_roots", None)
+            if isinstance(roots, AllowedRoots):
+                return files.confined_to(roots.roots)
+    return contextlib.nullcontext()
+
+
 def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., Any]:
-    """``fn`` with library errors turned into tool error results (same signature, sync or async);
-    with ``extra``, a missing extra is that error before ``fn`` runs."""
+    """``fn`` with library errors turned into tool error results and every file access confined to the
+    allowed roots (same signature, sync or async); with ``extra``, a missing extra is that error before
+    ``fn`` runs."""
     name = fn.__name__
     if inspect.iscoroutinefunction(fn):
 
@@ -126,7 +140,8 @@ def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., 
             try:
                 if extra is not None:
                     require_extra(extra)
-                return await fn(*args, **kwargs)
+                with _confinement(args, kwargs):
+                    return await fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
                 return _error_or_raise(name, exc)
 
@@ -137,7 +152,8 @@ def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., 
         try:
             if extra is not None:
                 require_extra(extra)
-            return fn(*args, **kwargs)
+            with _confinement(args, kwargs):
+                return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
             return _error_or_raise(name, exc)
 
