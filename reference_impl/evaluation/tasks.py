@@ -349,9 +349,9 @@ def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks:
     ``evals/tasks.json``. Tasks whose files are binary (packed Parquet) are left out, so the bundle
     holds text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
-    import shutil
+    from reference_impl import files  # not into /, $HOME or a system directory; never through a symlink
 
-    out = Path(out_dir)
+    out = files.check_output_root(out_dir, owner="seqpack eval export")
     chosen = dataset.tasks if tasks is None else tasks
     chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
     doc = {"skill_name": dataset.skill_name,
@@ -359,12 +359,10 @@ def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks:
     out.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for rel in t.files:
-            dest = out / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(dataset.root / rel, dest)
-    target = out / "evals.json"
-    target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return target
+            with files.atomic_output(out / rel, what="an exported task file") as fh:
+                fh.write(files.read_bytes(dataset.root / rel, what="a task file"))
+    return files.write_text(out / "evals.json", json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
+                            what="evals.json")
 
 
 __all__ = [
