@@ -105,10 +105,40 @@ def in_batch_rows(seed: int, count: int, *, median: float = 300.0, sigma: float 
     return rows
 
 
+def time_by_mbs(rows: list[dict], mbs_list: list[int], build: Any, *, bridge: bool) -> dict[str, dict]:
+    """``build`` on consecutive groups of ``mbs`` rows for each MBS: the build time, the micro-batch count
+    and a digest of each micro-batch's :func:`thd_view` (``bridge``: Bridge's key names)."""
+    out = {}
+    for mbs in mbs_list:
+        groups = [rows[i:i + mbs] for i in range(0, len(rows) - mbs + 1, mbs)]
+        start = time.perf_counter()
+        batches = [build(g) for g in groups]
+        seconds = time.perf_counter() - start
+        out[str(mbs)] = {"work_s": seconds, "micro_batches": len(groups),
+                         "digests": [digest(thd_view(b, bridge=bridge)) for b in batches]}
+    return out
+
+
+def own_peak_rss_mb() -> float:
+    """This process's peak RSS in MB: ``VmHWM`` of /proc/self/status (the high-water mark of this
+    program's own memory), else ``ru_maxrss``. Linux carries ``ru_maxrss`` over ``exec``, so a process
+    started by a large parent would report the parent's peak; ``VmHWM`` starts afresh at ``exec``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def usage() -> dict[str, float]:
-    """This process's and its waited-for children's peak RSS (MB) and CPU seconds (ru_maxrss, ru_*time)."""
+    """This process's peak RSS (:func:`own_peak_rss_mb`), its waited-for children's (largest ``ru_maxrss``:
+    forked workers, whose figure counts the pages they share with this process), and the CPU seconds
+    of both (MB, seconds)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"main_peak_rss_mb": me.ru_maxrss / 1024, "worker_peak_rss_mb": kids.ru_maxrss / 1024,
+    return {"main_peak_rss_mb": own_peak_rss_mb(), "worker_peak_rss_mb": kids.ru_maxrss / 1024,
             "main_cpu_s": me.ru_utime + me.ru_stime, "worker_cpu_s": kids.ru_utime + kids.ru_stime}
 
 

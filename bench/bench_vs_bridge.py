@@ -159,8 +159,7 @@ def run_process(cmd: list[str], env: dict[str, str], result: Path, log: Path, ma
     wall = time.perf_counter() - start
     out: dict[str, Any] = {
         "wall_s": wall, "rc": proc.returncode, "load_before": load_before, "load_after": os.getloadavg()[0],
-        "tree_cpu_s": usage.ru_utime + usage.ru_stime, "tree_peak_rss_mb": usage.ru_maxrss / 1024,
-        "peak_memory_mb": sampled,
+        "tree_cpu_s": usage.ru_utime + usage.ru_stime, "peak_memory_mb": sampled,
     }
     if killed:
         out["killed"] = killed

@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import numpy as np  # noqa: E402
-from _vs_bridge_common import core_view, digest, in_batch_rows, thd_view, write_result  # noqa: E402
+from _vs_bridge_common import core_view, digest, in_batch_rows, time_by_mbs, write_result  # noqa: E402
 
 
 def op_module(name: str):
@@ -106,15 +106,8 @@ def task_in_batch(spec: dict) -> dict:
     from megatron.bridge.data.packing.in_batch import build_mcore_thd_sequence_batch_from_rows
     t1 = time.perf_counter()
     rows = [{k: torch.from_numpy(v) for k, v in r.items()} for r in in_batch_rows(spec["seed"], spec["rows"])]
-    out = {}
-    for mbs in spec["mbs"]:
-        groups = [rows[i:i + mbs] for i in range(0, len(rows) - mbs + 1, mbs)]
-        start = time.perf_counter()
-        batches = [build_mcore_thd_sequence_batch_from_rows(g, token_key="input_ids", pad_to_multiple_of=spec["m"])
-                   for g in groups]
-        seconds = time.perf_counter() - start
-        out[str(mbs)] = {"work_s": seconds, "micro_batches": len(groups),
-                         "digests": [digest(thd_view(b, bridge=True)) for b in batches]}
+    out = time_by_mbs(rows, spec["mbs"], lambda g: build_mcore_thd_sequence_batch_from_rows(
+        g, token_key="input_ids", pad_to_multiple_of=spec["m"]), bridge=True)
     return {"import_s": t1 - t0, "work_s": sum(v["work_s"] for v in out.values()), "by_mbs": out}
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-from _vs_bridge_common import core_view, digest, in_batch_rows, thd_view, write_result  # noqa: E402
+from _vs_bridge_common import core_view, digest, in_batch_rows, time_by_mbs, write_result  # noqa: E402
 
 
 def task_pack(spec: dict) -> dict:
@@ -94,14 +94,7 @@ def task_in_batch(spec: dict) -> dict:
     t1 = time.perf_counter()
     rows = [{("tokens" if k == "input_ids" else k): torch.from_numpy(v) for k, v in r.items()}
             for r in in_batch_rows(spec["seed"], spec["rows"])]
-    out = {}
-    for mbs in spec["mbs"]:
-        groups = [rows[i:i + mbs] for i in range(0, len(rows) - mbs + 1, mbs)]
-        start = time.perf_counter()
-        batches = [build_thd_batch(g, pad_seq_to_mult=spec["m"]) for g in groups]
-        seconds = time.perf_counter() - start
-        out[str(mbs)] = {"work_s": seconds, "micro_batches": len(groups),
-                         "digests": [digest(thd_view(b, bridge=False)) for b in batches]}
+    out = time_by_mbs(rows, spec["mbs"], lambda g: build_thd_batch(g, pad_seq_to_mult=spec["m"]), bridge=False)
     return {"import_s": t1 - t0, "work_s": sum(v["work_s"] for v in out.values()), "by_mbs": out}
 
 
