@@ -130,7 +130,7 @@ def test_parser_formats():
     ("echo hi > /etc/motd", ["outside_write"]),
     ("echo hi > notes.txt 2>/dev/null", []),
     ("tee -a ~/.bashrc", ["outside_write"]),
-    ("mkdir -p /tmp/scratch", []),
+    ('mkdir -p "$TMPDIR/scratch"', []),
     ("seqpack validate config.yaml && seqpack align --tp 4 --cp 2 --sp", []),
 ])
 def test_security_rules(command, categories, tmp_path):
@@ -155,11 +155,11 @@ def runs(tmp_path_factory, dataset):
 
 def test_run_prepares_workdirs_and_records_transcripts(runs):
     skill_dir = runs["dir"] / "skill"
-    work = skill_dir / "work" / "ctx-log-pack-malformed-json"
+    work = skill_dir / "tasks" / "002"
     assert (work / "pack.log").is_file() and (work / "train.jsonl").is_file()
     for home in (".claude/skills", ".agents/skills"):
         assert (work / home / "megatron-sequence-packing" / "SKILL.md").is_file()
-    assert not (runs["dir"] / "baseline" / "work" / "nm-struct-pack" / ".claude").exists()
+    assert not (runs["dir"] / "baseline" / "tasks" / "003" / ".claude").exists()
     tr = read_transcript(skill_dir / "transcripts" / "ctx-log-pack-malformed-json.json")
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
     # notes.md from the agent, the JSONL index cache from the real seqpack run
@@ -168,10 +168,16 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert tr.files_read == ["train.jsonl", "pack.log"]  # the seqpack pack command names train.jsonl first
     assert tr.skill_installed == [".claude/skills/megatron-sequence-packing",
                                   ".agents/skills/megatron-sequence-packing"]
-    prompt = load_tasks(skill_dir / "tasks.json").by_id()["ctx-log-pack-malformed-json"].prompt
+    public = json.loads((skill_dir / "tasks.json").read_text())  # the run directory holds no answer key
+    assert all(set(t) == {"slot", "prompt", "files"} for t in public["evals"])
+    assert public["evals"][1]["files"] == ["pack.log", "train.jsonl"]
+    prompt = public["evals"][1]["prompt"]
     assert tr.command[-2:] == ["--prompt-arg", prompt]  # {prompt} filled in one argv word
     run = json.loads((skill_dir / "run.json").read_text())
     assert run["task_ids"] == E2E_TASKS and run["mode"] == "skill" and run["finished"]
+    assert run["slots"] == {"explicit-align-tp4-cp2-sp": "001", "ctx-log-pack-malformed-json": "002",
+                            "nm-struct-pack": "003"}
+    assert "ctx-log" not in tr.workdir and "SEQPACK_EVAL_TASK_ID" not in tr.stdout
 
 
 def test_run_scores_with_and_without_skill(runs):
@@ -236,7 +242,7 @@ def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path):
              mode="baseline", timeout=60)
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.exit_code == 2  # the fake agent's argparse refuses the extra words
-    assert not (tmp_path / "r" / "work" / "nm-struct-pack" / "pwned").exists()
+    assert not (tmp_path / "r" / "tasks" / "001" / "pwned").exists()
 
 
 def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path):
@@ -318,9 +324,7 @@ def test_export_agentskills_shape(tmp_path, capsys):
     assert main(["eval", "export", "--out", str(tmp_path / "ev"), "--bucket", "near_miss"]) == 0
     doc = json.loads((tmp_path / "ev" / "evals.json").read_text())
     assert doc["skill_name"] == "megatron-sequence-packing"
-    assert all(set(e) == {"id", "prompt", "expected_output", "assertions", "files", "expected_skill",
-                          "expected_script"} for e in doc["evals"])
-    assert all(e["expected_skill"] is None for e in doc["evals"])
+    assert all(set(e) == {"id", "prompt", "files"} for e in doc["evals"])  # prompts and inputs, no answers
     shipped = [f for e in doc["evals"] for f in e["files"]]
     assert shipped and all((tmp_path / "ev" / f).is_file() for f in shipped)
 
@@ -328,7 +332,7 @@ def test_export_agentskills_shape(tmp_path, capsys):
 @pytest.mark.slow
 def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
     """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {{tasks_file}}"
+    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
     run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
     scores = score_run(tmp_path / "r")
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}

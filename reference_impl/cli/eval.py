@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = sub.add_parser("run", help="run an agent command on each task in a fresh working directory")
     r.add_argument("--agent-cmd", required=True,
                    help="agent command line (split like a shell would, never run by one); the prompt goes to stdin "
-                        "and replaces {prompt}; {workdir}, {task_id} and {skill_dir} are filled too")
+                        "and replaces {prompt}; {workdir}, {skill_dir}, {tasks_file} and {nonce_seed} are filled too")
     mode = r.add_mutually_exclusive_group(required=True)
     mode.add_argument("--with-skill", dest="mode", action="store_const", const="skill",
                       help="install the skill into .claude/skills and .agents/skills of each working directory")
@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--judge-cmd", default=None,
                    help="optional judge: gets the task and answer as JSON on stdin, prints JSON scores")
     s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default 120)")
+    s.add_argument("--tasks-file", default=None,
+                   help="the answer key (default: the tasks.json the run recorded in run.json)")
     add_json_flag(s)
 
     rep = sub.add_parser("report", help="write a BENCHMARK-style markdown page from scored runs")
@@ -107,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.scoring import DIMENSIONS, score_run
 
-    result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout)
+    result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout,
+                       tasks_file=args.tasks_file)
     s = result.summary
     if args.json:
         print_json(result.to_dict())

@@ -141,17 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in diff:
             log.warning("stale: %s", line)
         return 1 if diff else 0
-    dataset = write_dataset(args.evals_dir)
-    if args.evals_dir is None:
-        # keep the skill bundle's copy (agentskills.io shape) in step with the dataset
-        from reference_impl.docgen import SKILL_DIR
-        from reference_impl.evaluation.tasks import export_agentskills
-
-        target = SKILL_DIR / "evals"
-        if target.exists():
-            shutil.rmtree(target)
-        export_agentskills(dataset, target)
-        log.info("exported the skill bundle copy to %s", target)
+    write_dataset(args.evals_dir)  # the skill bundle ships no copy: the answer key stays in evals/
     return 0
 
 

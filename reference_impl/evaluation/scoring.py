@@ -31,6 +31,7 @@ efficiency stay deterministic.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -50,7 +51,7 @@ from reference_impl.evaluation.signals import (
     unverified_calls,
     waste,
 )
-from reference_impl.evaluation.tasks import BUCKETS, SKILL_NAME, Task, load_tasks
+from reference_impl.evaluation.tasks import BUCKETS, SKILL_NAME, Dataset, Task, dumps, load_tasks
 from reference_impl.evaluation.transcript import Transcript, read_transcript
 
 log = logging.getLogger(__name__)
@@ -256,19 +257,38 @@ def read_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def answer_key(run: Mapping[str, Any], tasks_file: str | os.PathLike[str] | None = None) -> Dataset:
+    """The answer key a run is scored against: ``tasks_file``, else the one ``run.json`` names.
+
+    The run directory holds only the public task list; the key stays in the repository's ``evals/``.
+    Its sha256 must be the one the run recorded (a rebuilt task set needs a new run).
+    """
+    path = tasks_file if tasks_file is not None else run.get("tasks_file")
+    dataset = load_tasks(path if isinstance(path, (str, os.PathLike)) else None)
+    want = run.get("dataset_sha256")
+    got = hashlib.sha256(dumps(dataset).encode()).hexdigest()
+    if want and got != want:
+        raise UsageError(f"the answer key {dataset.root / 'tasks.json'} is not the task set this run used "
+                         f"(sha256 {got[:12]} != {str(want)[:12]})", file=str(dataset.root / "tasks.json"),
+                         fix="pass --tasks-file with the tasks.json the run used, or run the tasks again")
+    return dataset
+
+
 def score_run(
     run_dir: str | os.PathLike[str],
     *,
     judge_cmd: str | None = None,
     judge_timeout: float = 120.0,
     write: bool = True,
+    tasks_file: str | os.PathLike[str] | None = None,
 ) -> RunScores:
-    """Score every task of a run directory and (by default) write ``scores.json`` into it."""
+    """Score every task of a run directory against its answer key (:func:`answer_key`) and (by default) write
+    ``scores.json`` into it."""
     from reference_impl.evaluation.judge import run_judge
 
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    dataset = load_tasks(run_dir / "tasks.json")
+    dataset = answer_key(run, tasks_file)
     index = dataset.by_id()
     skill_name = run.get("skill_name", dataset.skill_name)
     scores: list[TaskScore] = []
@@ -307,6 +327,7 @@ def read_scores(run_dir: str | os.PathLike[str]) -> RunScores:
 __all__ = [
     "DIMENSIONS",
     "RunScores",
+    "answer_key",
     "TaskScore",
     "missing_score",
     "read_run",

@@ -325,8 +325,29 @@ def load_tasks(path: str | os.PathLike[str] | None = None) -> Dataset:
     return Dataset(tasks=tasks, root=file.parent, skill_name=doc.get("skill_name", SKILL_NAME))
 
 
-AGENTSKILLS_KEYS: tuple[str, ...] = ("id", "prompt", "expected_output", "assertions", "files", "expected_skill",
-                                     "expected_script")
+#: The keys of a task that may reach an agent: what it is asked and the files it is given. Everything else
+#: (reference answer, assertions, answer fields, forbidden claims, expected skill and script, ground truth,
+#: an outcome task's oracle and negative artifacts) is the answer key, kept in the repository's
+#: ``evals/tasks.json`` and never installed or put where an agent under evaluation works.
+PUBLIC_KEYS: tuple[str, ...] = ("id", "prompt", "files")
+#: Kept for readers of older code: the agentskills.io keys an export used to carry (answers included).
+AGENTSKILLS_KEYS: tuple[str, ...] = PUBLIC_KEYS
+PUBLIC_NOTE = ("Prompts and input files only. The answer key (reference answers, graded fields, outcome checks) "
+               "is evals/tasks.json in the seqpack repository and is never part of an installed skill.")
+
+
+def public_task(task: Task) -> dict[str, Any]:
+    """What an agent may see of ``task``: its id, its prompt and the names of its input files."""
+    data = task.to_dict()
+    return {k: data[k] for k in PUBLIC_KEYS}
+
+
+def public_dumps(dataset: Dataset, tasks: list[Task] | None = None) -> str:
+    """The task list without its answer key (the run directory's ``tasks.json``, the skill's ``evals.json``)."""
+    chosen = dataset.tasks if tasks is None else tasks
+    doc = {"skill_name": dataset.skill_name, "format": FORMAT + "-public", "note": PUBLIC_NOTE,
+           "evals": [public_task(t) for t in chosen]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def is_text_file(path: str | os.PathLike[str]) -> bool:
@@ -342,20 +363,17 @@ def is_text_file(path: str | os.PathLike[str]) -> bool:
 
 
 def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks: list[Task] | None = None) -> Path:
-    """Write ``out_dir/evals.json`` in the plain agentskills.io shape and copy the task files beside it.
+    """Write ``out_dir/evals.json`` (prompts and file names only, :func:`public_dumps`) and copy the input files.
 
-    This is the form a skill bundle ships as ``evals/evals.json`` (SkillEvaluator Tier 3 reads it);
-    the seqpack-only keys (answer fields, forbidden claims, coverage, ground truth) stay in
-    ``evals/tasks.json``. Tasks whose files are binary (packed Parquet) are left out, so the bundle
-    holds text only; they stay in ``evals/`` beside the dataset, outside the bundle.
+    This is what a skill bundle may ship as ``evals/``: the tasks an agent can be given, never their
+    answers. Tasks whose files are binary (packed Parquet, images) are left out, so the bundle holds
+    text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
     import shutil
 
     out = Path(out_dir)
     chosen = dataset.tasks if tasks is None else tasks
     chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
-    doc = {"skill_name": dataset.skill_name,
-           "evals": [{k: t.to_dict()[k] for k in AGENTSKILLS_KEYS} for t in chosen]}
     out.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for rel in t.files:
@@ -363,12 +381,14 @@ def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(dataset.root / rel, dest)
     target = out / "evals.json"
-    target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    target.write_text(public_dumps(dataset, chosen), encoding="utf-8")
     return target
 
 
 __all__ = [
     "AGENTSKILLS_KEYS",
+    "PUBLIC_KEYS",
+    "PUBLIC_NOTE",
     "BUCKETS",
     "CLI_COMMANDS",
     "Dataset",
@@ -386,4 +406,6 @@ __all__ = [
     "export_agentskills",
     "is_text_file",
     "load_tasks",
+    "public_dumps",
+    "public_task",
 ]
