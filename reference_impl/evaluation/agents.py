@@ -93,6 +93,15 @@ def oracle(task: dict[str, Any], *, fast: bool) -> None:
     command = task.get("reference_command")
     if with_skill and command:
         out.tool("Bash", {"command": " ".join(command)}, _run_command(command[1:], fast))
+    outcome = task.get("outcome")
+    if outcome:  # an outcome task: leave the oracle's artifact, which the grader runs
+        from reference_impl.evaluation.outcome import Artifact
+
+        artifact = Artifact.from_dict(outcome["oracle"])
+        artifact.write(Path("."))
+        what = f"seqpack {' '.join(artifact.command)}" if artifact.command else ", ".join(artifact.files)
+        out.tool("Write" if artifact.files else "Bash", {"file_path" if artifact.files else "command": what},
+                 f"wrote {outcome['artifact']}")
     out.answer(task["expected_output"])
 
 

@@ -33,6 +33,7 @@ from typing import Sequence
 
 from reference_impl.errors import UsageError
 from reference_impl.evaluation import (
+    outcome,
     templates_files,
     templates_knowledge,
     templates_moe,
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 #: from the build machinery. A new family of tasks is one new module plus one entry here.
 TEMPLATES: tuple[ModuleType, ...] = (
     templates_knowledge, templates_files, templates_upstream, templates_vlm, templates_moe, templates_near_miss,
+    outcome,
 )
 
 

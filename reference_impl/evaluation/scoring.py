@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 
 from reference_impl.errors import UsageError
 from reference_impl.evaluation.answers import forbidden_hits, grade_answer
+from reference_impl.evaluation.outcome import OutcomeGrade
 from reference_impl.evaluation.security import scan_events, scan_leak
 from reference_impl.evaluation.signals import (
     cli_subcommands,
@@ -102,14 +103,19 @@ def score_transcript(
     *,
     skill_name: str = SKILL_NAME,
     judge: Mapping[str, float] | None = None,
+    outcome: OutcomeGrade | None = None,
 ) -> TaskScore:
-    """Score one transcript against its task (``judge``: optional scores from a judge command)."""
+    """Score one transcript against its task (``judge``: optional scores from a judge command; ``outcome``: the
+    grade of the artifact an outcome task's agent left, :func:`~reference_impl.evaluation.outcome.grade_outcomes`)."""
     finished = tr.exit_code == 0 and not tr.timed_out
     answered = bool(tr.answer.strip())
     fields = grade_answer(task.answer_fields, tr.answer)
     forbidden = forbidden_hits([fb.check for fb in task.forbidden], tr.answer)
     right = sum(f.correct for f in fields)
-    det_accuracy = max(0.0, right / len(fields) - FORBIDDEN_PENALTY * len(forbidden)) if answered else 0.0
+    if task.outcome is not None:  # the artifact decides: it works upstream and does what was asked, or not
+        det_accuracy = max(0.0, float(outcome is not None and outcome.ok) - FORBIDDEN_PENALTY * len(forbidden))
+    else:
+        det_accuracy = max(0.0, right / len(fields) - FORBIDDEN_PENALTY * len(forbidden)) if answered else 0.0
 
     findings = scan_events(tr.events, tr.workdir)
     texts = [tr.stdout, tr.stderr, tr.answer, *_file_texts(tr.workdir, tr.files_created + tr.files_modified)]
@@ -192,6 +198,9 @@ def score_transcript(
         "deterministic": {"accuracy": det_accuracy, "goal_accuracy": det_goal, "behavior_check": det_behavior},
         "judge": judge_used or None,
     }
+    if task.outcome is not None:
+        details["outcome"] = outcome.to_dict() if outcome is not None else {"ok": False, "failed": [],
+                                                                              "skipped": ["not graded"], "checks": []}
     return TaskScore(task.id, task.bucket, scores, signals, overall, passed, details)
 
 
@@ -274,6 +283,28 @@ def answer_key(run: Mapping[str, Any], tasks_file: str | os.PathLike[str] | None
     return dataset
 
 
+def grade_run_outcomes(run_dir: Path, run: Mapping[str, Any], index: Mapping[str, Task],
+                       lane: Any = None) -> dict[str, OutcomeGrade]:
+    """Grade the artifacts of every outcome task of a run in one batch (one upstream worker, few calls)."""
+    from reference_impl.evaluation.outcome import grade_outcomes
+
+    items = []
+    for task_id in run.get("task_ids", []):
+        task = index.get(task_id)
+        path = run_dir / "transcripts" / f"{task_id}.json"
+        if task is None or task.outcome is None or not path.is_file():
+            continue
+        items.append((task, Path(read_transcript(path).workdir)))
+    if not items:
+        return {}
+    grades = grade_outcomes(items, lane)
+    skipped = [g.task_id for g in grades if g.skipped]
+    if skipped:
+        log.warning("%d outcome task(s) not graded (the upstream lane is not available): %s", len(skipped),
+                    ", ".join(skipped[:5]))
+    return {g.task_id: g for g in grades}
+
+
 def score_run(
     run_dir: str | os.PathLike[str],
     *,
@@ -291,6 +322,7 @@ def score_run(
     dataset = answer_key(run, tasks_file)
     index = dataset.by_id()
     skill_name = run.get("skill_name", dataset.skill_name)
+    grades = grade_run_outcomes(run_dir, run, index)
     scores: list[TaskScore] = []
     for task_id in run["task_ids"]:
         task = index[task_id]
@@ -306,7 +338,7 @@ def score_run(
             judged = verdict.scores if verdict.error is None else None
             if verdict.error:
                 log.warning("judge failed on %s: %s", task_id, verdict.error)
-        score = score_transcript(task, tr, skill_name=skill_name, judge=judged)
+        score = score_transcript(task, tr, skill_name=skill_name, judge=judged, outcome=grades.get(task_id))
         if judge_cmd and judged is None:
             score.details["judge_error"] = verdict.error
         scores.append(score)
@@ -328,6 +360,7 @@ __all__ = [
     "DIMENSIONS",
     "RunScores",
     "answer_key",
+    "grade_run_outcomes",
     "TaskScore",
     "missing_score",
     "read_run",

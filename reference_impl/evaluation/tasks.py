@@ -18,7 +18,11 @@ has the agentskills.io keys (``id``, ``prompt``, ``expected_output``, ``assertio
   ``general`` (common knowledge outside seqpack, for the near misses);
 * ``covers``: packing ``paths``, rule ``families`` and ``topics`` the task exercises;
 * ``rule_ids``: rules of the registry the ground truth involves;
-* ``ground_truth``: the values the generator computed or recorded, for readers.
+* ``ground_truth``: the values the generator computed or recorded, for readers;
+* ``outcome`` (outcome-verified tasks only, :mod:`reference_impl.evaluation.outcome`): the artifact the
+  agent must leave (``kind``, ``artifact``), the checks that grade it by running code (seqpack and,
+  through the upstream lane, megatron-bridge 0.6.2), the inputs they compare with, the oracle's
+  artifact and a wrong one (``negative``) that must fail. Such a task may have no answer fields.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ TOPICS: tuple[str, ...] = (
     "planning",
 )
 SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")
+#: What an outcome task's agent leaves (:mod:`reference_impl.evaluation.outcome`) and the checks that grade it.
+OUTCOME_KINDS: tuple[str, ...] = ("config", "recipe", "packs", "plan")
+OUTCOME_CHECKS: tuple[str, ...] = ("bridge", "seqpack", "require", "keep", "keep_all_except", "divisible", "path",
+                                   "token_slots", "fits", "unchanged", "packs")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: ``expected_script`` values and the CLI subcommands / MCP tools that count as using them.
@@ -137,6 +145,23 @@ class Task:
     topics: list[str] = field(default_factory=list)
     rule_ids: list[str] = field(default_factory=list)
     ground_truth: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, Any] | None = None
+
+    def _outcome_problems(self) -> list[tuple[str, str]]:
+        o = self.outcome or {}
+        out = []
+        if o.get("kind") not in OUTCOME_KINDS:
+            out.append(("outcome.kind", f"outcome kind {o.get('kind')!r} is not one of {', '.join(OUTCOME_KINDS)}"))
+        artifact = o.get("artifact")
+        if not isinstance(artifact, str) or not ID_RE.match(artifact.replace("/", "_")) or ".." in artifact:
+            out.append(("outcome.artifact", f"artifact {artifact!r} must be a relative file or folder name"))
+        bad = sorted(set(o.get("checks", {})) - set(OUTCOME_CHECKS))
+        if bad:
+            out.append(("outcome.checks", f"unknown check(s) {bad}; known: {', '.join(OUTCOME_CHECKS)}"))
+        for side in ("oracle", "negative"):
+            if not isinstance(o.get(side), dict) or not (o[side].get("files") or o[side].get("command")):
+                out.append((f"outcome.{side}", f"an outcome task ships its {side} artifact"))
+        return out
 
     @property
     def positive(self) -> bool:
@@ -161,6 +186,7 @@ class Task:
             "covers": {"paths": list(self.paths), "families": list(self.families), "topics": list(self.topics)},
             "rule_ids": list(self.rule_ids),
             "ground_truth": self.ground_truth,
+            **({"outcome": self.outcome} if self.outcome is not None else {}),
         }
 
     @classmethod
@@ -196,6 +222,7 @@ class Task:
             topics=list(covers.get("topics", [])),
             rule_ids=list(data["rule_ids"]),
             ground_truth=dict(data["ground_truth"]),
+            outcome=None if data.get("outcome") is None else dict(data["outcome"]),
         )
         problems = task.problems()
         if problems:
@@ -224,14 +251,16 @@ class Task:
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad:
                 out.append((f"covers.{name}", f"unknown {name} {bad}"))
-        if not self.answer_fields:
-            out.append(("answer_fields", "a task needs at least one answer field"))
+        if not self.answer_fields and self.outcome is None:
+            out.append(("answer_fields", "a task needs at least one answer field (or an outcome to grade)"))
+        if self.outcome is not None:
+            out += self._outcome_problems()
         names = [f.name for f in self.answer_fields]
         if len(set(names)) != len(names):
             out.append(("answer_fields", f"duplicate answer field names in {names}"))
         for f in self.answer_fields:
             out += [("answer_fields", p) for p in f.problems()]
-        if not self.forbidden:
+        if not self.forbidden and self.outcome is None:
             out.append(("forbidden", "a task needs at least one forbidden claim"))
         for fb in self.forbidden:
             try:
@@ -240,8 +269,10 @@ class Task:
                 out.append(("forbidden", exc.message))
         if self.source.get("kind") not in SOURCE_KINDS:
             out.append(("source", f"source kind {self.source.get('kind')!r} is not one of {', '.join(SOURCE_KINDS)}"))
-        if self.source.get("kind") == "upstream" and not {"repo", "commit", "path"} <= set(self.source):
-            out.append(("source", "an upstream source names repo, commit and path"))
+        if self.source.get("kind") == "upstream" and not ({"repo", "commit", "path"} <= set(self.source)
+                                                          or "package" in self.source):
+            out.append(("source", "an upstream source names repo, commit and path, or the package==version it "
+                        "is checked with"))
         if self.positive and not self.reference_command:
             out.append(("reference_command", "a packing task names the seqpack command that answers it"))
         if self.reference_command is not None and (not self.reference_command
@@ -395,6 +426,8 @@ __all__ = [
     "FORMAT",
     "Forbidden",
     "MCP_TOOLS",
+    "OUTCOME_CHECKS",
+    "OUTCOME_KINDS",
     "SOURCE_KINDS",
     "PATHS",
     "SCRIPTS",
