@@ -57,14 +57,17 @@ def model_support_document() -> str:
 
 def skill_rules_document() -> str:
     """The skill's reference page of rules (same registry, self-contained header)."""
-    from reference_impl.config.rules_doc import rules_markdown
+    from reference_impl.config.rules_doc import features_section, rules_markdown
 
     return (
         "# Packing rules\n\n"
         "Every rule `seqpack validate` checks, generated from the rule registry. Read this page when a validation\n"
         "finding needs more context than its message, or to answer which settings a packing path requires.\n"
         "Provenance: upstream (Megatron-Bridge or Megatron-Core rejects it), documented (stated by the packing docs,\n"
-        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n\n"
+        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n"
+        "`seqpack validate --bridge-version 0.6.2|main` (default 0.6.2) checks the rules of that Megatron-Bridge;\n"
+        "the table says which packing feature each version has.\n\n"
+        f"{features_section()}\n"
         f"{rules_markdown()}"
     )
 

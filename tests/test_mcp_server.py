@@ -154,16 +154,21 @@ async def test_derive_alignment(client: Client):
 @pytest.mark.anyio
 async def test_validate_config(client: Client, root: Path):
     out = await call(client, "validate_config", {"config_text": "train: {micro_batch_size: 1}",
-                                                 "overrides": ["dataset.enable_in_batch_packing=true"]})
-    assert out["ok"] is False
+                                                 "overrides": ["dataset.enable_in_batch_packing=true"],
+                                                 "bridge_version": "main"})
+    assert out["ok"] is False and out["bridge_version"] == "main"
     assert [v["rule_id"] for v in out["violations"]] == ["PACK-IN-BATCH-MBS", "PACK-IN-BATCH-DATALOADER"]
     v = out["violations"][0]
     assert v["fields"]["train.micro_batch_size"] == 1 and v["fix"] == RULES_BY_ID["PACK-IN-BATCH-MBS"].fix
-    by_path = await call(client, "validate_config", {"path": "job.yaml"})
+    by_path = await call(client, "validate_config", {"path": "job.yaml", "bridge_version": "main"})
     assert [v["rule_id"] for v in by_path["violations"]] == ["PACK-IN-BATCH-MBS", "PACK-IN-BATCH-DATALOADER"]
-    fixed = await call(client, "validate_config", {
-        "path": str(root / "job.yaml"), "overrides": ["train.micro_batch_size=4", "dataset.dataloader_type=single"]})
+    fixed_args = {"path": str(root / "job.yaml"), "overrides": ["train.micro_batch_size=4", "dataset.dataloader_type=single"]}
+    fixed = await call(client, "validate_config", {**fixed_args, "bridge_version": "main"})
     assert fixed["ok"] is True and fixed["resolved"]["packing_path"] == "in_batch"
+    release = await call(client, "validate_config", fixed_args)  # default: megatron-bridge 0.6.2
+    assert release["bridge_version"] == "0.6.2"
+    assert [v["rule_id"] for v in release["violations"]] == ["PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION"]
+    assert "0.5" in await call_error(client, "validate_config", {"bridge_version": "0.5"})
     example = await call(client, "validate_config", {"example": "offline_8k_tp4_cp2_sp"})
     assert example["ok"] is True and example["resolved"]["pad_seq_to_mult"] == 8
     defaults = await call(client, "validate_config", {})

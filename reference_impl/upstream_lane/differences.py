@@ -55,8 +55,107 @@ def difference(id: str, function_key: str, summary: str, reason: str) -> Differe
 
 
 # --- offline preparation (prepare_gpt_sft_packed_data) ---------------------------------------------
+# tests/upstream/test_diff_offline.py: Bridge's preparation (its own dataset builder, a real HF
+# tokenizer) against ``seqpack pack --bridge-compat`` on the same JSONL; its bin packing functions
+# against ``reference_impl.packing.bridge_compat``.
+
+PREPARE = function("bridge.prepare_gpt_sft_packed_data", "megatron.bridge.data.packing.offline.prepare_gpt_sft_packed_data")
+BUILDER_PREPARE = function("bridge.GPTSFTDatasetBuilder.prepare_data",
+                           "megatron.bridge.data.builders.gpt_sft.GPTSFTDatasetBuilder.prepare_data")
+FIRST_FIT = function("bridge.algorithms.first_fit", "megatron.bridge.data.packing.algorithms.first_fit")
+FIRST_FIT_DECREASING = function("bridge.algorithms.first_fit_decreasing", "megatron.bridge.data.packing.algorithms.first_fit_decreasing")
+FIRST_FIT_SHUFFLE = function("bridge.algorithms.first_fit_shuffle", "megatron.bridge.data.packing.algorithms.first_fit_shuffle")
+PACKING_STRATEGY = function("bridge.algorithms.create_packing_strategy", "megatron.bridge.data.packing.algorithms.create_packing_strategy")
+FILL_STRATEGY = function("bridge.algorithms.fill_packing_strategy", "megatron.bridge.data.packing.algorithms.fill_packing_strategy")
+
+difference(
+    "offline-legacy-template-mask", PREPARE,
+    "legacy template mode (no prompt_completion_config: \"{input} {output}\"): Bridge stores no loss mask and its "
+    "fill step derives one from answer_start_idx, which is 1 on every segment's last stored token and on the "
+    "pre-padding; seqpack stores the explicit mask (token ids and boundaries are the same)",
+    "quirk Q3: seqpack never stores loss on alignment padding. The collated batches still agree: Bridge's collate "
+    "drops each segment's last stored position and zeroes the loss wherever the input token is EOS, which the "
+    "pre-padding is when EOD equals EOS (every Hugging Face tokenizer)",
+)
+difference(
+    "offline-unsupervised-sample", PREPARE,
+    "a sample with no trained label (empty completion without EOS under completion loss) is packed by Bridge and "
+    "skipped by seqpack, which counts it with its line",
+    "it trains nothing and only takes pack space; seqpack accounts for every skipped row",
+)
+difference(
+    "offline-short-sample", PREPARE,
+    "a sample of fewer than two tokens makes Bridge's whole preparation raise ValueError; seqpack skips that "
+    "sample, counts it with its line and packs the rest",
+    "one bad row should not stop a preparation; nothing is lost silently",
+)
+difference(
+    "offline-seq-length-above-pack", PREPARE,
+    "max_seq_length above packed_sequence_size: seqpack refuses up front (PACK-OFFLINE-MAX-SINGLE-LE-PACK); Bridge "
+    "packs when no sample is longer than the pack and raises KeyError in its fill step when one is",
+    "whether Bridge fails depends on the data; the config is refused before any tokenization",
+)
+difference(
+    "offline-override-without-multiple", PREPARE,
+    "pad_seq_length_to_mult in dataset_kwargs with pad_seq_to_mult=1: Bridge does not pre-pad at all and ignores it; "
+    "seqpack --bridge-compat refuses the combination",
+    "the override would silently have no effect",
+)
+difference(
+    "offline-override-not-multiple", PREPARE,
+    "pad_seq_length_to_mult not a multiple of pad_seq_to_mult: Bridge pre-pads samples to the override's multiple "
+    "(capped at the rounded budget); seqpack refuses (PACK-OFFLINE-PAD-MULT-TOPOLOGY)",
+    "such segments break the per-sequence alignment context parallelism needs (Transformer Engine's THD partition "
+    "asserts every boundary divisible by 2*CP)",
+)
+difference(
+    "offline-special-token-loss", PREPARE,
+    "a special token of Bridge's VLM list (e.g. Qwen's <|im_start|>, Llama's <|start_header_id|>) written in the "
+    "text gets loss 0 in Bridge's prompt/completion tokenization; seqpack trains it like any completion token",
+    "seqpack supervises exactly the completion the row holds; a row that needs such tokens masked is a chat row",
+)
 
 # --- packed readers (GPTSFTPackedParquetDataset, collate_fn) ----------------------------------------
+# tests/upstream/test_diff_readers.py: packs written by seqpack and by Bridge, read by both sides'
+# datasets with every reader option; micro-batches turned into PackedSeqParams; statistics.
+
+COLLATE = function("bridge.GPTSFTPackedParquetDataset.collate_fn",
+                   "megatron.bridge.data.packing.parquet.GPTSFTPackedParquetDataset.collate_fn")
+SAMPLES_MAPPING = function("bridge.GPTSFTPackedParquetDataset.samples_mapping",
+                           "megatron.bridge.data.packing.parquet.GPTSFTPackedParquetDataset._build_samples_mapping")
+READER_PARAMS = function("bridge.get_packed_seq_params.offline",
+                         "megatron.bridge.training.utils.packed_seq_utils.get_packed_seq_params (offline micro-batches)")
+AVG_SEQLEN = function("bridge.algorithms.calculate_avg_seqlen", "megatron.bridge.data.packing.algorithms.calculate_avg_seqlen")
+
+difference(
+    "readers-width-padding-sequence", READER_PARAMS,
+    "pad_seq_to_mult=1 with width padding: Bridge's cu_seqlens_q counts the padding at the row's end as one more "
+    "real sequence; seqpack's canonical micro-batch gives it logical length 0 and carries the physical boundaries "
+    "in cu_seqlens_*_padded",
+    "quirk Q13: attention and loss never read the width padding as a sequence; seqpack's Bridge-form collate "
+    "(collate_bridge) keeps Bridge's form exactly",
+)
+difference(
+    "readers-padded-boundaries-equal", READER_PARAMS,
+    "pad_seq_to_mult > 1 and a row without any alignment or width padding: Bridge's micro-batch passes "
+    "cu_seqlens_*_padded equal to the real boundaries (a separate tensor); seqpack's canonical micro-batch leaves "
+    "the padded fields None",
+    "the canonical THD batch carries padded boundaries only when they differ from the real ones; attention sees "
+    "the same sequences either way",
+)
+difference(
+    "readers-width-not-aligned", COLLATE,
+    "a free width (pad_to_max_length=False) rounded to a pad_seq_length_to_mult that is not a multiple of "
+    "pad_seq_to_mult: seqpack raises AlignmentError; Bridge emits the batch",
+    "a row width that breaks the alignment fails Transformer Engine's THD partition under context parallelism",
+)
+difference(
+    "readers-own-epoch-order", SAMPLES_MAPPING,
+    "max_num_samples on packs not written with --bridge-compat (or foreign packs without bridge_compat=True): "
+    "seqpack shuffles each epoch with its own generator (default_rng(seed + epoch)); Bridge with the global "
+    "legacy numpy RNG seeded once",
+    "seqpack never touches the global numpy RNG; --bridge-compat packs (and bridge_compat=True) get Bridge's order",
+)
 
 # --- in-batch packing (THD builders, prompt/completion collator) -----------------------------------
 
@@ -209,6 +308,91 @@ difference(
     "hybrid context parallelism, which seqpack does not implement")
 
 # --- configuration validation (ConfigContainer.validate, runtime_config_update, recipes) -----------
+
+CONSTRUCT = function("config.construct", "megatron.bridge config dataclasses (GPTSFTDatasetConfig(...), "
+                     "PackedSequenceSpecs(...), GPTModelProvider(...), ...)")
+VALIDATE = function("config.validate", "megatron.bridge.training.config.runtime_config_update")
+LATER = function("config.later", "later upstream steps (packed reader and collate, packing fill, batch split, "
+                 "vlm/qwen3_vl/llava steps, loaders, micro-batch calculator, Energon build_batch)",
+                 f"{BRIDGE}, {MCORE}, megatron-energon 7.4.1")
+
+#: Rules that refuse a config Bridge's validation accepts: rule id -> (difference id, how the lane covers the
+#: later failure). "reproduced": a test in tests/upstream/test_diff_validate.py runs the failing upstream code;
+#: "not run": the failure is in a GPU kernel or a multi-rank collective the CPU lane cannot execute.
+LATER_FAILURES: dict[str, tuple[str, str]] = {
+    "PACK-ENERGON-NATIVE-BRIDGE-VERSION": ("energon-native-not-in-release", "reproduced"),
+    "PACK-OFFLINE-PAD-MULT-NULL": ("collate-pad-seq-to-mult-null", "reproduced"),
+    "PACK-OFFLINE-SEQ-LE-PACK": ("fill-sample-longer-than-pack", "reproduced"),
+    "PACK-OFFLINE-PAD-CU-METADATA": ("reader-pad-cu-seqlens-metadata", "reproduced"),
+    "PACK-IN-BATCH-DATALOADER": ("batch-loader-splits-packed-row", "reproduced"),
+    "PACK-IN-BATCH-DEFERRED": ("vlm-step-deferred-packing", "reproduced"),
+    "PACK-IN-BATCH-STEP-PACKER": ("qwen3-vl-step-collate-packed", "reproduced"),
+    "PACK-LLAVA-PP-CP": ("llava-step-packed-pp-cp", "reproduced"),
+    "BATCH-GBS-DIVISIBLE": ("microbatch-calculator-gbs", "reproduced"),
+    "PACK-ENERGON-DATALOADER": ("energon-loader-type", "reproduced"),
+    "PACK-OFFLINE-PAD-MULT-TOPOLOGY": ("te-thd-cp-partition", "not run"),
+    "PACK-OFFLINE-WIDTH-ALIGNED": ("te-thd-cp-partition", "not run"),
+    "PACK-OFFLINE-WIDTH-ROUNDING": ("te-thd-cp-partition", "not run"),
+    "MOE-ALLGATHER-EQUAL-WIDTH": ("ep-collective-equal-tokens", "not run"),
+    "MOE-HYBRIDEP-GRAPHS-FIXED-WIDTH": ("ep-collective-equal-tokens", "not run"),
+    "PACK-PP-VARIABLE-SHAPES": ("pp-p2p-fixed-shapes", "not run"),
+}
+
+difference("energon-native-not-in-release", VALIDATE,
+           "seqpack refuses Energon native packing (packing_buffer_size) for megatron-bridge 0.6.2; validate() "
+           "accepts it",
+           "0.6.2's Energon task encoders implement no packing hooks: megatron-energon 7.4.1's "
+           "TaskEncoder.build_batch asserts them when the loader is built (reproduced)")
+difference("collate-pad-seq-to-mult-null", VALIDATE,
+           "seqpack refuses offline_packing_specs.pad_seq_to_mult=null; validate() accepts it",
+           "the packed collate compares None > 1 and raises TypeError on the first batch (reproduced)")
+difference("fill-sample-longer-than-pack", VALIDATE,
+           "seqpack refuses seq_length > packed_sequence_size without max_single_sequence_length",
+           "offline preparation tokenizes samples up to seq_length; fill_packing_strategy has no bucket for a "
+           "sample longer than the pack and raises KeyError (reproduced)")
+difference("reader-pad-cu-seqlens-metadata", VALIDATE,
+           "seqpack refuses pad_cu_seqlens with explicit packed paths but no packed_metadata_path",
+           "the packed dataset needs the metadata file for static shapes: without it the reader asserts "
+           "(reproduced); the builder's default metadata path lies under dataset_root, next to packs it manages")
+difference("batch-loader-splits-packed-row", VALIDATE,
+           "seqpack refuses in-batch packing with dataloader_type=batch when a step has several micro-batches",
+           "the batch loader collates the per-rank global batch into one packed row; "
+           "split_batch_into_microbatches then raises ValueError (reproduced)")
+difference("vlm-step-deferred-packing", VALIDATE,
+           "seqpack refuses defer_in_batch_packing_to_step for the VLM step",
+           "vlm_step.forward_step raises ValueError on the first step (reproduced)")
+difference("qwen3-vl-step-collate-packed", VALIDATE,
+           "seqpack refuses collate-time in-batch packing for families whose step packs (Qwen3-VL)",
+           "qwen3_vl_step.get_batch_from_iterator raises ValueError for a batch carrying cu_seqlens (reproduced)")
+difference("llava-step-packed-pp-cp", VALIDATE,
+           "seqpack refuses packed LLaVA training with PP > 1 or CP > 1",
+           "llava_step raises ValueError for packed batches on such process groups (reproduced with torch's fake "
+           "process-group backend)")
+difference("microbatch-calculator-gbs", VALIDATE,
+           "seqpack checks global_batch_size % (MBS*DP) even when an explicit eval batch size is given",
+           "validate() checks it only through the evaluation batch (which defaults to the training one); "
+           "Megatron-Core's micro-batch calculator asserts it when training starts (reproduced)")
+difference("energon-loader-type", VALIDATE,
+           "seqpack refuses dataloader_type other than external on Energon datasets",
+           "the Energon builder returns ready loaders; build_pretraining_data_loader wraps one in a Megatron "
+           "sampler that indexes it like a dataset and fails on the first batch (reproduced with a torch "
+           "DataLoader, which Energon's loaders subclass)")
+difference("te-thd-cp-partition", VALIDATE,
+           "seqpack refuses packed boundaries that context parallelism cannot split (pad_seq_to_mult, pack width "
+           "and width rounding not multiples of 2*CP / the alignment)",
+           "Transformer Engine's THD CP partition kernel requires every boundary divisible by 2*CP and the "
+           "sequence-parallel scatter a width divisible by TP; a CUDA kernel, not run in the CPU lane")
+difference("ep-collective-equal-tokens", VALIDATE,
+           "seqpack refuses variable-width packs for dispatchers that need equal token counts per EP rank "
+           "(allgather; HybridEP under CUDA graphs)",
+           "the all-gather over TP x EP and HybridEP's dispatch need equal per-rank sizes; multi-rank GPU "
+           "collectives, not run in the CPU lane")
+difference("pp-p2p-fixed-shapes", VALIDATE,
+           "seqpack refuses variable-width offline packs under PP without variable_seq_lengths (single/cyclic "
+           "loader, no fixed width)",
+           "pipeline P2P buffers then keep the fixed seq_length shape while narrower packs are sent; multi-rank "
+           "communication, not run in the CPU lane")
+
 # Bridge's own config dump and its recipe functions (tests/upstream/test_config_dump.py, test_recipes.py): a case
 # is equal when Bridge's runtime_config_update raises exactly when seqpack validate, reading the dump Bridge wrote
 # (ConfigContainer.to_yaml, the run_config.yaml form), reports an error.

@@ -200,6 +200,7 @@ def test_32k_recipe_without_cp_alignment_fails_the_te_partition_rule():
     assert thd_partition_indices(batch["cu_seqlens_q_padded"], cp, 0).numel() == specs.packed_sequence_size // cp
 
 
+@pytest.mark.slow
 def test_compatibility_page_reports_this_table():
     text = (HERE.parents[1] / "docs" / "compatibility.md").read_text(encoding="utf-8")
     paths = Counter(r["path"] for r in INDEX["recipes"])
