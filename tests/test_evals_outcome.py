@@ -73,7 +73,7 @@ def test_override_parser_applies_assignments_and_refuses_code():
 
 def test_pack_multiple():
     assert pack_multiple({"cp": 2}) == 4
-    assert pack_multiple({"tp": 4, "cp": 2, "sp": True}) == 8
+    assert pack_multiple({"tp": 4, "cp": 2, "sp": True}) == 4  # SP splits rows, not each sequence
     assert pack_multiple({"cp": 2, "eval_cp": 4}) == 8
     assert pack_multiple({"tp": 2, "sp": False}) == 1
 

@@ -36,6 +36,7 @@ class GenContext:
     scratch: Path
     texts: dict[str, str] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
+    pending_version: tuple[str, list[str]] | None = None
 
     def put_text(self, task_id: str, name: str, text: str) -> str:
         """Write ``files/<task_id>/<name>``; returns the path relative to ``evals/``."""
@@ -72,8 +73,23 @@ class GenContext:
         path.mkdir(parents=True)
         return path
 
+    def validate(self, config: Any = None, overrides: Sequence[Any] = ()) -> Any:
+        """``validate_config`` for the Megatron-Bridge the config's features exist in: megatron-bridge 0.6.2, or
+        Bridge ``main`` when the config uses a feature no release has (GPT-SFT in-batch, Energon native packing,
+        global-batch packing). The next task added says which (:func:`for_bridge_main`)."""
+        from reference_impl.config.load import load_config
+        from reference_impl.config.validate import validate_config, version_target
+
+        cfg = load_config(config, list(overrides))
+        target, lacking = version_target(cfg)
+        self.pending_version = (target, lacking)
+        return validate_config(cfg, bridge_version=target)
+
     def add(self, task: Task) -> Task:
-        """Check ``task`` (see :func:`finish_task`) and append it."""
+        """Check ``task`` (see :func:`finish_task`) and append it (noting Bridge main when its config needs it)."""
+        pending, self.pending_version = self.pending_version, None
+        if pending is not None and pending[0] == "main":
+            task = for_bridge_main(task, pending[1])
         finish_task(task, self.texts)
         self.tasks.append(task)
         return task
@@ -187,6 +203,23 @@ def finish_task(task: Task, texts: dict[str, str]) -> None:
                              field="forbidden")
 
 
+MAIN_NOTE = "(This job runs a Megatron-Bridge build from main, not the 0.6.2 release.) "
+
+
+def for_bridge_main(task: Task, lacking: Sequence[str]) -> Task:
+    """``task`` marked as resting on Bridge main: the prompt says so, the source names the commit or pull request
+    of each feature no release has (``lacking``: the release's rules that refuse them), and a ``seqpack validate``
+    reference command targets main."""
+    from reference_impl.config.features import FEATURES
+
+    rests = [f"{f.title}: {f.availability['main']}" for f in FEATURES if set(f.rules) & set(lacking)]
+    command = task.reference_command
+    if command and command[1] == "validate" and "--bridge-version" not in command:
+        command = [*command, "--bridge-version", "main"]
+    source = {**task.source, "bridge_version": "main", "rests_on": "; ".join(rests) or "Bridge main"}
+    return replace(task, prompt=MAIN_NOTE + task.prompt, source=source, reference_command=command)
+
+
 def paths_of(report: Any, extra: Sequence[str] = ()) -> list[str]:
     """Packing paths a validation report covers (plus ``context_parallel`` when CP > 1)."""
     path = report.resolved["packing_path"]
@@ -213,5 +246,5 @@ def with_source(task: Task, **source: Any) -> Task:
     return replace(task, source=dict(source))
 
 
-__all__ = ["GenContext", "TEXT_SUFFIXES", "finish_task", "make_task", "override_args", "paths_of", "with_source",
+__all__ = ["GenContext", "MAIN_NOTE", "for_bridge_main", "TEXT_SUFFIXES", "finish_task", "make_task", "override_args", "paths_of", "with_source",
            "wrong_value"]

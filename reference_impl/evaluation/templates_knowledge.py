@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from reference_impl.alignment import derive_alignment, equal_slot_candidates, token_slots_per_step
-from reference_impl.config import get_rule, validate_config
+from reference_impl.config import get_rule
 from reference_impl.config.model_support import check_model_support, find_family
 from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID
 from reference_impl.errors import UsageError
@@ -383,7 +383,7 @@ def _explain_tasks(ctx: GenContext) -> None:
         rule = get_rule(rule_id)
         if rule is None:
             raise UsageError(f"EXPLAIN_RULES names unknown rule {rule_id}")
-        report = validate_config(None, list(rule.trigger.items()))
+        report = ctx.validate(None, list(rule.trigger.items()))
         finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id))
         fields = [severity_field(rule_id, rule.severity)] + [f for f in fields if not f.name.startswith("severity_")]
@@ -410,7 +410,7 @@ def _explain_tasks(ctx: GenContext) -> None:
 
 def _validate_tasks(ctx: GenContext) -> None:
     for slug, overrides in VALIDATE_RUNS:
-        report = validate_config(None, list(overrides))
+        report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for(report))
         paths = paths_of(report)
         ctx.add(make_task(
@@ -435,7 +435,7 @@ def _validate_tasks(ctx: GenContext) -> None:
 def _scenario_tasks(ctx: GenContext) -> None:
     for slug, story, overrides, graded in SCENARIOS:
         text = config_yaml(overrides)
-        report = validate_config(text)
+        report = ctx.validate(text)
         fired = report.rule_ids
         missing = [r for r in graded if r not in fired]
         if missing:

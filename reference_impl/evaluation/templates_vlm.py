@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reference_impl.config import validate_config
 from reference_impl.evaluation import claims
 from reference_impl.evaluation.builder import GenContext, make_task, override_args, paths_of
 from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
@@ -233,7 +232,7 @@ RULE_RUNS: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
 
 def _rule_tasks(ctx: GenContext) -> None:
     for task_id, bucket, prompt, overrides, rule_id in RULE_RUNS:
-        report = validate_config(None, list(overrides))
+        report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id) + facts_for(report))
         paths = paths_of(report)
         ctx.add(make_task(
