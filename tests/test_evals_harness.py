@@ -71,7 +71,7 @@ def test_partial_case_reports_which_fields_are_wrong(dataset, tmp_path):
     case = next(c for c in CASES if c["case"] == "partial")
     score = score_transcript(dataset.by_id()[case["task_id"]], _transcript(case, tmp_path))
     wrong = {f["name"]: f["reason"] for f in score.details["fields"] if not f["correct"]}
-    assert set(wrong) == {"rule_ids", "model.calculate_per_token_loss", "ddp.average_in_collective"}
+    assert set(wrong) == {"bridge_accepts", "model.calculate_per_token_loss", "ddp.average_in_collective"}
     assert score.details["fields_right"] == 2 and score.details["fields_total"] == 5
     assert score.details["files_read"] == ["config.yaml"]  # the cat output shows the file's lines
     assert score.details["workflow"] == {"expected_script_used": True, "task_files_read": True}
