@@ -353,3 +353,36 @@ def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
     assert real.passed and real.scores["discoverability"] == 1.0
     assert claim.scores["correctness"] == 1.0 and claim.scores["discoverability"] == 0.0
     assert claim.details["workflow"] == {"expected_script_used": False}
+
+
+# ------------------------------------------------------------------------------------------------
+# Paired repeated runs: benchmark.json
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
+    """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
+    the with-skill scores vary and their standard deviation is exactly known."""
+    from reference_impl.evaluation.bench import run_benchmark
+
+    ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
+    doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
+                        timeout=60, skill_dir=FIX / "fake_skill")
+    saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
+    assert saved == doc and doc["format"] == "seqpack-benchmark/1" and doc["repeats"] == 3
+    assert sorted(doc["runs"]["skill"]) == ["skill-1", "skill-2", "skill-3"]
+    align = doc["per_task"]["explicit-align-tp4-cp2-sp"]
+    assert align["skill"]["correctness"] == {"mean": pytest.approx(2 / 3, abs=1e-4), "std": pytest.approx(0.5774, abs=1e-4)}
+    assert align["baseline"]["correctness"] == {"mean": 0.0, "std": 0.0}
+    assert align["uplift"]["correctness"] == pytest.approx(0.6667, abs=1e-4)
+    assert align["skill"]["tokens"]["mean"] > 1000 and align["skill"]["wall_s"]["mean"] > 0
+    assert set(doc["per_bucket"]) == {"explicit", "near_miss"}
+    near = doc["per_bucket"]["near_miss"]  # the near miss is answered the same way in every round
+    assert near["skill"]["overall"]["std"] == 0.0
+    from reference_impl.cli import main
+
+    with pytest.raises(UsageError, match="at least 3"):
+        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2)
+    assert main(["eval", "bench", "--agent-cmd", _agent(), "--out", str(tmp_path / "d"), "--repeats", "1",
+                 "--tasks", "nm-struct-pack"]) == 2
