@@ -102,6 +102,10 @@ def inspect_packed_dataset(
     seg_counts, phys_all, logical_all, row_runtime, row_ids = [], [], [], [], []
     loss_on_end = 0
     per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
+    # per file: most segments in a row, longest physical segment, least-filled row (Bridge's metadata keys)
+    shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
+             "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
+             "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
     lowest, highest = None, None
     try:
         for r, row in reader.iter_rows():
@@ -129,7 +133,11 @@ def inspect_packed_dataset(
             if bad.size:
                 issues.add("loss_without_label", r, "loss mask is 1 on a segment's last token, which has no label",
                            int(bad[0]))
-            per_file[reader.locate(r)[0], 1] += phys.size
+            f = reader.locate(r)[0]
+            per_file[f, 1] += phys.size
+            shape["max_samples_per_bin"][f] = max(shape["max_samples_per_bin"][f], phys.size)
+            shape["dataset_max_seqlen"][f] = max(shape["dataset_max_seqlen"][f], int(phys.max()))
+            shape["min_packed_seqlen"][f] = min(shape["min_packed_seqlen"][f], int(phys.sum()))
             seg_counts.append(phys.size)
             phys_all.append(phys)
             row_runtime.append(int(phys.sum()))
@@ -185,7 +193,7 @@ def inspect_packed_dataset(
         "fingerprint": (manifest or {}).get("fingerprint"),
     }
     if manifest is not None:
-        _check_manifest(manifest, reader.paths, per_file, issues)
+        _check_manifest(manifest, reader.paths, per_file, shape, issues)
     topo_out = None
     if topo is not None:
         topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
@@ -244,9 +252,12 @@ def _data_files(spec: Any, paths: list[Any], manifest: dict[str, Any], issues: _
     return keep
 
 
-def _check_manifest(manifest: dict[str, Any], paths: list[Any], per_file: np.ndarray, issues: _Issues) -> None:
-    """Every split whose file was read: row and sample counts, size and SHA-256; the metadata file."""
-    from reference_impl.data.artifacts import file_record
+def _check_manifest(
+    manifest: dict[str, Any], paths: list[Any], per_file: np.ndarray, shape: dict[str, np.ndarray], issues: _Issues
+) -> None:
+    """Every split whose file was read: row and sample counts, the accounting, size and SHA-256; the metadata
+    file against the packs."""
+    from reference_impl.files import file_record
 
     by_name = {os.path.basename(str(p)): k for k, p in enumerate(paths)}
     records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
@@ -257,17 +268,28 @@ def _check_manifest(manifest: dict[str, Any], paths: list[Any], per_file: np.nda
         rows, segments = (int(x) for x in per_file[k])
         if info.get("packs") != rows:
             issues.add("manifest", -1, f"manifest says {info.get('packs')} packs for {split}, file has {rows}")
-        packed = info.get("accounting", {}).get("packed")
+        acc = info.get("accounting") if isinstance(info.get("accounting"), dict) else {}
+        packed = acc.get("packed")
         if packed is not None and packed != segments:
             issues.add("manifest", -1, f"manifest says {packed} packed samples for {split}, file has {segments}")
+        elif acc and acc.get("rows_in") != (packed or 0) + (acc.get("skipped_total") or 0):
+            issues.add("manifest", -1, f"{split}: the manifest's accounting does not add up (rows_in "
+                       f"{acc.get('rows_in')} != packed {packed} + skipped {acc.get('skipped_total')})")
         want = records.get(str(info.get("file")))
         if want is not None and file_record(paths[k]) != {"size": want.get("size"), "sha256": want.get("sha256")}:
             issues.add("manifest", -1, f"{split} split: {info.get('file')} differs from the size and SHA-256 the "
                        "manifest recorded")
-    _check_metadata(manifest, os.path.dirname(str(paths[0])), issues)
+    measured = {split: {key: int(values[by_name[str(info.get("file"))]]) for key, values in shape.items()}
+                for split, info in manifest.get("splits", {}).items() if str(info.get("file")) in by_name}
+    _check_metadata(manifest, os.path.dirname(str(paths[0])), issues, measured)
 
 
-def _check_metadata(manifest: dict[str, Any], directory: str, issues: _Issues) -> None:
+def _check_metadata(
+    manifest: dict[str, Any], directory: str, issues: _Issues, measured: dict[str, dict[str, int]] | None = None
+) -> None:
+    """The metadata file: one entry per split with the manifest's pack size, and (``measured``: per split, what
+    the packs hold) ``max_samples_per_bin``, ``dataset_max_seqlen`` and ``min_packed_seqlen`` as the packs say:
+    Megatron-Bridge sizes its buffers from them, so an understated value breaks training."""
     from reference_impl.errors import ArtifactError
     from reference_impl.packing.parquet import read_metadata
 
@@ -284,10 +306,16 @@ def _check_metadata(manifest: dict[str, Any], directory: str, issues: _Issues) -
     if len(entries) != len(splits):
         issues.add("metadata", -1, f"{name} has {len(entries)} entries for {len(splits)} splits")
     pack_size = manifest.get("options", {}).get("pack_size")
-    for k, entry in enumerate(entries):
+    for k, (entry, split) in enumerate(zip(entries, list(splits) + [None] * len(entries))):
         if entry.get("pack_size") != pack_size:
             issues.add("metadata", -1, f"{name} entry {k}: pack_size {entry.get('pack_size')!r}, the manifest says "
                        f"{pack_size}")
+        for key, actual in (measured or {}).get(split, {}).items():
+            stated = entry.get(key)
+            if stated != actual:
+                what = "understates" if isinstance(stated, (int, float)) and stated < actual else "misstates"
+                issues.add("metadata", -1, f"{name} entry {k} ({split}) {what} {key}: {stated!r}, the packs hold "
+                           f"{actual}" + (" (Megatron-Bridge sizes buffers from it)" if what == "understates" else ""))
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:

@@ -20,9 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reference_impl.data.artifacts import check_replace_target, record_files, stray_files
-from reference_impl.data.atomic import atomic_directory
-from reference_impl.errors import ArtifactError, UsageError
+from reference_impl import files
+from reference_impl.errors import UsageError
 
 SKILL_NAME = "megatron-sequence-packing"
 CLIENT_DIRS = {"claude": ".claude/skills", "codex": ".agents/skills", "agents": ".agents/skills"}
@@ -31,25 +30,8 @@ MARKER_NAME = ".seqpack-install.json"
 MARKER_FORMAT = "seqpack-skill-install/1"
 
 
-def _require_own_install(dest: Path, src: Path) -> None:
-    """Raise unless ``dest`` is an installation this command made: its marker, and no file the marker
-    does not list (a file added or a directory of someone else's is never deleted)."""
-    check_replace_target(dest, inputs=[src], owner="seqpack install-skill")
-    try:
-        marker = json.loads((dest / MARKER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        marker = None
-    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict):
-        raise ArtifactError(
-            f"--force replaces only an installation seqpack made; this one has no valid {MARKER_NAME}",
-            file=str(dest), fix="remove or move it by hand if it may go",
-        )
-    stray = stray_files(dest, [*marker["files"], MARKER_NAME])
-    if stray:
-        raise ArtifactError(
-            f"the installed skill holds files seqpack did not install ({', '.join(stray[:3])})", file=str(dest),
-            fix="move them away first; seqpack never deletes what it did not write",
-        )
+#: How the file-access layer recognises an installation this command made.
+SKILL_OWNER = files.Owner("seqpack install-skill", MARKER_NAME, MARKER_FORMAT, "--force")
 
 
 def skill_files(directory: str | os.PathLike[str]) -> list[str]:
@@ -163,23 +145,20 @@ def install_skill(
             "the skill bundle was not found next to the package (reference_impl/skill_assets is missing)",
             fix="reinstall seqpack from a wheel built with its build hook (pip install .) or from a source checkout",
         )
-    base = Path.home() if user else Path(project or ".").resolve()
-    if base.exists() and not base.is_dir():
-        raise UsageError("the project path exists but is not a directory", file=str(base))
+    base = Path.home() if user else Path(os.path.realpath(project or "."))
+    files.check_output_root(base, owner="seqpack install-skill", field="project", allow_home=True)
     base.mkdir(parents=True, exist_ok=True)  # --project DIR may name a project that does not exist yet
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
-    if dest.resolve() == src.resolve():
+    if os.path.realpath(dest) == os.path.realpath(src):
         raise UsageError("the destination is the skill source itself", file=str(dest))
     replaced = (dest.exists() or dest.is_symlink()) and not (dest.is_dir() and not any(dest.iterdir()))
     if replaced and not force:
         raise UsageError("the skill is already installed there", file=str(dest), fix="pass --force to replace it")
-    if replaced:
-        _require_own_install(dest, src)
-    with atomic_directory(dest, replace=replaced, check_replace=lambda path: _require_own_install(path, src)) as tmp:
+    with files.output_directory(dest, SKILL_OWNER, inputs=[src], replace_own=force) as tmp:
         shutil.copytree(src, tmp, symlinks=False, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        marker = {"format": MARKER_FORMAT, "skill": SKILL_NAME, "source": str(src), "files": record_files(tmp)}
+        marker = {"format": MARKER_FORMAT, "skill": SKILL_NAME, "source": str(src), "files": files.record_files(tmp)}
         (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    files = sum(1 for p in dest.rglob("*") if p.is_file())
+    count = sum(1 for p in dest.rglob("*") if p.is_file())
     command, note = _registration(client, base if not user else Path.cwd())
-    return SkillInstall(client, str(src), str(dest), files, replaced, command, note)
+    return SkillInstall(client, str(src), str(dest), count, replaced, command, note)

@@ -35,8 +35,11 @@ default config and data of every path make every check run.
 :func:`run_packing_smoke_tests` runs several paths in one go: their CP checks share one launch of
 CP ranks, which is where Megatron-Core is imported and real ``PackedSeqParams`` are built (the
 import's cost is reported as ``timings["megatron_core_import_s"]``); the process that runs the
-smoke test never imports Megatron-Core. Torch runs on one thread meanwhile (the tiny model's
-operations are too small for threads to pay).
+smoke test never imports Megatron-Core. The ranks are forked from a rank server
+(:mod:`reference_impl.training.rank_server`) started before the in-process checks, so torch and
+Megatron-Core are imported once, while those checks run. Torch runs on one thread per worker
+meanwhile (the tiny model's operations are too small for intra-op threads to pay); the model's
+forward and backward of one path run on a worker thread while the next path builds its batches.
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
 same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
@@ -65,7 +68,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -73,6 +75,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from reference_impl import files
+from reference_impl.arguments import positive_int
 from reference_impl.errors import UsageError
 from reference_impl.limits import SMOKE_ROWS
 from reference_impl.packing_paths import PathBatches, get_path, path_names
@@ -450,8 +454,9 @@ def _cp_verdict(model: Any, cp: int, job: dict[str, Any], results: list[dict[str
                  None if ok else "CP-FT-PER-TOKEN-LOSS")
 
 
-def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
-    """Run the CP jobs of ``runs`` in one launch per CP size and set each run's ``cp`` check."""
+def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = None) -> None:
+    """Run the CP jobs of ``runs`` in one launch per CP size (ranks forked from ``server``, a
+    :class:`~reference_impl.training.rank_server.RankServer`, when given) and set each run's ``cp`` check."""
     import torch
 
     from reference_impl.training.cp_check import launch
@@ -464,7 +469,7 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float) -> None:
         started = time.perf_counter()
         job, out = scratch / f"cp{cp}_job.pt", scratch / f"cp{cp}_result.pt"
         torch.save({"jobs": [r.cp_job for r in group]}, job)
-        outcome = launch(job, out, cp, timeout)
+        outcome = launch(job, out, cp, timeout, server)
         result = torch.load(out, weights_only=True) if outcome.returncode == 0 and out.exists() else None
         shared = {"launch_paths": [r.request.path for r in group]}
         for i, run in enumerate(group):
@@ -541,13 +546,10 @@ class _Run:
 
 
 def _checked_request(request: SmokeRequest) -> _Run:
+    """The request's run, its config loaded and checked (the model options are checked by :func:`_check_model`)."""
     from reference_impl.config import load_config
 
     get_path(request.path)
-    try:
-        model_config(**request.model)
-    except TypeError as exc:
-        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
     bad = [f for f in request.faults if f not in FAULTS]
     if bad:
         raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
@@ -559,14 +561,72 @@ def _checked_request(request: SmokeRequest) -> _Run:
     return _Run(request, cfg)
 
 
-def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, cp_max_batches: int,
-                notify: Callable[[str, float], None]) -> None:
-    """Build the path's batches and run every check but the CP one (prepared as a job)."""
-    import torch
+def _check_model(request: SmokeRequest) -> None:
+    """Refuse unknown reference model options (imports torch)."""
+    try:
+        model_config(**request.model)
+    except TypeError as exc:
+        raise UsageError(f"unknown reference model option: {exc}", field="model") from None
 
-    from reference_impl.training.model import TinyGPT
-    from reference_impl.verbs.smoke_options import option_checks
 
+def _needs_cp(run: _Run, cp_check: bool) -> bool:
+    return cp_check and run.cfg.model.context_parallel_size >= 2
+
+
+def _start_rank_server(runs: list[_Run], cp_check: bool, log: Path) -> Any:
+    """A rank server for the CP checks, started now so that its imports (torch, Megatron-Core) run while
+    the in-process checks do (its errors go to ``log``); None when no run has a CP check or ranks cannot be
+    forked here."""
+    if not any(_needs_cp(run, cp_check) for run in runs):
+        return None
+    from reference_impl.training.cp_check import rank_server
+
+    return rank_server(log)
+
+
+def _in_process(runs: list[_Run], build: Callable[[int, _Run], None], compute: Callable[[int, _Run], None],
+                workers: int) -> None:
+    """Every run's in-process part: ``build`` (data to batches: tokenizers, Parquet, Energon, which may fork
+    worker processes) one run after the other in the calling thread, and ``compute`` (the model's forward
+    and backward on the built batches, pure torch) on ``workers`` threads, each on one torch thread, while
+    the next run builds (torch releases the interpreter lock in its operations, so two runs share two
+    CPUs). The error a one-by-one loop would raise first (in run order) is raised; no run builds after it.
+    """
+    import concurrent.futures as cf
+
+    from reference_impl.data.interrupt import with_stop_check
+
+    if workers <= 1 or len(runs) <= 1:
+        for i, run in enumerate(runs):
+            build(i, run)
+            compute(i, run)
+        return
+
+    def one(i: int, run: _Run) -> None:
+        with _torch_threads(1):  # a thread's own setting: a new thread starts from the process default
+            compute(i, run)
+
+    futures: list[cf.Future] = []
+    failed: BaseException | None = None
+    with cf.ThreadPoolExecutor(workers, thread_name_prefix="smoke") as pool:
+        for i, run in enumerate(runs):
+            if any(f.done() and f.exception() is not None for f in futures):
+                break
+            try:
+                build(i, run)
+            except BaseException as exc:  # noqa: BLE001 - raised below unless an earlier run's error comes first
+                failed = exc
+                break
+            futures.append(pool.submit(with_stop_check(one), i, run))
+    for f in futures:
+        if f.exception() is not None:
+            raise f.exception()  # type: ignore[misc]
+    if failed is not None:
+        raise failed
+
+
+def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str, float], None]) -> None:
+    """Build the path's batches (through its smoke adapter) and run the checks on the data."""
     started = time.perf_counter()
     spec, faults = get_path(run.request.path), run.request.faults
     data = run.request.data
@@ -574,13 +634,24 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
     jsonl = _subset(run.source, SIZES[size], scratch)
     run.checks.append(_config_check(run.cfg))
     notify("build batches", 0.1)
-    t0 = time.perf_counter()
     run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
-    run.timings["build_batches_s"] = time.perf_counter() - t0
+    run.timings["build_batches_s"] = time.perf_counter() - started
     run.batches = _apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
     run.checks.append(_exactly_once(run.pb, run.batches))
     run.checks.append(_loss_tokens(run.pb, run.batches))
     run.checks.append(_positions(run.batches, run.pb))
+    run.timings["in_process_s"] = time.perf_counter() - started
+
+
+def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: Callable[[str, float], None]) -> None:
+    """Run the reference model on the built batches: every check but the CP one (prepared as a job)."""
+    import torch
+
+    from reference_impl.training.model import TinyGPT
+    from reference_impl.verbs.smoke_options import option_checks
+
+    assert run.pb is not None
+    faults = run.request.faults
     notify("forward/backward, packed and unpacked (batched)", 0.4)
     t0 = time.perf_counter()
     torch.manual_seed(seed)
@@ -606,7 +677,7 @@ def _in_process(run: _Run, scratch: Path, size: str, seed: int, cp_check: bool, 
                        "skipped: context_parallel_size=1 (set it to 2+ to check the CP split)")
     else:
         run.cp_job = _cp_job(run.model, run.cfg, run.batches, seed, cp_max_batches)
-    run.timings["in_process_s"] = time.perf_counter() - started
+    run.timings["in_process_s"] += time.perf_counter() - t0
 
 
 def _report(run: _Run) -> SmokeReport:
@@ -662,28 +733,58 @@ def run_packing_smoke_tests(
     cp_timeout: float = 120.0,
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    workers: int | None = None,
 ) -> list[SmokeReport]:
     """Run the smoke test of several paths (a name stands for its default request); one report each.
 
-    Every request is checked before any work starts. The in-process checks run path by path;
-    the CP checks of all paths then run in one launch of CP ranks (one per distinct CP size).
+    Every request is checked before any work starts. Each path's batches are built in the calling
+    thread, one path after the other; the reference model runs on them on ``workers`` threads
+    (default: two, or one on a one-CPU machine; ``progress`` may then be called from them, one call
+    at a time) while the next path builds. The CP checks of all paths then run in one launch of CP
+    ranks (one per distinct CP size), forked from a process that started importing torch and
+    Megatron-Core before the in-process checks began.
     """
+    import threading
+
     reqs = [SmokeRequest(r) if isinstance(r, str) else r for r in requests]
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
     runs = [_checked_request(r) for r in reqs]
-    notify = progress or (lambda stage, fraction: None)
+    workers = min(2, os.cpu_count() or 1) if workers is None else positive_int("workers", workers)
+    lock = threading.Lock()
+
+    def notify(stage: str, fraction: float) -> None:
+        if progress is not None:
+            with lock:
+                progress(stage, fraction)
+
     share = 0.7 / max(len(runs), 1)
-    with _torch_threads(1), tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        for i, run in enumerate(runs):
-            scratch = Path(tmp) / f"{i}_{run.request.path}"
-            scratch.mkdir()
-            label = f"{run.request.path}: " if len(runs) > 1 else ""
-            _in_process(run, scratch, size, seed, cp_check, cp_max_batches,
-                        lambda stage, f, i=i, label=label: notify(label + stage, share * (i + f)))
-        if any(r.cp_job is not None for r in runs):
-            notify("context parallel", 0.7)
-            _cp_checks(runs, Path(tmp), cp_timeout)
+    with files.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
+        server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
+        try:
+            for r in reqs:
+                _check_model(r)
+
+            def label(i: int) -> Callable[[str, float], None]:
+                prefix = f"{runs[i].request.path}: " if len(runs) > 1 else ""
+                return lambda stage, f: notify(prefix + stage, share * (i + f))
+
+            def build(i: int, run: _Run) -> None:
+                scratch = Path(tmp) / f"{i}_{run.request.path}"
+                scratch.mkdir()
+                _build(run, scratch, size, seed, label(i))
+
+            def compute(i: int, run: _Run) -> None:
+                _compute(run, seed, cp_check, cp_max_batches, label(i))
+
+            with _torch_threads(1):
+                _in_process(runs, build, compute, workers)
+                if any(r.cp_job is not None for r in runs):
+                    notify("context parallel", 0.7)
+                    _cp_checks(runs, Path(tmp), cp_timeout, server)
+        finally:
+            if server is not None:
+                server.close()
     notify("done", 1.0)
     return [_report(run) for run in runs]
 

@@ -4,6 +4,7 @@
 Each client is installed once with the ordinary npm client (``npm install --prefix``) into
 ``.seqpack-cache/npm/<name>-<version>/`` (git-ignored), with npm's cache and HOME inside
 ``.seqpack-cache/npm/`` too, so nothing outside the checkout is written; later calls reuse it.
+Installs take a lock (``.seqpack-cache/npm/.<name>.lock``): processes installing at once take turns.
 Prints the path of each client's executable; exits 1 when one cannot be installed.
 
     python scripts/npm_clients.py claude conformance inspector
@@ -14,11 +15,13 @@ need a newer Node than the system one (the conformance suite needs ``fs.globSync
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,13 +69,40 @@ def executable(name: str) -> Path:
     return folder(name) / "node_modules" / ".bin" / CLIENTS[name].executable
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` for the block: processes that install into the cache at the
+    same time (two test workers, two users) take turns, so none runs a client another one is installing."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one process at a time is the caller's affair
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def install(name: str, *, timeout: float = 600) -> Path:
     """Install client ``name`` (once) and return its executable; InstallError when that fails."""
     if name not in CLIENTS:
         raise InstallError(f"unknown client {name!r}; known: {', '.join(CLIENTS)}")
-    client, target, exe = CLIENTS[name], folder(name), executable(name)
+    target, exe = folder(name), executable(name)
     marker = target / ".installed.json"
     if marker.is_file() and exe.exists():
+        return exe
+    with locked(CACHE / f".{name}.lock"):
+        return _install(name, timeout)
+
+
+def _install(name: str, timeout: float) -> Path:
+    client, target, exe = CLIENTS[name], folder(name), executable(name)
+    marker = target / ".installed.json"
+    if marker.is_file() and exe.exists():  # installed by another process while this one waited
         return exe
     npm = shutil.which("npm")
     if npm is None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets up ./.venv (scripts/setup.sh) and the upstream lane (scripts/setup_upstream.sh: megatron-bridge
-# 0.6.2 + megatron-core 0.19.2 on Python 3.12, cached in .venv-upstream) and runs the whole test suite;
-# a lane that cannot be built fails the run. With --fast first, the fast lane: every test not marked
-# slow, distributed or upstream (the upstream lane is neither built nor run, and the run says so).
-# Further arguments go to pytest.
+# 0.6.2 + megatron-core 0.19.2 on Python 3.12, cached in .venv-upstream) and runs the whole test suite
+# on two pytest-xdist workers; a lane that cannot be built fails the run. With --fast first, the fast
+# lane: every test not marked slow, distributed or upstream (the upstream lane is neither built nor
+# run, and the run says so). Further arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane=()
@@ -24,4 +24,10 @@ else
   # the generated agreement table in docs/compatibility.md is checked when the whole suite runs
   [[ $# -eq 0 ]] && export SEQPACK_CHECK_COMPAT=1
 fi
-exec .venv/bin/python -m pytest -q "${lane[@]}" "$@"
+# Parallel workers (pytest-xdist): two by default, SEQPACK_TEST_WORKERS=N for N (0: none). --dist
+# loadgroup with the groups tests/conftest.py gives: a test file's tests on one worker (its module
+# fixtures run once), the tests of an expensive session fixture (the upstream lane, the built wheel,
+# the CP smoke runs) on one worker. tests/test_isolation.py proves the workers share no HOME,
+# temporary directory, user cache or port.
+workers=(-n "${SEQPACK_TEST_WORKERS:-2}" --dist loadgroup)
+exec .venv/bin/python -m pytest -q "${workers[@]}" "${lane[@]}" "$@"

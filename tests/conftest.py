@@ -7,12 +7,16 @@ measured by CPU time (this process and the child processes it waited for), which
 hardly changes (capped at the wall time), or by wall time scaled down by the load average (for
 tests that wait). The list
 is a report; ``--strict-slow-marks`` (or ``SEQPACK_STRICT_SLOW_MARKS=1``) turns it into a failed
-run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON.
+run. ``SEQPACK_TEST_TIMES=FILE`` writes the times of every test as JSON. Under pytest-xdist
+(``scripts/test.sh`` runs two workers) each worker measures its tests and the controller reports
+them all.
 """
 
+import atexit
 import json
 import os
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -24,11 +28,13 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # No test may write into the real home directory (``install-skill --user``, the fuzzers, a client
-# config): every test process and its children see a fresh, empty HOME. The real one is kept in
-# SEQPACK_REAL_HOME for a test that needs to say where it was.
-if "SEQPACK_REAL_HOME" not in os.environ:
-    os.environ["SEQPACK_REAL_HOME"] = os.environ.get("HOME", "")
-    os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
+# config): every test process (each pytest-xdist worker too: it inherits the controller's
+# environment, so the HOME is made here, per process, not inherited) and its children see a fresh,
+# empty HOME, removed when the process ends. The real one is kept in SEQPACK_REAL_HOME for a test
+# that needs to say where it was. The user caches seqpack and Hugging Face keep under HOME follow it.
+os.environ.setdefault("SEQPACK_REAL_HOME", os.environ.get("HOME", ""))
+os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
+atexit.register(shutil.rmtree, os.environ["HOME"], True)
 
 # Hypothesis (6.131 and later) also draws literal constants it harvests from the project's own
 # modules loaded at the time (reference_impl/...), so the examples of a derandomized test would
@@ -76,7 +82,14 @@ def pytest_runtest_protocol(item, nextitem):
     # worker, may have run during earlier tests; workers on several CPUs finish in parallel)
     cpu = min(_cpu_seconds() - cpu, wall)
     marked = any(item.get_closest_marker(m) for m in _MARKS)
-    (_MARKED if marked else _TIMES)[item.nodeid] = (cpu, wall, os.getloadavg()[0] / cpus)
+    (_MARKED if marked else _TIMES)[_plain_nodeid(item)] = (cpu, wall, os.getloadavg()[0] / cpus)
+
+
+def _plain_nodeid(item) -> str:
+    """The test's id without the ``@group`` pytest-xdist's ``--dist loadgroup`` appends to it."""
+    group = item.get_closest_marker("xdist_group")
+    suffix = f"@{group.args[0]}" if group is not None and group.args else ""
+    return item.nodeid[: -len(suffix)] if suffix and item.nodeid.endswith(suffix) else item.nodeid
 
 
 def unmarked_slow(times: dict[str, tuple[float, float, float]], threshold: float) -> list[tuple[str, float, float]]:
@@ -97,8 +110,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{cpu:7.2f} s CPU {wall:7.2f} s wall  {nodeid}")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: the controller gathers what each worker measured and counted (it runs no tests itself):
+    the test times and the upstream lane's differential-case counts."""
+    global _COMPAT
+    out = getattr(node, "workeroutput", {})
+    times = out.get("seqpack_times")
+    if times:
+        _TIMES.update({n: tuple(t) for n, t in times["unmarked"].items()})
+        _MARKED.update({n: tuple(t) for n, t in times["marked"].items()})
+    lane = out.get("seqpack_lane") or {}  # (the lane's test outcomes reach the controller with the reports)
+    if lane.get("compat"):
+        from tests.upstream.compat import CompatRecorder
+
+        _COMPAT = _COMPAT or CompatRecorder()
+        for function, counts in lane["compat"].items():
+            _COMPAT.counts[function].update(counts)
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller reports, checks and writes
+        config.workeroutput["seqpack_times"] = {"unmarked": dict(_TIMES), "marked": dict(_MARKED)}
+        config.workeroutput["seqpack_lane"] = {"compat": _COMPAT.to_dict() if _COMPAT is not None else None}
+        return
     _finish_compat(session)
     dump = os.environ.get("SEQPACK_TEST_TIMES")  # a JSON file with the times of every test
     if dump:
@@ -153,10 +189,26 @@ _COMPAT = None
 _LANE_OUTCOMES: dict[str, str] = {}
 
 
+#: Session fixtures that cost seconds to minutes: their tests share one pytest-xdist worker (group), so the
+#: fixture runs once, not once per worker.
+SHARED_SESSION_FIXTURES = {"upstream": "upstream-lane", "compat": "upstream-lane", "built_dists": "built-dists",
+                           "light_install": "built-dists", "smoke_cp_reports": "smoke-cp"}
+
+
+def _xdist_group(item) -> str:
+    """The worker group of a test (``--dist loadgroup``): that of its expensive session fixture, else its file."""
+    names = getattr(item, "fixturenames", ())
+    return next((SHARED_SESSION_FIXTURES[n] for n in names if n in SHARED_SESSION_FIXTURES),
+                item.nodeid.split("::")[0])
+
+
 def pytest_collection_modifyitems(config, items):
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if "upstream" in getattr(item, "fixturenames", ()) or "compat" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.upstream)
+        if xdist and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
 
 
 def pytest_runtest_logreport(report):

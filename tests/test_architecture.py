@@ -26,8 +26,8 @@ PACKAGE = REPO / "reference_impl"
 
 #: Layers from the bottom up (DESIGN.md section 2); a module may import its own layer and those below.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "extras", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt",
-             "alignment", "packing_paths", "config", "examples", "versions"),
+    "base": ("", "errors", "extras", "files", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports",
+             "textfmt", "alignment", "packing_paths", "config", "examples", "versions"),
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),
@@ -308,7 +308,7 @@ def test_positive_int():
 
 
 def test_atomic_directory(tmp_path):
-    from reference_impl.data.atomic import atomic_directory
+    from reference_impl.files import atomic_directory
 
     target = tmp_path / "out"
     with atomic_directory(target) as tmp:

@@ -12,6 +12,7 @@ rendering and the generation-block mask are compared with its ``apply_chat_templ
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from pathlib import Path
@@ -48,6 +49,7 @@ WEATHER_TOOL = {
 }
 
 
+@functools.lru_cache(maxsize=None)  # loading a real bundle takes up to 2 s; the tests only read the tokenizer
 def tokenizer_for(family: str):
     folder = CACHE / family
     if not (folder / "tokenizer.json").is_file():

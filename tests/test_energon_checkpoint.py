@@ -69,7 +69,8 @@ def keys_of(batches):
 
 @pytest.mark.parametrize(
     "num_workers,aggressive",
-    [(0, True), pytest.param(2, True, marks=pytest.mark.slow), pytest.param(2, False, marks=pytest.mark.slow)],
+    [pytest.param(0, True, marks=pytest.mark.slow), pytest.param(2, True, marks=pytest.mark.slow),
+     pytest.param(2, False, marks=pytest.mark.slow)],  # 2.5 s of CPU even in process
 )
 def test_mid_epoch_restore_continues_identically(root, tmp_path, num_workers, aggressive):
     a = make(root, num_workers=num_workers, aggressive=aggressive)

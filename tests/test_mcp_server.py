@@ -28,6 +28,7 @@ from reference_impl.errors import UsageError
 from reference_impl.inspect import Topology, inspect_packed_dataset
 from reference_impl.mcp_server import build_server
 from reference_impl.mcp_support.content import SKILL_NAME, find_skill_dir
+from reference_impl.training.ranks import reserved_port
 from reference_impl.mcp_support.jobs import JobControl, run_job
 from reference_impl.planning import plan_pack_length
 
@@ -501,63 +502,58 @@ def _post_status(port: int, host: str) -> int:
         return err.code
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow  # a server process
 @pytest.mark.anyio
 async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
-    port = _free_port()
-    out, err = (tmp_path / "out.log").open("w+"), (tmp_path / "err.log").open("w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(port),
-         "--root", str(root), "--lifetime", "60"],
-        stdout=out, stderr=err, env={**os.environ, **_env()}, cwd=str(tmp_path),
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.poll() is None, "server exited early"
-            await anyio.sleep(0.1)
-        else:
-            pytest.fail("streamable-http server did not start")
-        async with Client(f"http://127.0.0.1:{port}/mcp") as c:
-            r = await c.call_tool("derive_alignment", {"tp": 4, "cp": 2, "sp": True})
-            assert r.is_error is False and r.structured_content["pad_seq_to_mult"] == 8
-            r = await c.call_tool("plan_pack_length", {"jsonl_path": "../outside/secret.jsonl"})
-            assert r.is_error is True and OUTSIDE_TEXT in r.content[0].text
-            uris = {str(x.uri) for x in (await c.list_resources()).resources}
-            assert {"seqpack://rules.md", "seqpack://rules.json"} <= uris
-        # DNS-rebinding protection: a request naming a foreign host is refused
-        assert await anyio.to_thread.run_sync(_post_status, port, "evil.example") == 421
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    out.seek(0)
-    err.seek(0)
-    assert out.read() == ""  # nothing on stdout, even over HTTP
-    assert f"http://127.0.0.1:{port}" in err.read()
+    with reserved_port() as port:  # held until the test ends: no other test process is given it
+        out, err = (tmp_path / "out.log").open("w+"), (tmp_path / "err.log").open("w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(port),
+             "--root", str(root), "--lifetime", "60"],
+            stdout=out, stderr=err, env={**os.environ, **_env()}, cwd=str(tmp_path),
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                assert proc.poll() is None, "server exited early"
+                await anyio.sleep(0.1)
+            else:
+                pytest.fail("streamable-http server did not start")
+            async with Client(f"http://127.0.0.1:{port}/mcp") as c:
+                r = await c.call_tool("derive_alignment", {"tp": 4, "cp": 2, "sp": True})
+                assert r.is_error is False and r.structured_content["pad_seq_to_mult"] == 8
+                r = await c.call_tool("plan_pack_length", {"jsonl_path": "../outside/secret.jsonl"})
+                assert r.is_error is True and OUTSIDE_TEXT in r.content[0].text
+                uris = {str(x.uri) for x in (await c.list_resources()).resources}
+                assert {"seqpack://rules.md", "seqpack://rules.json"} <= uris
+            # DNS-rebinding protection: a request naming a foreign host is refused
+            assert await anyio.to_thread.run_sync(_post_status, port, "evil.example") == 421
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        out.seek(0)
+        err.seek(0)
+        assert out.read() == ""  # nothing on stdout, even over HTTP
+        assert f"http://127.0.0.1:{port}" in err.read()
 
 
 @pytest.mark.slow
 def test_http_server_stops_by_itself_after_its_lifetime(root: Path, tmp_path: Path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(_free_port()),
-         "--root", str(root), "--lifetime", "1.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **_env()}, cwd=str(tmp_path),
-    )
-    try:
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    with reserved_port() as port:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(port),
+             "--root", str(root), "--lifetime", "1.5"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **_env()}, cwd=str(tmp_path),
+        )
+        try:
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert out == b""
     assert b"lifetime of 1.5 s is over" in err

@@ -11,23 +11,36 @@ it shows up here.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
 
-pytest.importorskip("megatron.core")
+from reference_impl.training.boundaries import thd_layout
+from reference_impl.training.model import TinyGPT, TinyGPTConfig
+from reference_impl.training.moe import MoEConfig, MoEMLP, expert_capacity
+from reference_impl.training.mtp import roll_packed
+from reference_impl.training.packed_seq_params import to_packed_seq_params
+from reference_impl.training.ranks import import_megatron_core
+from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 pytestmark = pytest.mark.slow
 
-from megatron.core.transformer.moe import moe_utils  # noqa: E402
-from megatron.core.transformer.multi_token_prediction import roll_tensor  # noqa: E402
+moe_utils: Any = None
+roll_tensor: Any = None
 
-from reference_impl.training.boundaries import thd_layout  # noqa: E402
-from reference_impl.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
-from reference_impl.training.moe import MoEConfig, MoEMLP, expert_capacity  # noqa: E402
-from reference_impl.training.mtp import roll_packed  # noqa: E402
-from reference_impl.training.packed_seq_params import to_packed_seq_params  # noqa: E402
-from tests.distributed.thd_helpers import make_thd_batch, random_sequences  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _megatron_core() -> None:
+    """Import Megatron-Core when the first test here runs, not when the suite is collected (every run, the fast
+    lane's too, would pay for it), through ``import_megatron_core``: its fused kernels stay uncompiled, as
+    ``disable_jit_fuser()`` leaves them, whichever test module imported Megatron-Core first (so these functions
+    run the same eager code in every run, and no test spends its time compiling them for the CPU)."""
+    global moe_utils, roll_tensor
+    pytest.importorskip("megatron.core")
+    import_megatron_core()
+    from megatron.core.transformer.moe import moe_utils
+    from megatron.core.transformer.multi_token_prediction import roll_tensor
 
 LENGTHS = [5, 11, 3, 7]
 #: Megatron-Core computes router scores in float32 (``softmax(..., dtype=torch.float32)``)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from reference_impl.errors import InputError
 from reference_impl.packing.offline import prepare_packed_dataset
+from reference_impl.training.ranks import reserved_port
 from reference_impl.verbs import PackOptions, pack
 
 pytestmark = pytest.mark.distributed
@@ -29,12 +29,6 @@ pytestmark = pytest.mark.distributed
 ROOT = Path(__file__).resolve().parents[1]
 NPROC = 2
 ROWS = 2600  # three tokenization jobs: rank 0 gets the first, rank 1 the other two
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rows(n: int, seed: int) -> list[str]:
@@ -88,13 +82,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (tmp / "cases.json").write_text(json.dumps(cases))
     reports_dir = tmp / "reports"
     reports_dir.mkdir()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(NPROC),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(ROOT / "tests" / "distributed" / "offline_worker.py"), "--cases", str(tmp / "cases.json"),
-           "--out", str(reports_dir)]
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    with reserved_port() as port:  # held while torchrun's rendezvous binds it
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(NPROC),
+               "--master_addr", "127.0.0.1", "--master_port", str(port),
+               str(ROOT / "tests" / "distributed" / "offline_worker.py"), "--cases", str(tmp / "cases.json"),
+               "--out", str(reports_dir)]
+        path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     reports = [json.loads((reports_dir / f"rank{r}.json").read_text()) for r in range(NPROC)]
     for r in reports:

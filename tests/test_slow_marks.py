@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,17 +50,24 @@ def test_quick():
 '''
 
 
-@pytest.mark.slow  # two pytest processes
-@pytest.mark.parametrize("strict", [False, True])
-def test_a_slow_unmarked_test_is_reported_and_fails_only_when_strict(tmp_path, strict):
+@pytest.mark.slow  # two pytest processes (three with xdist workers)
+@pytest.mark.parametrize("strict, workers", [(False, 0), (True, 0), (True, 2)])
+def test_a_slow_unmarked_test_is_reported_and_fails_only_when_strict(tmp_path, strict, workers):
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F401,F403\n")
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    distributed: ranks\n")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow-threshold", "0.2", str(tmp_path)]
+    times = tmp_path / "times.json"
+    # with workers, the workers measure and the controller reports (pytest-xdist, as scripts/test.sh runs it)
+    xdist = ["-p", "xdist", "-n", str(workers)] if workers else []
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "--slow-threshold", "0.2",
+           str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPACK_STRICT_SLOW_MARKS": "1" if strict else "0",
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # no third-party plugins: a quick start
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "SEQPACK_TEST_TIMES": str(times)}  # no autoloaded plugins: quick
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = done.stdout
     assert "3 passed" in out and "unmarked slow tests" in out, out
     assert "test_spins_unmarked" in out and "test_spins_marked" not in out and "test_quick" not in out
     assert done.returncode == (1 if strict else 0), out
+    recorded = json.loads(times.read_text())
+    assert sorted(n.split("::")[1] for n in recorded) == ["test_quick", "test_spins_marked", "test_spins_unmarked"]
+    assert [n for n, t in recorded.items() if t["marked"]] == [n for n in recorded if n.endswith("test_spins_marked")]

@@ -116,17 +116,9 @@ def read_text(path: Path, *, what: str, error: type[SeqpackError] = ConfigError)
 
     ``what`` names the file in messages ("config file", "blend manifest").
     """
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_YAML_CHARS * 4 + 1)
-    except FileNotFoundError:
-        raise error(f"{what} not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise error(f"{what} path is a directory, not a file", file=str(path)) from None
-    except OSError as exc:
-        raise error(f"cannot read the {what}: {exc.strerror or exc}", file=str(path)) from None
-    if len(raw) > MAX_YAML_CHARS * 4:
-        raise error(f"{what} is larger than {MAX_YAML_CHARS * 4} bytes", file=str(path))
+    from reference_impl import files
+
+    raw = files.read_bytes(path, what=what, error=error, limit=MAX_YAML_CHARS * 4)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,6 +1,6 @@
 """Data layer: lazy JSONL access, row schemas, tokenizers, row tokenization and the demo data.
 
-Names are imported lazily: ``reference_impl.data.atomic`` (or any one module) loads without the
+Names are imported lazily: ``reference_impl.data.jsonl`` (or any one module) loads without the
 others, and numpy only comes with the modules that use it (the Hugging Face tokenizer adapter
 loads ``tokenizers``/``jinja2`` on use).
 """

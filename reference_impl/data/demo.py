@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.data.atomic import atomic_output
+from reference_impl.files import atomic_output
 from reference_impl.data.length_mixes import sample_lengths
 from reference_impl.errors import UsageError
 

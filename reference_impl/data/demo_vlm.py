@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.data.atomic import atomic_output
+from reference_impl.files import atomic_output
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 IMAGE_DIR = "images"

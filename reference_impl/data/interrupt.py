@@ -13,8 +13,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
-__all__ = ["checkpoint", "stop_checks"]
+__all__ = ["checkpoint", "stop_checks", "with_stop_check"]
+
+T = TypeVar("T")
 
 _local = threading.local()
 
@@ -35,3 +38,17 @@ def stop_checks(check: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _local.check = previous
+
+
+def with_stop_check(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` made to run under the calling thread's stop check (if any) in whichever thread calls it: for
+    work a function hands to worker threads."""
+    check = getattr(_local, "check", None)
+    if check is None:
+        return fn
+
+    def run(*args: Any, **kwargs: Any) -> T:
+        with stop_checks(check):
+            return fn(*args, **kwargs)
+
+    return run

@@ -20,8 +20,16 @@ How it works:
   ``~/.cache/seqpack/jsonl-index`` as the fallback), under a name that includes a hash of the
   file's absolute path. Caches are written atomically (temporary file + rename), so concurrent
   builders never see a half-written index.
-* A cache is reused only when the file's size, ``mtime_ns`` and a hash of its first and last
-  4 KiB all match what was recorded at build time; otherwise it is rebuilt and replaced.
+* A cache is reused only when the file is the one it was built for and unchanged since: its
+  device, inode, size, ``mtime_ns`` and ``ctime_ns`` (which no ``touch`` can restore) and a hash
+  of its first and last 4 KiB all match what was recorded at build time. A file modified less
+  than :data:`RACY_SECONDS` before the index was built could change again within the same
+  timestamp tick, so its cache also records a hash of the whole content, checked on every reuse
+  (as git does for "racily clean" entries). A cache that passes is still checked against the
+  file before it is trusted: the rows must lie in order, each start right after a newline and
+  each end on one, with only whitespace and the recorded number of newlines between them. A
+  cache that fails any of this (stale, damaged, or planted) is rebuilt and replaced, with a
+  warning when it looked valid; a row that still holds a newline when it is read is refused.
 * ``row(i)`` slices exactly that line out of a read-only ``mmap`` and parses only it. The object
   pickles without its mmap and re-opens it lazily, so it can be handed to DataLoader workers.
 
@@ -40,6 +48,7 @@ import json
 import logging
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +56,18 @@ from typing import Any
 
 import numpy as np
 
+from reference_impl import files
 from reference_impl.data import jsontext
-from reference_impl.data.atomic import atomic_output
 from reference_impl.data.interrupt import checkpoint
 from reference_impl.data.location import RowLocation
 from reference_impl.arguments import positive_int
-from reference_impl.errors import ArtifactError, InputError
+from reference_impl.errors import InputError, SeqpackError
 
 log = logging.getLogger(__name__)
 
-INDEX_FORMAT = "seqpack-jsonl-index/1"
+INDEX_FORMAT = "seqpack-jsonl-index/2"
+#: A file modified this recently before its index was built has its whole content hashed (see above).
+RACY_SECONDS = 2.0
 CACHE_SUBDIR = ".seqpack-cache"
 CACHE_SUFFIX = ".idx.npz"
 EDGE_BYTES = 4096
@@ -82,7 +93,7 @@ class FileFingerprint:
 
 def file_fingerprint(path: str | os.PathLike[str]) -> FileFingerprint:
     """Fingerprint ``path`` from its stat and a blake2b hash of its first and last 4 KiB."""
-    with open(path, "rb") as fh:
+    with files.open_regular(path, what="JSONL file") as fh:
         st = os.fstat(fh.fileno())
         h = hashlib.blake2b(digest_size=16)
         h.update(str(st.st_size).encode())
@@ -134,7 +145,7 @@ def build_line_index(path: str | os.PathLike[str], *, chunk_size: int = DEFAULT_
     newlines = 0  # newlines seen so far; the current line's number is newlines + 1
     pos = 0  # absolute offset of the current chunk
     buf = bytearray(chunk_size)
-    with open(path, "rb") as fh:
+    with files.open_regular(path, what="JSONL file") as fh:
         while True:
             n = fh.readinto(buf)
             if not n:
@@ -198,35 +209,120 @@ def cache_paths(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] 
     return [p.parent / CACHE_SUBDIR / f"{p.name}{CACHE_SUFFIX}", _user_cache_dir() / keyed]
 
 
-def _save_index(index: LineIndex, target: Path) -> None:
+def _identity(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Which file ``path`` is and its state: device, inode, size, mtime and ctime (ns)."""
+    st = os.stat(path)
+    return {"dev": int(st.st_dev), "ino": int(st.st_ino), "size": int(st.st_size),
+            "mtime_ns": int(st.st_mtime_ns), "ctime_ns": int(st.st_ctime_ns)}
+
+
+def _racy(identity: dict[str, int], built_ns: int) -> bool:
+    """True when the file changed so shortly before ``built_ns`` that a later edit could keep its timestamps."""
+    return built_ns - max(identity["mtime_ns"], identity["ctime_ns"]) < RACY_SECONDS * 1e9
+
+
+def _content_hash(path: str | os.PathLike[str]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with files.open_regular(path, what="JSONL file") as fh:
+        while block := fh.read(DEFAULT_CHUNK_SIZE):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _save_index(index: LineIndex, target: Path, path: Path, identity: dict[str, int]) -> None:
     """Write ``index`` to ``target`` atomically (temporary file in the same folder, then rename)."""
-    meta = json.dumps({"format": INDEX_FORMAT, "fingerprint": index.fingerprint.to_dict()})
-    with atomic_output(target) as fh:
-        np.savez(fh, starts=index.starts, ends=index.ends, lines=index.lines, meta=np.array(meta))
+    built = time.time_ns()
+    meta: dict[str, Any] = {"format": INDEX_FORMAT, "fingerprint": index.fingerprint.to_dict(), "identity": identity,
+                            "built_ns": built}
+    if _racy(identity, built):
+        meta["content"] = _content_hash(path)
+    with files.atomic_output(target, what="the line index cache") as fh:
+        np.savez(fh, starts=index.starts, ends=index.ends, lines=index.lines, meta=np.array(json.dumps(meta)))
 
 
-def _load_index(target: Path, expected: FileFingerprint) -> LineIndex | None:
-    """Read a cached index; ``None`` when absent, unreadable, of another format, or stale."""
-    if not target.is_file():
+def _load_index(target: Path, path: Path, expected: FileFingerprint, identity: dict[str, int]) -> LineIndex | None:
+    """Read a cached index; ``None`` when absent, unreadable, of another format, or stale (module docstring)."""
+    if not files.is_regular_file(target):
         return None
     try:
-        with np.load(target, allow_pickle=False) as npz:
+        with files.open_regular(target, what="the line index cache") as fh, np.load(fh, allow_pickle=False) as npz:
             meta = json.loads(str(npz["meta"]))
             if meta.get("format") != INDEX_FORMAT:
                 return None
             fp = FileFingerprint(**meta["fingerprint"])
-            if fp != expected:
+            if fp != expected or meta.get("identity") != identity:
                 log.info("index cache %s is stale (file changed); rebuilding", target)
                 return None
-            return LineIndex(
+            if "content" in meta and meta["content"] != _content_hash(path):
+                log.info("index cache %s is stale (content changed within one timestamp tick); rebuilding", target)
+                return None
+            index = LineIndex(
                 starts=npz["starts"].astype(np.int64, copy=False),
                 ends=npz["ends"].astype(np.int64, copy=False),
                 lines=npz["lines"].astype(np.int64, copy=False),
                 fingerprint=fp,
             )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SeqpackError) as exc:
         log.warning("ignoring unreadable index cache %s (%s); rebuilding", target, exc)
         return None
+    if "content" in meta and not _racy(identity, time.time_ns()):  # settled now: later reuses skip the full hash
+        try:
+            _save_index(index, target, path, identity)
+        except (OSError, SeqpackError):
+            pass
+    return index
+
+
+def _whitespace_only(data: np.ndarray) -> bool:
+    return bool(_WS[data].all()) if data.size else True
+
+
+def index_matches(index: LineIndex, path: str | os.PathLike[str]) -> bool:
+    """True when ``index`` describes ``path``'s rows (module docstring: order, newlines, gaps and line numbers).
+
+    Reads the bytes around every row boundary, not the rows themselves.
+    """
+    n = len(index)
+    starts, ends, lines = index.starts, index.ends, index.lines
+    if not (starts.shape == ends.shape == lines.shape) or n == 0:
+        return False
+    with files.open_regular(path, what="JSONL file") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0 or size != index.fingerprint.size:
+            return False
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            a = np.frombuffer(mm, dtype=np.uint8)
+            try:
+                ok = _boundaries_ok(a, starts, ends, lines, size)
+            finally:
+                del a
+    return ok
+
+
+def _boundaries_ok(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, size: int) -> bool:
+    if starts[0] < 0 or ends[-1] > size or np.any(ends <= starts) or np.any(starts[1:] <= ends[:-1]):
+        return False
+    if np.any(np.diff(lines) <= 0) or lines[0] < 1:
+        return False
+    if np.any(a[ends[:-1]] != 0x0A) or (ends[-1] != size and a[ends[-1]] != 0x0A):
+        return False
+    inner = starts[starts > 0]
+    if np.any(a[inner - 1] != 0x0A):
+        return False
+    prefix = a[: starts[0]]
+    if not _whitespace_only(prefix) or int(lines[0]) != 1 + int(np.count_nonzero(prefix == 0x0A)):
+        return False
+    if not _whitespace_only(a[ends[-1]:]):
+        return False
+    gaps = starts[1:] - ends[:-1]  # 1: just the newline ending the row before
+    steps = np.diff(lines)
+    if np.any(steps[gaps == 1] != 1):
+        return False
+    for k in np.flatnonzero(gaps > 1).tolist():  # blank lines between rows: rare
+        gap = a[ends[k] : starts[k + 1]]
+        if not _whitespace_only(gap) or int(steps[k]) != int(np.count_nonzero(gap == 0x0A)):
+            return False
+    return True
 
 
 def _json_type(value: Any) -> str:
@@ -257,9 +353,7 @@ class JsonlFile:
         use_cache: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise InputError("JSONL file not found (or not a regular file)", file=str(self.path))
+        self.path = files.regular_file(path, what="JSONL file")
         self.cache_path: Path | None = None
         self.index_source = "memory"
         self._index = self._obtain_index(cache_dir, use_cache, chunk_size)
@@ -271,18 +365,30 @@ class JsonlFile:
     def _obtain_index(self, cache_dir: Any, use_cache: bool, chunk_size: int) -> LineIndex:
         if not use_cache:
             return build_line_index(self.path, chunk_size=chunk_size)
+        identity = _identity(self.path)
         fp = file_fingerprint(self.path)
         targets = cache_paths(self.path, cache_dir)
         for target in targets:
-            found = _load_index(target, fp)
-            if found is not None:
-                self.cache_path, self.index_source = target, "cache"
-                return found
+            try:
+                files.confine(target, what="the line index cache")
+            except SeqpackError:
+                continue  # outside the allowed roots: neither read nor written
+            found = _load_index(target, self.path, fp, identity)
+            if found is None:
+                continue
+            if not index_matches(found, self.path):
+                log.warning("ignoring the line index cache %s: it does not match %s (damaged or planted); rebuilding",
+                            target, self.path)
+                continue
+            self.cache_path, self.index_source = target, "cache"
+            return found
         index = build_line_index(self.path, chunk_size=chunk_size)
+        if _identity(self.path) != identity:
+            raise InputError("file changed while it was being indexed; retry once it is stable", file=str(self.path))
         for target in targets:
             try:
-                _save_index(index, target)
-            except (OSError, ArtifactError) as exc:
+                _save_index(index, target, self.path, identity)
+            except (OSError, SeqpackError) as exc:
                 log.info("cannot write index cache %s (%s); trying the next place", target, exc)
                 continue
             self.cache_path, self.index_source = target, "built"
@@ -310,7 +416,7 @@ class JsonlFile:
 
     def _map(self) -> mmap.mmap:
         if self._mm is None:
-            with open(self.path, "rb") as fh:
+            with files.open_regular(self.path, what="JSONL file") as fh:
                 st = os.fstat(fh.fileno())
                 fp = self._index.fingerprint
                 if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
@@ -340,15 +446,25 @@ class JsonlFile:
 
     def raw(self, i: int) -> bytes:
         """The bytes of row ``i`` without its line terminator (only that line is read)."""
-        start, end = self._span(self._checked(i))
-        return self._map()[start:end]
+        j = self._checked(i)
+        start, end = self._span(j)
+        return self._line(j, start, end)
+
+    def _line(self, j: int, start: int, end: int) -> bytes:
+        data = self._map()[start:end]
+        if b"\n" in data:
+            raise InputError(
+                "the line index does not match the file (a row spans a newline); remove the .seqpack-cache index "
+                "of this file", file=str(self.path), line=int(self._index.lines[j]), row=j,
+            )
+        return data
 
     def row(self, i: int) -> dict[str, Any]:
         """Parse row ``i`` as a JSON object; :class:`InputError` (file, line, row) when it is not one."""
         checkpoint()  # a cancelled MCP job stops here
         j = self._checked(i)
         start, end = self._span(j)
-        data = self._map()[start:end]
+        data = self._line(j, start, end)
         loc = {"file": str(self.path), "line": int(self._index.lines[j]), "row": j}
         try:
             text = data.decode("utf-8")

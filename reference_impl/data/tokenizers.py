@@ -298,29 +298,32 @@ class HFTokenizer:
         whose ``"default"`` entry is used) and ``bos_token``/``eos_token``/``pad_token``. A
         ``chat_template.jinja`` file next to it is used when the config has no template.
         """
+        from reference_impl import files
+
         tokenizers, _ = _require_hf()
         p = Path(path)
         file = p / "tokenizer.json" if p.is_dir() else p
-        if not file.is_file():
+        if not os.path.lexists(file):
             raise UsageError(f"tokenizer file not found: {file}", fix="pass a tokenizer.json or a folder holding one")
-        digest = hashlib.sha256(file.read_bytes())
+        data = files.read_bytes(file, what="tokenizer file")
+        digest = hashlib.sha256(data)
         try:
-            backend = tokenizers.Tokenizer.from_file(str(file))
+            backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
         except Exception as exc:  # the Rust side raises plain Exception subclasses
             raise InputError(f"cannot load tokenizer: {exc}", file=str(file)) from None
         cfg: dict[str, Any] = {}
         cfg_file = file.parent / "tokenizer_config.json"
-        if cfg_file.is_file():
+        if os.path.lexists(cfg_file):
             try:
-                cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                cfg = json.loads(files.read_text(cfg_file, what="tokenizer_config.json"))
+            except json.JSONDecodeError as exc:
                 raise InputError(f"tokenizer_config.json is not valid JSON: {exc}", file=str(cfg_file)) from None
             if not isinstance(cfg, dict):
                 raise InputError("tokenizer_config.json must hold a JSON object", file=str(cfg_file))
         template = _pick_template(cfg.get("chat_template"))
         jinja_file = file.parent / "chat_template.jinja"
-        if template is None and jinja_file.is_file():
-            template = jinja_file.read_text(encoding="utf-8")
+        if template is None and os.path.lexists(jinja_file):
+            template = files.read_text(jinja_file, what="chat_template.jinja")
         tok = cls(
             backend=backend,
             name=f"hf:{file.parent.name or file.stem}",

@@ -203,6 +203,18 @@ def _pil() -> Any:
     return Image
 
 
+def _image_file(path: str | os.PathLike[str]) -> Any:
+    """An image file opened through the file-access layer (regular files only, inside the allowed roots)."""
+    from reference_impl import files
+    from reference_impl.errors import SeqpackError
+
+    try:
+        return files.open_regular(path, what=f"image file {path}", field="image")
+    except SeqpackError as err:  # the row's file and line name where it came from, the message the image
+        err.file = None
+        raise
+
+
 def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.ndarray:
     """An image as uint8 RGB ``[H, W, 3]``: from a file or its bytes (any format Pillow reads), a
     Pillow image, or an array (``[H, W]`` grey, ``[H, W, 3]`` RGB, ``[H, W, 4]`` RGBA; uint8, or
@@ -215,7 +227,7 @@ def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.
         encoded = isinstance(source, (bytes, bytearray, memoryview))
         what = "image bytes" if encoded else str(Path(source))
         try:
-            with Image.open(io.BytesIO(bytes(source)) if encoded else Path(source)) as img:
+            with (io.BytesIO(bytes(source)) if encoded else _image_file(source)) as fh, Image.open(fh) as img:
                 _check_pixels(img.width, img.height, what)
                 img.load()
                 return np.asarray(img.convert("RGB"), dtype=np.uint8)
@@ -236,7 +248,7 @@ def image_size(source: Any) -> tuple[int, int]:
         encoded = isinstance(source, (bytes, bytearray, memoryview))
         what = "image bytes" if encoded else str(Path(source))
         try:
-            with Image.open(io.BytesIO(bytes(source)) if encoded else Path(source)) as img:
+            with (io.BytesIO(bytes(source)) if encoded else _image_file(source)) as fh, Image.open(fh) as img:
                 return int(img.height), int(img.width)
         except FileNotFoundError:
             raise InputError(f"image file not found: {what}", field="image") from None

@@ -290,11 +290,10 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     """
     skill = read_scores(run_dir)
     baseline = read_scores(baseline_dir) if baseline_dir is not None else None
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(render_benchmark(skill, baseline, title=title, live_slot=live_slot), encoding="utf-8")
-    os.replace(tmp, target)
+    from reference_impl import files  # atomic; never onto a symlink, a device or a FIFO
+
+    files.write_text(out, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
+                     field="out")
     skill_tasks, base_tasks = _common(skill, baseline)
     return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)
 

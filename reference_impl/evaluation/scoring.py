@@ -344,7 +344,9 @@ def score_run(
         scores.append(score)
     result = RunScores(run=run, tasks=scores, summary=summarise(scores), judge_cmd=judge_cmd)
     if write:
-        (run_dir / "scores.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+        from reference_impl import files  # never through a symlink, atomically
+
+        files.write_text(run_dir / "scores.json", json.dumps(result.to_dict(), indent=2) + "\n", what="scores.json")
     return result
 
 

@@ -400,20 +400,17 @@ def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks:
     answers. Tasks whose files are binary (packed Parquet, images) are left out, so the bundle holds
     text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
-    import shutil
+    from reference_impl import files  # not into /, $HOME or a system directory; never through a symlink
 
-    out = Path(out_dir)
+    out = files.check_output_root(out_dir, owner="seqpack eval export")
     chosen = dataset.tasks if tasks is None else tasks
     chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
     out.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for rel in t.files:
-            dest = out / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(dataset.root / rel, dest)
-    target = out / "evals.json"
-    target.write_text(public_dumps(dataset, chosen), encoding="utf-8")
-    return target
+            with files.atomic_output(out / rel, what="an exported task file") as fh:
+                fh.write(files.read_bytes(dataset.root / rel, what="a task file"))
+    return files.write_text(out / "evals.json", public_dumps(dataset, chosen), what="evals.json")
 
 
 __all__ = [

@@ -21,10 +21,11 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
 
 def _reader(path: Path, uri: str):  # noqa: ANN202 - a resource function
     def read() -> str:
-        try:
-            return path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ResourceNotFoundError(f"{uri} is no longer on disk ({path})") from None
+        from reference_impl import files
+
+        if not path.exists():
+            raise ResourceNotFoundError(f"{uri} is no longer on disk ({path})")
+        return files.read_text(path, what=uri)
 
     return read
 

@@ -1,7 +1,10 @@
 """Allowed roots: every file path a tool receives must resolve (symlinks followed) inside one.
 
-Relative paths are taken relative to the first root. The check is point-in-time (a file swapped
-for a symlink after the check is not caught); the roots are meant to be directories the user owns.
+Relative paths are taken relative to the first root. This module checks the arguments a tool
+receives, naming the argument; every path the work then opens or writes, the arguments and the
+paths found inside files alike (blend sources, image paths in rows, tokenizer files, caches), is
+confined again by the file-access layer (:mod:`reference_impl.files`), which the tool registry
+installs with these roots for every call, and checks what an opened descriptor really is.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class AllowedRoots:
         raw = list(values or []) or [os.getcwd()]
         roots: list[Path] = []
         for value in raw:
-            path = Path(value).expanduser().resolve()
+            path = Path(os.path.realpath(Path(value).expanduser()))
             if not path.is_dir():
                 raise NotADirectoryError(f"root is not a directory: {value}")
             if path not in roots:
@@ -53,7 +56,7 @@ class AllowedRoots:
         candidate = Path(user_path).expanduser()
         if not candidate.is_absolute():
             candidate = self.roots[0] / candidate
-        resolved = candidate.resolve()
+        resolved = Path(os.path.realpath(candidate))  # never raises: a symlink loop stays unresolved
         if not self.contains(resolved):
             raise ToolError(
                 f"{field} {user_path!r} resolves to {resolved}, outside the allowed roots ({self.describe()}). "
@@ -69,7 +72,7 @@ class AllowedRoots:
 
     def check_resolved(self, path: str | os.PathLike[str], *, field: str) -> Path:
         """Resolve a path the server found by itself (a blend source, a file in a directory) and confine it."""
-        resolved = Path(path).resolve()
+        resolved = Path(os.path.realpath(path))
         if not self.contains(resolved):
             raise ToolError(
                 f"{field} names {path}, which resolves to {resolved}, outside the allowed roots ({self.describe()})."

@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, PaginatedRequestParams, RequestParams
 
-from reference_impl.data.artifacts import file_record
+from reference_impl.files import file_record, read_bytes
 from reference_impl.skill_install import read_frontmatter, skill_files
 
 log = logging.getLogger("reference_impl.mcp")
@@ -90,10 +90,9 @@ def mime_type(path: str) -> str:
 
 def _reader(path: Path, uri: str) -> Callable[[], str | bytes]:
     def read() -> str | bytes:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ResourceNotFoundError(f"{uri} is no longer on disk ({path})") from None
+        if not path.exists():
+            raise ResourceNotFoundError(f"{uri} is no longer on disk ({path})")
+        data = read_bytes(path, what=uri)  # a regular file only: a FIFO put there never blocks the server
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:

@@ -1,159 +1,130 @@
-"""The offline pack directory as an artifact: its manifest, file records, verification, reuse and replacement.
+"""What makes a pack directory ``seqpack pack``'s own and reusable: its manifest, read and verified.
 
 A pack directory ``<out_root>/<tokenizer>_pad_seq_to_mult<m>_<fingerprint12>/`` holds the split
 Parquet files, the metadata JSON and ``seqpack_manifest.json``. The manifest records, besides the
 options and the accounting, every other file's size and SHA-256 (``files``) and each split's row
-count (``packs``). Before the pipeline reuses or replaces a directory it :func:`examine`\\ s it:
+count (``packs``). The file-access layer (:mod:`reference_impl.files`) decides what may be
+reused, replaced or must be left alone; this module tells it what a pack's manifest is
+(:data:`PACK_OWNER`) and what a reusable pack must also satisfy (:func:`examine`):
 
 ==========================================  ========================================================
 what is there                               what ``prepare_packed_dataset`` does
 ==========================================  ========================================================
 nothing                                     writes it
 our manifest, this fingerprint, every       reuses it (``reused``), unless ``overwrite``
-file as recorded, Parquet row counts
-as recorded, no other file
+file as recorded, Parquet row counts and
+the accounting as recorded, no other file
 our manifest, but a file missing,           rebuilds it (``rebuilt`` says why): the directory is
-truncated, changed, or a row count off      ours, so replacing it loses nothing
-a file nobody recorded (a stray file),      refuses, naming the file: the directory holds something
+truncated, changed, a row count or the      ours, so replacing it loses nothing
+accounting off
+a file or directory nobody recorded,        refuses, naming it: the directory holds something
 no manifest, a foreign or corrupt one       seqpack did not write, so it is never deleted
 ==========================================  ========================================================
 
+The accounting is re-checked, not trusted: the manifest is the one file its own records cannot
+cover, so on reuse each split's ``rows_in`` must be the number of rows the inputs draw now,
+``packed`` the number of sequences in its Parquet file, and ``rows_in == packed + skipped``.
 A manifest from before file records (no ``files``) cannot be verified: its directory is rebuilt.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reference_impl.data.artifacts import record_files, stray_files, verify_records
+from reference_impl import files
 from reference_impl.errors import ArtifactError
 
-log = logging.getLogger(__name__)
-
-__all__ = ["MANIFEST_NAME", "FORMAT", "PackState", "examine", "read_manifest", "record_pack_files",
-           "require_replaceable"]
+__all__ = ["FORMAT", "MANIFEST_NAME", "PACK_OWNER", "examine", "read_manifest", "record_pack_files"]
 
 MANIFEST_NAME = "seqpack_manifest.json"
 FORMAT = "seqpack-packed-parquet/1"
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The seqpack manifest at ``path``: None when there is no file; :class:`ArtifactError` when
-    it is not JSON, not an object, or of another format."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"cannot read the manifest ({exc})", file=str(path)) from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"the manifest is not valid JSON ({str(exc).split(';')[0]})", file=str(path),
-                            fix="it is corrupt: remove the directory and pack again") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ArtifactError(f"not a seqpack pack manifest (format is not {FORMAT})", file=str(path))
-    if not isinstance(data.get("splits"), dict) or not isinstance(data.get("fingerprint"), str):
-        raise ArtifactError("the manifest lacks its splits or fingerprint", file=str(path))
-    return data
-
-
-def _recorded_names(manifest: dict[str, Any]) -> list[str]:
-    """Files the manifest says the directory holds (the manifest itself excluded)."""
-    files = manifest.get("files")
-    if isinstance(files, dict):
-        return list(files)
+def _legacy_names(manifest: dict[str, Any]) -> list[str]:
+    """Files a manifest from before file records lists: its split files and metadata file."""
     names = [str(v.get("file")) for v in manifest["splits"].values() if isinstance(v, dict)]
     if manifest.get("metadata_file"):
         names.append(str(manifest["metadata_file"]))
     return names
 
 
+def _validate(manifest: dict[str, Any]) -> None:
+    if not isinstance(manifest.get("splits"), dict) or not isinstance(manifest.get("fingerprint"), str):
+        raise ArtifactError("the manifest lacks its splits or fingerprint")
+
+
+#: How the file-access layer recognises a pack directory seqpack wrote.
+PACK_OWNER = files.Owner("seqpack pack", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names,
+                         validate=_validate)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The seqpack manifest at ``path``: None when there is no file; :class:`ArtifactError` when
+    it is not JSON, not an object, or of another format."""
+    path = Path(path)
+    return PACK_OWNER.read(path.parent, name=path.name)
+
+
 def record_pack_files(directory: Path, manifest: dict[str, Any]) -> None:
     """Put the size and SHA-256 of every file in ``directory`` (but the manifest) into ``manifest["files"]``."""
-    manifest["files"] = record_files(directory, exclude=(MANIFEST_NAME,))
+    manifest["files"] = files.record_files(directory, exclude=(MANIFEST_NAME,))
 
 
-@dataclass
-class PackState:
-    """What :func:`examine` found in a pack directory.
+def _sequences(path: Path) -> int:
+    """Sequences stored in a packed Parquet file (entries of its ``seq_start_id`` lists)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    ``manifest``: ours and readable (else None, with ``foreign`` saying why); ``owned``: the
-    directory holds only files the manifest lists; ``problems``: why it cannot be reused as is
-    (empty: reusable).
-    """
-
-    manifest: dict[str, Any] | None
-    owned: bool
-    problems: list[str] = field(default_factory=list)
-    foreign: str | None = None
-
-    @property
-    def reusable(self) -> bool:
-        """Intact and of the expected fingerprint."""
-        return self.manifest is not None and self.owned and not self.problems
+    column = pq.read_table(path, columns=["seq_start_id"]).column(0)
+    return int(pc.sum(pc.list_value_length(column)).as_py() or 0)
 
 
-def _row_counts(root: Path, manifest: dict[str, Any]) -> list[str]:
+def _split_problems(root: Path, manifest: dict[str, Any], rows: Mapping[str, int] | None) -> list[str]:
+    """Row counts and accounting of every split against its file and the inputs (module docstring)."""
     import pyarrow.parquet as pq
 
     problems = []
     for split, info in manifest["splits"].items():
+        if not isinstance(info, dict):
+            problems.append(f"{split}: no split record")
+            continue
         name = str(info.get("file"))
         try:
-            rows = pq.ParquetFile(root / name).metadata.num_rows
+            packs = pq.ParquetFile(files.regular_file(root / name, error=ArtifactError)).metadata.num_rows
+            sequences = _sequences(root / name)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
             problems.append(f"{name}: not a readable Parquet file ({type(exc).__name__})")
             continue
-        if rows != info.get("packs"):
-            problems.append(f"{name}: {rows} rows, the manifest recorded {info.get('packs')} packs for {split}")
+        if packs != info.get("packs"):
+            problems.append(f"{name}: {packs} rows, the manifest recorded {info.get('packs')} packs for {split}")
+        acc = info.get("accounting") if isinstance(info.get("accounting"), dict) else {}
+        skipped = acc.get("skipped") if isinstance(acc.get("skipped"), dict) else {}
+        counts = [v.get("count") for v in skipped.values() if isinstance(v, dict)]
+        if acc.get("packed") != sequences:
+            problems.append(f"{split}: the manifest accounts {acc.get('packed')} packed samples, {name} holds "
+                            f"{sequences}")
+        elif rows is not None and acc.get("rows_in") != rows.get(split):
+            problems.append(f"{split}: the manifest accounts {acc.get('rows_in')} input rows, the inputs have "
+                            f"{rows.get(split)}")
+        elif (not all(isinstance(c, int) for c in counts) or acc.get("skipped_total") != sum(counts)
+              or acc.get("rows_in") != sequences + acc.get("skipped_total")):
+            problems.append(f"{split}: the manifest's accounting does not add up (rows_in {acc.get('rows_in')} != "
+                            f"packed {acc.get('packed')} + skipped {acc.get('skipped_total')})")
+    if rows is not None and set(rows) != set(manifest["splits"]):
+        problems.append(f"the manifest has splits {sorted(manifest['splits'])}, the inputs {sorted(rows)}")
     return problems
 
 
-def examine(root: Path, fingerprint: str) -> PackState:
-    """Check an existing pack directory against its manifest and the expected ``fingerprint``."""
-    try:
-        manifest = read_manifest(root / MANIFEST_NAME)
-    except ArtifactError as err:
-        return PackState(None, False, [err.message], foreign=err.message)
-    if manifest is None:
-        return PackState(None, False, ["no seqpack manifest"], foreign="it holds no seqpack manifest")
-    stray = stray_files(root, [*_recorded_names(manifest), MANIFEST_NAME])
-    if stray:
-        return PackState(manifest, False, [f"{n}: not written by seqpack (a stray file)" for n in stray])
-    problems = []
-    if manifest["fingerprint"] != fingerprint:
-        problems.append(f"the manifest's fingerprint {manifest['fingerprint'][:12]} is not {fingerprint[:12]}")
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        problems.append("the manifest records no file sizes and hashes (written by an older seqpack)")
-    else:
-        problems += verify_records(root, files, also_known=(MANIFEST_NAME,))
-        if not problems:
-            problems += _row_counts(root, manifest)
-    return PackState(manifest, True, problems)
+def examine(root: Path, fingerprint: str, rows: Mapping[str, int] | None = None) -> files.DirectoryState:
+    """Check an existing pack directory against its manifest, the expected ``fingerprint`` and, when
+    given, the number of input rows of each split (``rows``)."""
 
+    def verify(path: Path, manifest: dict[str, Any]) -> list[str]:
+        if manifest["fingerprint"] != fingerprint:
+            return [f"the manifest's fingerprint {manifest['fingerprint'][:12]} is not {fingerprint[:12]}"]
+        return _split_problems(path, manifest, rows)
 
-def require_replaceable(root: Path, fingerprint: str) -> None:
-    """Raise unless ``root`` is absent or a pack directory seqpack wrote (its manifest, no stray file)."""
-    if not (root.exists() or root.is_symlink()):
-        return
-    if root.is_symlink() or not root.is_dir():
-        raise ArtifactError("the pack path exists and is not a directory seqpack wrote", file=str(root),
-                            fix="move it away; seqpack never deletes what it did not write")
-    if not any(root.iterdir()):
-        return  # an empty directory holds nothing to lose
-    state = examine(root, fingerprint)
-    if state.manifest is None:
-        raise ArtifactError(f"seqpack cannot tell that it wrote this directory: {state.foreign}", file=str(root),
-                            fix="move it away or choose another --out; seqpack never deletes what it did not write")
-    if not state.owned:
-        raise ArtifactError(f"the directory holds files seqpack did not write ({'; '.join(state.problems[:3])})",
-                            file=str(root),
-                            fix="move them away or choose another --out; seqpack never deletes what it did not write")
+    return files.examine_directory(root, PACK_OWNER, verify=verify)

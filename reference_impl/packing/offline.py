@@ -62,8 +62,8 @@ import numpy as np
 
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
-from reference_impl.data.artifacts import check_output_directory, check_replace_target
-from reference_impl.data.atomic import atomic_directory, remove_path
+from reference_impl import files
+from reference_impl.files import remove_path
 from reference_impl.data.ranges import concat_ranges, offsets_of
 from reference_impl.errors import ArtifactError, InputError, PackingError, UsageError
 from reference_impl.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_ROW_GROUP_SIZE, MAX_SEQS_PER_PACK, MAX_WORKERS
@@ -498,7 +498,23 @@ def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str
     for split in blends:
         if split not in SPLITS:
             raise UsageError(f"unknown split {split!r}; use {', '.join(SPLITS)}", field="inputs")
-    return {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
+    streams = {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
+    _check_distinct_splits(streams)
+    return streams
+
+
+def _check_distinct_splits(streams: Mapping[str, Any]) -> None:
+    """Refuse a source whose content another split reads too (a validation split equal to training data
+    measures nothing)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for split, stream in streams.items():
+        for src in stream.sources:
+            first = seen.setdefault(src.sha256, (split, src.path))
+            if first[0] != split:
+                raise UsageError(
+                    f"the {split} split reads the same data as the {first[0]} split ({first[1]})", file=src.path,
+                    field=split, fix="give each split its own rows (for example a held-out validation file)",
+                )
 
 
 def _detect(stream: Any, schema: Any = None) -> Any:
@@ -694,27 +710,23 @@ class _Plan:
     root: Path
     reusable: dict[str, Any] | None  # the manifest of packs to reuse as they are
     rebuilt: str | None  # why an own, damaged pack directory is rebuilt
-    replace: bool
 
 
 def _plan(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tok: Any, overwrite: bool) -> _Plan:
     streams = _resolve_inputs(inputs, options.seed, options.num_samples)
     schema = _detect(next(iter(streams.values())), schema)
     fp = fingerprint(streams, options, schema, tok)
-    root = check_output_directory(out_root) / (
+    root = files.check_output_root(out_root, owner="seqpack pack") / (
         f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
+    rows = {split: len(stream) for split, stream in streams.items()}
     rebuilt = None
-    if root.exists() or root.is_symlink():
-        state = artifact.examine(root, fp)
+    if root.is_dir() and not root.is_symlink() and any(root.iterdir()):
+        state = artifact.examine(root, fp, rows)
         if state.reusable and not overwrite:
-            return _Plan(streams, schema, fp, root, state.manifest, None, False)
-        artifact.require_replaceable(root, fp)  # refuses a directory holding anything seqpack did not write
-        sources = [src.path for stream in streams.values() for src in stream.sources]
-        check_replace_target(root, inputs=sources, owner="seqpack pack")
-        if not state.reusable:
+            return _Plan(streams, schema, fp, root, state.manifest, None)
+        if state.owned and state.problems:
             rebuilt = "; ".join(state.problems[:5])
-            log.warning("rebuilding %s: %s", root, rebuilt)
-    return _Plan(streams, schema, fp, root, None, rebuilt, rebuilt is not None or overwrite)
+    return _Plan(streams, schema, fp, root, None, rebuilt)
 
 
 def _prepare(
@@ -727,14 +739,22 @@ def _prepare(
     if plan.reusable is not None:
         log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
         return _prepared(root, plan.reusable, reused=True)
+    if metadata_path is not None:
+        comm.from_root(lambda: files.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
     metadata_name = f"{options.pack_size}_metadata.jsonl"
+    rows = {split: len(stream) for split, stream in streams.items()}
+    sources = [src.path for stream in streams.values() for src in stream.sources]
 
     def enter() -> str:
-        # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it,
-        # and a concurrent run that wrote the same packs first wins when they verify
-        return str(stack.enter_context(atomic_directory(
-            root, replace=plan.replace, check_replace=lambda path: artifact.require_replaceable(path, fp),
-            keep_existing=lambda path: artifact.examine(path, fp).reusable)))
+        # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it
+        # (refused now, before any work, when it holds anything else), and a concurrent run that wrote
+        # the same packs first wins when they verify
+        directory = files.output_directory(root, artifact.PACK_OWNER, inputs=sources, replace_own=True,
+                                           keep_existing=lambda path: artifact.examine(path, fp, rows).reusable)
+        tmp = stack.enter_context(directory)
+        if plan.rebuilt is not None:
+            log.warning("rebuilding %s: %s", root, plan.rebuilt)
+        return str(tmp)
 
     stack = ExitStack()  # rank 0's temporary directory; the other ranks' stack stays empty
     try:
@@ -839,18 +859,14 @@ def append_metadata(path: str | os.PathLike[str], entries: list[dict[str, Any]])
     Megatron-Bridge appends every preparation's entry to one metadata file the same way. An existing
     file must hold a JSON array of objects; anything else is refused and left untouched.
     """
-    from reference_impl.data.atomic import atomic_output
     from reference_impl.packing.parquet import read_metadata
 
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError("the metadata path is a directory; name a file", file=str(target), field="metadata_path")
-    raw = target.read_text(encoding="utf-8").strip() if target.is_file() else ""
+    target = files.check_write_target(path, what="the metadata path", field="metadata_path")
+    raw = files.read_text(target, what="the metadata file", error=ArtifactError).strip() if target.exists() else ""
     if raw and not raw.startswith("["):
         raise ArtifactError("the metadata file to append to is not a JSON array", file=str(target))
     existing = read_metadata(target) if raw else []
-    with atomic_output(target) as fh:
-        fh.write(json.dumps(existing + list(entries)).encode())
+    files.write_text(target, json.dumps(existing + list(entries)), what="the metadata path", field="metadata_path")
     return target
 
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from reference_impl import files
 from reference_impl.arguments import positive_int
 from reference_impl.data.interrupt import checkpoint
 from reference_impl.errors import ArtifactError
@@ -42,8 +43,8 @@ def resolve_parquet_paths(spec: str | os.PathLike[str]) -> list[Path]:
     """
     text = os.fspath(spec)
     path = Path(text)
-    if path.is_file():
-        return [path]
+    if os.path.lexists(path) and not path.is_dir():
+        return [files.regular_file(path, what="packed Parquet file", error=ArtifactError)]
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
         if not found:
@@ -105,7 +106,7 @@ def write_packed_parquet(
     """Write packed rows to ``path`` atomically (temporary file in the same directory, then rename)."""
     import pyarrow.parquet as pq
 
-    from reference_impl.data.atomic import atomic_output
+    from reference_impl.files import atomic_output
 
     positive_int("row_group_size", row_group_size)
     target = Path(path)
@@ -134,6 +135,7 @@ class PackedParquetReader:
         group_file: list[int] = []
         group_index: list[int] = []
         for f, path in enumerate(self.paths):
+            files.regular_file(path, what="packed Parquet file", error=ArtifactError)
             try:
                 pf = pq.ParquetFile(path)
                 meta = pf.metadata
@@ -185,6 +187,8 @@ class PackedParquetReader:
         if group != self._cache_group:
             checkpoint()  # a cancelled MCP job stops here
             f = int(self._group_file[group])
+            if f not in self._files:
+                files.regular_file(self.paths[f], what="packed Parquet file", error=ArtifactError)
             try:
                 if f not in self._files:
                     self._files[f] = pq.ParquetFile(self.paths[f])
@@ -259,14 +263,9 @@ def validate_stored_row(index: int, row: Mapping[str, Any], *, file: str | None 
 
 def read_metadata(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The pack metadata file: a JSON array of per-split dicts (despite the ``.jsonl`` name)."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArtifactError("pack metadata file not found", file=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"pack metadata is not JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    if not os.path.lexists(path):
+        raise ArtifactError("pack metadata file not found", file=str(path))
+    data = files.read_json(path, what="pack metadata", error=ArtifactError)
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):

@@ -319,7 +319,7 @@ def concat_parquet(parts: Sequence[str | os.PathLike[str]], out: BinaryIO) -> in
 
 def concat_parquet_files(parts: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str]) -> Path:
     """:func:`concat_parquet` into ``target``, written atomically."""
-    from reference_impl.data.atomic import atomic_output
+    from reference_impl.files import atomic_output
 
     path = Path(target)
     with atomic_output(path) as fh:

@@ -63,8 +63,10 @@ class RowStream:
 
 def file_sha256(path: str | os.PathLike[str], chunk: int = 8 << 20) -> str:
     """SHA-256 of a file's content (streamed)."""
+    from reference_impl import files
+
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with files.open_regular(path, what="JSONL file") as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -4,7 +4,9 @@
 RESULT.pt`` with the environment ``torchrun`` would set, :mod:`reference_impl.training.ranks`)
 and waits for them, with a time limit. One launch serves many jobs: the smoke test of every
 packing path puts its batches into one ``JOB.pt``, so the ranks pay for starting Python, torch
-and Megatron-Core once per run, not once per path.
+and Megatron-Core once per run, not once per path; and the ranks are forked from one process
+that imported torch and Megatron-Core (:func:`rank_server`, started by the smoke test before its
+in-process checks, so the imports run meanwhile), so they are paid once, not once per rank.
 
 ``JOB.pt`` (written with ``torch.save``, read with ``weights_only=True``) is
 ``{"jobs": [job, ...]}``; a job holds canonical batches, the model config and seed, the dtype and
@@ -22,16 +24,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from reference_impl.training.ranks import LaunchOutcome, launch_ranks
+from reference_impl.training.rank_server import RankServer, fork_available
+from reference_impl.training.ranks import LaunchOutcome, launch_ranks, rank_environment
 
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
-__all__ = ["LaunchOutcome", "launch", "main"]
+__all__ = ["LaunchOutcome", "PRELOAD", "launch", "main", "rank_server"]
+
+#: What the ranks import before their job: torch and Megatron-Core (:func:`~reference_impl.training.ranks.import_megatron_core`).
+PRELOAD = ("torch", "megatron_core")
 
 
 def _run_job(job: dict[str, Any], cp: int, rank: int, groups: tuple[Any, Any]) -> list[dict[str, Any]]:
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from reference_impl.training.ranks import import_megatron_core
+    from reference_impl.training.ranks import import_megatron_core, megatron_core_import_seconds
 
     parser = argparse.ArgumentParser(description="context-parallel check worker")
     parser.add_argument("--job", required=True, type=Path)
@@ -83,9 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     payload: dict[str, Any] = torch.load(args.job, weights_only=True)
     dist.init_process_group("gloo")
-    started = time.perf_counter()
     parallel_state, PackedSeqParams = import_megatron_core()  # noqa: N806 (a class)
-    import_s = time.perf_counter() - started
+    import_s = megatron_core_import_seconds()  # paid once by the server the ranks were forked from
     cp = dist.get_world_size()
     parallel_state.initialize_model_parallel(context_parallel_size=cp)
     try:
@@ -102,11 +106,18 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
 
 
-def launch(job: Path, out: Path, cp: int, timeout: float) -> LaunchOutcome:
-    """Run :func:`main` on ``cp`` local ranks (:func:`~reference_impl.training.ranks.launch_ranks`) for ``job``;
-    the ranks' logs go next to ``out``."""
+def launch(job: Path, out: Path, cp: int, timeout: float, server: RankServer | None = None) -> LaunchOutcome:
+    """Run :func:`main` on ``cp`` local ranks (:func:`~reference_impl.training.ranks.launch_ranks`) for ``job``,
+    forked from ``server`` (see :func:`rank_server`) or from one started for this launch; the ranks' logs go
+    next to ``out``."""
     return launch_ranks(["-m", "reference_impl.training.cp_check", "--job", str(job), "--out", str(out)], cp,
-                        timeout=timeout, log_dir=out.parent / f"{out.stem}_logs")
+                        timeout=timeout, log_dir=out.parent / f"{out.stem}_logs", server=server, preload=PRELOAD)
+
+
+def rank_server(log: Path | None = None) -> RankServer | None:
+    """A rank server for :func:`launch` with torch and Megatron-Core imported (started now: its imports run
+    while the caller works), or None where ranks cannot be forked."""
+    return RankServer(rank_environment(), PRELOAD, log=log) if fork_available() else None
 
 
 if __name__ == "__main__":

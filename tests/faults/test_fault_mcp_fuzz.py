@@ -98,6 +98,7 @@ def _value(prop: dict) -> st.SearchStrategy:
 def test_no_argument_reaches_an_unexpected_exception(tool, root, schemas):
     props = schemas[tool].get("properties", {})
     required = schemas[tool].get("required", [])
+    server = build_server([root])  # one server per tool (building one costs more than a call); a session per example
 
     @settings(max_examples=20, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -105,7 +106,7 @@ def test_no_argument_reaches_an_unexpected_exception(tool, root, schemas):
                                       optional={k: _value(p) for k, p in props.items() if k not in required}))
     def fuzz(args: dict) -> None:
         async def call():
-            async with Client(build_server([root])) as client:
+            async with Client(server) as client:
                 return await client.call_tool(tool, args)
 
         result = anyio.run(call)

@@ -179,12 +179,12 @@ def test_install_skill_force_replaces_only_its_own_installation(cli, tmp_path):
     assert cli("install-skill", "--client", "claude", "--project", project, "--force").code == 0
     (dest / "references" / "my-notes.md").write_text("added\n")
     cli("install-skill", "--client", "claude", "--project", project, "--force").refused(
-        "did not install", "references/my-notes.md")
+        "files seqpack did not write", "references/my-notes.md")
     assert (dest / "references" / "my-notes.md").is_file() and not temporaries(project)
 
 
 def test_overwrite_places_are_refused_by_the_library_too(tmp_path, monkeypatch):
-    from reference_impl.data.artifacts import check_replace_target
+    from reference_impl.files import check_replace_target
 
     monkeypatch.chdir(tmp_path)
     inp = tmp_path / "sub" / "in.jsonl"
@@ -204,5 +204,5 @@ def test_a_truncated_energon_shard_is_refused_before_training(cli, data, tmp_pat
     assert cli("energon-prepare", data, "--out", out).code == 0
     shard = next((out / "shards").glob("*.tar"))
     shard.write_bytes(shard.read_bytes()[:512])
-    with pytest.raises(ArtifactError, match=r"shards/train-00000.tar is missing or not the size"):
+    with pytest.raises(ArtifactError, match=r"shards/train-00000.tar is not the size the manifest recorded"):
         read_manifest(out)

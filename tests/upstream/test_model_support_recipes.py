@@ -15,6 +15,7 @@ then checks the static table in ``reference_impl.config.model_support``:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -128,8 +129,16 @@ def unrecorded(uses: list[RecipeUse]) -> list[str]:
     return problems
 
 
-USES = committed_uses()
+@functools.cache
+def uses() -> tuple[RecipeUse, ...]:
+    """:func:`committed_uses`, loaded when a test first needs them (not when the suite is collected: loading
+    every dump costs seconds in every run, the fast lane's too)."""
+    return tuple(committed_uses())
+
+
 ROWS = {e["recipe"]: e for e in INDEX["recipes"]}
+#: The recipes whose use turns a packing path on (``recipe_use`` reads the path from the index entry).
+PACKING_RECIPES = [e["recipe"] for e in INDEX["recipes"] if e.get("file") and PATH_OF.get(e["path"])]
 
 
 def test_every_recipe_of_the_release_maps_to_a_family():
@@ -140,14 +149,14 @@ def test_every_recipe_of_the_release_maps_to_a_family():
 
 def test_the_derivation_sees_the_packing_recipes():
     paths = {e["recipe"]: PATH_OF.get(e["path"]) for e in INDEX["recipes"] if e.get("file")}
-    assert {u.name: u.path for u in USES} == paths
-    found = uses_by_family(USES)
+    assert {u.name: u.path for u in uses()} == paths
+    found = uses_by_family(list(uses()))
     assert ("qwen3", "offline") in found and ("qwen_vl", "in_batch") in found and ("llama3", "offline") in found
     assert len(found[("qwen3", "offline")]) == 14
 
 
 def test_families_recorded_opt_out_pack_nothing_in_the_release():
-    found = uses_by_family(USES)
+    found = uses_by_family(list(uses()))
     for e in FAMILIES:
         for path, status in e.paths.items():
             if status == "opt_out":
@@ -155,11 +164,11 @@ def test_families_recorded_opt_out_pack_nothing_in_the_release():
 
 
 def test_every_path_a_recipe_turns_on_is_recorded():
-    assert unrecorded(USES) == []
+    assert unrecorded(list(uses())) == []
 
 
 def test_acknowledged_conflicts_are_still_conflicts():
-    found = uses_by_family(USES)
+    found = uses_by_family(list(uses()))
     for family, path in ACKNOWLEDGED_CONFLICTS:
         assert (family, path) in found
         assert check_model_support(family, path)[0].status == "opt_out"
@@ -170,7 +179,7 @@ def test_negative_control_a_packing_recipe_of_an_unrecorded_family_is_reported()
     use = recipe_use("deepseek_v2_lite_sft_8gpu_h100_bf16_config", synthetic)  # a family with no table entry
     assert (use.family, use.path) == ("deepseek_v2", "in_batch")
     assert check_model_support("deepseek_v2", "in_batch")[0].status == "unknown"
-    assert unrecorded([*USES, use]) == [f"deepseek_v2/in_batch is unknown but {use.name} turns it on"]
+    assert unrecorded([*uses(), use]) == [f"deepseek_v2/in_batch is unknown but {use.name} turns it on"]
     # a recorded family, path unknown for it (Qwen3 records offline only) and an opt-out without an acknowledgement
     energon = recipe_use("qwen3_8b_sft_energon_config", {"dataset": {"kind": "energon", "packing_buffer_size": 8}})
     glm = recipe_use("glm45_355b_sft_config", {"dataset": {"enable_offline_packing": True}})
@@ -192,7 +201,7 @@ def note_problems(family: str, path: str, status: str, note: str, evidence: str)
     if status == "supported" and not claims:
         return [] if MAIN_ONLY in note else [f"{family}/{path}: names no {RELEASE} recipe and no main commit"]
     problems = []
-    by_name = {u.name: u for u in USES}
+    by_name = {u.name: u for u in uses()}
     for recipe, value, cp in claims:
         use = by_name.get(recipe)
         if use is None:
@@ -206,7 +215,7 @@ def note_problems(family: str, path: str, status: str, note: str, evidence: str)
             problems.append(f"{recipe} pins {pinned} at CP{use.cp}, not {value} at CP{cp}")
         elif module not in evidence:
             problems.append(f"{family}: the evidence does not name {module}")
-    group = uses_by_family(USES).get((family, path), [])
+    group = uses_by_family(list(uses())).get((family, path), [])
     for count in COUNT.findall(note):
         if int(next(c for c in count if c)) != len(group):
             problems.append(f"{family}/{path}: the note counts {count} recipes, the release has {len(group)}")
@@ -255,12 +264,14 @@ def test_family_ids_and_aliases_do_not_collide():
         assert find_family(alias).family == family, alias
 
 
-@pytest.mark.parametrize("use", [u for u in USES if u.path], ids=lambda u: u.name)
-def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(use):
+@pytest.mark.parametrize("name", PACKING_RECIPES)
+def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(name):
     from reference_impl.config import validate_config
 
     from reference_impl.config.load import load_config_with_keys
 
+    use = next(u for u in uses() if u.name == name)
+    assert use.path
     cfg = load_config(RECIPES / f"{use.name}.yaml", overrides=[f"dist.world_size={ROWS[use.name]['world_size']}"])
     named = load_config(cfg.to_dict(), overrides=[f"model.family={use.family}"])  # the dump names only some
     before, after = validate_config(cfg), validate_config(named)

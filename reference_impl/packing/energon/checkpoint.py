@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from reference_impl.data.atomic import atomic_output
+from reference_impl.files import atomic_output
 from reference_impl.errors import ArtifactError, PackingError
 
 log = logging.getLogger(__name__)

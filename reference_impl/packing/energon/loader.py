@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import contextlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +36,7 @@ from reference_impl.config.resolve import resolve
 from reference_impl.config.schema import TrainingConfig
 from reference_impl.config.validate import check_rules
 from reference_impl.arguments import is_int, non_negative_int, positive_int
+from reference_impl import files
 from reference_impl.errors import ArtifactError, PackingError, UsageError
 from reference_impl.packing.energon.checkpoint import LoaderCheckpoint, check_resume_settings, check_save_window
 from reference_impl.packing.energon.encoder import BOOKKEEPING_KEYS, PackingTaskEncoder
@@ -502,13 +503,12 @@ def iter_energon_batches(
     batch into :attr:`EnergonMicroBatch.sample_keys`.
     """
     cfg = _config(cfg)
-    tmp: tempfile.TemporaryDirectory[str] | None = None
+    tmp = contextlib.ExitStack()
     root = Path(data)
     try:
         if root.is_file():
             if work_dir is None:
-                tmp = tempfile.TemporaryDirectory(prefix="seqpack-energon-")
-                work_dir = tmp.name
+                work_dir = tmp.enter_context(files.scratch_directory("seqpack-energon-"))
             root = Path(work_dir) / "energon"
             prepare_energon_dataset(data, root, overwrite=True)
         kwargs = dict(
@@ -526,5 +526,4 @@ def iter_energon_batches(
             canonical = {key: value for key, value in batch.items() if key not in BOOKKEEPING_KEYS}
             yield EnergonMicroBatch(canonical, keys)
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        tmp.close()

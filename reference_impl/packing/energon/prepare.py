@@ -57,8 +57,7 @@ import numpy as np
 from reference_impl import __version__
 from reference_impl.arguments import positive_int
 from reference_impl.limits import MAX_SHARD_SIZE
-from reference_impl.data.artifacts import check_output_directory, check_replace_target, record_files, stray_files
-from reference_impl.data.atomic import atomic_directory, atomic_output
+from reference_impl import files
 from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
 from reference_impl.reports import PreparedEnergonDataset
@@ -154,7 +153,7 @@ def _media_members(
             pixels = load_image(source)  # checks the file decodes (and its size) now, with file and line
         except InputError as err:
             raise InputError(err.message, field=field, fix=err.fix) from None
-        payload = Path(source).read_bytes() if isinstance(source, Path) else png_bytes(pixels)
+        payload = files.read_bytes(source, what="image file", field=field) if isinstance(source, Path) else png_bytes(pixels)
         name = member_name(len(members))
         members.append((name, payload))
         return {"member": name}
@@ -201,46 +200,19 @@ def _energon_prepare(tmp: Path, shards: dict[str, list[str]]) -> None:
     (tmp / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML)
 
 
-def _check_replaceable(out: Path, src: Path, overwrite: bool) -> bool:
-    """Whether ``out`` must be replaced; refuses what may not be (module docstring, "Overwrite")."""
-    if not (out.exists() or out.is_symlink()) or (out.is_dir() and not any(out.iterdir())):
-        return False  # nothing there, or an empty directory: nothing to lose
-    if not overwrite:
-        raise UsageError(
-            "output directory already exists", file=str(out),
-            fix="choose a new --out or pass overwrite=True (--overwrite) to replace a dataset seqpack wrote",
-        )
-    _require_own(out, src)
-    return True
+#: What energon itself writes into ``.nv-meta/`` (besides our ``dataset.yaml``).
+ENERGON_META_FILES = (".nv-meta/.info.json", ".nv-meta/split.yaml", ".nv-meta/index.sqlite", ".nv-meta/index.uuid",
+                      ".nv-meta/dataset.yaml")
 
 
-def _require_own(out: Path, src: Path) -> None:
-    """Raise unless ``out`` is a dataset this command wrote (its manifest, no other file) in a safe place."""
-    from reference_impl.errors import ArtifactError
+def _legacy_names(manifest: dict[str, Any]) -> list[str]:
+    """Files a manifest from before file records lists: its shards and energon's known index files."""
+    shards = manifest.get("shard_sha256")
+    return [*(shards if isinstance(shards, dict) else {}), *ENERGON_META_FILES]
 
-    check_replace_target(out, inputs=[src], owner="seqpack energon-prepare")
-    try:
-        manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        manifest = None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(
-            f"--overwrite replaces only a dataset seqpack energon-prepare wrote; this directory has no valid "
-            f"{MANIFEST_NAME}", file=str(out), fix="choose another --out; seqpack never deletes what it did not write",
-        )
-    known = manifest.get("files")
-    if isinstance(known, dict):
-        names = [*known, MANIFEST_NAME]
-    else:  # a manifest from before file records: its shards, energon's index and the manifest
-        names = [*manifest.get("shard_sha256", {}), MANIFEST_NAME]
-        names += [n for n in stray_files(out, names) if n.startswith(".nv-meta/")]
-    stray = stray_files(out, names)
-    if stray:
-        raise ArtifactError(
-            f"the directory holds files seqpack did not write ({', '.join(stray[:3])}"
-            f"{', ...' if len(stray) > 3 else ''})", file=str(out),
-            fix="move them away or choose another --out; seqpack never deletes what it did not write",
-        )
+
+#: How the file-access layer recognises a dataset this command wrote.
+ENERGON_OWNER = files.Owner("seqpack energon-prepare", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names)
 
 
 def dataset_fingerprint(manifest: dict[str, Any]) -> str:
@@ -275,14 +247,13 @@ def prepare_energon_dataset(
     started = time.perf_counter()
     _check_args(shard_size, val_fraction)
     src = Path(input_path)
-    out = check_output_directory(out_dir)
-    replace = _check_replaceable(out, src, overwrite)
-    jf = JsonlFile(src, use_cache=False)
-    n = len(jf)
-    val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
-    width = max(8, len(str(n - 1)))
-    # ``out`` is replaced only with overwrite=True and only when seqpack wrote it (checked above and at the swap)
-    with atomic_directory(out, replace=replace, check_replace=lambda path: _require_own(path, src)) as tmp:
+    out = Path(out_dir)
+    # ``out`` is replaced only with overwrite=True and only when seqpack wrote it (checked now and at the swap)
+    with files.output_directory(out, ENERGON_OWNER, inputs=[src], replace_own=overwrite) as tmp:
+        jf = JsonlFile(src, use_cache=False)
+        n = len(jf)
+        val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
+        width = max(8, len(str(n - 1)))
         (tmp / SHARD_DIR).mkdir()
         writers = {split: _ShardWriter(tmp, split, shard_size) for split in SPLITS}
         counts = {split: 0 for split in SPLITS}
@@ -344,9 +315,8 @@ def prepare_energon_dataset(
         if not sum(counts.values()):
             raise InputError(f"no usable row ({n} of {n} skipped: {', '.join(skipped)})", file=str(src))
         manifest["fingerprint"] = dataset_fingerprint(manifest)
-        manifest["files"] = record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
-        with atomic_output(tmp / MANIFEST_NAME) as fh:
-            fh.write((json.dumps(manifest, indent=2) + "\n").encode())
+        manifest["files"] = files.record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
+        files.write_text(tmp / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
     result = _result(out, manifest, time.perf_counter() - started)
     log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
     return result
@@ -367,40 +337,56 @@ def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> Prepa
     return result.attach(manifest=manifest)
 
 
-def read_manifest(root: str | os.PathLike[str]) -> PreparedEnergonDataset:
+def read_manifest(root: str | os.PathLike[str], *, check_files: bool = True) -> PreparedEnergonDataset:
     """Read and check the manifest of a dataset made by :func:`prepare_energon_dataset`.
 
     Raises :class:`~reference_impl.errors.ArtifactError` when it is missing, of another format,
-    does not match its own fingerprint, or a file it records is missing or of another size (a
-    truncated shard is refused before training starts, not met mid-epoch; sizes only, so opening a
-    large dataset costs no read of its shards).
+    does not match its own fingerprint, or (``check_files``) the first problem :func:`file_problems`
+    finds (a truncated shard is refused before training starts, not met mid-epoch; sizes only, so
+    opening a large dataset costs no read of its shards).
     """
     from reference_impl.errors import ArtifactError
 
     root = Path(root)
     path = root / MANIFEST_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ArtifactError(
             "not a seqpack Energon dataset (no manifest)", file=str(path),
             fix="prepare it with `seqpack energon-prepare INPUT.jsonl --out DIR`",
         )
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"cannot read the manifest: {exc}", file=str(path)) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"manifest format is not {FORMAT}", file=str(path))
+    manifest = ENERGON_OWNER.read(root)
+    assert manifest is not None
     if manifest.get("fingerprint") != dataset_fingerprint(manifest):
         raise ArtifactError("manifest content does not match its fingerprint (edited or corrupt)", file=str(path))
-    if not (root / ".nv-meta" / "split.yaml").is_file():
-        raise ArtifactError("energon metadata (.nv-meta/split.yaml) is missing", file=str(root))
-    for name, record in (manifest.get("files") or {}).items():
-        target = root / name
-        if not target.is_file() or target.stat().st_size != record.get("size"):
-            raise ArtifactError(f"{name} is missing or not the size the manifest recorded ({record.get('size')} "
-                                "bytes); the dataset is damaged", file=str(target),
+    if not isinstance(manifest.get("splits"), dict):
+        raise ArtifactError("the manifest lists no splits", file=str(path))
+    if check_files:
+        for check, name, message in file_problems(root, manifest, strays=False):
+            raise ArtifactError(message, file=str(root / name),
                                 fix="prepare it again with `seqpack energon-prepare ... --overwrite`")
     return _result(root, manifest)
+
+
+def file_problems(root: Path, manifest: dict[str, Any], *, strays: bool = True) -> list[tuple[str, str, str]]:
+    """``(check, name, message)`` for energon's index missing (``energon_index``), a recorded file missing or of
+    another size (``missing_file``, ``file_size``) and, with ``strays``, a file nobody recorded (``stray_file``)."""
+    out = []
+    if not files.is_regular_file(root / ".nv-meta" / "split.yaml"):
+        out.append(("energon_index", ".nv-meta/split.yaml", "energon metadata (.nv-meta/split.yaml) is missing"))
+    records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    for name, record in records.items():
+        target = root / name
+        if not files.is_regular_file(target):
+            check = "energon_index" if name.startswith(".nv-meta/") else "missing_file"
+            out.append((check, name, f"{name} is missing (the manifest records it); the dataset is damaged"))
+        elif target.stat().st_size != record.get("size"):
+            out.append(("file_size", name, f"{name} is not the size the manifest recorded ({record.get('size')} "
+                        f"bytes, found {target.stat().st_size}); the dataset is damaged"))
+    if strays and records:
+        for name in files.stray_files(root, [*records, MANIFEST_NAME]):
+            kind = "a shard" if name.startswith(f"{SHARD_DIR}/") and name.endswith(".tar") else "a file"
+            out.append(("stray_file", name, f"{name}: {kind} the manifest does not record (not read by the loader)"))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -450,7 +436,7 @@ def write_synthetic_vlm_jsonl(
 ) -> Path:
     """Write :func:`synthetic_vlm_rows` as JSONL (atomically) and return the path."""
     rows = synthetic_vlm_rows(n, seed=seed, media=media)
-    with atomic_output(path) as fh:
+    with files.atomic_output(path) as fh:
         for row in rows:
             fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
     return Path(path)
