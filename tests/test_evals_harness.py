@@ -330,11 +330,12 @@ def test_export_agentskills_shape(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
-    """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
+def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream):
+    """Every task is achievable: the reference answer (on an outcome task the oracle's artifact, graded through the
+    lane), the expected tool and the task files give 100%."""
     agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
     run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
-    scores = score_run(tmp_path / "r")
+    scores = score_run(tmp_path / "r", lane=upstream)
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
     assert imperfect == {}
     assert scores.summary["passed"] == len(dataset.tasks)

@@ -140,9 +140,9 @@ def test_the_wheel_ships_no_answer(dataset, built_dists):
     assert leaks(texts, dataset) == []
 
 
-def _lookup_scores(dataset: Dataset, ids: list[str], out: Path, skill_dir: Path) -> dict[str, float]:
+def _lookup_scores(dataset: Dataset, ids: list[str], out: Path, skill_dir: Path, lane=None) -> dict[str, float]:
     run_eval(dataset, dataset.select(ids), LOOKUP, out, mode="skill", timeout=60, skill_dir=skill_dir)
-    return {t.task_id: t.scores["correctness"] for t in score_run(out).tasks}
+    return {t.task_id: t.scores["correctness"] for t in score_run(out, lane=lane).tasks}
 
 
 def _old_style_skill(dataset: Dataset, target: Path) -> Path:
@@ -165,6 +165,7 @@ def test_lookup_agent_scores_nothing_with_the_real_skill(dataset, tmp_path):
 
 
 @pytest.mark.slow
-def test_lookup_agent_scores_nothing_on_any_task(dataset, tmp_path):
-    scores = _lookup_scores(dataset, [t.id for t in dataset.tasks], tmp_path / "all", SKILL)
+def test_lookup_agent_scores_nothing_on_any_task(dataset, tmp_path, upstream):
+    """Every task, the outcome ones included (an input left as it was is graded, through the lane, and fails)."""
+    scores = _lookup_scores(dataset, [t.id for t in dataset.tasks], tmp_path / "all", SKILL, lane=upstream)
     assert {k: v for k, v in scores.items() if v > 0} == {}

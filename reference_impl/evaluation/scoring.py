@@ -312,9 +312,11 @@ def score_run(
     judge_timeout: float = 120.0,
     write: bool = True,
     tasks_file: str | os.PathLike[str] | None = None,
+    lane: Any = None,
 ) -> RunScores:
     """Score every task of a run directory against its answer key (:func:`answer_key`) and (by default) write
-    ``scores.json`` into it."""
+    ``scores.json`` into it. Outcome tasks are graded through ``lane`` (an upstream worker; None: one is started
+    when needed)."""
     from reference_impl.evaluation.judge import run_judge
 
     run_dir = Path(run_dir)
@@ -322,7 +324,7 @@ def score_run(
     dataset = answer_key(run, tasks_file)
     index = dataset.by_id()
     skill_name = run.get("skill_name", dataset.skill_name)
-    grades = grade_run_outcomes(run_dir, run, index)
+    grades = grade_run_outcomes(run_dir, run, index, lane)
     scores: list[TaskScore] = []
     for task_id in run["task_ids"]:
         task = index[task_id]
