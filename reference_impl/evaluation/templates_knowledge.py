@@ -16,7 +16,7 @@ from reference_impl.config.model_support import check_model_support, find_family
 from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID
 from reference_impl.errors import UsageError
 from reference_impl.evaluation import claims
-from reference_impl.evaluation.builder import GenContext, make_task, override_args, paths_of
+from reference_impl.evaluation.builder import MAIN_NOTE, GenContext, make_task, override_args, paths_of
 from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
 from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from reference_impl.evaluation.render import config_yaml, topology_words
@@ -525,6 +525,9 @@ def _model_support_tasks(ctx: GenContext) -> None:
         name = entry.name if entry else family
         verdict = {"opt_out": "is not supported (the recipes opt out)", "supported": "is supported",
                    "caveat": "has a documented caveat"}[ms.status]
+        main_only = "not in megatron-bridge 0.6.2" in ms.note  # a record that holds for Bridge main only
+        if main_only:
+            prompt = MAIN_NOTE + prompt
         ctx.add(make_task(
             f"{bucket}-model-{family.replace('_', '-')}-{path.replace('_', '-')}",
             bucket,
@@ -539,6 +542,7 @@ def _model_support_tasks(ctx: GenContext) -> None:
             topics=["model_support"],
             rule_ids=["MODEL-FAMILY-OPT-OUT"] if ms.status == "opt_out" else [],
             truth=ms.to_dict(),
+            source={"kind": "seqpack", "bridge_version": "main", "rests_on": ms.note} if main_only else None,
         ))
 
 
