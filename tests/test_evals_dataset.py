@@ -39,6 +39,7 @@ def _texts(task):
     return out
 
 
+@pytest.mark.slow  # a full build: about 3 s of CPU (the outcome tasks materialise their inputs)
 def test_committed_dataset_equals_a_fresh_build():
     stale = diff_dataset(EVALS)
     assert stale == [], f"evals/ is stale, rebuild with `seqpack eval build`: {stale}"
