@@ -75,6 +75,32 @@ MAX_PATH_CHARS = 4096
 #: Longest free-text query (rule keywords, model family).
 MAX_QUERY_CHARS = 200
 
+# -- tokenizer directories -------------------------------------------------------------------------
+#: Largest ``tokenizer.json`` read (real ones are 2-40 MB), and largest ``tokenizer_config.json``
+#: or ``chat_template.jinja`` (real ones are a few KB to about 1 MB).
+MAX_TOKENIZER_FILE_BYTES = 1 << 29
+MAX_TOKENIZER_CONFIG_BYTES = 1 << 25
+
+# -- chat templates (reference_impl.data.template_bounds) --------------------------------------
+#: Longest chat template source read, in characters (real ones are a few KB to tens of KB).
+MAX_TEMPLATE_SOURCE_CHARS = 1_000_000
+#: Most loop iterations, calls and filter applications of one render (a long real chat takes a
+#: few thousand), and the longest one render may take, in seconds.
+MAX_TEMPLATE_STEPS = 2_000_000
+MAX_TEMPLATE_SECONDS = 5.0
+#: Longest string one render may build or write, in characters (8 per token of the largest pack),
+#: and the most items of a list it may build.
+MAX_TEMPLATE_CHARS = 1 << 25
+MAX_TEMPLATE_ITEMS = 1 << 17
+#: The rendered text of a conversation may be at most this many times as long as the
+#: conversation's own JSON text, plus this many characters of markup (system prompts, headers).
+TEMPLATE_CHARS_PER_INPUT_CHAR = 16
+TEMPLATE_MARKUP_CHARS = 1 << 20
+#: Widest integer a template may compute, in bits (Python prints at most 4300 digits).
+MAX_TEMPLATE_INT_BITS = 8192
+#: Deepest nesting of calls (macros, caller(), recursive loops) in one render.
+MAX_TEMPLATE_DEPTH = 64
+
 # -- images ---------------------------------------------------------------------------------------
 #: Most pixels of one decoded image or video frame (checked before decoding; 64M).
 MAX_IMAGE_PIXELS = 1 << 26

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Sequence
 
-from reference_impl.errors import SeqpackError
+from reference_impl.errors import SeqpackError, is_foreign_panic
 
 #: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
 #: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
@@ -111,9 +111,9 @@ def _run(args: argparse.Namespace) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"seqpack {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
-        if os.environ.get("SEQPACK_DEBUG"):
-            raise
+    except BaseException as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        if os.environ.get("SEQPACK_DEBUG") or not (isinstance(exc, Exception) or is_foreign_panic(exc)):
+            raise  # SystemExit and friends; a Rust panic (pyo3's PanicException) is a BaseException too
         print(
             f"seqpack {args.command}: internal error: {type(exc).__name__}: {exc} "
             "(run with SEQPACK_DEBUG=1 for the traceback)",

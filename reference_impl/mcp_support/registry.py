@@ -25,7 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
-from reference_impl.errors import SeqpackError
+from reference_impl.errors import SeqpackError, is_foreign_panic
 from reference_impl.mcp_support.errors import error_result, log
 from reference_impl.mcp_support.hints import READ_ONLY
 from reference_impl.mcp_support.roots import AllowedRoots
@@ -47,7 +47,7 @@ class ToolSpec:
 TOOLS: dict[str, ToolSpec] = {}
 
 
-def _error_or_raise(name: str, exc: Exception) -> Any:
+def _error_or_raise(name: str, exc: BaseException) -> Any:
     result = error_result(name, exc)
     if result is None:
         # unexpected (a bug): the traceback goes to the server log, the client still gets the reason
@@ -110,6 +110,10 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
                 return await fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
                 return _error_or_raise(name, exc)
+            except BaseException as exc:  # a Rust panic must not take the server down
+                if not is_foreign_panic(exc):
+                    raise
+                return _error_or_raise(name, exc)
 
         return guarded_async
 
@@ -118,6 +122,10 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
+            return _error_or_raise(name, exc)
+        except BaseException as exc:  # a Rust panic must not take the server down
+            if not is_foreign_panic(exc):
+                raise
             return _error_or_raise(name, exc)
 
     return guarded
