@@ -126,5 +126,7 @@ MAX_SMOKE_SECONDS = 3600.0
 #: default (the work stops at its next row when the limit passes or the client cancels).
 MAX_TOOL_SECONDS = 3600.0
 DEFAULT_TOOL_SECONDS = 600.0
+#: Most MCP jobs (tools that read or write data) running at once in one server; the others wait.
+MAX_CONCURRENT_JOBS = 2
 
 __all__ = [name for name in dir() if name.isupper()]

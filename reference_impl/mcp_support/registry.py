@@ -7,8 +7,8 @@ that touches files takes ``ctx: Context`` and confines every path with :func:`ro
 a :class:`~reference_impl.errors.SeqpackError`, an ``OSError`` or a ``ToolError`` becomes a tool
 error result (:func:`reference_impl.mcp_support.errors.error_result`); any other exception too,
 as "internal error: <type>: <message>" (its traceback goes to the server log), so a client always
-gets the reason. A JSON boolean is refused where a tool wants a number (pydantic would read it as
-1 or 0).
+gets the reason. A JSON boolean or a string is refused where a tool wants a number (pydantic would
+read it as 1 or 0, or parse the string).
 """
 
 from __future__ import annotations
@@ -65,34 +65,43 @@ class InternalToolError(SeqpackError):
                          "traceback)")
 
 
-def _bool_where_number(tp: Any, value: Any) -> bool:
-    """True when ``value`` holds a boolean where ``tp`` wants an int or float (pydantic would take it as 1/0)."""
+def _not_a_number(tp: Any, value: Any) -> str | None:
+    """Why ``value`` is refused where ``tp`` wants an int or float, else None.
+
+    pydantic's lax mode would read a JSON boolean as 1 or 0 and a numeric string ("8") as the
+    number; the input schema says integer or number, so both are refused (also inside lists and
+    dict values; dict keys are strings in JSON and stay as pydantic reads them).
+    """
     origin = get_origin(tp)
     if origin is Annotated:
-        return _bool_where_number(get_args(tp)[0], value)
+        return _not_a_number(get_args(tp)[0], value)
     if origin in (Union, types.UnionType):
         args = get_args(tp)
-        if bool in args:
-            return False
-        return any(_bool_where_number(a, value) for a in args if a is not type(None))
+        if bool in args or str in args:
+            return None
+        return next((why for a in args if a is not type(None) if (why := _not_a_number(a, value))), None)
     if tp in (int, float):
-        return isinstance(value, bool)
+        if isinstance(value, bool):
+            return f"expected a number, got a boolean ({value!r})"
+        if isinstance(value, str):
+            return f"expected {'an integer' if tp is int else 'a number'}, got a string ({value[:40]!r})"
+        return None
     if origin is list and isinstance(value, list) and get_args(tp):
-        return any(_bool_where_number(get_args(tp)[0], v) for v in value)
+        return next((why for v in value if (why := _not_a_number(get_args(tp)[0], v))), None)
     if origin is dict and isinstance(value, dict) and len(get_args(tp)) == 2:
-        return any(_bool_where_number(get_args(tp)[1], v) for v in value.values())
-    return False
+        return next((why for v in value.values() if (why := _not_a_number(get_args(tp)[1], v))), None)
+    return None
 
 
 def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
-    """``model`` refusing a JSON boolean for an integer or number argument (also inside lists and dicts)."""
+    """``model`` refusing a JSON boolean or string for an integer or number argument (:func:`_not_a_number`)."""
     slots = {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
 
     def no_bools(cls: Any, data: Any) -> Any:
         if isinstance(data, dict):
             for key, annotation in slots.items():
-                if key in data and _bool_where_number(annotation, data[key]):
-                    raise ValueError(f"{key}: expected a number, got a boolean ({data[key]!r})")
+                if key in data and (why := _not_a_number(annotation, data[key])):
+                    raise ValueError(f"{key}: {why}")
         return data
 
     return create_model(model.__name__, __base__=model,
