@@ -107,6 +107,12 @@ MAX_IMAGE_PIXELS = 1 << 26
 #: Most frames of one video, and most images plus videos in one row.
 MAX_VIDEO_FRAMES = 256
 MAX_VISUALS_PER_ROW = 64
+#: Largest aspect ratio of an image or frame (the Qwen-VL processors' limit).
+MAX_ASPECT_RATIO = 200
+#: Most pixels one row's images and frames may hold together (128 frames of 1080p), checked from
+#: their headers before decoding, and most bytes of float32 patches they may make once encoded.
+MAX_ROW_PIXELS = 1 << 28
+MAX_ROW_PATCH_BYTES = 1 << 30
 #: Most tokens a described M-RoPE layout may hold, and most whose ids are listed in full.
 MAX_MROPE_TOKENS = 1 << 20
 MAX_MROPE_TOKENS_SHOWN = 4096

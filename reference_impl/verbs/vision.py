@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from reference_impl.arguments import positive_int
 from reference_impl.choices import VISION_PRESETS
 from reference_impl.errors import UsageError
-from reference_impl.limits import MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES
+from reference_impl.limits import MAX_VIDEO_FRAMES
 from reference_impl.reports import ImageTokens, MRopeLayout
 from reference_impl.verbs.common import check_choice
 
@@ -33,14 +33,13 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     391
     """
     from reference_impl.data.vision import smart_resize, vision_spec
+    from reference_impl.data.visual_inputs import check_image_size
 
     check_choice("vision", options.vision, VISION_PRESETS)
     h = positive_int("height", options.height)
     w = positive_int("width", options.width)
     frames = positive_int("frames", options.frames, maximum=MAX_VIDEO_FRAMES)
-    if h * w > MAX_IMAGE_PIXELS:
-        raise UsageError(f"{h}x{w} pixels is over the limit of {MAX_IMAGE_PIXELS}", field="height",
-                         fix="limits live in reference_impl/limits.py")
+    check_image_size(h, w, what="image", field="height", error=UsageError)  # the rows' check (visual_inputs)
     spec = vision_spec(options.vision)
     rh, rw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
     t, gh, gw = spec.grid_for_size(h, w, frames)
