@@ -113,6 +113,10 @@ MAX_ASPECT_RATIO = 200
 #: their headers before decoding, and most bytes of float32 patches they may make once encoded.
 MAX_ROW_PIXELS = 1 << 28
 MAX_ROW_PATCH_BYTES = 1 << 30
+#: Largest M-RoPE ``tokens_per_second`` and seconds per temporal patch (their product spaces the
+#: temporal ids of a video; the released Qwen2.5-VL configs use 2 and 1-2 s).
+MAX_TOKENS_PER_SECOND = 10_000.0
+MAX_SECONDS_PER_GRID = 3600.0
 #: Most tokens a described M-RoPE layout may hold, and most whose ids are listed in full.
 MAX_MROPE_TOKENS = 1 << 20
 MAX_MROPE_TOKENS_SHOWN = 4096
@@ -131,6 +135,8 @@ MAX_SMOKE_SECONDS = 3600.0
 #: Longest time limit an MCP client may give a tool that reads or writes data, in seconds, and the
 #: default (the work stops at its next row when the limit passes or the client cancels).
 MAX_TOOL_SECONDS = 3600.0
+#: Longest ``seqpack mcp --lifetime`` (HTTP), in seconds (a year; omit it to serve until stopped).
+MAX_SERVER_LIFETIME_S = 365 * 86400.0
 DEFAULT_TOOL_SECONDS = 600.0
 #: Most MCP jobs (tools that read or write data) running at once in one server; the others wait.
 MAX_CONCURRENT_JOBS = 2

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.arguments import positive_int
+from reference_impl.arguments import positive_float, positive_int
 from reference_impl.errors import InputError, UsageError
 from reference_impl.data.visual_inputs import DEFAULT_FPS, check_fps, check_image_size, header_size
-from reference_impl.limits import MAX_ASPECT_RATIO, MAX_VIDEO_FRAMES
+from reference_impl.limits import MAX_ASPECT_RATIO, MAX_TOKENS_PER_SECOND, MAX_VIDEO_FRAMES
 
 __all__ = [
     "CLIP_MEAN",
@@ -91,8 +91,7 @@ class VisionSpec:
             )
         if self.rope not in ("qwen2_vl", "qwen2_5_vl"):
             raise UsageError(f"rope must be qwen2_vl or qwen2_5_vl, got {self.rope!r}", field="rope")
-        if not float(self.tokens_per_second) > 0:
-            raise UsageError("tokens_per_second must be > 0", field="tokens_per_second")
+        positive_float("tokens_per_second", self.tokens_per_second, maximum=MAX_TOKENS_PER_SECOND)
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise UsageError("image_mean and image_std need 3 values (std > 0)", field="image_std")
 
