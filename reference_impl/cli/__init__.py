@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Sequence
 
-from reference_impl.errors import SeqpackError, is_foreign_panic
+from reference_impl.errors import SeqpackError, UsageError, is_foreign_panic
 
 #: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
 #: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Megatron-Core warns at import that TE/Apex are missing; on CPU that is expected noise.
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -88,9 +89,41 @@ def _print_nonce() -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _tolerant_streams() -> None:
+    """Text that is not valid Unicode (a file name's undecodable bytes, read with ``surrogateescape``)
+    is printed with backslash escapes instead of failing the command after its work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (detached, closed)
+                pass
+
+
+def _undecodable_argument(args: argparse.Namespace) -> None:
+    """Refuse an argument holding bytes that are not UTF-8 (the shell passes them through ``surrogateescape``):
+    seqpack writes paths into JSON manifests and prints them, so they must be text."""
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(item, str):
+                continue
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                name = dest if dest in {"input", "layout", "path", "config", "file"} else "--" + dest.replace("_", "-")
+                raise UsageError(
+                    f"{name} '{shown}' holds bytes that are not UTF-8 (character {exc.start}); seqpack records "
+                    "paths in JSON manifests and prints them, so they must be valid UTF-8",
+                    fix="rename the file or directory, or pass a path without such bytes",
+                ) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; errors become one line on stderr and an exit code."""
     try:
+        _undecodable_argument(args)
         return int(args._run(args))
     except SeqpackError as exc:
         if os.environ.get("SEQPACK_DEBUG"):
