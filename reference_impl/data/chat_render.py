@@ -174,7 +174,7 @@ def render(
         ) from None
     except jinja2.exceptions.TemplateError as exc:
         raise InputError(f"chat template failed on {len(messages)} message(s): {exc}", field="messages") from None
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, AssertionError) as exc:  # jinja filters assert
         raise InputError(
             f"chat template failed on {len(messages)} message(s) ({type(exc).__name__}: {exc}); "
             "the template may not support this message shape (tool calls, reasoning, roles)",

@@ -222,3 +222,13 @@ def test_truncation_and_padding_settings_of_tokenizer_json_are_ignored(write, tm
     assert [r.code for r in runs] == [0, 0], [r.err for r in runs]
     plans = [json.loads(r.out) for r in runs]
     assert plans[0]["lengths"] == plans[1]["lengths"] and plans[0]["lengths"]["min"] > 2
+
+
+def test_a_template_whose_filter_asserts_refuses_the_row(write, tmp_path):
+    """jinja's truncate asserts on its arguments: an AssertionError is a failed render, not a crash."""
+    data = write("chat.jsonl", chat_rows(2))
+    tok, _ = _tokenizer(tmp_path, "{{ 'x'|truncate(1) }}" + TEMPLATE)
+    cli_forked(*_command("pack", data, tok, tmp_path)).refused_with(
+        f"seqpack pack: error: {data}:1, row 0, field 'messages': chat template failed on 2 message(s) "
+        "(AssertionError: expected length >= 3, got 1); the template may not support this message shape "
+        "(tool calls, reasoning, roles)")
