@@ -12,7 +12,7 @@ Checks per cell: our FFD gives the same number of bins as the baseline (and, up 
 same bins); every run stays within capacity. Prints a markdown table and writes
 ``bench/results/packing.json``.
 
-    /work/main/.venv/bin/python bench/bench_packing.py [--quick]
+    .venv/bin/python bench/bench_packing.py [--quick]
 
 ``--quick`` skips the baseline at 1M and runs everything once.
 """

@@ -19,7 +19,11 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from reference_impl.limits import SMOKE_ROWS
+from reference_impl.versions import BRIDGE_TARGETS, DEFAULT_BRIDGE_TARGET
 
+#: ``--bridge-version`` / ``bridge_version``: the Megatron-Bridge a config is validated for.
+BRIDGE_VERSIONS: tuple[str, ...] = BRIDGE_TARGETS
+DEFAULT_BRIDGE_VERSION = DEFAULT_BRIDGE_TARGET
 #: Bin-packing algorithms (:mod:`reference_impl.packing.algorithms`).
 ALGORITHMS: tuple[str, ...] = (
     "best_fit_decreasing",
@@ -123,6 +127,8 @@ def literal(values: tuple[str, ...] | LazyChoices) -> Any:
 
 __all__ = [
     "ALGORITHMS",
+    "BRIDGE_VERSIONS",
+    "DEFAULT_BRIDGE_VERSION",
     "BATCH_MODES",
     "CHAT_LOSS_MODES",
     "DATALOADER_TYPES",

@@ -34,6 +34,8 @@ def model_support_markdown() -> str:
 
 def model_support_document() -> str:
     """docs/model-support.md and the skill's reference page."""
+    from reference_impl.config.model_support import RELEASE
+
     return (
         "# Model-family support for packing\n\n"
         "Generated from the model-support table in the code; do not edit by hand. `seqpack model-support NAME`\n"
@@ -43,23 +45,29 @@ def model_support_document() -> str:
         "warns, because no upstream check rejects the combination), **caveat** (allowed with a documented\n"
         "limitation; validation warns), **unknown** (nothing recorded: run the packing smoke test before\n"
         "spending GPU hours). Names match case-insensitively, with dots dropped and dashes or spaces read as\n"
-        "underscores (`Qwen2.5` finds `qwen25`). A note that names a recipe states the pad_seq_to_mult and\n"
-        "CP that Megatron-Bridge recipe pins; seqpack's test suite checks each such note, and that every\n"
-        "family whose recipes turn a path on is recorded, against Bridge's recipes converted at commit 067f987.\n\n"
+        "underscores (`Qwen2.5` finds `qwen25`). Every record names the version it holds for in its evidence:\n"
+        f"{RELEASE} (its recipe functions run in the upstream lane, or its source file), or a Bridge main commit\n"
+        "for what no release has (said so; the lane cannot check it). A note that names a recipe states the\n"
+        "pad_seq_to_mult (offline) or micro-batch size (in-batch) and CP that recipe pins; seqpack's test suite\n"
+        f"checks each such note, and that every family whose recipes turn a path on is recorded, against the\n"
+        f"config dumps of the {RELEASE} recipe functions run in the upstream lane.\n\n"
         f"{model_support_markdown()}\n"
     )
 
 
 def skill_rules_document() -> str:
     """The skill's reference page of rules (same registry, self-contained header)."""
-    from reference_impl.config.rules_doc import rules_markdown
+    from reference_impl.config.rules_doc import features_section, rules_markdown
 
     return (
         "# Packing rules\n\n"
         "Every rule `seqpack validate` checks, generated from the rule registry. Read this page when a validation\n"
         "finding needs more context than its message, or to answer which settings a packing path requires.\n"
         "Provenance: upstream (Megatron-Bridge or Megatron-Core rejects it), documented (stated by the packing docs,\n"
-        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n\n"
+        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n"
+        "`seqpack validate --bridge-version 0.6.2|main` (default 0.6.2) checks the rules of that Megatron-Bridge;\n"
+        "the table says which packing feature each version has.\n\n"
+        f"{features_section()}\n"
         f"{rules_markdown()}"
     )
 

@@ -7,7 +7,10 @@ Checks per row: token ids within the vocabulary (never negative; below the manif
 ``vocab_size`` when it records one), structure (equal lengths, segment starts from 0 and strictly
 increasing, within the row, 0/1 loss mask), runtime tokens (stored length minus one per segment)
 within the pack size, and *loss only where a label exists*: the stored mask is rolled, so the last
-stored token of a segment has no label inside the segment and must carry 0.
+stored token of a segment has no label inside the segment and must carry 0 (a 1 there is how an
+unrolled mask shows). Megatron-Bridge's legacy template mode writes such packs on purpose (quirk Q3):
+the issue says so, and ``loss_on_segment_end`` counts the segments; megatron-bridge 0.6.2's collate and
+seqpack's drop that position, so it trains nothing there.
 
 With a seqpack manifest beside the files (a corrupt or foreign one is itself an issue): only the
 files it lists are data (any other Parquet file there is a ``stray_file`` issue, not counted), a
@@ -17,7 +20,10 @@ split with the manifest's pack size).
 
 Statistics: packs, segments, sequences-per-pack histogram, real / aligned / slot tokens, packing
 efficiency, alignment padding share, width padding share, inferred alignment (gcd of physical
-segment lengths).
+segment lengths), the longest physical segment and the sum of squared physical segment lengths (the
+inputs of Megatron-Bridge's ``calculate_avg_seqlen``), and ``bridge_metadata``: the entry
+Megatron-Bridge's preparation records in its metadata file for these packs (its six keys, its
+rounding), so a metadata file can be checked against the data it describes.
 
 Topology: given TP/CP/SP (and eval CP), the packs are usable when every physical segment is a
 multiple of the derived ``pad_seq_to_mult`` and the row width is too (``pack_size`` with fixed
@@ -94,6 +100,7 @@ def inspect_packed_dataset(
         eos_id = tok.get("eos_id")
     vocab = tok.get("vocab_size") if isinstance(tok.get("vocab_size"), int) else None
     seg_counts, phys_all, logical_all, row_runtime, row_ids = [], [], [], [], []
+    loss_on_end = 0
     per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
     lowest, highest = None, None
     try:
@@ -118,6 +125,7 @@ def inspect_packed_dataset(
                 continue
             last = bounds[1:] - 1
             bad = np.flatnonzero(mask[last] != 0)
+            loss_on_end += int(bad.size)
             if bad.size:
                 issues.add("loss_without_label", r, "loss mask is 1 on a segment's last token, which has no label",
                            int(bad[0]))
@@ -163,6 +171,10 @@ def inspect_packed_dataset(
         "min_row_fill": int(runtime.min()) if runtime.size else 0,
         "max_row_fill": int(runtime.max()) if runtime.size else 0,
         "token_id_range": [lowest, highest],
+        "loss_on_segment_end": loss_on_end,
+        "segment_length": {"max": int(phys.max()) if phys.size else 0,
+                           "sum_of_squares": int(np.square(phys).sum()) if phys.size else 0},
+        "bridge_metadata": _bridge_metadata(runtime, counts, int(pack_size), phys),
     }
     settings = {
         "pack_size": int(pack_size),
@@ -188,6 +200,15 @@ def inspect_packed_dataset(
         topology=topo_out,
     )
     return report.attach(manifest=manifest)
+
+
+def _bridge_metadata(row_fill: np.ndarray, counts: np.ndarray, pack_size: int, phys: np.ndarray) -> dict[str, Any] | None:
+    """Megatron-Bridge's metadata entry for these packs (None when there is no row or no pack size)."""
+    from reference_impl.packing.bridge_compat import bridge_pack_metadata
+
+    if not row_fill.size or pack_size < 1:
+        return None
+    return bridge_pack_metadata(row_fill, counts, pack_size, int(phys.max()))
 
 
 def _manifest(first: Any, issues: _Issues) -> dict[str, Any] | None:

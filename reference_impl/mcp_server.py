@@ -12,7 +12,9 @@ Security model:
   first root;
 * no tool runs a shell command or evaluates user text; only ``pack_dataset`` writes, and only
   inside a root;
-* stdout carries the protocol only (stdio); logs go to stderr; HTTP binds 127.0.0.1 only.
+* stdout carries the protocol only (stdio); logs go to stderr; HTTP binds 127.0.0.1 only and, with
+  a token file, refuses every request without ``Authorization: Bearer <token>`` (401, nothing
+  echoed; :mod:`reference_impl.mcp_support.http_auth`).
 
 Parts live in :mod:`reference_impl.mcp_support`; a long-running tool (progress, time limit,
 cancellation) uses :func:`reference_impl.mcp_support.jobs.run_job`.
@@ -28,11 +30,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from reference_impl import __version__
 from reference_impl.mcp_support.content import find_skill_dir, register_prompts, register_resources
-from reference_impl.mcp_support.registry import register_tools, roots_of, tool
+from reference_impl.mcp_support.links import add_links
+from reference_impl.mcp_support.registry import TOOLS, register_tools, roots_of, tool
 from reference_impl.mcp_support.roots import AllowedRoots
+from reference_impl.mcp_support.skills import SkillBundle, SkillsExtension
 from reference_impl.mcp_support.stamped import StampedMCPServer
 from reference_impl.results import Result
 
@@ -50,12 +56,26 @@ _AUTO = object()
 
 
 class SeqpackServer(StampedMCPServer):
-    """The SDK's server (with the eval nonce on every result) plus what the tools read per request: the allowed roots and the skill directory."""
+    """The SDK's server (with the eval nonce on every result) plus what the tools read per request: the allowed
+    roots and the skill directory; with a usable skill bundle it declares the Skills extension."""
 
-    def __init__(self, roots: AllowedRoots, skill_dir: Path | None) -> None:
-        super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+    def __init__(self, roots: AllowedRoots, skill_dir: Path | None, bundle: SkillBundle | None = None) -> None:
+        super().__init__(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS,
+                         extensions=[SkillsExtension(bundle)] if bundle is not None else None)
         self.seqpack_roots = roots
         self.seqpack_skill_dir = skill_dir
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        """The prompt as the SDK renders it; an unknown name is ``-32602`` (invalid params), as the spec says,
+        not the SDK's internal error."""
+        if self._prompt_manager.get_prompt(name) is None:  # noqa: SLF001 - the SDK offers no public lookup
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
+        return await super().get_prompt(name, arguments, context)
+
+    def finish_result(self, name: str, result: Any) -> Any:
+        """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""
+        spec = TOOLS.get(name)
+        return add_links(result, spec.links, self.seqpack_roots) if spec is not None and spec.links else result
 
 
 @dataclass(frozen=True)
@@ -95,9 +115,10 @@ def build_server(
     """
     allowed = roots if isinstance(roots, AllowedRoots) else AllowedRoots.from_args([os.fspath(r) for r in roots or []])
     skill = find_skill_dir() if skill_dir is _AUTO else skill_dir
-    server = SeqpackServer(allowed, skill)  # type: ignore[arg-type]
+    bundle = SkillBundle.load(skill) if isinstance(skill, Path) else None
+    server = SeqpackServer(allowed, skill, bundle)  # type: ignore[arg-type]
     register_tools(server)
-    register_resources(server, skill)  # type: ignore[arg-type]
+    register_resources(server, skill, bundle)  # type: ignore[arg-type]
     register_prompts(server)
     return server
 
@@ -108,34 +129,47 @@ def serve(
     transport: Literal["stdio", "http"] = "stdio",
     port: int = 8765,
     lifetime_s: float | None = None,
+    token_file: str | os.PathLike[str] | None = None,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is interrupted.
 
-    ``lifetime_s`` (HTTP only) stops the server by itself after that many seconds.
+    ``lifetime_s`` (HTTP only) stops the server by itself after that many seconds; ``token_file``
+    (HTTP only) holds the bearer token every request must carry.
     """
     import anyio
 
+    from reference_impl.errors import UsageError
+    from reference_impl.mcp_support.http_auth import read_token_file
+
+    if token_file is not None and transport != "http":
+        raise UsageError("--token-file applies to --transport http (a stdio server is reached only by its client)")
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
+    token = read_token_file(token_file) if token_file is not None else None
     allowed = AllowedRoots.from_args(roots)
     server = build_server(allowed)
     log.info("seqpack MCP server %s (%s); roots: %s", __version__, transport, allowed.describe())
     if transport == "stdio":
         anyio.run(server.run_stdio_async)
     else:
-        anyio.run(_serve_http, server, port, lifetime_s)
+        anyio.run(_serve_http, server, port, lifetime_s, token)
 
 
-async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None) -> None:
-    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on), logs through ``logging``."""
+async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None, token: str | None = None) -> None:
+    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on; the bearer token when given), logs
+    through ``logging``."""
     import anyio
     import uvicorn
 
+    from reference_impl.mcp_support.http_auth import BearerTokenGuard
+
     sock = _bind("127.0.0.1", port)  # before anything starts: a port in use is one line, not a traceback
-    log.info("listening on http://127.0.0.1:%d/mcp", port)
-    app = server.streamable_http_app(host="127.0.0.1")
+    log.info("listening on http://127.0.0.1:%d/mcp%s", port, " (bearer token required)" if token else "")
+    app: Any = server.streamable_http_app(host="127.0.0.1")
+    if token is not None:
+        app = BearerTokenGuard(app, token)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
     http = uvicorn.Server(config)
 

@@ -52,6 +52,44 @@ def _require_own_install(dest: Path, src: Path) -> None:
         )
 
 
+def skill_files(directory: str | os.PathLike[str]) -> list[str]:
+    """The files of a skill bundle as sorted POSIX paths relative to it: every regular file, except
+    dotfiles, symlinks, ``__pycache__`` and ``*.pyc`` (and what lies under a dot or symlinked directory).
+
+    The one selection every copy and face of the bundle uses: the plugins' copies
+    (``scripts/build_plugins.py``) and the ``skill://`` resources of the MCP server.
+    """
+    root = Path(directory)
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames
+                             if not d.startswith(".") and d != "__pycache__" and not (base / d).is_symlink())
+        for name in filenames:
+            path = base / name
+            if name.startswith(".") or name.endswith(".pyc") or path.is_symlink() or not path.is_file():
+                continue
+            out.append(path.relative_to(root).as_posix())
+    return sorted(out)
+
+
+def read_frontmatter(skill_md: str | os.PathLike[str]) -> dict[str, Any]:
+    """The YAML frontmatter of a SKILL.md as a mapping (ValueError when it has none or it is not a mapping)."""
+    import yaml
+
+    text = Path(skill_md).read_text(encoding="utf-8")
+    if not text.startswith("---\n") or "\n---\n" not in text[3:]:
+        raise ValueError(f"{skill_md} does not start with a --- delimited frontmatter block")
+    head = text[4:].split("\n---\n", 1)[0]
+    try:
+        data = yaml.safe_load(head)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{skill_md}: the frontmatter is not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{skill_md}: the frontmatter is not a mapping")
+    return data
+
+
 def find_skill_dir() -> Path | None:
     """The skill bundle directory: the repository's ``skills/<name>/`` (a source checkout or an
     editable install), else a copy shipped inside the package (``reference_impl/skill_assets/<name>/``).
@@ -86,8 +124,17 @@ SERVER_NAME = "seqpack"
 TRANSPORT = "stdio"
 
 
+def server_command(root: Path) -> list[str]:
+    """The stdio server command: the ``seqpack`` console script next to this interpreter (a wheel, pipx or
+    uv tool install puts it there), else ``python -m reference_impl``; then ``mcp --root ROOT``."""
+    script = Path(sys.executable).parent / "seqpack"
+    installed = script.is_file() and os.access(script, os.X_OK)
+    start = [str(script)] if installed else [sys.executable, "-m", "reference_impl"]
+    return [*start, "mcp", "--root", str(root)]
+
+
 def _registration(client: str, root: Path) -> tuple[str, str]:
-    server = [sys.executable, "-m", "reference_impl", "mcp", "--root", str(root)]
+    server = server_command(root)
     cmd = shlex.join(server)
     if client == "claude":
         return (f"claude mcp add --scope project seqpack -- {cmd}",

@@ -256,10 +256,14 @@ def _padding_mask_mismatches(batches: list[dict[str, Any]]) -> int:
 
 def _config_check(cfg: Any) -> Check:
     from reference_impl.config import validate_config
+    from reference_impl.config.validate import version_target
 
-    report = validate_config(cfg)
+    target, lacking = version_target(cfg)  # the Bridge whose path this one follows
+    report = validate_config(cfg, bridge_version=target)
     if report.ok:
-        return Check("config_valid", True, f"{report.rules_checked} rules", "no error", "config passes every rule")
+        where = f"for Megatron-Bridge {target}" + (f" ({', '.join(lacking)} under the release)" if lacking else "")
+        return Check("config_valid", True, f"{report.rules_checked} rules", "no error",
+                     f"config passes every rule {where}")
     first = report.violations[0]
     return Check(
         "config_valid", False, [f.rule_id for f in report.violations], "no error",

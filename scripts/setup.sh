@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates ./.venv (if missing) and installs seqpack with its test extra into it.
+# Creates ./.venv (if missing) and installs seqpack with every extra that installs on CPU (all) plus
+# the test extra into it (pip install -e ".[all,test]").
 # On a CPU machine it installs torch==2.13.0 first when no torch is importable, so that pip takes
 # the local CPU wheel and never resolves a multi-GB CUDA build for the `torch` requirement.
 set -euo pipefail
@@ -13,5 +14,5 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   "$VPY" -m pip install --quiet "torch==2.13.0"
 fi
-"$VPY" -m pip install --quiet -e ".[test,hf]"
+"$VPY" -m pip install --quiet -e ".[all,test]"
 echo "seqpack installed in $(pwd)/.venv" >&2

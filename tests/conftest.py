@@ -30,6 +30,19 @@ if "SEQPACK_REAL_HOME" not in os.environ:
     os.environ["SEQPACK_REAL_HOME"] = os.environ.get("HOME", "")
     os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
 
+# Hypothesis (6.131 and later) also draws literal constants it harvests from the project's own
+# modules loaded at the time (reference_impl/...), so the examples of a derandomized test would
+# depend on which modules earlier tests happened to import, and the lane's case counts (the generated
+# table in docs/compatibility.md) on which tests ran before. Keep that pool empty: examples then
+# depend only on the test. (An internal hook; on a Hypothesis without it there is nothing to undo.)
+try:
+    from hypothesis.internal.conjecture import providers as _hypothesis_providers
+
+    if hasattr(_hypothesis_providers, "_get_local_constants"):
+        _hypothesis_providers._get_local_constants = lambda: _hypothesis_providers._local_constants
+except ImportError:  # hypothesis is a test extra
+    pass
+
 #: A test taking longer than this on a quiet machine is marked ``slow`` (or ``distributed``).
 SLOW_SECONDS = 2.0
 _MARKS = ("slow", "distributed")
@@ -86,6 +99,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    _finish_compat(session)
     dump = os.environ.get("SEQPACK_TEST_TIMES")  # a JSON file with the times of every test
     if dump:
         Path(dump).write_text(json.dumps({
@@ -127,3 +141,100 @@ def smoke_cp_reports():
     requests["offline-pad1"] = SmokeRequest("offline", pad1)
     requests["in_batch-mean-loss"] = SmokeRequest("in_batch", overrides=("model.calculate_per_token_loss=false",))
     return dict(zip(requests, run_packing_smoke_tests(list(requests.values()), size="tiny")))
+
+
+# --- the upstream lane ------------------------------------------------------------------------------
+# Tests that take the ``upstream`` fixture run Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 in the lane
+# (reference_impl/upstream_lane; built by scripts/setup_upstream.sh). They carry the ``upstream`` mark.
+# Without a lane they skip, saying why, unless SEQPACK_REQUIRE_UPSTREAM=1 (scripts/test.sh sets it for
+# the full run, so CI fails instead of skipping).
+REQUIRE_UPSTREAM = "SEQPACK_REQUIRE_UPSTREAM"
+_COMPAT = None
+_LANE_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "upstream" in getattr(item, "fixturenames", ()) or "compat" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.upstream)
+
+
+def pytest_runtest_logreport(report):
+    if "upstream" in report.keywords and (report.when == "call" or report.outcome != "passed"):
+        if _LANE_OUTCOMES.get(report.nodeid) in (None, "passed"):
+            _LANE_OUTCOMES[report.nodeid] = report.outcome
+
+
+@pytest.fixture(scope="session")
+def upstream():
+    """The session's upstream worker (:class:`reference_impl.upstream_lane.UpstreamLane`)."""
+    from reference_impl.upstream_lane.build import LaneError
+    from reference_impl.upstream_lane.client import UpstreamLane
+
+    try:
+        lane = UpstreamLane()
+        lane.call("core.versions", timeout=600)
+    except LaneError as exc:
+        if os.environ.get(REQUIRE_UPSTREAM) == "1":
+            pytest.fail(f"upstream lane required ({REQUIRE_UPSTREAM}=1) but not usable: {exc}", pytrace=False)
+        pytest.skip(f"upstream lane not available: {exc}")
+    yield lane
+    lane.close()
+
+
+@pytest.fixture(scope="session")
+def compat():
+    """The session's differential-case counter (tests/upstream/compat.py)."""
+    global _COMPAT
+    from tests.upstream.compat import CompatRecorder
+
+    if _COMPAT is None:
+        _COMPAT = CompatRecorder()
+    return _COMPAT
+
+
+def _finish_compat(session) -> None:
+    """Dump the case counts; with SEQPACK_CHECK_COMPAT=1, compare them with docs/compatibility.md."""
+    if _COMPAT is None:
+        return
+    from tests.upstream import compat as compat_doc
+
+    out = os.environ.get("SEQPACK_COMPAT_RESULTS")
+    if out:
+        compat_doc.dump(_COMPAT, Path(out))
+    table = compat_doc.render_table(_COMPAT.to_dict())
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    not_passed = sorted(n for n, o in _LANE_OUTCOMES.items() if o != "passed")
+    if os.environ.get("SEQPACK_WRITE_COMPAT") == "1":
+        if not_passed:
+            reporter.write_line(f"compatibility table not written: {len(not_passed)} lane tests did not pass")
+        else:
+            compat_doc.write_doc_table(table)
+            reporter.write_line(f"compatibility table written to {compat_doc.DOC.name}")
+        return
+    if os.environ.get("SEQPACK_CHECK_COMPAT") != "1":
+        return
+    if not_passed:
+        reporter.write_line(f"compatibility table not checked: {len(not_passed)} lane tests did not pass")
+        return
+    if compat_doc.doc_table() != table:
+        reporter.write_sep("!", "docs/compatibility.md's lane agreement table is stale (SEQPACK_WRITE_COMPAT=1 "
+                           "rewrites it)", red=True)
+        reporter.write_line(table)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory):
+    """The sdist and wheel ``python -m build`` makes of (a copy of) this checkout: ``(sdist, wheel)``."""
+    from tests.release_env import build_dists
+
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="session")
+def light_install(built_dists, tmp_path_factory):
+    """A clean venv holding only the wheel and the light dependencies it declares (no torch): its bin directory."""
+    from tests.release_env import light_venv
+
+    return light_venv(built_dists[1], tmp_path_factory.mktemp("light") / "venv")

@@ -26,12 +26,12 @@ PACKAGE = REPO / "reference_impl"
 
 #: Layers from the bottom up (DESIGN.md section 2); a module may import its own layer and those below.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt", "alignment",
-             "packing_paths", "config", "examples"),
+    "base": ("", "errors", "extras", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports", "textfmt",
+             "alignment", "packing_paths", "config", "examples", "versions"),
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),
-    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen"),
+    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen", "upstream_lane"),
     "edges": ("cli", "mcp_server", "mcp_support", "evaluation", "__main__"),
 }
 ORDER = list(LAYERS)
@@ -125,10 +125,14 @@ def test_builtin_paths_are_complete_specs():
         assert cfg.active_paths() == [spec.name]  # the default smoke config turns on exactly this path
         assert cfg.dataset.kind in spec.dataset_kinds
         assert cfg.train.micro_batch_size == spec.default_micro_batch_size
-        report = validate_config(cfg)
+        from reference_impl.config.validate import version_target
+
+        target = version_target(cfg)[0]  # the Bridge the path follows
+        report = validate_config(cfg, bridge_version=target)
         assert report.ok, (spec.name, report.rule_ids)
         assert cfg.model.context_parallel_size == 2  # so the CP check runs by default
-        broken = validate_config(cfg, [("train.micro_batch_size", 2 if spec.default_micro_batch_size == 1 else 1)])
+        broken = validate_config(cfg, [("train.micro_batch_size", 2 if spec.default_micro_batch_size == 1 else 1)],
+                                 bridge_version=target)
         assert spec.micro_batch_rule in broken.rule_ids  # the named rule is the one that guards the MBS
     assert packing_paths.batch_modes() == ("in-batch", "global-batch")
     assert all(callable(packing_paths.path_for_mode(m).load("batches")) for m in packing_paths.batch_modes())

@@ -180,7 +180,6 @@ CONSTRAINTS = [
     "PACK-ENERGON-AVG-COLLECTIVE",
     "PACK-ENERGON-NO-CUDA-GRAPHS",
     "PACK-ENERGON-NO-PP",
-    "PACK-ENERGON-NO-MTP",
     "PACK-EXCLUSIVE-ENERGON-IN-BATCH",
     "PACK-ENERGON-DATASET-KIND",
 ]
@@ -201,6 +200,17 @@ def test_constraint_violations_carry_the_registry_rule_id(tmp_path, rule_id):
     with pytest.raises(Exception) as later:
         get_train_dataset(fixed, tmp_path)
     assert rule_id not in str(later.value)  # the fixed config passes this rule (then lacks data)
+
+
+def test_mtp_is_a_warning_since_bridge_pr_5990(tmp_path):
+    # Bridge main at 067f987 refused MTP with Energon native packing; PR #5990 accepts it, and seqpack's
+    # Energon path rolls MTP per packed sequence: the loader logs the warning and goes on (then lacks data)
+    rule = RULES_BY_ID["PACK-ENERGON-NO-MTP"]
+    assert rule.severity == "warning" and "PACK-ENERGON-NO-MTP" in ENERGON_RULE_IDS
+    cfg = energon_cfg(128, 8, *[f"{k}={json.dumps(v)}" for k, v in rule.trigger.items()])
+    with pytest.raises(Exception) as later:
+        get_train_dataset(cfg, tmp_path)
+    assert not isinstance(later.value, ConfigViolationError)
 
 
 def test_registry_ids_exist_and_off_configs_are_refused(tmp_path):

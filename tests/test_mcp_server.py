@@ -154,16 +154,21 @@ async def test_derive_alignment(client: Client):
 @pytest.mark.anyio
 async def test_validate_config(client: Client, root: Path):
     out = await call(client, "validate_config", {"config_text": "train: {micro_batch_size: 1}",
-                                                 "overrides": ["dataset.enable_in_batch_packing=true"]})
-    assert out["ok"] is False
+                                                 "overrides": ["dataset.enable_in_batch_packing=true"],
+                                                 "bridge_version": "main"})
+    assert out["ok"] is False and out["bridge_version"] == "main"
     assert [v["rule_id"] for v in out["violations"]] == ["PACK-IN-BATCH-MBS", "PACK-IN-BATCH-DATALOADER"]
     v = out["violations"][0]
     assert v["fields"]["train.micro_batch_size"] == 1 and v["fix"] == RULES_BY_ID["PACK-IN-BATCH-MBS"].fix
-    by_path = await call(client, "validate_config", {"path": "job.yaml"})
+    by_path = await call(client, "validate_config", {"path": "job.yaml", "bridge_version": "main"})
     assert [v["rule_id"] for v in by_path["violations"]] == ["PACK-IN-BATCH-MBS", "PACK-IN-BATCH-DATALOADER"]
-    fixed = await call(client, "validate_config", {
-        "path": str(root / "job.yaml"), "overrides": ["train.micro_batch_size=4", "dataset.dataloader_type=single"]})
+    fixed_args = {"path": str(root / "job.yaml"), "overrides": ["train.micro_batch_size=4", "dataset.dataloader_type=single"]}
+    fixed = await call(client, "validate_config", {**fixed_args, "bridge_version": "main"})
     assert fixed["ok"] is True and fixed["resolved"]["packing_path"] == "in_batch"
+    release = await call(client, "validate_config", fixed_args)  # default: megatron-bridge 0.6.2
+    assert release["bridge_version"] == "0.6.2"
+    assert [v["rule_id"] for v in release["violations"]] == ["PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION"]
+    assert "0.5" in await call_error(client, "validate_config", {"bridge_version": "0.5"})
     example = await call(client, "validate_config", {"example": "offline_8k_tp4_cp2_sp"})
     assert example["ok"] is True and example["resolved"]["pad_seq_to_mult"] == 8
     defaults = await call(client, "validate_config", {})
@@ -243,7 +248,7 @@ async def test_check_model_support(client: Client):
     out = await call(client, "check_model_support", {"family": "Qwen3-Next", "path": "offline"})
     (res,) = out["results"]
     assert out["known_family"] is True and res["status"] == "opt_out"
-    assert res["evidence"] == "Megatron-Bridge recipes/qwen/h100/qwen3_next.py"
+    assert res["evidence"] == "megatron-bridge 0.6.2 recipes/qwen/h100/qwen3_next.py"
     unknown = await call(client, "check_model_support", {"family": "my-own-model"})
     assert unknown["known_family"] is False
     assert [r["status"] for r in unknown["results"]] == ["unknown"] * 4
@@ -298,7 +303,9 @@ async def test_pack_then_inspect(client: Client, root: Path):
 async def test_resources(client: Client, skill: Path):
     uris = sorted(str(r.uri) for r in (await client.list_resources()).resources)
     assert uris == ["seqpack://rules.json", "seqpack://rules.md", "seqpack://skill/SKILL.md",
-                    "seqpack://skill/references/offline.md"]
+                    "seqpack://skill/references/offline.md", "skill://megatron-sequence-packing/SKILL.md",
+                    "skill://megatron-sequence-packing/references/notes.txt",
+                    "skill://megatron-sequence-packing/references/offline.md"]  # skill://: every file
     md = await client.read_resource("seqpack://rules.md")
     assert md.contents[0].text == rules_document()
     js = await client.read_resource("seqpack://rules.json")

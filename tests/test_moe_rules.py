@@ -168,7 +168,10 @@ def test_plan_rows_carry_the_dispatch_overhead() -> None:
 def test_a_shipped_bridge_recipe_trains_mtp_on_alignment_padded_packs() -> None:
     from pathlib import Path
 
+    from reference_impl.config import load_config
+
+    # Bridge's own dump of the megatron-bridge 0.6.2 recipe; a dump carries no world size: the recipe's 192 GPUs
     recipe = Path(__file__).parent / "upstream" / "recipes" / "glm52_peft_192gpu_gb200_bf16_config.yaml"
-    report = validate_config(str(recipe))
+    report = validate_config(load_config(recipe, overrides=["dist.world_size=192"]))
     assert report.ok  # Bridge accepts it ...
     assert "MTP-PACKED-ALIGNMENT-ROLL" in {f.rule_id for f in report.warnings}  # ... and its MTP roll is misplaced

@@ -241,7 +241,9 @@ def test_bridge_compat_reproduces_bridge_sample_bins(write_jsonl, tmp_path):
     path = write_jsonl(rows)
     res = prepare_packed_dataset(path, tmp_path / "o", pack_size=128, algorithm="first_fit_shuffle",
                                  bridge_compat=True, seed=1234)
-    runtime = [len(tokenize_row(r, PromptCompletionSchema(), TOK, max_length=129).input_ids) - 1 for r in rows]
+    # with pad_seq_to_mult=1 Bridge's budget is pack_size stored ids (pack_size - 1 runtime tokens)
+    runtime = [len(tokenize_row(r, PromptCompletionSchema(), TOK, max_length=128).input_ids) - 1 for r in rows]
+    assert max(runtime) == 127  # some rows were cut to Bridge's budget
     expected = bridge_pack_samples(runtime, 128, seed=1234, algorithm="first_fit_shuffle")
     reader = PackedParquetReader(res.files["training"])
     assert len(reader) == len(expected.sample_bins)

@@ -114,6 +114,14 @@ SUCCESSES = [
          ["validate", "{root}/job.yaml", "--set", "train.micro_batch_size=4"],
          "validate_config", {"path": "{root}/job.yaml", "overrides": ["train.micro_batch_size=4"]},
          exit_code=1),  # the batch dataloader breaks an in-batch rule: a normal report, exit 1
+    Case("validate-bridge-main", lambda r, f: verbs.validate(verbs.ValidateOptions(
+        path=r / "job.yaml", overrides=("train.micro_batch_size=4", "dataset.dataloader_type=single"),
+        bridge_version="main")),
+         ["validate", "{root}/job.yaml", "--set", "train.micro_batch_size=4", "--set", "dataset.dataloader_type=single",
+          "--bridge-version", "main"],
+         "validate_config", {"path": "{root}/job.yaml", "overrides": ["train.micro_batch_size=4",
+                                                                      "dataset.dataloader_type=single"],
+                             "bridge_version": "main"}),  # GPT-SFT in-batch: valid on Bridge main only
     Case("explain-rule", lambda r, f: verbs.query_rules(verbs.RulesOptions(query="pack-offline-mbs1")),
          ["rules", "pack-offline-mbs1"], "explain_rule", {"query": "pack-offline-mbs1"},
          cli_view=lambda d: d["rules"][0]),

@@ -27,9 +27,9 @@ def _rows(n, tokens=64, segments=2, start=0):
     return rows
 
 
-def test_written_types_match_bridge_reader():
+def test_written_types_match_bridge_reader(tmp_path):
     rows = [{"input_ids": [1, 2, 3, 4], "loss_mask": [True, False, 1, 0], "seq_start_id": [0, 2]}]
-    path = write_packed_parquet(rows, "/tmp/seqpack-types.idx.parquet")
+    path = write_packed_parquet(rows, tmp_path / "seqpack-types.idx.parquet")
     table = pq.read_table(path)
     assert table.schema.field("input_ids").type == pa.list_(pa.int64())
     assert table.schema.field("loss_mask").type == pa.list_(pa.int8())

@@ -24,17 +24,18 @@ def test_ids_unique_and_well_formed():
 
 @pytest.mark.parametrize("rule", RULES, ids=IDS)
 def test_rule_fires_on_trigger_and_not_on_fixed(rule):
-    report = validate_config(None, list(rule.trigger.items()))
-    assert rule.id in report.rule_ids, f"{rule.id} did not fire on its trigger config"
-    finding = next(f for f in report.violations + report.warnings if f.rule_id == rule.id)
-    assert finding.severity == rule.severity
-    fixed = validate_config(None, list({**rule.trigger, **rule.fixed}.items()))
-    assert rule.id not in fixed.rule_ids, f"{rule.id} still fires after its fix"
+    for target in rule.targets:  # every Megatron-Bridge version the rule holds for
+        report = validate_config(None, list(rule.trigger.items()), bridge_version=target)
+        assert rule.id in report.rule_ids, f"{rule.id} did not fire on its trigger config ({target})"
+        finding = next(f for f in report.violations + report.warnings if f.rule_id == rule.id)
+        assert finding.severity == rule.severity
+        fixed = validate_config(None, list({**rule.trigger, **rule.fixed}.items()), bridge_version=target)
+        assert rule.id not in fixed.rule_ids, f"{rule.id} still fires after its fix ({target})"
 
 
 @pytest.mark.parametrize("rule", RULES, ids=IDS)
 def test_message_names_the_offending_values(rule):
-    report = validate_config(None, list(rule.trigger.items()))
+    report = validate_config(None, list(rule.trigger.items()), bridge_version=rule.targets[0])
     finding = next(f for f in report.violations + report.warnings if f.rule_id == rule.id)
     # at least one of the rule's fields (by its last name part) appears in the message with a value
     names = {f.rsplit(".", 1)[-1] for f in rule.fields}
@@ -53,7 +54,9 @@ def test_example_keys_are_real_config_fields():
 def test_default_config_is_clean():
     report = validate_config(None)
     assert report.ok and report.violations == [] and report.warnings == []
-    assert report.rules_checked == len(RULES)
+    assert report.rules_checked == len([r for r in RULES if r.applies_to(report.bridge_version)])
+    main = validate_config(None, bridge_version="main")
+    assert main.ok and main.warnings == [] and main.rules_checked == len([r for r in RULES if r.applies_to("main")])
 
 
 def test_resolved_values():
@@ -178,7 +181,7 @@ def test_registry_order_is_family_order_then_definition_order():
     assert keys == sorted(keys)
     # a snapshot of the head and tail of the order, so a silent reshuffle shows up in review
     assert IDS[:4] == ["TOPO-WORLD-DIVISIBLE", "BATCH-GBS-DIVISIBLE", "BATCH-EVAL-GBS-DIVISIBLE", "SEQ-LENGTH-MATCH"]
-    assert IDS[-3:] == ["DATALOADER-NUM-EPOCHS", "DATASET-KWARGS-MAX-NUM-SAMPLES", "HF-REWRITE-EXPLICIT-PATHS"]
+    assert IDS[-3:] == ["DATASET-KWARGS-MAX-NUM-SAMPLES", "HF-REWRITE-EXPLICIT-PATHS", "DATASET-FIELD-KIND"]
 
 
 def test_assemble_does_not_depend_on_registration_order(monkeypatch):

@@ -3,6 +3,7 @@
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,14 @@ def test_frontmatter_follows_the_spec(skill):
     assert re.fullmatch(r"[^<>]+ <[^@\s]+@[^>\s]+>", meta["metadata"]["author"])
     assert re.fullmatch(r"\d+\.\d+\.\d+", meta["metadata"]["version"])
     assert meta["metadata"]["tags"]
-    # allowed-tools in the comma form (scanners split on commas), never YAML flow style
+    # allowed-tools space-separated, as the Agent Skills spec says (SkillSpector >= 2.11 reads this form), never
+    # YAML flow style or commas
     tools = meta["allowed-tools"]
     assert isinstance(tools, str) and "[" not in head.split("allowed-tools:")[1].splitlines()[0]
-    assert [t.strip() for t in tools.split(",")] == ["Read", "Bash"]
+    assert "," not in tools and tools.split() == ["Read", "Bash"]
+    # a wheel or plugin install, not a checkout: no editable install, no repository script
+    assert "pip install seqpack" in meta["compatibility"] and "plugin" in meta["compatibility"]
+    assert "-e ." not in meta["compatibility"] and "setup.sh" not in meta["compatibility"]
 
 
 def test_body_sections_and_size(skill):
@@ -117,8 +122,10 @@ def test_codex_agent_file_declares_the_stdio_server_install_skill_registers(tmp_
     assert tool["type"] == "mcp" and tool["value"] == SERVER_NAME and tool["transport"] == TRANSPORT == "stdio"
     assert tool["command"] == "seqpack" and tool["args"][:2] == ["mcp", "--root"]
     printed = install_skill("codex", project=tmp_path).mcp_command
-    assert printed.startswith(f"codex mcp add {SERVER_NAME} -- ") and printed.split(" -- ", 1)[1].split()[-4:] == [
-        "reference_impl", "mcp", "--root", str(tmp_path)]
+    assert printed.startswith(f"codex mcp add {SERVER_NAME} -- ") and printed.split(" -- ", 1)[1].split()[-3:] == [
+        "mcp", "--root", str(tmp_path)]
+    start = printed.split(" -- ", 1)[1].split()[:-3]  # the installed console script, else python -m reference_impl
+    assert start in ([str(Path(sys.executable).parent / "seqpack")], [sys.executable, "-m", "reference_impl"])
 
 
 def test_bundle_ships_text_only_and_no_repo_only_paths():

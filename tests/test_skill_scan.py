@@ -1,46 +1,40 @@
-"""scripts/scan-skill.sh: SkillSpector SAFE with a complete analysis, SkillEvaluator Tier 1 passing, skills-ref valid.
+"""scripts/scan-skill.sh: the Agent Skills reference validator (PyPI skills-ref==0.1.1) accepts the bundle.
 
-Runs only where Python 3.12 and fetched snapshots of the three scanners are present (it installs them
-into a throwaway venv, with their dependencies from PyPI); otherwise it is skipped and says which is
-missing. The scan takes a few minutes, hence ``slow``.
+The script installs the validator from PyPI into a cached venv (first run about 10 s), so this runs
+wherever the package registry is reachable; a broken bundle (negative control) is rejected.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRRORS = Path(os.environ.get("SEQPACK_UPSTREAM_MIRRORS", "/work/.mirror"))
-SNAPSHOTS = ("NVIDIA+SkillSpector", "NVIDIA+SkillEvaluator", "agentskills+agentskills")
+SCRIPT = ROOT / "scripts" / "scan-skill.sh"
+SKILL = ROOT / "skills" / "megatron-sequence-packing"
+pytestmark = pytest.mark.slow
 
 
-def _python312() -> bool:
-    env = {**os.environ, "PYENV_VERSION": "3.12.1"}
-    try:
-        return subprocess.run(["python3.12", "-c", "import sys; assert sys.version_info[:2] == (3, 12)"], env=env,
-                              capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def _scan(skill: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), str(skill), str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
 
 
-@pytest.mark.slow
-def test_scanners_accept_the_bundle(tmp_path):
-    missing = [name for name in SNAPSHOTS if not (MIRRORS / name / "repo").is_dir()]
-    if missing:
-        pytest.skip(f"scanner snapshots not fetched: {', '.join(missing)} (fetch them into {MIRRORS})")
-    if not _python312():
-        pytest.skip("Python 3.12 is not available (the scanners need it)")
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "scan-skill.sh"), str(ROOT / "skills" /
-                           "megatron-sequence-packing"), str(tmp_path)], capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    spector = json.loads((tmp_path / "skillspector.json").read_text())
-    assert spector["risk_assessment"]["recommendation"] == "SAFE"
-    assert spector["analysis_completeness"]["is_complete"] is True
-    assert "8/8 passed" in (tmp_path / "skillevaluator.txt").read_text()
-    assert (tmp_path / "skills-ref.txt").read_text().startswith("Valid skill")
+def test_reference_validator_accepts_the_bundle(tmp_path):
+    proc = _scan(SKILL, tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("Valid skill: megatron-sequence-packing"), proc.stdout
+
+
+def test_reference_validator_rejects_a_broken_bundle(tmp_path):
+    broken = tmp_path / "megatron-sequence-packing"
+    shutil.copytree(SKILL, broken)
+    text = (broken / "SKILL.md").read_text(encoding="utf-8")
+    (broken / "SKILL.md").write_text(text.replace("name: megatron-sequence-packing", "name: another-name", 1),
+                                     encoding="utf-8")
+    proc = _scan(broken, tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "must match skill name" in proc.stdout

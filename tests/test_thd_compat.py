@@ -17,19 +17,29 @@ from hypothesis import strategies as st
 
 from reference_impl.errors import AlignmentError, ArtifactError, PackingError, UsageError
 from reference_impl.packing.thd import build_thd_batch, validate_thd_batch
+from reference_impl.packing import thd_compat
 from reference_impl.packing.thd_compat import (
     collate_stored_row_canonical,
-    collate_stored_rows,
     from_bridge_offline_batch,
     from_legacy_batch,
     right_padded_to_thd,
     static_shape_from_metadata,
     stored_row_segments,
-    to_bridge_offline_batch,
     to_legacy_batch,
 )
 
 F, T = False, True
+
+
+def collate_stored_rows(rows, **kwargs):
+    """The worked examples keep the ``padding_mask`` key of Bridge main's batch form (read at 067f987);
+    megatron-bridge 0.6.2's has none, which is the default (``test_default_bridge_form_is_the_releases``)."""
+    return thd_compat.collate_stored_rows(rows, emit_padding_mask=True, **kwargs)
+
+
+def to_bridge_offline_batch(batches, **kwargs):
+    """Bridge main's form, with ``padding_mask`` (see :func:`collate_stored_rows`)."""
+    return thd_compat.to_bridge_offline_batch(batches, emit_padding_mask=True, **kwargs)
 
 # E1 / E2 stored row and metadata
 E1_ROW = {
@@ -209,9 +219,10 @@ def test_item46_padding_row_contributes_no_loss():
     assert torch.equal(b["tokens"][0], b["tokens"][1])
 
 
-def test_item30_legacy_template_loss_on_alignment_padding_is_kept():
-    # quirk Q3: stored loss mask is True on pre-padding positions; kept as stored, but those
-    # positions lie outside the logical boundaries
+def test_item30_legacy_template_loss_on_alignment_padding_is_dropped_with_the_eos_inputs():
+    # quirk Q3: the stored loss mask is True on pre-padding positions. Bridge main at 067f987 kept it as
+    # stored; megatron-bridge 0.6.2's collate (and seqpack's) zeroes the loss wherever the input token is
+    # EOS, which the pre-padding is (tests/upstream/test_diff_readers.py checks it on Bridge's own pack)
     row = {
         "input_ids": [11, 12, 13, 14, 0, 21, 22, 23, 0, 0, 31, 32, 33, 34, 35, 36, 0, 0, 0],
         "seq_start_id": [0, 5, 10],
@@ -220,12 +231,12 @@ def test_item30_legacy_template_loss_on_alignment_padding_is_kept():
     b = collate_stored_rows([row], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True)
     assert L(b["tokens"]) == [[11, 12, 13, 14, 21, 22, 23, 0, 31, 32, 33, 34, 35, 36, 0, 0]]
     assert L(b["labels"]) == [[12, 13, 14, 0, 22, 23, 0, 0, 32, 33, 34, 35, 36, 0, 0, 0]]
-    assert L(b["loss_mask"]) == [[0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1]]
+    assert L(b["loss_mask"]) == [[0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0]]
     assert L(b["cu_seqlens_q"]) == [[0, 4, 7, 13]]
     assert L(b["cu_seqlens_q_padded"]) == [[0, 4, 8, 16]]
     pad = b["padding_mask"][0]
     assert L(pad.nonzero().flatten()) == [7, 14, 15]
-    assert L(b["loss_mask"][0][pad]) == [1, 1, 1]
+    assert L(b["loss_mask"][0][pad]) == [0, 0, 0]
 
 
 def test_q2_stored_row_longer_than_the_pack_fits_by_runtime_tokens():
@@ -238,12 +249,13 @@ def test_q2_stored_row_longer_than_the_pack_fits_by_runtime_tokens():
 
 
 def test_q4_content_ending_in_eos_shortens_the_logical_length():
-    # the second input token 0 may be a real end-of-turn id equal to eos: it counts as padding
+    # the third input token 0 may be a real end-of-turn id equal to eos: it counts as padding, and (as in
+    # megatron-bridge 0.6.2's collate) an input equal to eos trains nothing
     row = {"input_ids": [5, 6, 0, 0, 0], "seq_start_id": [0], "loss_mask": [1, 1, 1, 0, 0]}
     canonical = collate_stored_row_canonical(row, pack_size=4, pad_seq_to_mult=2, eos_id=0, pad_to_max_length=True)
     assert L(canonical["cu_seqlens_q"]) == [0, 2]
     assert L(canonical["cu_seqlens_q_padded"]) == [0, 4]
-    assert L(canonical["loss_mask"]) == [[1, 1, 1, 0]]
+    assert L(canonical["loss_mask"]) == [[1, 1, 0, 0]]
 
 
 def test_width_rounds_to_pad_seq_length_to_mult_and_caps_at_pack_size():
@@ -751,3 +763,15 @@ def test_return_cu_seqlen_false_gives_bridges_causal_mask_and_no_boundaries():
     for key in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask"):
         assert torch.equal(b[key], with_cu[key])
     assert with_cu["attention_mask"] is None
+
+
+def test_default_bridge_form_is_the_releases_without_padding_mask():
+    """megatron-bridge 0.6.2's collate has no padding_mask (tests/upstream/test_diff_readers.py compares the
+    whole batch with it); the canonical batch comes back from that form when the padded keys are there."""
+    release = thd_compat.collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0,
+                                             pad_to_max_length=True)
+    main = collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True)
+    assert "padding_mask" not in release and "padding_mask" in main
+    assert {k for k in main if k != "padding_mask"} == set(release)
+    assert_same_batch(from_bridge_offline_batch(release)[0], from_bridge_offline_batch(main)[0])
+

@@ -1,11 +1,11 @@
-"""The skill as users install it: build the wheel, install it into a fresh venv, install the skill into a new project,
-and check that every file SKILL.md names exists there and every command in it runs (with the wheel's code)."""
+"""The skill as users install it: build the wheel (``python -m build``), install it into a fresh venv, install the
+skill into a new project, and check that every file SKILL.md names exists there and every command in it runs (with
+the wheel's code; the test venv supplies torch and the other extras)."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL_NAME = "megatron-sequence-packing"
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "reference_impl", "skills")
 
 
 def _run(argv, **kw):
@@ -25,20 +24,10 @@ def _run(argv, **kw):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """A fresh venv with only the wheel installed; the test venv's site-packages supply the dependencies."""
+def installed(built_dists, tmp_path_factory):
+    """A fresh venv with only the built wheel installed; the test venv's site-packages supply the dependencies."""
     tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in BUILD_INPUTS:  # build from a copy, so the checkout gets no build/ folder
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
-        else:
-            shutil.copy2(path, src / name)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
-          str(src)])
-    (wheel,) = (tmp / "dist").glob("seqpack-*.whl")
+    wheel = built_dists[1]
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     py = venv / "bin" / "python"

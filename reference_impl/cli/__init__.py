@@ -2,7 +2,9 @@
 
 Exit codes: 0 success (a config is valid), 1 rule violations (or a failed check), 2 usage or
 input error. Errors are printed as one readable line on stderr, never as a traceback
-(``SEQPACK_DEBUG=1`` shows it).
+(``SEQPACK_DEBUG=1`` shows it). A command module may set ``EXTRA`` (the optional extra it needs,
+:mod:`reference_impl.extras`): without that extra the command prints which one to install and
+exits 2 before doing anything; an import of another extra's module failing later says the same.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Sequence
 from reference_impl.errors import SeqpackError, UsageError, is_foreign_panic
 
 #: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
-#: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+#: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
 COMMANDS: tuple[str, ...] = (
     "reference_impl.cli.align",
     "reference_impl.cli.validate",
@@ -56,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name in COMMANDS:
         module = importlib.import_module(module_name)
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        extra = getattr(module, "EXTRA", None)
+        text = module.HELP if extra is None else f"{module.HELP} (needs seqpack[{extra}])"
+        p = sub.add_parser(module.NAME, help=text, description=text)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _extra=extra)
     return parser
 
 
@@ -122,9 +126,19 @@ def _undecodable_argument(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; errors become one line on stderr and an exit code."""
+    from reference_impl.extras import missing_extra_error, require_extra
+
     try:
         _undecodable_argument(args)
+        if getattr(args, "_extra", None):
+            require_extra(args._extra)
         return int(args._run(args))
+    except ImportError as exc:  # a module of an optional extra is missing: name the extra, in one line
+        hint = missing_extra_error(exc)
+        if hint is None or os.environ.get("SEQPACK_DEBUG"):
+            return _internal_error(args, exc)
+        print(f"seqpack {args.command}: error: {hint}", file=sys.stderr)
+        return EXIT_ERROR
     except SeqpackError as exc:
         if os.environ.get("SEQPACK_DEBUG"):
             raise
@@ -145,11 +159,18 @@ def _run(args: argparse.Namespace) -> int:
         print(f"seqpack {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
     except BaseException as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
-        if os.environ.get("SEQPACK_DEBUG") or not (isinstance(exc, Exception) or is_foreign_panic(exc)):
+        if not (isinstance(exc, Exception) or is_foreign_panic(exc)):
             raise  # SystemExit and friends; a Rust panic (pyo3's PanicException) is a BaseException too
-        print(
-            f"seqpack {args.command}: internal error: {type(exc).__name__}: {exc} "
-            "(run with SEQPACK_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR
+        return _internal_error(args, exc)
+
+
+def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """An unexpected exception as one line (re-raised under ``SEQPACK_DEBUG``)."""
+    if os.environ.get("SEQPACK_DEBUG"):
+        raise exc
+    print(
+        f"seqpack {args.command}: internal error: {type(exc).__name__}: {exc} "
+        "(run with SEQPACK_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_ERROR

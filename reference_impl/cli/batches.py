@@ -22,6 +22,8 @@ from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "batches"
 HELP = "build the first packed micro-batches of a JSONL file and print their layout and padding"
+#: The optional extra this command needs (reference_impl.extras): the runtime paths build torch batches.
+EXTRA = "train"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,8 @@ from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "energon-prepare"
 HELP = "turn JSONL (text or VLM rows with images) into a prepared Energon dataset for online packing"
+#: The optional extra this command needs (reference_impl.extras): megatron-energon writes the index.
+EXTRA = "energon"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

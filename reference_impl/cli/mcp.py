@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=MCP_TRANSPORTS, default="stdio",
                    help="stdio (default) or streamable HTTP")
     p.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default 8765)")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="HTTP only: a file holding a bearer token; requests without 'Authorization: Bearer "
+                   "<token>' get 401")
     p.add_argument("--lifetime", type=float, default=None, metavar="SECONDS",
                    help="HTTP only: stop by itself after this many seconds (tests, CI); a stdio server "
                    "stops when its client closes stdin")
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from reference_impl.mcp_server import serve
 
     try:
-        serve(args.root, transport=args.transport, port=args.port, lifetime_s=args.lifetime)
+        serve(args.root, transport=args.transport, port=args.port, lifetime_s=args.lifetime,
+              token_file=args.token_file)
     except NotADirectoryError as exc:
         raise UsageError(str(exc), fix="pass existing directories to --root") from None
     return 0

@@ -35,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
             print_json(d)
         else:
             for key in ("id", "severity", "family_title", "title", "fields", "provenance", "source", "fix", "note",
-                        "upstream_check", "example_trigger", "example_fixed"):
+                        "upstream_check", "holds_for", "example_trigger", "example_fixed"):
                 if d[key] not in ("", [], {}):
-                    print(f"{key:16} {', '.join(d[key]) if isinstance(d[key], list) else d[key]}")
+                    sep = "; " if key == "holds_for" else ", "
+                    print(f"{key:16} {sep.join(d[key]) if isinstance(d[key], list) else d[key]}")
         return 0
     if fmt == "json":
         print_json(result.rules)

@@ -9,6 +9,8 @@ from reference_impl.cli._output import add_json_flag, print_json, table
 
 NAME = "smoke"
 HELP = "run the packing smoke test on the embedded demo data (or your config/data) and report each check"
+#: The optional extra this command needs (reference_impl.extras): torch and megatron-core.
+EXTRA = "train"
 
 #: ``--path`` values: every registered packing path, or ``all`` of them.
 PATH_CHOICES = LazyChoices(lambda: ("all", *PACKING_PATHS))

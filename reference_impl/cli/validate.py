@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from reference_impl.choices import BRIDGE_VERSIONS, DEFAULT_BRIDGE_VERSION
 from reference_impl.cli._output import add_json_flag, print_json
 
 NAME = "validate"
@@ -20,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="dotted override, e.g. --set dataset.enable_in_batch_packing=true (repeatable)",
     )
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    p.add_argument("--bridge-version", choices=BRIDGE_VERSIONS, default=DEFAULT_BRIDGE_VERSION,
+                   help="the Megatron-Bridge the config is for: %(default)s (the release the upstream lane checks, "
+                        "default) or main (read, not checkable in the lane)")
     add_json_flag(p)
 
 
@@ -38,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.example is None and args.config is None:
         raise UsageError("give a config file (or --example NAME)")
-    report = validate(ValidateOptions(path=args.config, example=args.example, overrides=args.overrides))
+    report = validate(ValidateOptions(path=args.config, example=args.example, overrides=args.overrides,
+                                      bridge_version=args.bridge_version))
     source = args.config or example_path(args.example)
     failed = not report.ok or (args.strict and report.warnings)
     if args.json:
@@ -47,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     status = "VALID" if report.ok else "INVALID"
     print(
         f"{status}: {report.rules_checked} rules checked, {len(report.violations)} violation(s), "
-        f"{len(report.warnings)} warning(s) [{source}]"
+        f"{len(report.warnings)} warning(s) for Megatron-Bridge {report.bridge_version} [{source}]"
     )
     for f in report.violations:
         print(f"  error   {f.one_line()}")

@@ -7,6 +7,9 @@
   the parser's line number.
 * ``overrides`` are ``section.field=value`` strings; the value is parsed as a YAML scalar/flow
   value (``true``, ``8``, ``null``, ``[attn, mlp]``).
+* Megatron-Bridge's own config dump (``run_config.yaml``, written by ``ConfigContainer.to_yaml``) is
+  read as it is: its packing-relevant fields are mapped by :mod:`reference_impl.config.bridge_dump`
+  and the rest is left out (overrides then apply to the mapped config, with seqpack's keys).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, Iterable, Literal, Mapping, Union, get_args, get_origin,
 
 import yaml
 
+from reference_impl.config.bridge_dump import from_bridge_dump, is_bridge_dump
 from reference_impl.config.schema import TrainingConfig
 from reference_impl.config.yaml_bounded import load_yaml, read_text
 from reference_impl.errors import ConfigError
@@ -102,6 +106,12 @@ check of the file (an empty file plus ``--set`` overrides is a config the overri
         ctx = _Ctx("<text>", locations)
     else:
         raise ConfigError(f"cannot load a config from {type(source).__name__}")
+    if is_bridge_dump(data):
+        try:
+            data = from_bridge_dump(data)[0]
+        except ConfigError as err:
+            file, line = ctx.where(err.field or "")
+            raise ConfigError(err.message, file=file, line=line, field=err.field, fix=err.fix) from None
     overrides = list(overrides)
     if not data and not overrides and ctx.source not in ("<defaults>", "<config>", "<dict>"):
         raise ConfigError("the config is empty: it sets nothing, so only the defaults would be checked",

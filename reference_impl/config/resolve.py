@@ -8,6 +8,7 @@ from typing import Any
 from reference_impl.alignment import Alignment, derive_alignment
 from reference_impl.config.dispatch import DispatchWidth, dispatch_width, dispatcher_name
 from reference_impl.config.schema import SFT_KINDS, OfflinePackingSpecs, TrainingConfig
+from reference_impl.versions import DEFAULT_BRIDGE_TARGET
 
 ROUTER_SCOPES = ("moe", "moe_router", "moe_preprocess")
 
@@ -39,6 +40,7 @@ class Resolved:
     graph_captures_attention: bool
     graph_captures_router: bool
     any_graph: bool
+    bridge_version: str = DEFAULT_BRIDGE_TARGET
 
     @property
     def packed(self) -> bool:
@@ -113,8 +115,8 @@ def alignment_for_config(cfg: TrainingConfig) -> Alignment:
     )
 
 
-def resolve(cfg: TrainingConfig) -> Resolved:
-    """Derive topology, alignment, active paths and CUDA-graph facts from ``cfg``."""
+def resolve(cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET) -> Resolved:
+    """Derive topology, alignment, active paths and CUDA-graph facts from ``cfg``, for that Megatron-Bridge."""
     m = cfg.model
     tp, pp, cp, ep = (
         m.tensor_model_parallel_size,
@@ -153,4 +155,5 @@ def resolve(cfg: TrainingConfig) -> Resolved:
         graph_captures_attention=full_iter or (te_graph and (not scope or "attn" in scope)),
         graph_captures_router=te_graph and (not scope or any(s in scope for s in ROUTER_SCOPES)),
         any_graph=m.cuda_graph_impl != "none" or m.vision_cuda_graph_impl != "none",
+        bridge_version=bridge_version,
     )

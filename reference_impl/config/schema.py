@@ -83,7 +83,9 @@ class ModelConfig:
     max_vision_cuda_graph_seq_length: int | None = _f(
         None, "Patch rows a captured vision graph holds (null: from the position embeddings).", minimum=1
     )
-    num_moe_experts: int | None = _f(None, "Number of MoE experts (null = dense model).", minimum=1)
+    num_moe_experts: int | None = _f(
+        None, "Number of MoE experts (null = dense model, or the provider's own count when EP > 1).", minimum=1
+    )
     moe_token_dispatcher_type: DispatcherType = _f("alltoall", "MoE token dispatcher: alltoall, allgather or flex.")
     moe_flex_dispatcher_backend: FlexBackend | None = _f(None, "Flex dispatcher backend: deepep or hybridep.")
     moe_hybridep_pad_uneven_dispatch_inputs: bool | None = _f(

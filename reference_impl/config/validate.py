@@ -12,6 +12,7 @@ from reference_impl.config.rules import RULES, Rule
 from reference_impl.config.schema import TrainingConfig
 from reference_impl.errors import ConfigViolationError
 from reference_impl.results import Result
+from reference_impl.versions import DEFAULT_BRIDGE_TARGET, TARGET_MEANING, check_target
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class ValidationReport(Result):
     resolved: dict[str, Any]
     rules_checked: int
     config: dict[str, Any] = field(repr=False)  # in the JSON form too: the report shows what was checked
+    bridge_version: str = DEFAULT_BRIDGE_TARGET
 
     @property
     def rule_ids(self) -> list[str]:
@@ -89,14 +91,25 @@ def validate_config(
     overrides: Iterable[str | tuple[str, Any]] = (),
     *,
     rules: Iterable[Rule] = RULES,
+    bridge_version: str | None = DEFAULT_BRIDGE_TARGET,
 ) -> ValidationReport:
-    """Check a config (object, dict, YAML/JSON path or text) against every packing rule."""
+    """Check a config (object, dict, YAML/JSON path or text) against every packing rule.
+
+    ``bridge_version`` is the Megatron-Bridge the config is for (``reference_impl.versions.BRIDGE_TARGETS``:
+    the release the upstream lane checks, the default, or ``main``): only the rules that hold for it are
+    checked. ``None`` checks every given rule whatever its versions, for the Bridge that has the config's
+    packing features (:func:`version_target`; seqpack's own loaders use that).
+    """
     cfg = config if isinstance(config, TrainingConfig) and not overrides else load_config(config, overrides)
-    resolved = resolve(cfg)
+    # None: seqpack's own loaders; they follow the Bridge that has the config's features
+    target = version_target(cfg)[0] if bridge_version is None else bridge_target(bridge_version)
+    resolved = resolve(cfg, target)
     errors: list[Finding] = []
     warnings: list[Finding] = []
     count = 0
     for rule in rules:
+        if bridge_version is not None and not rule.applies_to(target):
+            continue
         count += 1
         message = rule.check(resolved)
         if message is None:
@@ -109,7 +122,19 @@ def validate_config(
         resolved=resolved.summary(),
         rules_checked=count,
         config=cfg.to_dict(),
+        bridge_version=target,
     )
+
+
+def bridge_target(bridge_version: str) -> str:
+    """``bridge_version`` if it is a ``--bridge-version`` choice, else a UsageError naming the choices."""
+    from reference_impl.errors import UsageError
+
+    try:
+        return check_target(bridge_version)
+    except ValueError as exc:
+        raise UsageError(str(exc), field="bridge_version",
+                         fix="; ".join(f"{k}: {v}" for k, v in TARGET_MEANING.items())) from None
 
 
 def check_rules(
@@ -130,6 +155,22 @@ def check_rules(
         if rule_id not in RULES_BY_ID:
             raise UsageError(f"unknown rule id {rule_id!r}")
         selected.append(RULES_BY_ID[rule_id])
-    report = validate_config(config, rules=selected)
+    report = validate_config(config, rules=selected, bridge_version=None)
     report.raise_for_violations()
     return report.warnings
+
+
+def version_target(config: TrainingConfig) -> tuple[str, list[str]]:
+    """The ``--bridge-version`` a config's packing features exist in, and the release-only rules that say so.
+
+    The default release, unless the config uses a feature only Bridge main (or a pull request) has; then
+    ``main`` and the ids of the release's rules that refuse the feature (``*-BRIDGE-VERSION``). seqpack's
+    own paths (smoke test) validate a config for the Bridge it follows this way, and say which one.
+    """
+    from reference_impl.config.rules import RULES
+    from reference_impl.versions import BRIDGE_MAIN
+
+    resolved = resolve(config, DEFAULT_BRIDGE_TARGET)
+    lacking = [r.id for r in RULES if r.id.endswith("-BRIDGE-VERSION") and r.applies_to(DEFAULT_BRIDGE_TARGET)
+               and r.check(resolved) is not None]
+    return (BRIDGE_MAIN if lacking else DEFAULT_BRIDGE_TARGET), lacking

@@ -190,8 +190,10 @@ class VisualItem:
 def _pil() -> Any:
     try:
         from PIL import Image
-    except ImportError as exc:  # pragma: no cover - pillow is a dependency
-        raise UsageError("decoding images needs Pillow: pip install pillow") from exc
+    except ImportError as exc:  # the 'vlm' extra is not installed
+        from reference_impl.extras import MissingExtraError
+
+        raise MissingExtraError("vlm", "PIL") from exc
     return Image
 
 

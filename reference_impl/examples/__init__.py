@@ -7,6 +7,9 @@ from pathlib import Path
 from reference_impl.errors import UsageError
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
+#: Examples of features no Megatron-Bridge release has: the ``--bridge-version`` they are valid for.
+#: Every other example is valid (or, ``broken_*``, broken) for the default, the release the lane checks.
+EXAMPLE_TARGETS: dict[str, str] = {"energon_qwen_vl": "main", "global_batch_cp2": "main"}
 
 
 def list_examples() -> list[str]:
@@ -20,3 +23,10 @@ def example_path(name: str) -> Path:
     if not path.is_file():
         raise UsageError(f"no bundled example named {name!r}; available: {', '.join(list_examples())}")
     return path
+
+
+def example_target(name: str) -> str:
+    """The ``--bridge-version`` an example is written for (the default release unless it needs main)."""
+    from reference_impl.versions import DEFAULT_BRIDGE_TARGET
+
+    return EXAMPLE_TARGETS.get(name.removesuffix(".yaml"), DEFAULT_BRIDGE_TARGET)

@@ -1,4 +1,5 @@
-"""MCP resources (the skill bundle's SKILL.md and references, the rules table) and prompts."""
+"""MCP resources (the rules table; the skill bundle's SKILL.md and references as ``seqpack://skill/...``,
+and every bundle file as ``skill://`` in :mod:`reference_impl.mcp_support.skills`) and prompts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
+from reference_impl.mcp_support.skills import SkillBundle, register_skill_resources
 from reference_impl.skill_install import SKILL_NAME, find_skill_dir
 
 __all__ = ["SKILL_NAME", "find_skill_dir", "register_prompts", "register_resources"]
@@ -27,8 +29,9 @@ def _reader(path: Path, uri: str):  # noqa: ANN202 - a resource function
     return read
 
 
-def register_resources(server: MCPServer, skill_dir: Path | None) -> list[str]:
-    """Register the rules table (markdown and JSON) and, when present, SKILL.md and its references.
+def register_resources(server: MCPServer, skill_dir: Path | None, bundle: SkillBundle | None = None) -> list[str]:
+    """Register the rules table (markdown and JSON) and, when present, SKILL.md and its references
+    (``seqpack://skill/...``) and every file of ``bundle`` (``skill://<name>/...``).
 
     Returns the URIs registered.
     """
@@ -50,6 +53,8 @@ def register_resources(server: MCPServer, skill_dir: Path | None) -> list[str]:
         return json.dumps(rules_table(), indent=1)
 
     uris += ["seqpack://rules.md", "seqpack://rules.json"]
+    if bundle is not None:
+        uris += register_skill_resources(server, bundle)
     if skill_dir is None:
         return uris
     skill_dir = skill_dir.resolve()

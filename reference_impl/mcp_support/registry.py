@@ -8,7 +8,10 @@ a :class:`~reference_impl.errors.SeqpackError`, an ``OSError`` or a ``ToolError`
 error result (:func:`reference_impl.mcp_support.errors.error_result`); any other exception too,
 as "internal error: <type>: <message>" (its traceback goes to the server log), so a client always
 gets the reason. A JSON boolean or a string is refused where a tool wants a number (pydantic would
-read it as 1 or 0, or parse the string).
+read it as 1 or 0, or parse the string). A tool that needs an optional extra (``@tool(extra="train")``) says so in its description
+and, when the extra is missing, answers with the one-line install hint of
+:mod:`reference_impl.extras` before doing anything; a failed import of another extra's module says
+the same, never an ImportError.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
 from reference_impl.errors import SeqpackError, is_foreign_panic
+from reference_impl.extras import install_hint, missing_extra_error, require_extra
 from reference_impl.mcp_support.errors import error_result, log
 from reference_impl.mcp_support.hints import READ_ONLY
+from reference_impl.mcp_support.links import LinkSpec
 from reference_impl.mcp_support.roots import AllowedRoots
 
 __all__ = ["TOOLS", "ToolSpec", "register_tools", "roots_of", "tool"]
@@ -35,12 +40,22 @@ __all__ = ["TOOLS", "ToolSpec", "register_tools", "roots_of", "tool"]
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One registered tool: the wrapped function, its title and its annotations."""
+    """One registered tool: the wrapped function, its title, its annotations and the extra it needs."""
 
     name: str
     fn: Callable[..., Any]
     title: str
     annotations: ToolAnnotations
+    extra: str | None = None
+    links: LinkSpec | None = None
+
+    @property
+    def description(self) -> str | None:
+        """The function's docstring plus the extra it needs; None (the docstring as is) when it needs none."""
+        if self.extra is None:
+            return None
+        text = (self.fn.__doc__ or "").rstrip()
+        return f"{text}\n\nNeeds the optional '{self.extra}' extra ({install_hint(self.extra)})."
 
 
 #: Every tool, in registration order (importing a tools module registers its tools).
@@ -48,6 +63,8 @@ TOOLS: dict[str, ToolSpec] = {}
 
 
 def _error_or_raise(name: str, exc: BaseException) -> Any:
+    if isinstance(exc, Exception):
+        exc = missing_extra_error(exc) or exc  # a module of a missing extra: the install hint, not an ImportError
     result = error_result(name, exc)
     if result is None:
         # unexpected (a bug): the traceback goes to the server log, the client still gets the reason
@@ -108,14 +125,17 @@ def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
                         __validators__={"no_bools": model_validator(mode="before")(classmethod(no_bools))})
 
 
-def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with library errors turned into tool error results (same signature, sync or async)."""
+def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., Any]:
+    """``fn`` with library errors turned into tool error results (same signature, sync or async);
+    with ``extra``, a missing extra is that error before ``fn`` runs."""
     name = fn.__name__
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             try:
+                if extra is not None:
+                    require_extra(extra)
                 return await fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
                 return _error_or_raise(name, exc)
@@ -129,6 +149,8 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
+            if extra is not None:
+                require_extra(extra)
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
             return _error_or_raise(name, exc)
@@ -140,13 +162,19 @@ def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def tool(*, title: str, annotations: ToolAnnotations = READ_ONLY) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a module-level function as an MCP tool (its name is the function's name)."""
+def tool(
+    *, title: str, annotations: ToolAnnotations = READ_ONLY, extra: str | None = None, links: LinkSpec | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a module-level function as an MCP tool (its name is the function's name).
+
+    ``extra``: the optional extra (:data:`reference_impl.extras.EXTRAS`) the tool needs; ``links``:
+    what the tool wrote, as ``resource_link`` items (:mod:`reference_impl.mcp_support.links`).
+    """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if fn.__name__ in TOOLS:
             raise ValueError(f"an MCP tool named {fn.__name__!r} is already registered")
-        TOOLS[fn.__name__] = ToolSpec(fn.__name__, _guarded(fn), title, annotations)
+        TOOLS[fn.__name__] = ToolSpec(fn.__name__, _guarded(fn, extra), title, annotations, extra, links)
         return fn
 
     return register
@@ -166,7 +194,8 @@ def register_tools(server: MCPServer) -> None:
         warnings.filterwarnings("ignore", message='Field name "schema" in .* shadows an attribute',
                                 category=UserWarning)
         for spec in TOOLS.values():
-            server.add_tool(spec.fn, name=spec.name, title=spec.title, annotations=spec.annotations)
+            server.add_tool(spec.fn, name=spec.name, title=spec.title, description=spec.description,
+                            annotations=spec.annotations)
             registered = server._tool_manager.get_tool(spec.name)  # noqa: SLF001 - the SDK offers no public hook
             if registered is not None:  # read live by the SDK: booleans are refused where numbers are wanted
                 registered.fn_metadata.arg_model = _strict_numbers(registered.fn_metadata.arg_model)

@@ -42,8 +42,12 @@ class StampedMCPServer(MCPServer):
             await low.run(read_stream, write_stream, low.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # type: ignore[override]
-        """Run the tool as the SDK does, then stamp the result (:func:`stamp_result`)."""
-        return stamp_result(await super().call_tool(name, arguments, context))
+        """Run the tool as the SDK does, complete it (:meth:`finish_result`), then stamp it (:func:`stamp_result`)."""
+        return stamp_result(self.finish_result(name, await super().call_tool(name, arguments, context)))
+
+    def finish_result(self, name: str, result: Any) -> Any:
+        """A subclass's last word on a tool's converted result, before the stamp (here: unchanged)."""
+        return result
 
 
 __all__ = ["META_KEY", "StampedMCPServer", "stamp_result"]

@@ -12,6 +12,8 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from reference_impl.choices import (
+    BRIDGE_VERSIONS,
+    DEFAULT_BRIDGE_VERSION,
     EXAMPLES,
     MROPE_MODELS,
     PACKING_PATHS,
@@ -49,6 +51,7 @@ FamilyName = literal(RULE_FAMILIES)
 Severity = literal(SEVERITIES)
 PathName = literal(PACKING_PATHS)
 ExampleName = literal(EXAMPLES)
+BridgeVersion = literal(BRIDGE_VERSIONS)
 Override = Annotated[str, Field(min_length=3, max_length=MAX_OVERRIDE_CHARS, pattern=r"^[A-Za-z_][\w.]*=")]
 
 
@@ -90,10 +93,17 @@ def validate_config(
         Field(description="dotted overrides applied on top, e.g. 'dataset.enable_in_batch_packing=true'",
               max_length=MAX_OVERRIDES),
     ] = [],  # noqa: B006 - the SDK copies validated arguments per call
+    bridge_version: Annotated[
+        BridgeVersion,
+        Field(description=f"the Megatron-Bridge the config is for: {DEFAULT_BRIDGE_VERSION} (the release the "
+                          "upstream lane checks) or main (Bridge main, read but not checkable in the lane)"),
+    ] = DEFAULT_BRIDGE_VERSION,
 ) -> ValidationReport:
     """Check a Megatron-Bridge-style training config against every packing rule.
 
     Give one of config_text, path or example (or none: the defaults), plus optional overrides.
+    bridge_version selects the rules for that Megatron-Bridge: under the release, GPT-SFT in-batch,
+    Energon native and global-batch packing are errors (no release has them).
     Returns ok, the violations and warnings (rule id, message naming the fields and values,
     fix), the resolved values (data-parallel size, pad_seq_to_mult, token slots per step) and
     the config that was checked. A config that breaks rules is a normal result (ok=false);
@@ -101,7 +111,7 @@ def validate_config(
     """
     resolved = roots_of(ctx).resolve(path, field="path", kind="file") if path is not None else None
     return validate(ValidateOptions(path=resolved, config_text=config_text, example=example,
-                                    overrides=tuple(overrides)))
+                                    overrides=tuple(overrides), bridge_version=bridge_version))
 
 
 @tool(title="Explain a packing rule")

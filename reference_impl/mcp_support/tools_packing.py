@@ -58,6 +58,7 @@ from reference_impl.limits import (
 from reference_impl.config.dispatch import DISPATCHERS
 from reference_impl.mcp_support.hints import WRITES
 from reference_impl.mcp_support.jobs import run_job
+from reference_impl.mcp_support.links import energon_links, pack_links
 from reference_impl.mcp_support.registry import roots_of, tool
 from reference_impl.packing.global_batch.report import GlobalBatchReport
 from reference_impl.packing.in_batch_report import InBatchReport
@@ -201,7 +202,7 @@ def simulate_packing(
                                     bin_offset=bin_offset))
 
 
-@tool(title="Pack a JSONL dataset offline (writes packed Parquet)", annotations=WRITES)
+@tool(title="Pack a JSONL dataset offline (writes packed Parquet)", annotations=WRITES, links=pack_links)
 async def pack_dataset(
     ctx: Context,
     input_path: Annotated[PathArg, Field(description="JSONL file (or blend manifest) inside an allowed root")],
@@ -330,7 +331,7 @@ _TOKENIZER = Annotated[str | None, Field(description="tokenizer.json (default: t
                                          max_length=MAX_PATH_CHARS)]
 
 
-@tool(title="Show the first in-batch packed micro-batches of a JSONL file")
+@tool(title="Show the first in-batch packed micro-batches of a JSONL file", extra="train")
 async def inspect_in_batch(
     ctx: Context,
     input_path: _INPUT,
@@ -367,7 +368,7 @@ async def inspect_in_batch(
     return await run_job(ctx, lambda job: batches(options), time_limit_s=time_limit_s)  # type: ignore[return-value]
 
 
-@tool(title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)")
+@tool(title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)", extra="train")
 async def inspect_global_batch(
     ctx: Context,
     input_path: _INPUT,
@@ -401,7 +402,8 @@ async def inspect_global_batch(
     return await run_job(ctx, lambda job: batches(options), time_limit_s=time_limit_s)  # type: ignore[return-value]
 
 
-@tool(title="Prepare a Megatron-Energon dataset from JSONL (writes WebDataset shards)", annotations=WRITES)
+@tool(title="Prepare a Megatron-Energon dataset from JSONL (writes WebDataset shards)", annotations=WRITES,
+      extra="energon", links=energon_links)
 async def prepare_energon_dataset(
     ctx: Context,
     input_path: _INPUT,

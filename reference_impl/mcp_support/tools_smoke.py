@@ -19,7 +19,7 @@ SmokePath = literal(PACKING_PATHS)
 SmokeSize = literal(SMOKE_SIZES)
 
 
-@tool(title="Run the packing smoke test (packed == unpacked, CP=2 == CP=1)")
+@tool(title="Run the packing smoke test (packed == unpacked, CP=2 == CP=1)", extra="train")
 async def run_packing_smoke_test(
     ctx: Context,
     path: Annotated[SmokePath, Field(description="which packing path to build batches with")] = "offline",

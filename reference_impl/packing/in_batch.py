@@ -12,12 +12,13 @@ Layout of one packed row (``m`` = alignment multiple, ``u_i`` = row lengths):
   token, label ``-100``, loss 0, and position ids that keep counting;
 * ``cu_seqlens_q/kv`` are the real-token boundaries; ``cu_seqlens_*_padded`` the physical ones,
   present only when some gap (or width slack) was inserted;
-* width: the sum of the aligned lengths (emergent width, the default, as Bridge's text
-  collators), or with ``pad_to_max_length`` a fixed ``width`` (default ``seq_length``, as
-  Bridge's row packer). The slack ``width - sum(aligned)`` goes into the **last** sequence's
-  physical segment (Bridge's in-batch behaviour; ``max_seqlen`` may grow to that segment), and
-  rows whose aligned lengths do not fit raise a PackingError naming them. Each row must itself
-  be at most ``seq_length`` tokens.
+* width: the sum of the aligned lengths (emergent width, the default, as megatron-bridge 0.6.2's
+  text collators and row packer build it), or with ``pad_to_max_length`` a fixed ``width``
+  (default ``seq_length``; 0.6.2's text collators ignore ``pad_to_max_length`` when packing). The
+  slack ``width - sum(aligned)`` goes into the **last** sequence's physical segment (as 0.6.2's
+  Nemotron Omni in-batch packer does; ``max_seqlen`` may grow to that segment), and rows whose
+  aligned lengths do not fit raise a PackingError naming them. Each row must itself be at most
+  ``seq_length`` tokens.
 
 Every row's loss mask is copied unchanged (prompt/completion and chat semantics come from the
 tokenization), so a row's labels and mask inside a packed batch equal those of the row alone.
@@ -113,7 +114,8 @@ class InBatchPackingCollator:
     from ``derive_alignment``) or as ``pad_seq_to_mult``, not both. ``seq_length`` bounds every
     row. ``pad_to_max_length`` fixes the packed width to ``width`` (default ``seq_length``; must
     be a multiple of the alignment); ``slack`` chooses where the extra width goes (the default
-    ``"last_segment"`` is Bridge's in-batch behaviour, ``"pad_sequence"`` the offline one).
+    ``"last_segment"`` is what megatron-bridge 0.6.2's Nemotron Omni packer does with a fixed width,
+    ``"pad_sequence"`` the offline collate's).
 
     Items are mappings with 1-D ``tokens``, ``labels`` and ``loss_mask`` (already shifted) and
     optionally ``row_index``, ``truncated`` and ``visuals`` (as :class:`SFTJsonlDataset` returns

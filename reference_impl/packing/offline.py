@@ -166,12 +166,39 @@ class OfflinePackOptions:
         """Largest runtime length a sample may have: ``floor(seq_cap / m) * m``."""
         return (self.seq_cap // self.pad_seq_to_mult) * self.pad_seq_to_mult
 
+    @property
+    def tokenize_budget(self) -> int:
+        """Stored ids the tokenizer may produce for one sample: ``cap + 1``.
+
+        With ``bridge_compat`` Megatron-Bridge's budget instead (``tokenize_dataset`` in
+        megatron-bridge 0.6.2): ``seq_cap`` when ``m == 1`` (so a sample keeps at most ``seq_cap - 1``
+        runtime tokens), else ``seq_cap + 1``, after which :attr:`stored_cut` cuts the sample.
+        """
+        if not self.bridge_compat:
+            return self.cap + 1
+        return self.seq_cap if self.pad_seq_to_mult == 1 else self.seq_cap + 1
+
+    @property
+    def stored_cut(self) -> int | None:
+        """With ``bridge_compat`` and ``m > 1``: the stored length (``cap + 1``) a tokenized sample is cut
+        to, keeping its head, as Bridge's pre-padding step does (the cut loses the EOS and the end of
+        the completion; it only bites when ``seq_cap`` is not a multiple of ``m``). Otherwise None."""
+        if self.bridge_compat and self.pad_seq_to_mult > 1 and self.tokenize_budget > self.cap + 1:
+            return self.cap + 1
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (options in :data:`LATER_OPTIONS` only when set)."""
+        """JSON-able form (options in :data:`LATER_OPTIONS` only when set). With ``bridge_compat`` it also
+        names the Megatron-Bridge release whose preparation is reproduced (``bridge_release``), so packs
+        made for another release's rules never share a fingerprint with these."""
         data = asdict(self)
         for key in LATER_OPTIONS:
             if data[key] is None:
                 del data[key]
+        if self.bridge_compat:
+            from reference_impl.versions import BRIDGE_RELEASE
+
+            data["bridge_release"] = BRIDGE_RELEASE
         return data
 
 
@@ -508,8 +535,8 @@ def _pack_split(
 
     dtype = id_dtype(int(tokenizer.vocab_size))
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
-    context = TokenizeContext(schema, tokenizer, options.cap + 1, options.truncation, str(spill_dir), dtype.str,
-                              f"rank{comm.rank}")
+    context = TokenizeContext(schema, tokenizer, options.tokenize_budget, options.truncation, str(spill_dir),
+                              dtype.str, f"rank{comm.rank}", cut_ids=options.stored_cut)
     account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")

@@ -39,6 +39,7 @@ class TokenizeContext:
     spill_dir: str | None = None  # None: only lengths are wanted (no spill)
     id_dtype: str = "<u2"
     spill_prefix: str = "w"
+    cut_ids: int | None = None  # cut every sample to this many stored ids after tokenization (head kept)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         for pos, err in batch.rejected
     ]
     jf.close()  # unmap the file: its pages would otherwise stay in this process's resident set
+    if ctx.cut_ids is not None:
+        batch = cut_batch(batch, ctx.cut_ids)
     spill, start = None, 0
     if ctx.spill_dir is not None:
         writer = _spill_writer(ctx)
@@ -170,6 +173,25 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         spill=spill,
         start=start,
     )
+
+
+def cut_batch(batch: Any, keep: int) -> Any:
+    """``batch`` with every sample cut to its first ``keep`` stored ids (and mask), flagged truncated.
+
+    Megatron-Bridge's pre-padding step does this after tokenizing with a budget above the runtime cap
+    (``--bridge-compat``, :attr:`reference_impl.packing.offline.OfflinePackOptions.stored_cut`).
+    """
+    from dataclasses import replace
+
+    from reference_impl.data.ranges import concat_ranges, offsets_of
+
+    sizes = np.diff(batch.offsets)
+    kept = np.minimum(sizes, keep)
+    if np.array_equal(kept, sizes):
+        return batch
+    take = concat_ranges(batch.offsets[:-1], kept)
+    return replace(batch, ids=batch.ids[take], loss_mask=batch.loss_mask[take], offsets=offsets_of(kept),
+                   prompt_lengths=np.minimum(batch.prompt_lengths, kept), truncated=batch.truncated | (kept < sizes))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -260,6 +282,7 @@ __all__ = [
     "TokenizeContext",
     "TokenizeJob",
     "TokenizedJob",
+    "cut_batch",
     "map_jobs",
     "run_tokenize_job",
     "tokenize_jobs",

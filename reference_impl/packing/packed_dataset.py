@@ -15,7 +15,11 @@ artifacts written by Megatron-Bridge pass ``pack_size``, ``pad_seq_to_mult`` and
   batch): index ``-k`` reads the mapped (or physical) row ``len - k`` but its loss mask is all 0,
   so it contributes no loss.
 * ``collate([item])`` returns the canonical THD micro-batch (micro-batch size 1, the offline
-  contract); ``collate_bridge(items)`` returns Megatron-Bridge's offline batch form.
+  contract); ``collate_bridge(items)`` returns Megatron-Bridge's offline batch form. Bridge's reader
+  options apply to both: ``pad_to_max_length``, ``pad_cu_seqlens`` (with ``metadata``),
+  ``pad_seq_length_to_mult``, ``ceil_to_power_2``, ``answer_only_loss`` (False: every token but EOS
+  is trained) and, for ``collate_bridge`` only, ``return_cu_seqlen=False`` (one causal mask over the
+  row instead of boundaries).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         seed: int = 1234,
         pad_seq_length_to_mult: int = 16,
         bridge_compat: bool | None = None,
+        ceil_to_power_2: bool = False,
+        return_cu_seqlen: bool = True,
+        answer_only_loss: bool = True,
     ) -> None:
         from reference_impl.packing.offline import find_manifest
 
@@ -80,6 +87,9 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         self.pad_to_max_length = pad_to_max_length
         self.pad_cu_seqlens = pad_cu_seqlens
         self.pad_seq_length_to_mult = pad_seq_length_to_mult
+        self.ceil_to_power_2 = bool(ceil_to_power_2)
+        self.return_cu_seqlen = bool(return_cu_seqlen)
+        self.answer_only_loss = bool(answer_only_loss)
         self.seed = seed
         self.bridge_compat = bool(opts.get("bridge_compat", False)) if bridge_compat is None else bool(bridge_compat)
         self.mapping = (
@@ -129,6 +139,8 @@ class PackedParquetDataset(torch.utils.data.Dataset):
             "pad_cu_seqlens": self.pad_cu_seqlens,
             "pack_metadata": self.metadata,
             "pad_seq_length_to_mult": self.pad_seq_length_to_mult,
+            "ceil_to_power_2": self.ceil_to_power_2,
+            "answer_only_loss": self.answer_only_loss,
         }
 
     def collate(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -139,15 +151,21 @@ class PackedParquetDataset(torch.utils.data.Dataset):
                 rule_id="PACK-OFFLINE-MBS1",
                 fix="use batch_size=1 (train.micro_batch_size=1)",
             )
+        if not self.return_cu_seqlen:
+            raise UsageError("the canonical THD micro-batch always carries its boundaries; return_cu_seqlen=False "
+                             "is Bridge's whole-row causal-mask form, which collate_bridge gives",
+                             field="return_cu_seqlen")
         item = items[0]
         batch = collate_stored_row_canonical(item, row_index=int(item.get("index", 0)), **self._collate_kwargs())
         batch["row_index"] = int(item.get("index", 0))
         batch["is_padding"] = bool(item.get("is_padding", False))
         return batch
 
-    def collate_bridge(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Items -> Megatron-Bridge's offline batch form (``[B, L]`` tensors, ``[B, N]`` boundaries)."""
-        return collate_stored_rows(list(items), **self._collate_kwargs())
+    def collate_bridge(self, items: Sequence[Mapping[str, Any]], *, emit_padding_mask: bool = False) -> dict[str, Any]:
+        """Items -> Megatron-Bridge's offline batch form (``[B, L]`` tensors, ``[B, N]`` boundaries), as
+        megatron-bridge 0.6.2's ``collate_fn`` returns it; ``emit_padding_mask`` adds Bridge main's key."""
+        return collate_stored_rows(list(items), return_cu_seqlen=self.return_cu_seqlen,
+                                   emit_padding_mask=emit_padding_mask, **self._collate_kwargs())
 
     def close(self) -> None:
         """Release open Parquet files."""

@@ -204,7 +204,8 @@ def build_thd_batch(
     ``T = sum(p_i)``, or ``max_length`` when ``pad_to_max_length``; the slack
     ``max_length - sum(p_i)`` then goes
 
-    * ``slack="last_segment"`` (in-batch packing's behaviour): into the last row's physical
+    * ``slack="last_segment"`` (in-batch packing with a fixed width, as megatron-bridge 0.6.2's
+      Nemotron Omni packer does it): into the last row's physical
       segment, whose position ids keep counting; ``max_seqlen`` may grow to that enlarged segment;
     * ``slack="pad_sequence"`` (offline packing's behaviour): into one trailing padding sequence
       of logical length 0 (its logical boundary repeats, its physical boundary is ``T``); its

@@ -171,14 +171,17 @@ def to_bridge_offline_batch(
     emit_padded_keys: bool,
     pad_cu_seqlens: bool = False,
     token_counts: Sequence[int] | None = None,
+    emit_padding_mask: bool = False,
 ) -> dict[str, Any]:
     """Stack canonical batches (one per row, equal widths) into Bridge's offline batch form.
 
     ``emit_padded_keys`` mirrors Bridge's ``pad_seq_to_mult > 1`` switch: when True,
     ``cu_seqlens_q`` holds logical boundaries and ``cu_seqlens_q_padded`` physical ones (a copy of
     the logical array for a row without a padded variant); when False only ``cu_seqlens_q`` is
-    written and it holds the *physical* boundaries (the row's ``padding_mask`` still marks the
-    non-real positions). Boundary arrays of all rows are widened to one length by repeating each
+    written and it holds the *physical* boundaries. ``emit_padding_mask`` adds the bool ``[B, L]``
+    ``padding_mask`` (True = not a real token) of Megatron-Bridge main (as read at 067f987); the
+    released megatron-bridge 0.6.2 collate has no such key, so by default it is left out (checked in
+    the upstream lane). Boundary arrays of all rows are widened to one length by repeating each
     array's last value. ``max_seqlen_*`` is int32 ``[B, 1]``, or ``[B]`` with ``pad_cu_seqlens``.
     ``loss_mask`` becomes int64 (values must be whole numbers). ``token_counts`` defaults, per
     row, to the physical end of the last sequence with a real token.
@@ -237,7 +240,8 @@ def to_bridge_offline_batch(
     else:
         counts = [int(c) for c in token_counts]
     out["token_count"] = counts
-    out["padding_mask"] = stack("padding_mask")
+    if emit_padding_mask:
+        out["padding_mask"] = stack("padding_mask")
     out["attention_mask"] = None
     if emit_padded_keys:
         cu = np.stack([_extend_repeat(lg, size) for lg, _ in arrays])
@@ -563,8 +567,10 @@ def stored_row_segments(
     ``row`` holds ``input_ids`` and the rolled ``loss_mask`` of a packed Parquet row, plus either
     ``seq_start_id`` (segment starts) or ``seq_boundaries`` (starts and the row length). For a
     stored segment ``s``: tokens = ``s[:-1]``, labels = ``s[1:]``, loss mask = the stored mask over
-    the token positions (or, without ``answer_only_loss``, 1 wherever the *input* token is not
-    ``eos_id``). With ``pad_seq_to_mult > 1`` the segment's ``valid_length`` is the index of its
+    the token positions (or, without ``answer_only_loss``, 1), and 0 wherever the *input* token is
+    ``eos_id``: megatron-bridge 0.6.2's collate drops every position whose input is EOS from the loss,
+    which also keeps the loss off the pre-padding of packs whose stored mask trains it (Bridge's legacy
+    template mode, quirk Q3). With ``pad_seq_to_mult > 1`` the segment's ``valid_length`` is the index of its
     last input token that is not ``eos_id``, plus one (the pre-padding at the end of a segment
     is materialised in the stored row); with 1 every token is real.
     """
@@ -599,10 +605,8 @@ def stored_row_segments(
     segments = []
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         tokens = ids[start : end - 1]
-        if answer_only_loss:
-            loss = stored_loss[start : end - 1]
-        else:
-            loss = (tokens != eos_id).astype(np.int64)
+        loss = stored_loss[start : end - 1] if answer_only_loss else np.ones(tokens.size, dtype=np.int64)
+        loss = loss * (tokens != eos_id)
         segment: dict[str, Any] = {
             "tokens": tokens, "labels": ids[start + 1 : end], "loss_mask": loss
         }
@@ -703,6 +707,7 @@ def collate_stored_rows(
     pad_seq_length_to_mult: int = 16,
     ceil_to_power_2: bool = False,
     return_cu_seqlen: bool = True,
+    emit_padding_mask: bool = False,
 ) -> dict[str, Any]:
     """Collate stored packed rows into Bridge's offline batch form (``[B, L]``).
 
@@ -719,7 +724,10 @@ def collate_stored_rows(
     two instead of ``pad_seq_length_to_mult`` (still capped at ``pack_size``); with
     ``return_cu_seqlen=False`` the batch carries no ``cu_seqlens_*`` / ``max_seqlen_*`` keys and
     ``attention_mask`` is :func:`causal_attention_masks` (one causal mask over the whole row, so
-    packed sequences attend to earlier ones, exactly as in Bridge).
+    packed sequences attend to earlier ones, exactly as in Bridge). ``emit_padding_mask`` adds Bridge
+    main's ``padding_mask`` key (megatron-bridge 0.6.2 has none; see :func:`to_bridge_offline_batch`).
+    A segment's logical length ends at its last input token that is not EOS, the rule of
+    megatron-bridge 0.6.2 (Bridge main after PR #5610 keeps a supervised trailing EOS; not followed).
 
     Differs from Bridge (all on inputs Bridge mishandles): a stored segment whose runtime length
     is not a multiple of ``pad_seq_to_mult`` is aligned by the builder (Bridge leaves it unaligned,
@@ -747,7 +755,8 @@ def collate_stored_rows(
         for r, segments in enumerate(split)
     ]
     out = to_bridge_offline_batch(
-        batches, emit_padded_keys=m > 1, pad_cu_seqlens=pad_cu_seqlens, token_counts=content
+        batches, emit_padded_keys=m > 1, pad_cu_seqlens=pad_cu_seqlens, token_counts=content,
+        emit_padding_mask=emit_padding_mask,
     )
     if not return_cu_seqlen:
         for key in [k for k in out if k.startswith(("cu_seqlens", "max_seqlen"))]:
@@ -824,9 +833,12 @@ def right_padded_to_thd(
     Returns a new canonical dict; the input is not modified, and its other keys (``metadata``,
     a stale ``padding_mask`` ...) are not copied.
 
-    Differs from Bridge: Bridge mutates the batch in place, returns ``total_tokens`` and 0-d tensor
-    ``max_seqlen_*``, and tolerates ``labels=None`` / ``loss_mask=None``; the canonical batch always
-    has labels and a loss mask, so here they are required.
+    Differs from Bridge (megatron-bridge 0.6.2's ``pack_right_padded_sequence_batch_to_mcore_thd``,
+    compared in the upstream lane): Bridge mutates the batch in place, returns ``total_tokens`` and
+    0-d tensor ``max_seqlen_*``, needs ``position_ids``, writes the padded boundary pair whenever
+    ``pad_seq_to_mult > 1`` (here only when it differs), and tolerates ``labels=None`` /
+    ``loss_mask=None``; the canonical batch always has labels and a loss mask, so here they are
+    required.
     """
     if token_key is None:
         if isinstance(batch.get("tokens"), torch.Tensor):

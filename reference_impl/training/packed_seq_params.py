@@ -1,6 +1,7 @@
 """Convert a packed THD micro-batch into Megatron-Core's ``PackedSeqParams``.
 
-The field mapping follows Megatron-Bridge's GPT step:
+The field mapping follows Megatron-Bridge's ``get_packed_seq_params`` (megatron-bridge 0.6.2 with
+megatron-core 0.19.2, compared field by field in the upstream lane):
 
 * canonical / offline keys: ``cu_seqlens_q`` (real boundaries), ``cu_seqlens_kv`` (falls back to
   ``cu_seqlens_q``), ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` (physical boundaries, or

@@ -12,6 +12,7 @@ from reference_impl.config.validate import ValidationReport, validate_config
 from reference_impl.errors import UsageError
 from reference_impl.limits import MAX_CONFIG_CHARS, MAX_OVERRIDE_CHARS, MAX_OVERRIDES
 from reference_impl.verbs.common import check_path
+from reference_impl.versions import DEFAULT_BRIDGE_TARGET
 
 __all__ = ["UNKNOWN_WHEN_UNSET", "ValidateOptions", "check_overrides", "config_source", "validate"]
 
@@ -22,6 +23,8 @@ class ValidateOptions:
 
     ``path``: a YAML/JSON file; ``config_text``: YAML/JSON text; ``example``: a bundled example
     config by name; ``config``: a mapping or :class:`~reference_impl.config.TrainingConfig`.
+    ``bridge_version``: the Megatron-Bridge the config is for (``reference_impl.versions.BRIDGE_TARGETS``;
+    default: the newest release the upstream lane checks); only the rules that hold for it are checked.
     """
 
     path: str | os.PathLike[str] | None = None
@@ -29,6 +32,7 @@ class ValidateOptions:
     example: str | None = None
     config: Mapping[str, Any] | Any = None
     overrides: Sequence[str] = ()
+    bridge_version: str = DEFAULT_BRIDGE_TARGET
 
 
 def check_overrides(overrides: Sequence[str]) -> list[str]:
@@ -100,15 +104,17 @@ def _variants(cfg: TrainingConfig, name: str) -> list[TrainingConfig]:
             for n in _SEQ_LENGTHS]
 
 
-def _undecided(cfg: TrainingConfig, unknown: list[str]) -> dict[str, str]:
+def _undecided(cfg: TrainingConfig, unknown: list[str], target: str) -> dict[str, str]:
     """Rule id -> the unset value its outcome depends on."""
     from reference_impl.config.resolve import resolve
     from reference_impl.config.rules import RULES
 
     out: dict[str, str] = {}
     for name in unknown:
-        variants = [resolve(v) for v in _variants(cfg, name)]
+        variants = [resolve(v, target) for v in _variants(cfg, name)]
         for rule in RULES:
+            if not rule.applies_to(target):
+                continue
             if rule.id not in out and len({rule.check(v) is None for v in variants}) > 1:
                 out[rule.id] = name
     return out
@@ -128,17 +134,20 @@ def validate(options: ValidateOptions) -> ValidationReport:
     from reference_impl.config.load import load_config_with_keys
     from reference_impl.config.rules import RULES
 
+    from reference_impl.config.validate import bridge_target
+
+    target = bridge_target(options.bridge_version)
     source = config_source(options.path, options.config_text, options.example, options.config)
     cfg, given = load_config_with_keys(source, check_overrides(options.overrides))
     unknown = [] if given is None else [
         name for name, (keys, _) in UNKNOWN_WHEN_UNSET.items() if not any(k in given for k in keys)
     ]
     if not unknown:
-        return validate_config(cfg)
-    undecided = _undecided(cfg, unknown)
+        return validate_config(cfg, bridge_version=target)
+    undecided = _undecided(cfg, unknown, target)
     # a decided rule has one outcome for every value tried: check it on the first of them
     checked = _variants(cfg, "dist.world_size")[0] if "dist.world_size" in unknown else cfg
-    report = validate_config(checked, rules=[r for r in RULES if r.id not in undecided])
+    report = validate_config(checked, rules=[r for r in RULES if r.id not in undecided], bridge_version=target)
     resolved = dict(report.resolved)
     resolved["unknown"] = {name: f"{' / '.join(UNKNOWN_WHEN_UNSET[name][0])} not set: "
                                  f"{UNKNOWN_WHEN_UNSET[name][1]}" for name in unknown}

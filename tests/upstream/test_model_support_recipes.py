@@ -1,13 +1,16 @@
-"""The model-support table against Megatron-Bridge's own recipes (converted in ``recipes/``).
+"""The model-support table against megatron-bridge 0.6.2's own recipes (their config dumps in ``recipes/``).
 
-Derives, per model family, which packing paths the converted recipes turn on and with what
-pad_seq_to_mult and CP, then checks the static table in ``reference_impl.config.model_support``:
+Derives, per model family, which packing paths the 0.6.2 recipe functions turn on (as Bridge built them,
+``index.json``) and with what pad_seq_to_mult, CP and MTP (read from Bridge's dump by seqpack's loader),
+then checks the static table in ``reference_impl.config.model_support``:
 
 * every (family, path) a recipe turns on is recorded ``supported`` or ``caveat`` (never ``unknown``,
   never ``opt_out`` except the conflicts acknowledged below, each with its reason);
-* every recipe a ``supported`` note names exists, belongs to that family, turns the path on and pins
-  the pad_seq_to_mult and CP the note states; the "in N recipes" count matches; the evidence names
-  the recipe's module.
+* every recipe a note names exists, belongs to that family, turns the path on and pins the
+  pad_seq_to_mult (offline) or MBS (in-batch) and CP the note states; a stated recipe count matches;
+  the evidence names the recipe's module;
+* every record names the version it holds for: megatron-bridge 0.6.2, or a Bridge main commit for a
+  claim whose recipe exists only there (said in the note; the lane cannot check it).
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from convert_recipes import packing_path
 
-from reference_impl.config.model_support import FAMILIES, check_model_support, find_family
+from reference_impl.config import load_config
+from reference_impl.config.model_support import FAMILIES, MAIN, MAIN_ONLY, RELEASE, check_model_support, find_family
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
 INDEX = json.loads((RECIPES / "index.json").read_text(encoding="utf-8"))
@@ -47,25 +49,22 @@ FAMILY_BY_PREFIX: dict[str, str] = {
     "qwen3_omni_": "qwen3_omni", "qwen3_vl_": "qwen3_vl", "qwen35_vl_": "qwen35_vl",
 }
 
-#: Converter path label -> model-support packing path.
+#: index.json path label -> model-support packing path.
 PATH_OF = {"offline": "offline", "in_batch": "in_batch", "in_batch_deferred": "in_batch", "energon": "energon",
            "global_batch": "global_batch"}
 
 #: (family, path) pairs a recipe turns on although the table records opt_out, and why that entry stays.
 ACKNOWLEDGED_CONFLICTS: dict[tuple[str, str], str] = {}
 
-#: Supported entries recorded before this check existed; their notes name no recipe.
-LEGACY_NOTES = {("llama3", "offline"), ("gemma3", "offline"), ("gpt_oss", "offline"), ("qwen_vl", "in_batch"),
-                ("qwen_vl", "energon"), ("qwen3_vl", "energon")}
-
 CLAIM = re.compile(r"(\w+_config) pins pad_seq_to_mult=(\d+) \(CP(\d+)\)")
+IN_BATCH_CLAIM = re.compile(r"(\w+_config) packs at MBS (\d+) \(CP(\d+)\)")
 MTP = re.compile(r"\bwith MTP=(\d+)")
-COUNT = re.compile(r"\bin (\d+) recipes?\b")
+COUNT = re.compile(r"\bin (\d+) recipes?\b|\brecipes \((\d+)\)")
 
 
 @dataclass(frozen=True)
 class RecipeUse:
-    """One converted recipe: its family, the packing path it turns on, and the alignment it pins."""
+    """One recipe: its family, the packing path it turns on, and the alignment it pins."""
 
     name: str
     source: str
@@ -74,6 +73,7 @@ class RecipeUse:
     cp: int
     pad_seq_to_mult: int | None
     mtp: int
+    mbs: int = 1
 
 
 def family_of(recipe: str) -> str:
@@ -84,22 +84,26 @@ def family_of(recipe: str) -> str:
     return FAMILY_BY_PREFIX[max(hits, key=len)]
 
 
-def recipe_use(name: str, config: dict[str, Any], source: str = "") -> RecipeUse:
-    """The packing use of one converted recipe config (``path`` None when it packs nothing)."""
-    model, data = config.get("model", {}), config.get("dataset", {})
-    path = PATH_OF.get(packing_path(config))
-    mult = (data.get("offline_packing_specs") or {}).get("pad_seq_to_mult") if path == "offline" else None
-    cp, mtp = int(model.get("context_parallel_size") or 1), int(model.get("mtp_num_layers") or 0)
-    return RecipeUse(name, source, family_of(name), path, cp, mult, mtp)
+def recipe_use(name: str, config: Any, source: str = "", path: str | None = None) -> RecipeUse:
+    """The packing use of one recipe: ``config`` is a Bridge dump path or a seqpack config dict; ``path`` the
+    index label of the packing path Bridge's built object turns on (else the loaded config's active path)."""
+    cfg = load_config(config)
+    if path is None:
+        active = cfg.active_paths()
+        path = active[0] if active else "none"
+        if path == "in_batch" and cfg.dataset.defer_in_batch_packing_to_step:
+            path = "in_batch_deferred"
+    packing = PATH_OF.get(path)
+    specs = cfg.dataset.offline_packing_specs
+    mult = specs.pad_seq_to_mult if packing == "offline" and specs is not None else None
+    return RecipeUse(name, source, family_of(name), packing, cfg.model.context_parallel_size, mult,
+                     int(cfg.model.mtp_num_layers or 0), cfg.train.micro_batch_size)
 
 
 def committed_uses() -> list[RecipeUse]:
-    """Every committed recipe's packing use."""
-    out = []
-    for entry in INDEX["recipes"]:
-        config = yaml.safe_load((RECIPES / entry["file"]).read_text(encoding="utf-8"))
-        out.append(recipe_use(entry["file"][: -len(".yaml")], config, entry["source"]))
-    return out
+    """Every committed recipe dump's packing use."""
+    return [recipe_use(e["recipe"], RECIPES / e["file"], e["source"], e["path"]) for e in INDEX["recipes"]
+            if e.get("file")]
 
 
 def uses_by_family(uses: list[RecipeUse]) -> dict[tuple[str, str], list[RecipeUse]]:
@@ -125,21 +129,29 @@ def unrecorded(uses: list[RecipeUse]) -> list[str]:
 
 
 USES = committed_uses()
+ROWS = {e["recipe"]: e for e in INDEX["recipes"]}
 
 
-def test_every_recipe_maps_to_a_family_consistent_with_the_converter():
+def test_every_recipe_of_the_release_maps_to_a_family():
     for entry in INDEX["recipes"]:
-        recorded = yaml.safe_load((RECIPES / entry["file"]).read_text(encoding="utf-8"))["model"].get("family")
-        if recorded is not None:  # the converter's module mapping, where it has one
-            assert family_of(entry["file"][:-5]) == recorded, entry["file"]
+        if entry["path"] != "none":
+            family_of(entry["recipe"])
 
 
 def test_the_derivation_sees_the_packing_recipes():
-    paths = {e["file"][:-5]: PATH_OF.get(e["path"]) for e in INDEX["recipes"]}
+    paths = {e["recipe"]: PATH_OF.get(e["path"]) for e in INDEX["recipes"] if e.get("file")}
     assert {u.name: u.path for u in USES} == paths
     found = uses_by_family(USES)
     assert ("qwen3", "offline") in found and ("qwen_vl", "in_batch") in found and ("llama3", "offline") in found
     assert len(found[("qwen3", "offline")]) == 14
+
+
+def test_families_recorded_opt_out_pack_nothing_in_the_release():
+    found = uses_by_family(USES)
+    for e in FAMILIES:
+        for path, status in e.paths.items():
+            if status == "opt_out":
+                assert (e.family, path) not in found or (e.family, path) in ACKNOWLEDGED_CONFLICTS, (e.family, path)
 
 
 def test_every_path_a_recipe_turns_on_is_recorded():
@@ -170,30 +182,66 @@ def test_negative_control_a_packing_recipe_of_an_unrecorded_family_is_reported()
     ]
 
 
-def _supported_notes() -> list[tuple[str, str, str, str]]:
-    return [(e.family, p, e.notes[p], e.evidence) for e in FAMILIES for p, s in e.paths.items() if s == "supported"]
+def _notes() -> list[tuple[str, str, str, str, str]]:
+    return [(e.family, p, e.paths[p], e.notes[p], e.evidence) for e in FAMILIES for p in e.paths]
 
 
-@pytest.mark.parametrize("family,path,note,evidence", _supported_notes(), ids=lambda v: str(v)[:24])
-def test_supported_notes_name_recipes_that_turn_the_path_on(family, path, note, evidence):
-    claims = CLAIM.findall(note)
-    if (family, path) in LEGACY_NOTES:
-        assert not claims
-        return
-    assert claims, f"{family}/{path}: the note names no recipe"
+def note_problems(family: str, path: str, status: str, note: str, evidence: str) -> list[str]:
+    """What a record's note states about the release's recipes that they do not bear out (one line each)."""
+    claims = CLAIM.findall(note) + IN_BATCH_CLAIM.findall(note)
+    if status == "supported" and not claims:
+        return [] if MAIN_ONLY in note else [f"{family}/{path}: names no {RELEASE} recipe and no main commit"]
+    problems = []
     by_name = {u.name: u for u in USES}
-    for recipe, mult, cp in claims:
+    for recipe, value, cp in claims:
         use = by_name.get(recipe)
-        assert use is not None, f"{recipe} is not a committed recipe"
-        assert (use.family, use.path) == (family, path), recipe
-        assert (use.pad_seq_to_mult, use.cp) == (int(mult), int(cp)), recipe
-        module = use.source.split(":")[0].removeprefix("src/megatron/bridge/")
-        assert module in evidence, (recipe, module)
-    group = uses_by_family(USES)[(family, path)]
-    (count,) = COUNT.findall(note)
-    assert int(count) == len(group)
-    assert {str(u.mtp) for u in group if u.mtp} == set(MTP.findall(note)), "MTP stated iff the recipes use it"
-    assert all(u.mtp for u in group) or not MTP.findall(note)
+        if use is None:
+            problems.append(f"{recipe} is not a committed {RELEASE} recipe")
+            continue
+        pinned = use.pad_seq_to_mult if path == "offline" else use.mbs
+        module = use.source.split(":")[0].removeprefix("megatron/bridge/")
+        if (use.family, use.path) != (family, path):
+            problems.append(f"{recipe} is {use.family}/{use.path}, not {family}/{path}")
+        elif (pinned, use.cp) != (int(value), int(cp)):
+            problems.append(f"{recipe} pins {pinned} at CP{use.cp}, not {value} at CP{cp}")
+        elif module not in evidence:
+            problems.append(f"{family}: the evidence does not name {module}")
+    group = uses_by_family(USES).get((family, path), [])
+    for count in COUNT.findall(note):
+        if int(next(c for c in count if c)) != len(group):
+            problems.append(f"{family}/{path}: the note counts {count} recipes, the release has {len(group)}")
+    if status == "supported" and {str(u.mtp) for u in group if u.mtp} != set(MTP.findall(note)):
+        problems.append(f"{family}/{path}: MTP must be stated exactly when the recipes use it")
+    return problems
+
+
+@pytest.mark.parametrize("family,path,status,note,evidence", _notes(), ids=lambda v: str(v)[:24])
+def test_notes_name_recipes_that_turn_the_path_on_as_stated(family, path, status, note, evidence):
+    assert note_problems(family, path, status, note, evidence) == []
+
+
+def test_negative_control_notes_that_misstate_the_release_are_reported():
+    evidence = f"{RELEASE} recipes/qwen/h100/qwen3.py"
+    assert note_problems("qwen3", "offline", "supported", "in 14 recipes; qwen3_8b_sft_8gpu_h100_bf16_32k_config "
+                         "pins pad_seq_to_mult=4 (CP2)", evidence) == [
+        "qwen3_8b_sft_8gpu_h100_bf16_32k_config pins 8 at CP2, not 4 at CP2"]
+    assert note_problems("qwen3", "offline", "supported", "offline packed SFT in 15 recipes; "
+                         "qwen3_8b_sft_4gpu_h100_bf16_config pins pad_seq_to_mult=1 (CP1)", evidence) == [
+        "qwen3/offline: the note counts ('15', '') recipes, the release has 14"]
+    assert note_problems("qwen3", "offline", "supported", "in 14 recipes; qwen3_9b_sft_config pins "
+                         "pad_seq_to_mult=1 (CP1)", evidence) == [f"qwen3_9b_sft_config is not a committed {RELEASE} recipe"]
+    assert note_problems("qwen_vl", "energon", "supported", "native packing", "x") == [
+        f"qwen_vl/energon: names no {RELEASE} recipe and no main commit"]
+    assert note_problems("qwen_vl", "in_batch", "supported", "qwen25_vl_7b_sft_2gpu_h100_bf16_config packs at MBS 4 "
+                         "(CP1)", f"{RELEASE} recipes/qwen_vl/h100/qwen25_vl.py") == [
+        "qwen25_vl_7b_sft_2gpu_h100_bf16_config pins 2 at CP1, not 4 at CP1"]
+
+
+def test_every_record_names_the_version_it_holds_for():
+    for e in FAMILIES:
+        assert e.evidence.startswith((RELEASE, MAIN)), e.family
+        if e.evidence.startswith(MAIN):
+            assert "not checkable in the lane" in e.evidence, e.family
 
 
 def test_family_ids_and_aliases_do_not_collide():
@@ -211,9 +259,12 @@ def test_family_ids_and_aliases_do_not_collide():
 def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(use):
     from reference_impl.config import validate_config
 
-    config = yaml.safe_load((RECIPES / f"{use.name}.yaml").read_text(encoding="utf-8"))
-    named = dict(config, model={**config["model"], "family": use.family})  # the converter names only some
-    before, after = validate_config(config), validate_config(named)
+    from reference_impl.config.load import load_config_with_keys
+
+    cfg = load_config(RECIPES / f"{use.name}.yaml", overrides=[f"dist.world_size={ROWS[use.name]['world_size']}"])
+    named = load_config(cfg.to_dict(), overrides=[f"model.family={use.family}"])  # the dump names only some
+    before, after = validate_config(cfg), validate_config(named)
+    assert load_config_with_keys(RECIPES / f"{use.name}.yaml")[1] is not None
     status = check_model_support(use.family, use.path)[0].status
     expected = {"opt_out": {"MODEL-FAMILY-OPT-OUT"}, "caveat": {"MODEL-FAMILY-CAVEAT"}}.get(status, set())
     assert {i for i in after.rule_ids if i.startswith("MODEL-FAMILY-")} == expected
@@ -221,7 +272,8 @@ def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(
     assert {f.rule_id for f in after.violations} == {f.rule_id for f in before.violations}
 
 
-def test_the_generated_page_names_the_recipe_commit_checked_here():
+def test_the_generated_page_names_the_release_checked_here():
     from reference_impl.docgen import model_support_document
 
-    assert INDEX["upstream"].split("@", 1)[1][:7] in model_support_document()
+    page = model_support_document()
+    assert RELEASE in page and "run in the upstream lane" in page

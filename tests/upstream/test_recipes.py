@@ -1,129 +1,190 @@
-"""Megatron-Bridge's own recipes, converted to seqpack configs, against the validator.
+"""Megatron-Bridge 0.6.2's recipe functions, as Bridge's own config dumps, against ``seqpack validate``.
 
-Every committed recipe validates, except the ones listed in REJECTED; each of those has a test
-below that reproduces the failure with the code path that fails upstream (Megatron-Core's
-micro-batch arithmetic, Bridge's offline fill step loaded from the snapshot, Transformer Engine's
-THD partition rule). The re-derivation from the snapshot runs when the snapshot is present.
+``recipes/`` holds the config dump (``ConfigContainer.to_yaml``) of every recipe function of the
+megatron-bridge 0.6.2 wheel that turns packing on, written in the upstream lane by
+``scripts/regen_recipes.py``; ``index.json`` lists every recipe found with Bridge's verdict
+(``runtime_config_update`` raises or not). Agreement per packing recipe: Bridge raises <=> seqpack,
+reading the dump as it is (plus the world size the lane used), reports an error. The exceptions are
+listed below, each with its reason: seqpack errors that Bridge's update accepts name the later
+upstream failure, and the tests at the end reproduce it with upstream code where it runs on CPU.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-import sys
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
-import yaml
-from upstream_snapshots import load_bridge_packing_algorithms, mirror, skip_reason
 
-from reference_impl.config import load_config, validate_config
+from reference_impl.config import load_config
+from reference_impl.verbs.validation import ValidateOptions, validate
+from reference_impl.versions import BRIDGE_PACKAGE, BRIDGE_RELEASE, MCORE_PACKAGE
 
 HERE = Path(__file__).resolve().parent
 RECIPES = HERE / "recipes"
 INDEX = json.loads((RECIPES / "index.json").read_text(encoding="utf-8"))
-FILES = sorted(p.name for p in RECIPES.glob("*.yaml"))
-BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
-COMMIT = INDEX["upstream"].split("@", 1)[1]
+ROWS = {r["recipe"]: r for r in INDEX["recipes"]}
+FILES = sorted(p.stem for p in RECIPES.glob("*.yaml"))
+FUNCTION = "recipes.runtime_config_update"
 
-#: Recipes Megatron-Bridge ships that fail upstream as configured, with the errors seqpack reports.
-REJECTED: dict[str, set[str]] = {
-    # GBS 36 (or 32) with MBS 4 and DP 4 (or 16): Megatron-Core's micro-batch calculator asserts
-    "qwen35_vl_122b_a10b_sft_48gpu_h100_bf16_config": {"BATCH-GBS-DIVISIBLE"},
-    "qwen35_vl_397b_a17b_sft_128gpu_h100_bf16_config": {"BATCH-GBS-DIVISIBLE"},
-    "qwen35_vl_122b_a10b_peft_8gpu_h100_bf16_config": {"BATCH-GBS-DIVISIBLE"},
-    "qwen35_vl_397b_a17b_peft_32gpu_h100_bf16_config": {"BATCH-GBS-DIVISIBLE"},
+#: Packing recipes whose dump seqpack rejects although Bridge's runtime_config_update accepts it:
+#: recipe -> (the errors seqpack reports, the documented difference, the later upstream failure).
+SEQPACK_ONLY: dict[str, tuple[set[str], str]] = {
     # inherits packed_sequence_size=2048 and pad_seq_to_mult=1 from the 2K recipe, then sets seq 32768 and CP2
-    "nemotron_3_super_sft_16gpu_h100_bf16_32k_config": {"PACK-OFFLINE-SEQ-LE-PACK", "PACK-OFFLINE-PAD-MULT-TOPOLOGY"},
+    "nemotron_3_super_sft_16gpu_h100_bf16_32k_config": (
+        {"PACK-OFFLINE-SEQ-LE-PACK", "PACK-OFFLINE-PAD-MULT-TOPOLOGY"}, "recipes-later-upstream-failure"),
+}
+#: Packing recipes Bridge rejects for a setting outside packing, which seqpack does not check: recipe -> a
+#: fragment of Bridge's message (a new such recipe fails the agreement test until it is reviewed and listed).
+BRIDGE_ONLY: dict[str, str] = {
+    # megatron-bridge 0.6.2's DeepSeek-V4 recipe recomputes 'mhc', a module megatron-core 0.19.2 does not know
+    "deepseek_v4_flash_sft_openmath_thinking_packed_config": "Invalid choices for recompute_modules: {'mhc'}",
 }
 
 
-def _config(name: str) -> dict:
-    return yaml.safe_load((RECIPES / name).read_text(encoding="utf-8"))
+@lru_cache(maxsize=None)
+def seqpack_errors(name: str) -> frozenset[str]:
+    """The error rules ``seqpack validate`` reports on a committed dump, with the world size the lane used."""
+    report = validate(ValidateOptions(path=str(RECIPES / f"{name}.yaml"),
+                                      overrides=[f"dist.world_size={ROWS[name]['world_size']}"]))
+    return frozenset(f.rule_id for f in report.violations)
 
 
-def test_index_lists_every_file_with_its_source():
-    assert sorted(e["file"] for e in INDEX["recipes"]) == FILES
-    assert INDEX["committed"] == len(FILES) and INDEX["converted"] <= INDEX["recipes_found"]
-    assert re.fullmatch(r"[0-9a-f]{40}", COMMIT)
-    for name in FILES:
-        head = (RECIPES / name).read_text(encoding="utf-8").splitlines()[:2]
-        assert head[0] == f"# Megatron-Bridge recipe {name[:-5]}"
-        assert head[1].startswith(f"# source: {BRIDGE}@{COMMIT} src/megatron/bridge/recipes/"), name
+def expected_difference(name: str) -> str | None:
+    """The documented difference a committed recipe shows, or None when the two sides must agree."""
+    if name in SEQPACK_ONLY:
+        return SEQPACK_ONLY[name][1]
+    if name in BRIDGE_ONLY:
+        return "recipes-bridge-rejects-outside-packing"
+    return None
 
 
-def test_every_packing_recipe_is_committed_and_a_sample_of_the_rest():
-    paths = [e["path"] for e in INDEX["recipes"]]
-    assert sum(p != "none" for p in paths) >= 100  # all packed recipes (offline, in-batch, deferred in-batch)
-    assert 20 <= paths.count("none") < len(paths)
+def test_index_names_the_release_and_lists_every_committed_dump():
+    assert INDEX["package"] == BRIDGE_PACKAGE and INDEX["megatron_core"] == MCORE_PACKAGE
+    assert sorted(r["file"][:-5] for r in INDEX["recipes"] if r.get("file")) == FILES
+    assert INDEX["committed"] == len(FILES) and INDEX["packing"] == sum(r["path"] != "none" for r in INDEX["recipes"])
+    assert INDEX["recipes_found"] == len(INDEX["recipes"]) >= 290
+    assert INDEX["standin_problems"] == {}
+    for row in INDEX["recipes"]:
+        assert row["function"].startswith("megatron.bridge.recipes.") and row["function"].endswith("." + row["recipe"])
+        assert row["source"].startswith("megatron/bridge/recipes/"), row
+        if row["path"] != "none":  # every packing recipe that built is committed
+            assert row.get("file") == f"{row['recipe']}.yaml", row["recipe"]
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_recipe_validates_or_its_rejection_is_reproduced(name):
-    report = validate_config(_config(name))
-    errors = {f.rule_id for f in report.violations}
-    assert errors == REJECTED.get(name[:-5], set()), [f.one_line() for f in report.violations]
-
-
-def test_rejected_recipes_exist():
-    assert {f"{n}.yaml" for n in REJECTED} <= set(FILES)
-
-
-def test_the_sp_only_recipe_validates_with_a_warning():
-    # Nemotron-3 Super SFT: TP8 + SP, CP1, pad_seq_to_mult=1 (issue 17's first re-grade)
-    report = validate_config(_config("nemotron_3_super_sft_16gpu_h100_bf16_config.yaml"))
-    assert report.ok and "PACK-OFFLINE-PAD-MULT-RECOMMENDED" in report.rule_ids
-
-
-# --- reproductions of each rejection ------------------------------------------------------------------
+def test_each_file_is_headed_with_its_recipe_and_the_package_version(name):
+    head = (RECIPES / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:2]
+    assert head[0] == f"# Megatron-Bridge recipe {name} (megatron-bridge=={BRIDGE_RELEASE})"
+    assert head[1] == f"# function: {ROWS[name]['function']} ({ROWS[name]['source']})"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(n for n, ids in REJECTED.items() if "BATCH-GBS-DIVISIBLE" in ids))
-def test_gbs_rejection_is_megatron_cores_microbatch_assertion(name):
-    calculator = pytest.importorskip("megatron.core.num_microbatches_calculator")
-    cfg = load_config(_config(f"{name}.yaml"))
-    m = cfg.model
-    dp = cfg.dist.world_size // (m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size)
-    gbs, mbs = cfg.train.global_batch_size, cfg.train.micro_batch_size
-    with pytest.raises(AssertionError, match="not divisible"):
-        calculator.ConstantNumMicroBatchesCalculator(gbs, mbs, dp, False, 0)
-    # negative control: the nearest valid GBS passes the same code
-    calculator.ConstantNumMicroBatchesCalculator(math.ceil(gbs / (mbs * dp)) * mbs * dp, mbs, dp, False, 0)
+def test_the_packing_recipes_cover_every_path_the_release_packs():
+    paths = Counter(r["path"] for r in INDEX["recipes"])
+    assert paths["offline"] >= 100 and paths["in_batch"] >= 8 and paths["in_batch_deferred"] >= 4
+    assert paths["energon"] == 0  # no recipe of megatron-bridge 0.6.2 turns Energon native packing on
+    for name in FILES:  # the committed dump turns on the path Bridge's built object had
+        cfg = load_config(RECIPES / f"{name}.yaml")
+        path = ROWS[name]["path"]
+        assert cfg.active_paths() == [path.removesuffix("_deferred")], name
+        assert cfg.dataset.defer_in_batch_packing_to_step == (path == "in_batch_deferred"), name
 
 
-def _bridge_algorithms():
-    """Bridge's offline packing module, loaded from the snapshot (skips when it is not here)."""
-    if mirror(BRIDGE) is None:
-        pytest.skip(skip_reason(BRIDGE))
-    return load_bridge_packing_algorithms()
+@pytest.mark.parametrize("name", FILES)
+def test_bridge_raises_exactly_when_seqpack_reports_an_error(name):
+    bridge = ROWS[name]["bridge"]
+    errors = seqpack_errors(name)
+    if name in SEQPACK_ONLY:
+        assert not bridge["raises"] and errors == SEQPACK_ONLY[name][0]
+    elif name in BRIDGE_ONLY:
+        assert bridge["raises"] and BRIDGE_ONLY[name] in bridge["message"] and not errors
+    else:
+        assert bridge["raises"] == bool(errors), (bridge, sorted(errors))
 
 
-def test_32k_recipe_long_samples_crash_bridges_fill_step():
-    cfg = load_config(_config("nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml"))
+def test_the_listed_exceptions_are_committed_packing_recipes():
+    assert set(SEQPACK_ONLY) | set(BRIDGE_ONLY) <= set(FILES)
+
+
+def test_a_recipe_rejected_by_both_sides_is_rejected_for_the_same_setting():
+    # Ministral3's SFT/PEFT recipes turn in-batch packing on at MBS 1 in megatron-bridge 0.6.2
+    both = [n for n in FILES if ROWS[n]["bridge"]["raises"] and n not in BRIDGE_ONLY]
+    assert both and all(n.startswith("ministral3_") for n in both)
+    for name in both:
+        assert "micro_batch_size should be greater than 1" in ROWS[name]["bridge"]["message"]
+        assert seqpack_errors(name) == {"PACK-IN-BATCH-MBS"}
+
+
+def test_negative_control_a_broken_dump_is_reported_by_the_rule_of_the_broken_setting():
+    name = next(n for n in FILES if ROWS[n]["path"] == "offline" and not ROWS[n]["bridge"]["raises"])
+    report = validate(ValidateOptions(path=str(RECIPES / f"{name}.yaml"),
+                                      overrides=[f"dist.world_size={ROWS[name]['world_size']}",
+                                                 "train.micro_batch_size=2"]))
+    assert "PACK-OFFLINE-MBS1" in {f.rule_id for f in report.violations}
+
+
+# --- the lane: the committed files are what the release writes now ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lane_files(upstream):
+    from tests.upstream.recipe_dumps import render, run
+
+    return render(run(upstream))
+
+
+@pytest.mark.slow
+def test_committed_recipes_equal_what_the_lane_writes_now(lane_files):
+    from tests.upstream.recipe_dumps import write
+
+    stale = write(lane_files, check=True)
+    assert stale == [], f"run: .venv/bin/python scripts/regen_recipes.py ({stale[:5]})"
+
+
+@pytest.mark.slow
+def test_every_packing_recipe_agrees_or_differs_as_documented(lane_files, compat):
+    index = json.loads(lane_files["index.json"])
+    for row in index["recipes"]:
+        if row["path"] == "none" or "file" not in row:
+            continue
+        name = row["recipe"]
+        agree = row["bridge"]["raises"] == bool(seqpack_errors(name))
+        compat.check(FUNCTION, agree, difference=expected_difference(name),
+                     detail=f"{name}: Bridge {row['bridge']}, seqpack {sorted(seqpack_errors(name))}")
+
+
+# --- the later upstream failures behind the seqpack-only errors ------------------------------------------
+
+
+@pytest.mark.slow
+def test_32k_recipe_long_samples_crash_bridges_offline_fill_step(upstream):
+    cfg = load_config(RECIPES / "nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml")
     pack, budget = cfg.dataset.offline_packing_specs.packed_sequence_size, cfg.seq_length
     assert (pack, budget) == (2048, 32768)
-    algorithms = _bridge_algorithms()
-    # two samples within the pack, one long-context sample within the 32K tokenizer budget
-    dataset = [{"input_ids": list(range(n + 1)), "loss_mask": [True] * (n + 1)} for n in (900, 1000, 5000)]
-    sequences, histogram = algorithms.create_hist(dataset, budget)
-    assignments, _ = algorithms.create_packing_strategy(histogram, pack, "first_fit_decreasing")
-    with pytest.raises(KeyError):
-        algorithms.fill_packing_strategy(assignments, sequences, pack, 0)
-    # negative control: with the tokenizer budget capped at the pack size the long sample is dropped and fill works
-    sequences, histogram = algorithms.create_hist(dataset, pack)
-    assignments, _ = algorithms.create_packing_strategy(histogram, pack, "first_fit_decreasing")
-    assert len(algorithms.fill_packing_strategy(assignments, sequences, pack, 0)) == 1
+    assert cfg.dataset.offline_packing_specs.max_single_sequence_length is None  # so Bridge tokenizes up to 32768
+    samples = [901, 1001, 5001]  # two samples within the pack, one long-context sample within the 32K budget
+    crash = upstream.call("recipes.fill_step", lengths=samples, max_seq_length=budget, packed_sequence_size=pack)
+    assert crash["raises"] and crash["where"] == "fill_packing_strategy", crash
+    # negative control: with the per-sample cap at the pack size (max_single_sequence_length) the long sample is
+    # left out of the histogram and the same steps pack
+    fine = upstream.call("recipes.fill_step", lengths=samples, max_seq_length=pack, packed_sequence_size=pack)
+    assert fine == {"raises": False, "packs": 1}
 
 
+@pytest.mark.slow
 def test_32k_recipe_without_cp_alignment_fails_the_te_partition_rule():
+    # Transformer Engine's thd_get_partitioned_indices is a CUDA kernel (not runnable in the CPU lane); seqpack's
+    # reference partition applies its divisibility rule
     from reference_impl.errors import AlignmentError
     from reference_impl.packing.thd_compat import collate_stored_rows
     from reference_impl.training.context_parallel import thd_partition_indices
 
-    cfg = load_config(_config("nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml"))
+    cfg = load_config(RECIPES / "nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml")
     specs, cp = cfg.dataset.offline_packing_specs, cfg.model.context_parallel_size
+    assert (specs.pad_seq_to_mult, cp) == (1, 2)
     # a stored packed row as Bridge writes it with pad_seq_to_mult=1: segments of 7 and 10 runtime tokens
     row = {"input_ids": list(range(8)) + list(range(11)), "loss_mask": [1] * 19, "seq_start_id": [0, 8]}
     batch = collate_stored_rows([row], pack_size=specs.packed_sequence_size, pad_seq_to_mult=specs.pad_seq_to_mult,
@@ -139,40 +200,24 @@ def test_32k_recipe_without_cp_alignment_fails_the_te_partition_rule():
     assert thd_partition_indices(batch["cu_seqlens_q_padded"], cp, 0).numel() == specs.packed_sequence_size // cp
 
 
-# --- re-derivation from the snapshot ----------------------------------------------------------------
-
-
 @pytest.mark.slow
-def test_committed_recipes_equal_a_fresh_conversion_of_the_snapshot():
-    sys.path.insert(0, str(HERE))
-    import convert_recipes
-
-    bridge, mcore = convert_recipes.snapshot_dirs()
-    if bridge is None:
-        pytest.skip(skip_reason(BRIDGE) + f" at {COMMIT[:12]}")
-    stale = convert_recipes.write(convert_recipes.build(bridge, mcore), check=True)
-    assert stale == [], f"run: python tests/upstream/convert_recipes.py ({stale[:5]})"
-
-
 def test_compatibility_page_reports_this_table():
-    from collections import Counter
-
     text = (HERE.parents[1] / "docs" / "compatibility.md").read_text(encoding="utf-8")
-    paths = Counter(e["path"] for e in INDEX["recipes"])
-    valid = sum(validate_config(_config(n)).ok for n in FILES)
+    paths = Counter(r["path"] for r in INDEX["recipes"])
     rows = {
-        "found in the snapshot": INDEX["recipes_found"],
-        "converted": INDEX["converted"],
-        "committed (`tests/upstream/recipes/`)": INDEX["committed"],
-        "committed with offline packing": paths["offline"],
-        "committed with collate-time in-batch packing": paths["in_batch"],
-        "committed with in-batch packing deferred to the step": paths["in_batch_deferred"],
-        "committed without packing (sample)": paths["none"],
-        "validate (possibly with warnings)": valid,
-        "rejected, with the upstream failure reproduced by a test": len(REJECTED),
+        f"recipe functions in {BRIDGE_PACKAGE}": INDEX["recipes_found"],
+        "built offline": INDEX["built"],
+        "turn packing on (committed as Bridge's dump)": INDEX["packing"],
+        "with offline packing": paths["offline"],
+        "with collate-time in-batch packing": paths["in_batch"],
+        "with in-batch packing deferred to the step": paths["in_batch_deferred"],
+        "with Energon native packing": paths["energon"],
+        "agree (Bridge raises exactly when seqpack errors)":
+            INDEX["packing"] - len(SEQPACK_ONLY) - len(BRIDGE_ONLY),
+        "seqpack errors, a later upstream failure reproduced": len(SEQPACK_ONLY),
+        "Bridge raises for a setting outside packing": len(BRIDGE_ONLY),
     }
     for label, count in rows.items():
         assert f"| {label} | {count} |" in text, label
-    assert f"| {INDEX['recipes_found'] - INDEX['converted']} |" in text  # the not-convertible row
-    for name in REJECTED:
+    for name in (*SEQPACK_ONLY, *BRIDGE_ONLY):
         assert f"`{name}`" in text, name

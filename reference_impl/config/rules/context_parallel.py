@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, CP2, near_multiples, topology
-from reference_impl.config.rules.evidence import BRIDGE_PR5493, bridge, bridge_cc
+from reference_impl.config.rules.evidence import BRIDGE_PR5493, bridge_cc, bridge_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_MAIN
 
 FAMILY = "context_parallel"
 
@@ -25,7 +26,7 @@ COLLATE_ALIGNED_KINDS = ("direct_hf", "energon", "mock_vlm")
     fix="Round seq_length to a multiple of 2*context_parallel_size.",
     trigger={**CP2, "model.context_parallel_size": 3, "dist.world_size": 3, "model.seq_length": 256},
     fixed={"model.seq_length": 258},
-    upstream_check=bridge_cc(1575, "context_parallel_size", "asserts seq_length % (2*CP) == 0 when CP > 1"),
+    upstream_check=bridge_cc(1436, "context_parallel_size", "asserts seq_length % (2*CP) == 0 when CP > 1"),
 )
 def cp_seq_divisible(r: Resolved) -> str | None:
     if r.cp > 1 and r.seq_length % (2 * r.cp):
@@ -48,7 +49,7 @@ def cp_seq_divisible(r: Resolved) -> str | None:
     trigger={"model.context_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.calculate_per_token_loss": True},
     upstream_check=bridge_cc(
-        1591,
+        1452,
         "calculate_per_token_loss",
         "asserts per-token loss for fine-tuning datasets with CP > 1",
     ),
@@ -74,7 +75,7 @@ def cp_per_token(r: Resolved) -> str | None:
     trigger={**CP2, "ddp.average_in_collective": True},
     fixed={"ddp.average_in_collective": False},
     upstream_check=bridge_cc(
-        1594,
+        1455,
         "average_in_collective",
         "asserts average_in_collective=False for fine-tuning datasets with CP > 1",
     ),
@@ -96,30 +97,32 @@ def cp_avg(r: Resolved) -> str | None:
     fields=("model.seq_length", "model.context_parallel_size", "model.tensor_model_parallel_size",
         "model.sequence_parallel", "dist.eval_context_parallel_size"),
     provenance="upstream",
-    source=f"V21: {BRIDGE_CC} (direct_hf, energon, mock_vlm; gpt_sft with in-batch packing from PR #5493)",
+    source=f"V21: {BRIDGE_CC} (direct_hf, energon, mock_vlm; on main also gpt_sft with in-batch packing, PR #5493)",
     fix="Round seq_length to a multiple of the derived alignment (`seqpack align`).",
     trigger={**CP2, "dist.world_size": 8, "model.tensor_model_parallel_size": 4, "model.sequence_parallel": True,
         "model.seq_length": 20, "dataset.kind": "direct_hf"},
     fixed={"model.seq_length": 24},
+    prs=(5493,),
     upstream_check=(
         bridge_cc(
-            1367,
+            1226,
             "collate_padding_multiple",
             "raises ValueError when a Direct-HF/Energon/MockVLM seq_length is not a multiple of the collate multiple",
         ),
-        bridge(
+        bridge_main(
             "training/config.py",
             1367,
             "collate_padding_multiple",
             "PR #5493 adds GPT-SFT with in-batch packing to the same check",
-            commit=BRIDGE_PR5493,
+            ref=BRIDGE_PR5493,
         ),
     ),
 )
 def align_seq(r: Resolved) -> str | None:
     mult = r.alignment.seq_length_multiple
     kind = r.cfg.dataset.kind
-    checked = kind in COLLATE_ALIGNED_KINDS or (kind == "gpt_sft" and r.cfg.dataset.enable_in_batch_packing)
+    gpt_sft_in_batch = kind == "gpt_sft" and r.cfg.dataset.enable_in_batch_packing and r.bridge_version == BRIDGE_MAIN
+    checked = kind in COLLATE_ALIGNED_KINDS or gpt_sft_in_batch
     if not checked or mult == 1:
         return None
     if r.cp > 1 and r.seq_length % (2 * r.cp):

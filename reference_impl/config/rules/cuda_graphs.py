@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, OFFLINE, SPECS, offline_on
-from reference_impl.config.rules.evidence import bridge, bridge_cc
+from reference_impl.config.rules.evidence import bridge, bridge_cc, bridge_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_RELEASE
 
 FAMILY = "cuda_graphs"
 
@@ -21,7 +22,7 @@ FAMILY = "cuda_graphs"
     fix="Set dataset.dataset_kwargs.pad_to_max_length=true.",
     trigger={**OFFLINE, f"{SPECS}.pad_cu_seqlens": True},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
-    upstream_check=bridge_cc(1290, "pad_cu_seqlens", "raises ValueError: pad_cu_seqlens requires pad_to_max_length"),
+    upstream_check=bridge_cc(1169, "pad_cu_seqlens", "raises ValueError: pad_cu_seqlens requires pad_to_max_length"),
 )
 def pad_cu_fixed_width(r: Resolved) -> str | None:
     if r.specs is not None and r.specs.pad_cu_seqlens and not r.pad_to_max_length:
@@ -46,6 +47,7 @@ def pad_cu_fixed_width(r: Resolved) -> str | None:
         76,
         "pack_metadata_file_path",
         "the packed dataset asserts a metadata file when pad_cu_seqlens is on",
+        kind="runtime",
     ),
 )
 def pad_cu_metadata(r: Resolved) -> str | None:
@@ -72,7 +74,7 @@ def pad_cu_metadata(r: Resolved) -> str | None:
     trigger={**OFFLINE, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["mlp"]},
     fixed={"dataset.dataset_kwargs.pad_to_max_length": True},
     upstream_check=bridge_cc(
-        1299,
+        1178,
         "uses_training_cuda_graphs",
         "raises ValueError: offline packing with CUDA graphs needs pad_to_max_length",
     ),
@@ -99,7 +101,7 @@ def graph_fixed_width(r: Resolved) -> str | None:
     note="The docs say CUDA graphs need pad_cu_seqlens; upstream requires it only when attention is captured "
         "(full-iteration, whole-layer or 'attn' scope). MLP-only graphs pass without it.",
     upstream_check=bridge_cc(
-        1305,
+        1184,
         "captures_packed_attention",
         "raises ValueError: graphs that capture packed attention need pad_cu_seqlens",
     ),
@@ -126,7 +128,7 @@ def graph_pad_cu(r: Resolved) -> str | None:
     trigger={"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]},
     fixed={"rerun_state_machine.check_for_nan_in_loss": False},
     upstream_check=bridge_cc(
-        1510,
+        1371,
         "check_for_nan_in_loss",
         "asserts check_for_nan_in_loss is off with a full-iteration graph",
     ),
@@ -144,16 +146,19 @@ def graph_nan(r: Resolved) -> str | None:
     title="packed MoE padding masks are incompatible with router-scoped Transformer Engine CUDA graphs",
     fields=("model.num_moe_experts", "model.cuda_graph_impl", "model.cuda_graph_scope"),
     provenance="upstream",
-    source="V54: Megatron-Bridge gpt_step",
+    source="V54: Megatron-Bridge gpt_step (main; megatron-bridge 0.6.2 passes no padding mask to the model, so it has "
+    "no such conflict and no guard)",
     fix="Limit cuda_graph_scope to attn/mlp (not the router), or disable CUDA graphs for this packed MoE run.",
     trigger={**OFFLINE, "model.num_moe_experts": 8, "model.cuda_graph_impl": "transformer_engine",
         "model.cuda_graph_scope": ["moe_router"], "dataset.dataset_kwargs.pad_to_max_length": True},
     fixed={"model.cuda_graph_scope": ["mlp"]},
-    upstream_check=bridge(
+    targets=("main",),
+    upstream_check=bridge_main(
         "training/gpt_step.py",
         193,
         "captures_router",
         "gpt_step raises ValueError for packed MoE batches under router-scoped TE graphs",
+        kind="runtime",
     ),
 )
 def moe_mask_graph(r: Resolved) -> str | None:
@@ -162,4 +167,32 @@ def moe_mask_graph(r: Resolved) -> str | None:
             f"packed MoE batches carry a padding mask that router-scoped Transformer Engine CUDA graphs cannot take "
             f"(cuda_graph_scope={r.cfg.model.cuda_graph_scope})"
         )
+    return None
+
+
+@rule(
+    "CUDA-GRAPH-LOCAL-FULL-ITERATION",
+    family=FAMILY,
+    severity="error",
+    title="cuda_graph_impl=local is supported only for full-iteration CUDA graphs",
+    fields=("model.cuda_graph_impl", "model.cuda_graph_scope"),
+    provenance="upstream",
+    source=f"Megatron-Bridge validate_cuda_graph_configuration, called from {BRIDGE_CC} (megatron-bridge "
+    f"{BRIDGE_RELEASE}; not read on main)",
+    fix="Use cuda_graph_scope=[full_iteration] with the local implementation, or cuda_graph_impl=transformer_engine "
+    "for scoped capture (attn, mlp, ...).",
+    trigger={"model.cuda_graph_impl": "local"},
+    fixed={"model.cuda_graph_impl": "transformer_engine"},
+    targets=(BRIDGE_RELEASE,),
+    upstream_check=bridge(
+        "utils/cuda_graph.py",
+        146,
+        "is_full_iteration_cuda_graph",
+        "raises ValueError for the local implementation without a full-iteration scope",
+    ),
+)
+def local_full_iteration(r: Resolved) -> str | None:
+    m = r.cfg.model
+    if m.cuda_graph_impl == "local" and "full_iteration" not in m.cuda_graph_scope:
+        return f"model.cuda_graph_impl=local with cuda_graph_scope={m.cuda_graph_scope} (no full_iteration)"
     return None

@@ -4,10 +4,45 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, ENERGON, flag_mismatch, fmt
-from reference_impl.config.rules.evidence import bridge, bridge_cc
+from reference_impl.config.rules.evidence import bridge, bridge_cc, bridge_main, energon
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_MAIN, BRIDGE_RELEASE, ENERGON_RELEASE, bridge_pr
 
 FAMILY = "energon"
+
+
+@rule(
+    "PACK-ENERGON-NATIVE-BRIDGE-VERSION",
+    family=FAMILY,
+    severity="error",
+    title=f"Energon native packing (packing_buffer_size) is not in megatron-bridge {BRIDGE_RELEASE} (Bridge main has it)",
+    fields=("dataset.packing_buffer_size", "dataset.kind"),
+    provenance="upstream",
+    source=f"megatron-bridge {BRIDGE_RELEASE}: no Energon task encoder implements the packing hooks "
+    f"(select_samples_to_pack, pack_selected_samples), and megatron-energon {ENERGON_RELEASE} asserts both when "
+    "packing_buffer_size is set; ConfigContainer.validate accepts the config. Megatron-Bridge main "
+    "(067f987) has Energon native packing for the Qwen-VL task encoder",
+    fix=f"On megatron-bridge {BRIDGE_RELEASE} drop packing_buffer_size and use collator in-batch packing "
+    "(dataset.enable_in_batch_packing=true, micro_batch_size > 1); or target Bridge main (--bridge-version main).",
+    trigger={**ENERGON},
+    fixed={"dataset.packing_buffer_size": None},
+    targets=(BRIDGE_RELEASE,),
+    upstream_check=energon(
+        "task_encoder/base.py",
+        582,
+        "select_samples_to_pack_provided and pack_selected_samples_provided",
+        "TaskEncoder.build_batch asserts that the task encoder implements both packing hooks when "
+        "packing_buffer_size is set; the Bridge release's Energon task encoders implement neither",
+    ),
+)
+def energon_native_version(r: Resolved) -> str | None:
+    if r.cfg.energon_packing:
+        return (
+            f"dataset.packing_buffer_size={r.cfg.dataset.packing_buffer_size} selects Energon native packing, which is "
+            f"not in megatron-bridge {BRIDGE_RELEASE}: its task encoders implement no packing hooks, so "
+            f"megatron-energon {ENERGON_RELEASE} fails when the loader is built (Bridge main has it)"
+        )
+    return None
 
 
 @rule(
@@ -23,7 +58,7 @@ FAMILY = "energon"
     fixed={"dataset.packing_buffer_size": 16},
     upstream_check=bridge(
         "data/builders/energon.py",
-        178,
+        163,
         "packing_buffer_size",
         "EnergonDatasetConfig.validate raises ValueError for a buffer <= 0",
     ),
@@ -47,7 +82,7 @@ def energon_buffer_positive(r: Resolved) -> str | None:
     fixed={"dataset.packing_buffer_size": None},
     upstream_check=bridge(
         "data/builders/direct_hf_sft.py",
-        67,
+        54,
         "DirectHFSFTDatasetConfig",
         "only EnergonDatasetConfig declares packing_buffer_size; the other configs cannot be built "
         "with it",
@@ -71,7 +106,9 @@ def energon_kind(r: Resolved) -> str | None:
     fix="Set train.micro_batch_size=1 (and dataset.micro_batch_size=1).",
     trigger={**ENERGON, "train.micro_batch_size": 2},
     fixed={"train.micro_batch_size": 1},
-    upstream_check=bridge_cc(1329, "micro_batch_size", "raises ValueError: Energon native packing needs train MBS 1"),
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main("training/config.py", 1329, "micro_batch_size",
+                               "raises ValueError: Energon native packing needs train MBS 1"),
 )
 def energon_mbs1(r: Resolved) -> str | None:
     if r.cfg.energon_packing and r.cfg.train.micro_batch_size != 1:
@@ -90,7 +127,7 @@ def energon_mbs1(r: Resolved) -> str | None:
     fix="Make dataset.micro_batch_size equal to train.micro_batch_size.",
     trigger={**ENERGON, "dataset.micro_batch_size": 2},
     fixed={"dataset.micro_batch_size": 1},
-    upstream_check=bridge_cc(1320, "micro_batch_size", "raises ValueError: Energon dataset MBS must match train MBS"),
+    upstream_check=bridge_cc(1199, "micro_batch_size", "raises ValueError: Energon dataset MBS must match train MBS"),
 )
 def energon_dataset_mbs(r: Resolved) -> str | None:
     d = r.cfg.dataset
@@ -113,7 +150,9 @@ def energon_dataset_mbs(r: Resolved) -> str | None:
     fix="Set model.calculate_per_token_loss=true.",
     trigger={**ENERGON, "model.calculate_per_token_loss": False},
     fixed={"model.calculate_per_token_loss": True},
-    upstream_check=bridge_cc(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
+        "training/config.py",
         1331,
         "calculate_per_token_loss",
         "raises ValueError: Energon native packing needs per-token loss",
@@ -135,7 +174,9 @@ def energon_per_token_loss(r: Resolved) -> str | None:
     fix="Set ddp.average_in_collective=false.",
     trigger={**ENERGON, "ddp.average_in_collective": True},
     fixed={"ddp.average_in_collective": False},
-    upstream_check=bridge_cc(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
+        "training/config.py",
         1333,
         "average_in_collective",
         "raises ValueError: Energon native packing needs average_in_collective=False",
@@ -149,23 +190,27 @@ def energon_avg_collective(r: Resolved) -> str | None:
 @rule(
     "PACK-ENERGON-NO-MTP",
     family=FAMILY,
-    severity="error",
-    title="Energon native packing does not support MTP",
+    severity="warning",
+    title="Energon native packing with MTP needs a Bridge main that contains PR #5990",
     fields=("dataset.packing_buffer_size", "model.mtp_num_layers"),
     provenance="upstream",
-    source=f"V30: {BRIDGE_CC}",
-    fix="Set model.mtp_num_layers=0, or use unpacked Energon data.",
+    source=f"V30: {BRIDGE_CC} at main 067f987 raises for MTP with Energon native packing; Megatron-Bridge PR #5990 "
+    "(merged 2026-09-07) drops that check (MTP rolls per packed sequence in Megatron-Core)",
+    fix="Use a Megatron-Bridge main that contains PR #5990, or set model.mtp_num_layers=0.",
     trigger={**ENERGON, "model.mtp_num_layers": 1},
     fixed={"model.mtp_num_layers": 0},
-    upstream_check=bridge_cc(1335, "MTP", "raises ValueError: Energon native packing does not support MTP"),
-    note="Version: Megatron-Bridge 067f987 (2026-08-22) raises here, as its guide of that commit says. A newer "
-    "guide (the one that also documents global-batch packing, in no public snapshot yet) says Energon packing "
-    "supports MTP through Megatron-Core's boundary-aware roll (core_v0.16.0+); seqpack follows the code it can "
-    "read and its reference model runs MTP on Energon packs (`seqpack smoke --path energon --mtp`).",
+    targets=(BRIDGE_MAIN,),
+    prs=(5990,),
+    note=f"megatron-bridge {BRIDGE_RELEASE} has no Energon native packing at all "
+    "(PACK-ENERGON-NATIVE-BRIDGE-VERSION); seqpack's reference model runs MTP on Energon packs "
+    "(`seqpack smoke --path energon --mtp`).",
 )
 def energon_no_mtp(r: Resolved) -> str | None:
     if r.cfg.energon_packing and (r.cfg.model.mtp_num_layers or 0) > 0:
-        return f"Energon native packing does not support MTP (model.mtp_num_layers={r.cfg.model.mtp_num_layers})"
+        return (
+            f"Energon native packing with MTP (model.mtp_num_layers={r.cfg.model.mtp_num_layers}): Megatron-Bridge "
+            f"main before {bridge_pr(5990)} (e.g. 067f987) raises; it is accepted since that PR"
+        )
     return None
 
 
@@ -180,7 +225,9 @@ def energon_no_mtp(r: Resolved) -> str | None:
     fix="Set cuda_graph_impl and vision_cuda_graph_impl to none.",
     trigger={**ENERGON, "model.vision_cuda_graph_impl": "transformer_engine"},
     fixed={"model.vision_cuda_graph_impl": "none"},
-    upstream_check=bridge_cc(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
+        "training/config.py",
         1339,
         "CUDA graphs",
         "raises ValueError: Energon native packing does not support CUDA graphs",
@@ -207,7 +254,9 @@ def energon_no_graphs(r: Resolved) -> str | None:
     fix="Disable DistTrain, or use unpacked Energon data.",
     trigger={**ENERGON, "model.qwen3_vl_disttrain": True},
     fixed={"model.qwen3_vl_disttrain": False},
-    upstream_check=bridge_cc(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
+        "training/config.py",
         1342,
         "DistTrain",
         "raises ValueError: Energon native packing does not support Qwen3-VL DistTrain",
@@ -229,7 +278,9 @@ def energon_no_disttrain(r: Resolved) -> str | None:
     fix="Set pipeline_model_parallel_size=1.",
     trigger={**ENERGON, "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.pipeline_model_parallel_size": 1},
-    upstream_check=bridge_cc(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
+        "training/config.py",
         1344,
         "pipeline parallelism",
         "raises ValueError: Energon native packing does not support PP",
@@ -250,8 +301,10 @@ def energon_no_pp(r: Resolved) -> str | None:
     provenance="upstream",
     source=f"V34: {BRIDGE_CC} (warning and override)",
     fix="Expect the non-overlapped EP path; set both flags false to silence this.",
-    trigger={**ENERGON, "model.overlap_moe_expert_parallel_comm": True},
+    trigger={**ENERGON, "model.overlap_moe_expert_parallel_comm": True, "model.num_moe_experts": 8,
+             "model.expert_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.overlap_moe_expert_parallel_comm": False},
+    targets=(BRIDGE_MAIN,),
 )
 def energon_ep_overlap(r: Resolved) -> str | None:
     m = r.cfg.model
@@ -275,7 +328,8 @@ def energon_ep_overlap(r: Resolved) -> str | None:
     fix="Use the qwen_vl task encoder, or collator-owned in-batch packing for other encoders.",
     trigger={**ENERGON, "dataset.task_encoder": "nemotron_omni"},
     fixed={"dataset.task_encoder": "qwen_vl"},
-    upstream_check=bridge(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
         "data/builders/energon.py",
         203,
         "QwenVLEnergonTaskEncoderConfig",
@@ -301,11 +355,13 @@ def energon_encoder(r: Resolved) -> str | None:
     trigger={**ENERGON, "dataset.dataloader_type": "single"},
     fixed={"dataset.dataloader_type": "external"},
     upstream_check=bridge(
-        "data/builders/energon.py",
-        148,
-        "dataloader_type",
-        "EnergonDatasetConfig declares dataloader_type as the literal 'external'; the builder returns "
-        "ready loaders that only the external path passes through",
+        "data/samplers.py",
+        72,
+        "len(dataset)",
+        "the Energon builder returns ready loaders; any other loader type wraps one in a Megatron sampler, "
+        "which indexes it like a dataset and fails on the first batch (EnergonDatasetConfig declares "
+        "dataloader_type as the literal 'external', which dataclasses do not enforce)",
+        kind="runtime",
     ),
 )
 def energon_loader(r: Resolved) -> str | None:

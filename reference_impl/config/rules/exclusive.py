@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, ENERGON, GLOBAL, OFFLINE
-from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, bridge, bridge_cc, bridge_guide
+from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, bridge_cc, bridge_guide, bridge_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_MAIN
 
 FAMILY = "exclusive"
 
@@ -22,7 +23,7 @@ FAMILY = "exclusive"
     trigger={**OFFLINE, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
     upstream_check=bridge_cc(
-        1276,
+        1156,
         "enable_in_batch_packing",
         "raises ValueError: the two switches are mutually exclusive",
     ),
@@ -45,7 +46,8 @@ def excl_offline_in_batch(r: Resolved) -> str | None:
     fix="Select exactly one packing owner: packing_buffer_size (native) or enable_in_batch_packing.",
     trigger={**ENERGON, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
-    upstream_check=bridge(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
         "data/builders/energon.py",
         180,
         "enable_in_batch_packing",
@@ -73,6 +75,8 @@ def excl_energon_in_batch(r: Resolved) -> str | None:
     fix="Turn the other packing path off.",
     trigger={**GLOBAL, "dataset.enable_in_batch_packing": True},
     fixed={"dataset.enable_in_batch_packing": False},
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     upstream_check=bridge_guide(
         GLOBAL_BATCH_GUIDE,
         "ConfigContainer.validate requires no other packing path on the same dataset",
@@ -96,7 +100,8 @@ def excl_global(r: Resolved) -> str | None:
     fix="Set dataset.defer_in_batch_packing_to_step=false (native packs are built in the loader).",
     trigger={**ENERGON, "dataset.defer_in_batch_packing_to_step": True},
     fixed={"dataset.defer_in_batch_packing_to_step": False},
-    upstream_check=bridge(
+    targets=(BRIDGE_MAIN,),
+    upstream_check=bridge_main(
         "data/builders/energon.py",
         185,
         "defer_in_batch_packing_to_step",

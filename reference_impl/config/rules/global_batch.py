@@ -4,18 +4,92 @@ from __future__ import annotations
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, GLOBAL, flag_mismatch, global_on
-from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, MLM_DEV, bridge_guide, mcore
+from reference_impl.config.rules.evidence import GLOBAL_BATCH_GUIDE, MLM_DEV, bridge, bridge_guide, mcore, mcore_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_MAIN, BRIDGE_RELEASE, MCORE_MAIN_COMMIT, MCORE_RELEASE, bridge_pr
 
 FAMILY = "global_batch"
+
+#: What a release lacks for global-batch packing, checked in the lane: megatron-core 0.19.2 has no
+#: ``sequence_packing_scheduler`` field (and no DpBalancedScheduler), megatron-bridge 0.6.2 no switch.
+NOT_RELEASED = (
+    f"global-batch packing is in no Megatron-Bridge release: megatron-bridge {BRIDGE_RELEASE} has no "
+    f"dataset.enable_global_batch_packing and megatron-core {MCORE_RELEASE} no sequence_packing_scheduler "
+    f"(nor DpBalancedScheduler); {bridge_pr(6127)} (open) adds the Bridge side, Megatron-LM main "
+    f"({MCORE_MAIN_COMMIT[:8]}) has the scheduler"
+)
 
 #: Scheduler names the validator accepts (Megatron-Core registers dp_balanced; balanced is seqpack's).
 KNOWN_SCHEDULERS = ("dp_balanced", "balanced")
 
 
 @rule(
+    "PACK-GLOBAL-BRIDGE-VERSION",
+    family=FAMILY,
+    targets=(BRIDGE_RELEASE,),
+    prs=(6127,),
+    severity="error",
+    title="global-batch packing is in no Megatron-Bridge release",
+    fields=("dataset.enable_global_batch_packing", "model.sequence_packing_scheduler",
+            "dataset.yields_unpacked_samples"),
+    provenance="upstream",
+    source=f"megatron-bridge {BRIDGE_RELEASE} / megatron-core {MCORE_RELEASE} (checked in the lane): no global-batch "
+    "switch, no sequence_packing_scheduler field, no DpBalancedScheduler; Megatron-Bridge PR #6127 is open",
+    fix=f"On megatron-bridge {BRIDGE_RELEASE} use offline packing (MBS1) or Direct-HF in-batch packing; seqpack's own "
+    "global-batch path (`seqpack smoke --path global_batch`) follows Megatron-LM main and is validated with "
+    "--bridge-version main.",
+    trigger={**GLOBAL},
+    fixed={"dataset.enable_global_batch_packing": False, "model.max_seqlen_per_dp_cp_rank": None},
+    upstream_check=(
+        bridge(
+            "data/builders/gpt_sft.py",
+            105,
+            "class GPTSFTDatasetConfig",
+            "the dataset configs declare no enable_global_batch_packing (nor yields_unpacked_samples): building "
+            "one with it raises TypeError",
+        ),
+        mcore("megatron/core/model_parallel_config.py", 111, "max_seqlen_per_dp_cp_rank",
+              "the model-parallel config has max_seqlen_per_dp_cp_rank (for hybrid CP) but no "
+              "sequence_packing_scheduler: building the model config with it raises TypeError"),
+    ),
+)
+def global_version(r: Resolved) -> str | None:
+    d, m = r.cfg.dataset, r.cfg.model
+    if d.enable_global_batch_packing or m.sequence_packing_scheduler is not None or d.yields_unpacked_samples is not None:
+        return NOT_RELEASED
+    return None
+
+
+@rule(
+    "PACK-GLOBAL-BRIDGE-PR",
+    family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
+    severity="warning",
+    title="global-batch packing is not on Megatron-Bridge main yet (PR #6127, open); the scheduler is Megatron-LM main's",
+    fields=("dataset.enable_global_batch_packing",),
+    provenance="documented",
+    source="Megatron-Bridge PR #6127 (open as of 2026-09-16) adds dataset.enable_global_batch_packing and the "
+    "validation the global-batch rules mirror; Megatron-LM main has DpBalancedScheduler (d98e8a64). seqpack's "
+    "global-batch path runs that scheduler itself; Bridge main at 067f987 has no switch for it",
+    fix="Train with seqpack's global-batch path (or a Bridge build with PR #6127); the global-batch rules below "
+    "follow that PR's documented checks.",
+    trigger={**GLOBAL},
+    fixed={"dataset.enable_global_batch_packing": False, "model.max_seqlen_per_dp_cp_rank": None},
+)
+def global_pr(r: Resolved) -> str | None:
+    if r.cfg.dataset.enable_global_batch_packing:
+        return (f"dataset.enable_global_batch_packing=true: Megatron-Bridge main has no such switch yet "
+                f"({bridge_pr(6127)} is open); seqpack's global-batch path provides it, with Megatron-LM main's "
+                "dp_balanced scheduler")
+    return None
+
+
+@rule(
     "PACK-GLOBAL-MBS1",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing requires micro_batch_size=1",
     fields=("dataset.enable_global_batch_packing", "train.micro_batch_size"),
@@ -24,7 +98,7 @@ KNOWN_SCHEDULERS = ("dp_balanced", "balanced")
     fix="Set train.micro_batch_size=1; the scheduler decides how many micro-batches a step runs.",
     trigger={**GLOBAL, "train.micro_batch_size": 2},
     fixed={"train.micro_batch_size": 1},
-    upstream_check=mcore(
+    upstream_check=mcore_main(
         "megatron/core/datasets/data_schedule_utils.py",
         61,
         "shape[0] == 1",
@@ -40,6 +114,8 @@ def global_mbs1(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-PER-TOKEN-LOSS",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing requires calculate_per_token_loss=true",
     fields=("dataset.enable_global_batch_packing", "model.calculate_per_token_loss"),
@@ -61,6 +137,8 @@ def global_per_token_loss(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-AVG-COLLECTIVE",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing requires ddp.average_in_collective=false",
     fields=("dataset.enable_global_batch_packing", "ddp.average_in_collective"),
@@ -79,6 +157,8 @@ def global_avg_collective(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-NO-CUDA-GRAPHS",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing does not support CUDA graphs",
     fields=("dataset.enable_global_batch_packing", "model.cuda_graph_impl"),
@@ -101,6 +181,8 @@ def global_no_graphs(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-NO-PP",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing does not support pipeline parallelism",
     fields=("dataset.enable_global_batch_packing", "model.pipeline_model_parallel_size"),
@@ -123,6 +205,8 @@ def global_no_pp(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-NO-VPP",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing does not support virtual pipeline parallelism",
     fields=("dataset.enable_global_batch_packing", "model.virtual_pipeline_model_parallel_size"),
@@ -143,6 +227,8 @@ def global_no_vpp(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-DATALOADER",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing needs the single or cyclic dataloader",
     fields=("dataset.enable_global_batch_packing", "dataset.dataloader_type"),
@@ -162,6 +248,8 @@ def global_loader(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-MAX-SEQLEN-REQUIRED",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing needs an explicit max_seqlen_per_dp_cp_rank",
     fields=("dataset.enable_global_batch_packing", "model.max_seqlen_per_dp_cp_rank"),
@@ -170,7 +258,7 @@ def global_loader(r: Resolved) -> str | None:
     fix="Set model.max_seqlen_per_dp_cp_rank (e.g. ceil(seq_length / CP)).",
     trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": None},
     fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
-    upstream_check=mcore(
+    upstream_check=mcore_main(
         "megatron/core/datasets/data_schedule.py",
         424,
         "max_seqlen_per_dp_cp_rank",
@@ -186,6 +274,8 @@ def global_max_required(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-CAPACITY",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="max_seqlen_per_dp_cp_rank * CP must cover the longest sample (seq_length)",
     fields=("model.max_seqlen_per_dp_cp_rank", "model.context_parallel_size", "model.seq_length"),
@@ -194,12 +284,12 @@ def global_max_required(r: Resolved) -> str | None:
     fix="Raise max_seqlen_per_dp_cp_rank to at least ceil(seq_length / CP).",
     trigger={**GLOBAL, "model.max_seqlen_per_dp_cp_rank": 1024},
     fixed={"model.max_seqlen_per_dp_cp_rank": 2048},
-    upstream_check=mcore(
+    upstream_check=mcore_main(
         "megatron/training/arguments.py",
         1795,
         "max_seqlen_per_dp_cp_rank",
         "validate_args asserts CP * max_seqlen_per_dp_cp_rank >= seq_length",
-        commit=MLM_DEV,
+        ref=MLM_DEV,
     ),
 )
 def global_capacity(r: Resolved) -> str | None:
@@ -215,6 +305,8 @@ def global_capacity(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-NO-HYBRID",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing does not support hybrid Mamba models",
     fields=("dataset.enable_global_batch_packing", "model.is_hybrid_model"),
@@ -234,6 +326,8 @@ def global_no_hybrid(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-NO-FSDP",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing does not support Megatron FSDP",
     fields=("dataset.enable_global_batch_packing", "ddp.use_megatron_fsdp"),
@@ -253,6 +347,8 @@ def global_no_fsdp(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-UNPACKED-SAMPLES",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="global-batch packing needs a dataset that yields unpacked samples",
     fields=("dataset.enable_global_batch_packing", "dataset.kind", "dataset.yields_unpacked_samples"),
@@ -278,6 +374,8 @@ def global_unpacked(r: Resolved) -> str | None:
 @rule(
     "PACK-GLOBAL-SCHEDULER",
     family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
     severity="error",
     title="sequence_packing_scheduler must name a registered scheduler",
     fields=("model.sequence_packing_scheduler",),
@@ -287,7 +385,7 @@ def global_unpacked(r: Resolved) -> str | None:
     trigger={**GLOBAL, "model.sequence_packing_scheduler": "default_dynamic_cp"},
     fixed={"model.sequence_packing_scheduler": "dp_balanced"},
     note="'balanced' exists only in seqpack; Megatron-Core registers dp_balanced.",
-    upstream_check=mcore(
+    upstream_check=mcore_main(
         "megatron/core/datasets/data_schedule.py",
         711,
         "PackingSchedulerEnum",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from reference_impl.config.model_support import find_family
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import BRIDGE_CC, IN_BATCH, topology
-from reference_impl.config.rules.evidence import BRIDGE_PR5493, bridge, bridge_cc
+from reference_impl.config.rules.evidence import BRIDGE_PR5493, bridge, bridge_cc, bridge_main
 from reference_impl.config.rules.registry import rule
+from reference_impl.versions import BRIDGE_RELEASE, bridge_pr
 
 FAMILY = "in_batch"
 
@@ -22,7 +23,7 @@ FAMILY = "in_batch"
     fix="Set train.micro_batch_size to 2 or more (the rows of a micro-batch become one THD row).",
     trigger={**IN_BATCH, "train.micro_batch_size": 1},
     fixed={"train.micro_batch_size": 4},
-    upstream_check=bridge_cc(1619, "micro_batch_size", "raises ValueError: in-batch packing needs MBS > 1"),
+    upstream_check=bridge_cc(1480, "micro_batch_size", "raises ValueError: in-batch packing needs MBS > 1"),
 )
 def in_batch_mbs(r: Resolved) -> str | None:
     if r.cfg.dataset.enable_in_batch_packing and r.cfg.train.micro_batch_size == 1:
@@ -37,26 +38,52 @@ def in_batch_mbs(r: Resolved) -> str | None:
     title="in-batch packing needs the single or cyclic dataloader, not batch",
     fields=("dataset.enable_in_batch_packing", "dataset.dataloader_type"),
     provenance="upstream",
-    source="GPTSFTDatasetConfig.validate (Megatron-Bridge PR #5493, which adds GPT-SFT in-batch packing); "
-    "Direct-HF at main 067f987 has no guard and packs the whole per-rank global batch into one row",
+    source="GPT-SFT: GPTSFTDatasetConfig.validate (Megatron-Bridge PR #5493, which adds GPT-SFT in-batch packing). "
+    "Direct-HF and MockVLM have no guard: the batch loader collates the whole per-rank global batch into one row, "
+    "which the training step then cannot split into several micro-batches",
     fix="Set dataset.dataloader_type=single (or cyclic).",
-    trigger={**IN_BATCH, "dataset.dataloader_type": "batch"},
+    trigger={**IN_BATCH, "dataset.kind": "direct_hf", "dataset.dataloader_type": "batch", "dist.world_size": 2,
+             "train.global_batch_size": 16},
     fixed={"dataset.dataloader_type": "single"},
-    upstream_check=bridge(
-        "data/builders/gpt_sft.py",
-        200,
-        "dataloader_type",
-        "GPTSFTDatasetConfig.validate raises ValueError for in-batch packing with the batch loader",
-        commit=BRIDGE_PR5493,
+    prs=(5493,),
+    upstream_check=(
+        bridge(
+            "data/batch_utils.py",
+            55,
+            "enforce_divisible",
+            "split_batch_into_microbatches raises ValueError: a packed global batch is one row, which does not split "
+            "into several micro-batches",
+            kind="runtime",
+        ),
+        bridge_main(
+            "data/builders/gpt_sft.py",
+            200,
+            "dataloader_type",
+            "GPTSFTDatasetConfig.validate raises ValueError for in-batch packing with the batch loader",
+            ref=BRIDGE_PR5493,
+        ),
     ),
+    note="With exactly one micro-batch per step and rank (global_batch_size = micro_batch_size * DP) the batch "
+    "loader collates the same rows as the single loader, and nothing fails; the rule then stays quiet on "
+    "Direct-HF and MockVLM.",
 )
 def in_batch_loader(r: Resolved) -> str | None:
-    if r.cfg.dataset.enable_in_batch_packing and r.dataloader_type == "batch":
-        return (
-            "in-batch packing with dataloader_type=batch: that loader hands the whole per-rank global batch to "
-            "one collate, so it would be packed into one row"
-        )
-    return None
+    if not (r.cfg.dataset.enable_in_batch_packing and r.dataloader_type == "batch"):
+        return None
+    if r.cfg.dataset.kind == "gpt_sft":
+        return ("in-batch packing with dataloader_type=batch: GPTSFTDatasetConfig refuses the batch loader for "
+                "in-batch packing")
+    steps = None
+    if r.dp:
+        unit = r.cfg.train.micro_batch_size * r.dp
+        steps = r.cfg.train.global_batch_size // unit if r.cfg.train.global_batch_size % unit == 0 else None
+    if steps == 1:
+        return None
+    return (
+        "in-batch packing with dataloader_type=batch: that loader hands the whole per-rank global batch to one "
+        "collate, which packs it into one row; the step then cannot split that row into "
+        f"{steps if steps else 'several'} micro-batches"
+    )
 
 
 @rule(
@@ -86,25 +113,32 @@ def in_batch_kind(r: Resolved) -> str | None:
 @rule(
     "PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION",
     family=FAMILY,
-    severity="warning",
-    title="GPT-SFT in-batch packing needs a Megatron-Bridge that includes PR #5493",
-    fields=("dataset.enable_in_batch_packing", "dataset.kind"),
+    severity="error",
+    title=f"GPT-SFT in-batch packing is not in megatron-bridge {BRIDGE_RELEASE} (Bridge main has it, PR #5493)",
+    fields=("dataset.enable_in_batch_packing", "dataset.in_batch_packing_pad_to_multiple_of", "dataset.kind"),
     provenance="upstream",
-    source="Megatron-Bridge main at 067f987 (2026-08-22) reads enable_in_batch_packing only on the Direct-HF, "
-    "Energon and MockVLM configs; GPT-SFT support is PR #5493 (branch feat/gpt-sft-in-batch-packing, 84275f5)",
-    fix="Use a Megatron-Bridge build that contains PR #5493, or switch to dataset.kind=direct_hf (or offline "
-    "packing) on an older Bridge.",
+    source=f"megatron-bridge {BRIDGE_RELEASE}'s GPTSFTDatasetConfig has no enable_in_batch_packing field (the "
+    "lane builds it); Megatron-Bridge PR #5493, merged on main after the release, adds GPT-SFT in-batch packing",
+    fix=f"On megatron-bridge {BRIDGE_RELEASE} use dataset.kind=direct_hf for in-batch packing, or offline packing "
+    "(enable_offline_packing, MBS1); or target a Bridge main that contains PR #5493 (--bridge-version main).",
     trigger={**IN_BATCH},
     fixed={"dataset.kind": "direct_hf"},
-    note="On a Bridge without PR #5493, GPTSFTDatasetConfig has no enable_in_batch_packing field and the config "
-    "cannot be built with it.",
+    targets=(BRIDGE_RELEASE,),
+    prs=(5493,),
+    upstream_check=bridge(
+        "data/builders/gpt_sft.py",
+        105,
+        "class GPTSFTDatasetConfig",
+        "the dataclass declares no enable_in_batch_packing, so building it with the field raises TypeError",
+    ),
 )
 def gpt_sft_bridge_version(r: Resolved) -> str | None:
     d = r.cfg.dataset
-    if d.enable_in_batch_packing and d.kind == "gpt_sft":
+    if d.kind == "gpt_sft" and (d.enable_in_batch_packing or d.in_batch_packing_pad_to_multiple_of is not None):
         return (
-            "dataset.enable_in_batch_packing=true on a gpt_sft dataset works only with a Megatron-Bridge that "
-            "includes PR #5493 (not on main as of 067f987, 2026-08-22); older GPTSFTDatasetConfig rejects the field"
+            f"dataset.enable_in_batch_packing on a gpt_sft dataset: GPT-SFT in-batch packing is not in "
+            f"megatron-bridge {BRIDGE_RELEASE} (its GPTSFTDatasetConfig refuses the field); {bridge_pr(5493)} adds it "
+            "on Bridge main"
         )
     return None
 
@@ -146,9 +180,10 @@ def in_batch_mult_overridden(r: Resolved) -> str | None:
     fixed={"dataset.defer_in_batch_packing_to_step": False},
     upstream_check=bridge(
         "training/vlm_step.py",
-        226,
+        222,
         "defer_in_batch_packing_to_step",
         "vlm_step raises ValueError: it needs collate-time packing",
+        kind="runtime",
     ),
 )
 def deferred_step(r: Resolved) -> str | None:
@@ -181,15 +216,18 @@ def _step_packer(r: Resolved) -> str | None:
     upstream_check=(
         bridge(
             "models/qwen_vl/qwen3_vl_step.py",
-            66,
+            63,
             "qwen3_vl_step does not support collate-time",
             "qwen3_vl_step raises ValueError for a batch that already carries cu_seqlens",
+            kind="runtime",
         ),
-        bridge(
+        bridge_main(
             "training/megatron_mimo_step.py",
             48,
             "defer_in_batch_packing_to_step",
-            "megatron_mimo_step raises ValueError unless packing is deferred to it",
+            "megatron_mimo_step raises ValueError unless packing is deferred to it (main; the release's MIMO step "
+            "does not pack)",
+            kind="runtime",
         ),
     ),
 )
@@ -218,11 +256,11 @@ def step_packer_needs_deferral(r: Resolved) -> str | None:
     upstream_check=(
         bridge(
             "data/builders/direct_hf_sft.py",
-            120,
+            92,
             "pad_to_multiple_of",
             "DirectHFSFTDatasetConfig.validate raises ValueError for a multiple <= 0",
         ),
-        bridge("data/builders/energon.py", 192, "pad_to_multiple_of", "EnergonDatasetConfig.validate raises the same"),
+        bridge("data/builders/energon.py", 165, "pad_to_multiple_of", "EnergonDatasetConfig.validate raises the same"),
     ),
 )
 def pad_multiple_positive(r: Resolved) -> str | None:

@@ -100,6 +100,7 @@ def family_caveat(r: Resolved) -> str | None:
         96,
         "cp_size",
         "llava_step raises ValueError for packed batches with PP > 1 or CP > 1",
+        kind="runtime",
     ),
 )
 def llava(r: Resolved) -> str | None:

@@ -50,14 +50,15 @@ def _width_rule(r: Resolved) -> str | None:
     trigger={**OFFLINE, **EP2, "model.moe_token_dispatcher_type": "allgather"},
     fixed=FIXED,
     upstream_check=(
-        mcore("megatron/core/transformer/moe/token_dispatcher.py", 300, "tp_ep_group",
+        mcore("megatron/core/transformer/moe/token_dispatcher.py", 297, "tp_ep_group",
               "the allgather dispatcher gathers the hidden states of every TP x EP rank without split sizes",
               kind="kernel"),
         mcore("megatron/core/tensor_parallel/mappings.py", 146, "dist_all_gather_func",
               "all_gather_into_tensor needs the same number of tokens on every rank", kind="kernel"),
     ),
     note="EP groups are carved out of data parallelism, so their ranks hold different packs; packs of "
-    "different widths give them different token counts.",
+    "different widths give them different token counts."
+    " Not reproduced in the upstream lane: the failure is a multi-rank GPU all-gather.",
 )
 def allgather_equal_width(r: Resolved) -> str | None:
     if _moe(r) and _width_rule(r) == "fixed_required" and r.cfg.model.moe_token_dispatcher_type == "allgather":
@@ -82,12 +83,13 @@ def allgather_equal_width(r: Resolved) -> str | None:
     trigger={**IN_BATCH, **MOE, **HYBRIDEP, **TE_MLP_GRAPH},
     fixed=FIXED,
     upstream_check=(
-        mcore("megatron/core/transformer/moe/token_dispatcher.py", 1063, "equal per-rank input sizes",
+        mcore("megatron/core/transformer/moe/token_dispatcher.py", 1055, "equal per-rank input sizes",
               "HybridEP dispatch expects the same token count on every rank; only the uneven-input padding "
               "evens packed THD counts out", kind="kernel"),
-        bridge("models/transformer_config.py", 121, "cuda_graphs_enabled",
+        bridge("models/transformer_config.py", 125, "cuda_graphs_enabled",
                "Bridge leaves moe_hybridep_pad_uneven_dispatch_inputs as configured when CUDA graphs are on"),
     ),
+    note="Not reproduced in the upstream lane: HybridEP's dispatch is a multi-rank GPU collective."
 )
 def hybridep_graphs_fixed_width(r: Resolved) -> str | None:
     m = r.cfg.model
@@ -267,15 +269,16 @@ def mtp_alignment_roll(r: Resolved) -> str | None:
              "dataset.dataloader_type": "single"},
     fixed=FIXED,
     upstream_check=(
-        mcore("megatron/core/pipeline_parallel/schedules.py", 2131, "variable_seq_lengths",
+        mcore("megatron/core/pipeline_parallel/schedules.py", 2104, "variable_seq_lengths",
               "without variable_seq_lengths every P2P buffer has the fixed shape seq_length/CP(/TP) while a "
               "narrower pack sends fewer tokens", kind="kernel"),
-        mcore("megatron/core/pipeline_parallel/p2p_communication.py", 327, "variable_seq_lengths",
+        mcore("megatron/core/pipeline_parallel/p2p_communication.py", 322, "variable_seq_lengths",
               "shapes are exchanged only with variable_seq_lengths (or a standalone MTP stage)", kind="kernel"),
     ),
     note="Global-batch and Energon packing reject PP outright (PACK-GLOBAL-NO-PP, PACK-ENERGON-NO-PP); "
     "in-batch packing gets the flag from Bridge; Bridge's recipes that combine offline packing with PP use "
-    "the batch dataloader (for example GLM-5.2 PEFT at PP6).",
+    "the batch dataloader (for example GLM-5.2 PEFT at PP6)."
+    " Not reproduced in the upstream lane: the mismatch is in pipeline P2P communication between GPU ranks.",
 )
 def pp_variable_shapes(r: Resolved) -> str | None:
     m = r.cfg.model
@@ -307,10 +310,81 @@ def pp_variable_shapes(r: Resolved) -> str | None:
 )
 def allgather_pp_variable(r: Resolved) -> str | None:
     m = r.cfg.model
-    marked = any(p in r.paths for p in ("in_batch", "energon", "global_batch")) or m.variable_seq_lengths is True
-    if _moe(r) and m.moe_token_dispatcher_type == "allgather" and r.pp > 1 and marked:
+    marked = any(p in r.paths for p in ("in_batch", "energon", "global_batch"))
+    if _moe(r) and m.moe_token_dispatcher_type == "allgather" and r.pp > 1 and marked and m.variable_seq_lengths is not True:
         return (
             f"allgather dispatcher with pipeline_model_parallel_size={r.pp} and variable-length pipeline shapes "
             f"({'/'.join(r.paths)} packing): Megatron-Core's config check refuses this pair"
         )
+    return None
+
+
+# --- Megatron-Core's own model-config checks on the MoE fields seqpack carries --------------------------------
+_TC = "megatron/core/transformer/transformer_config.py"
+
+
+@rule(
+    "MOE-ALLGATHER-VARIABLE-SEQ",
+    family=FAMILY,
+    severity="error",
+    title="variable_seq_lengths=true does not work with the allgather token dispatcher",
+    fields=("model.variable_seq_lengths", "model.moe_token_dispatcher_type"),
+    provenance="upstream",
+    source="Megatron-Core TransformerConfig.__post_init__ (checked for every model whose dispatcher is allgather, "
+    "the Megatron-Core default)",
+    fix="Use moe_token_dispatcher_type=alltoall, or leave variable_seq_lengths unset.",
+    trigger={"model.variable_seq_lengths": True, "model.moe_token_dispatcher_type": "allgather"},
+    fixed={"model.moe_token_dispatcher_type": "alltoall"},
+    upstream_check=mcore(_TC, 2645, "variable_seq_lengths is True",
+                         "raises ValueError: the allgather dispatcher does not support variable sequence lengths"),
+)
+def allgather_variable_seq(r: Resolved) -> str | None:
+    m = r.cfg.model
+    if m.variable_seq_lengths is True and m.moe_token_dispatcher_type == "allgather":
+        return "model.variable_seq_lengths=true with moe_token_dispatcher_type=allgather"
+    return None
+
+
+@rule(
+    "MOE-EP-OVERLAP",
+    family=FAMILY,
+    severity="error",
+    title="MoE expert-parallel communication overlap (and delayed wgrad) needs EP > 1, alltoall/flex, VPP under PP, "
+    "MTP <= 1 and no moe/mlp graph scope",
+    fields=("model.overlap_moe_expert_parallel_comm", "model.delay_wgrad_compute", "model.expert_model_parallel_size",
+            "model.moe_token_dispatcher_type"),
+    provenance="upstream",
+    source="Megatron-Core TransformerConfig.__post_init__ (the overlap's requirements on the fields seqpack carries; "
+    "it also needs bf16/fp16, which the recipes use)",
+    fix="Turn model.overlap_moe_expert_parallel_comm and delay_wgrad_compute off, or meet every requirement the "
+    "message lists.",
+    trigger={"model.overlap_moe_expert_parallel_comm": True},
+    fixed={"model.num_moe_experts": 8, "model.expert_model_parallel_size": 2, "dist.world_size": 2},
+    upstream_check=(
+        mcore(_TC, 2682, "expert model parallelism", "asserts EP > 1 for the overlap"),
+        mcore(_TC, 2686, "alltoall/flex", "asserts the alltoall or flex dispatcher"),
+        mcore(_TC, 2676, "virtual_pipeline_model_parallel_size", "asserts VPP when PP > 1"),
+        mcore(_TC, 2712, "MTP supports at most one layer", "asserts mtp_num_layers <= 1"),
+        mcore(_TC, 2752, "must be enabled when enabling delay_wgrad_compute", "asserts the overlap for delayed wgrad"),
+    ),
+)
+def ep_overlap(r: Resolved) -> str | None:
+    m = r.cfg.model
+    if m.delay_wgrad_compute and not m.overlap_moe_expert_parallel_comm:
+        return "model.delay_wgrad_compute=true needs model.overlap_moe_expert_parallel_comm=true"
+    if not m.overlap_moe_expert_parallel_comm:
+        return None
+    problems = []
+    if r.ep <= 1:
+        problems.append(f"expert_model_parallel_size > 1 (got {r.ep})")
+    if m.moe_token_dispatcher_type not in ("alltoall", "flex"):
+        problems.append(f"moe_token_dispatcher_type alltoall or flex (got {m.moe_token_dispatcher_type})")
+    if r.pp > 1 and m.virtual_pipeline_model_parallel_size is None:
+        problems.append(f"virtual_pipeline_model_parallel_size with pipeline_model_parallel_size={r.pp}")
+    if (m.mtp_num_layers or 0) > 1:
+        problems.append(f"mtp_num_layers <= 1 (got {m.mtp_num_layers})")
+    if m.cuda_graph_impl == "transformer_engine" and any(s in m.cuda_graph_scope for s in ("moe", "mlp")):
+        problems.append(f"no moe/mlp CUDA-graph scope (got {m.cuda_graph_scope})")
+    if problems:
+        return "model.overlap_moe_expert_parallel_comm=true needs " + "; ".join(problems)
     return None

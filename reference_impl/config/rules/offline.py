@@ -25,7 +25,7 @@ FAMILY = "offline"
     trigger={"dataset.enable_offline_packing": True},
     fixed={f"{SPECS}.packed_sequence_size": 2048},
     upstream_check=bridge_cc(
-        1278,
+        1158,
         "offline_packing_specs",
         "raises ValueError: specs must be set when offline packing is on",
     ),
@@ -48,7 +48,7 @@ def offline_specs_required(r: Resolved) -> str | None:
     trigger={f"{SPECS}.packed_sequence_size": 2048},
     fixed={"dataset.enable_offline_packing": True},
     upstream_check=bridge_cc(
-        1280,
+        1160,
         "enable_offline_packing",
         "raises ValueError: specs without enable_offline_packing",
     ),
@@ -77,7 +77,7 @@ def offline_enable_required(r: Resolved) -> str | None:
             "packed_sequence_size",
             "GPTSFTDatasetConfig.validate raises ValueError for packed_sequence_size <= 0",
         ),
-        bridge_cc(1602, "packed_sequence_size", "ConfigContainer.validate raises the same"),
+        bridge_cc(1464, "packed_sequence_size", "ConfigContainer.validate raises the same"),
     ),
 )
 def offline_size_positive(r: Resolved) -> str | None:
@@ -126,6 +126,7 @@ def pad_mult_positive(r: Resolved) -> str | None:
         205,
         "_pad_seq_to_mult",
         "the packed collate compares None > 1 and raises TypeError on the first batch",
+        kind="runtime",
     ),
 )
 def pad_mult_null(r: Resolved) -> str | None:
@@ -205,9 +206,10 @@ def max_single_le_pack(r: Resolved) -> str | None:
     fixed={f"{SPECS}.max_single_sequence_length": 2048},
     upstream_check=bridge(
         "data/packing/algorithms.py",
-        362,
+        301,
         "ifile_handles",
         "fill_packing_strategy has no bucket for a length above the pack size and raises KeyError",
+        kind="runtime",
     ),
 )
 def seq_le_pack(r: Resolved) -> str | None:
@@ -257,7 +259,7 @@ def size_eq_seq(r: Resolved) -> str | None:
     trigger={**OFFLINE, "train.micro_batch_size": 4},
     fixed={"train.micro_batch_size": 1},
     upstream_check=bridge_cc(
-        1605,
+        1466,
         "micro_batch_size",
         "raises ValueError: micro batch size must be 1 with offline packing",
     ),
@@ -285,7 +287,7 @@ def offline_mbs1(r: Resolved) -> str | None:
     fixed={"dataset.kind": "gpt_sft"},
     upstream_check=bridge(
         "data/builders/direct_hf_sft.py",
-        67,
+        54,
         "DirectHFSFTDatasetConfig",
         "the Direct-HF (and Energon, MockVLM) configs declare no offline packing fields, so they "
         "cannot be built with them",
@@ -319,7 +321,8 @@ def _offline_pad_mult(r: Resolved) -> int | None:
     fix="Set pad_seq_to_mult to the value `seqpack align` derives and rebuild the packs.",
     trigger={**OFFLINE, **CP2},
     fixed={f"{SPECS}.pad_seq_to_mult": 4},
-    note="Bridge recipes set pad_seq_to_mult = 2*CP by hand when CP > 1; offline preparation never derives it.",
+    note="Bridge recipes set pad_seq_to_mult = 2*CP by hand when CP > 1; offline preparation never derives it."
+    " Not reproduced in the upstream lane: the failing check is Transformer Engine's THD CP partition, a CUDA kernel.",
     upstream_check=te_partition(
         "the THD CP partition asserts every physical boundary is divisible by 2*CP; a segment padded "
         "to a smaller multiple fails there",
@@ -379,6 +382,7 @@ def pad_mult_recommended(r: Resolved) -> str | None:
         te_partition("the trailing width padding is one more THD segment; with CP > 1 it must be divisible by 2*CP"),
         sp_scatter("with SP the row width (per CP rank) must be divisible by TP"),
     ),
+    note="Not reproduced in the upstream lane: Transformer Engine's THD CP partition is a CUDA kernel and the SP scatter needs TP ranks."
 )
 def width_aligned(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
@@ -413,9 +417,11 @@ def width_aligned(r: Resolved) -> str | None:
             198,
             "pad_seq_length_to_mult",
             "the packed collate rounds the row width to pad_seq_length_to_mult",
+            kind="runtime",
         ),
         te_partition("the resulting trailing segment must be divisible by 2*CP"),
     ),
+    note="Not reproduced in the upstream lane: the width the collate rounds to then fails in Transformer Engine's THD CP partition, a CUDA kernel."
 )
 def width_rounding(r: Resolved) -> str | None:
     need = r.alignment.pad_seq_to_mult
@@ -445,4 +451,50 @@ def width_rounding(r: Resolved) -> str | None:
             f"without a fixed width, packed rows are rounded up to dataset_kwargs.pad_seq_length_to_mult={mult}, "
             f"which is not a multiple of the alignment {need} ({topology(r)})"
         )
+    return None
+
+
+#: What Megatron-Bridge reads as packed data (data/packing/paths.py): packed Parquet files, globs of them or
+#: a directory holding them; ``.npy`` packs are deprecated but still read.
+PACKED_SUFFIXES = (".parquet", ".pq", ".npy")
+
+
+def _path_form_ok(value: str) -> bool:
+    name = value.rstrip("/").rsplit("/", 1)[-1].lower()
+    if name.endswith(PACKED_SUFFIXES):
+        return True
+    if "*" in name or "?" in name:
+        return ".parquet" in name or ".pq" in name
+    return "." not in name  # a directory (seqpack cannot look: a folder of Parquet packs is what Bridge reads)
+
+
+@rule(
+    "PACK-OFFLINE-PATH-FORMAT",
+    family=FAMILY,
+    severity="error",
+    title="explicit packed data paths must name packed Parquet (a .parquet/.pq file, a glob or a directory) or .npy",
+    fields=(f"{SPECS}.packed_train_data_path", f"{SPECS}.packed_val_data_path"),
+    provenance="upstream",
+    source="PackedSequenceSpecs.__post_init__ checks the form of explicit packed data paths",
+    fix="Point packed_train_data_path / packed_val_data_path at the packed Parquet output (training_<P>.idx.parquet, "
+    "a glob of such files, or their directory), not at the JSONL input.",
+    trigger={**OFFLINE, f"{SPECS}.packed_train_data_path": "/data/sft/training.jsonl"},
+    fixed={f"{SPECS}.packed_train_data_path": "/data/packed/training_2048.idx.parquet"},
+    upstream_check=bridge(
+        "data/packing/config.py",
+        85,
+        "must be a .npy file or a packed parquet spec",
+        "raises ValueError for a path that is neither a .npy file nor packed Parquet",
+    ),
+    note="Bridge also checks that the path exists when the config is built; seqpack's validator reads no files "
+    "(`seqpack inspect` checks an artifact).",
+)
+def path_format(r: Resolved) -> str | None:
+    s = r.specs
+    if s is None:
+        return None
+    for name in ("packed_train_data_path", "packed_val_data_path"):
+        value = getattr(s, name)
+        if value and not _path_form_ok(str(value)):
+            return f"offline_packing_specs.{name}={value} is neither packed Parquet (.parquet/.pq, a glob, a directory) nor .npy"
     return None

@@ -14,6 +14,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.evidence import UpstreamCheck
+from reference_impl.versions import (BRIDGE_MAIN_COMMIT, BRIDGE_RELEASE, BRIDGE_TARGETS, MCORE_RELEASE, bridge_pr,
+                                     check_target)
 
 Severity = Literal["error", "warning"]
 Provenance = Literal["upstream", "documented", "stricter"]
@@ -53,6 +55,24 @@ class Rule:
     fixed: dict[str, Any] = field(default_factory=dict, compare=False)
     note: str = ""
     upstream_check: tuple[UpstreamCheck, ...] = field(default=(), compare=False)
+    targets: tuple[str, ...] = BRIDGE_TARGETS
+    prs: tuple[int, ...] = ()
+
+    def applies_to(self, target: str) -> bool:
+        """Whether the rule is checked for ``--bridge-version target``."""
+        return target in self.targets
+
+    def holds_for(self) -> list[str]:
+        """The upstream versions the rule holds for, one line per ``--bridge-version`` target."""
+        out = []
+        for target in self.targets:
+            if target == BRIDGE_RELEASE:
+                out.append(f"megatron-bridge {BRIDGE_RELEASE} / megatron-core {MCORE_RELEASE}: checked in the "
+                           "upstream lane")
+            else:
+                prs = "".join(f", {bridge_pr(n)}" for n in self.prs)
+                out.append(f"Megatron-Bridge main ({BRIDGE_MAIN_COMMIT[:7]}{prs}): read, not checkable in the lane")
+        return out
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description (everything but the check function)."""
@@ -70,6 +90,8 @@ class Rule:
             "upstream_check": "; ".join(str(c) for c in self.upstream_check),
             "example_trigger": self.trigger,
             "example_fixed": self.fixed,
+            "bridge_versions": list(self.targets),
+            "holds_for": self.holds_for(),
         }
 
 
@@ -91,6 +113,8 @@ def rule(
     fixed: Mapping[str, Any],
     note: str = "",
     upstream_check: UpstreamCheck | Sequence[UpstreamCheck] = (),
+    targets: Sequence[str] = BRIDGE_TARGETS,
+    prs: Sequence[int] = (),
 ) -> Callable[[Check], Check]:
     """Register the decorated check as rule ``rule_id``; the function itself is returned unchanged.
 
@@ -99,6 +123,8 @@ def rule(
     An ``error`` must cite ``upstream_check``: the upstream check or kernel constraint that fails
     for a config breaking the rule (:mod:`reference_impl.config.rules.evidence`). A rule whose
     recommendation upstream does not enforce is a ``warning``, and its ``source`` says why.
+    ``targets`` are the ``--bridge-version`` values the rule is checked for (default: all of them);
+    ``prs`` the Megatron-Bridge pull requests behind its ``main`` behaviour.
     """
     if family not in FAMILIES:
         raise ValueError(f"rule {rule_id}: unknown family {family!r}")
@@ -107,6 +133,11 @@ def rule(
     checks = (upstream_check,) if isinstance(upstream_check, UpstreamCheck) else tuple(upstream_check)
     if severity == "error" and not checks:
         raise ValueError(f"rule {rule_id}: an error must cite the upstream check that fails (upstream_check=...)")
+    targets = tuple(targets)
+    if not targets:
+        raise ValueError(f"rule {rule_id}: it must hold for at least one Megatron-Bridge version")
+    for target in targets:
+        check_target(target)
 
     def register(check: Check) -> Check:
         previous = _REGISTERED.get(rule_id)
@@ -126,6 +157,8 @@ def rule(
             fixed=dict(fixed),
             note=note,
             upstream_check=checks,
+            targets=targets,
+            prs=tuple(prs),
         )
         return check
 

@@ -22,10 +22,9 @@ FAMILY = "topology"
     fix="Choose a world size that is a multiple of TP*PP*CP, or change the parallel sizes.",
     trigger={"dist.world_size": 6, "model.tensor_model_parallel_size": 4},
     fixed={"dist.world_size": 8},
-    upstream_check=bridge_cc(
-        1024,
-        "total_model_size",
-        "get_data_parallel_size asserts world size % (TP*PP*CP) == 0 (line 1467: the same for eval CP)",
+    upstream_check=(
+        bridge_cc(1024, "total_model_size", "get_data_parallel_size asserts world size % (TP*PP*CP) == 0"),
+        bridge_cc(1328, "eval_model_parallel_size", "validate asserts the same for TP*PP*eval CP"),
     ),
 )
 def world_divisible(r: Resolved) -> str | None:
@@ -54,17 +53,21 @@ def world_divisible(r: Resolved) -> str | None:
     fixed={"train.global_batch_size": 16},
     note="The packing docs also ask for GBS >= DP with offline MBS1 packing; divisibility with GBS > 0 implies it.",
     upstream_check=(
-        bridge(
-            "data/samplers.py",
-            276,
-            "micro_batch_times_data_parallel_size",
-            "the batch sampler raises RuntimeError when GBS % (MBS*DP) != 0",
-        ),
+        bridge_cc(1335, "eval_dp_product", "validate asserts it through the evaluation batch, whose size defaults "
+                  "to the training one"),
         mcore(
             "megatron/core/num_microbatches_calculator.py",
             381,
             "micro_batch_times_data_parallel_size",
-            "the micro-batch calculator asserts the same divisibility",
+            "with an explicit evaluation batch, the micro-batch calculator asserts it when training starts",
+            kind="runtime",
+        ),
+        bridge(
+            "data/samplers.py",
+            263,
+            "micro_batch_times_data_parallel_size",
+            "the batch sampler raises RuntimeError when GBS % (MBS*DP) != 0",
+            kind="runtime",
         ),
     ),
 )
@@ -85,24 +88,31 @@ def gbs_divisible(r: Resolved) -> str | None:
     "BATCH-EVAL-GBS-DIVISIBLE",
     family=FAMILY,
     severity="error",
-    title="eval_global_batch_size must be divisible by eval micro batch size * eval DP",
+    title="eval_global_batch_size (default: global_batch_size) must be divisible by eval micro batch size * eval DP",
     fields=("validation.eval_global_batch_size", "validation.eval_micro_batch_size", "dist.eval_context_parallel_size"),
     provenance="upstream",
     source=f"V41: {BRIDGE_CC}",
     fix="Pick an eval global batch size that is a multiple of eval_micro_batch_size * eval DP.",
     trigger={"dist.world_size": 8, "validation.eval_global_batch_size": 12},
     fixed={"validation.eval_global_batch_size": 16},
-    upstream_check=bridge_cc(1474, "eval_dp_product", "asserts eval_global_batch_size % (eval MBS * eval DP) == 0"),
+    upstream_check=bridge_cc(1335, "eval_dp_product", "asserts eval_global_batch_size % (eval MBS * eval DP) == 0"),
 )
 def eval_gbs_divisible(r: Resolved) -> str | None:
     egbs = r.cfg.validation.eval_global_batch_size
-    if egbs is None or r.eval_dp is None:
+    explicit_mbs = r.cfg.validation.eval_micro_batch_size
+    if r.eval_dp is None:
         return None
-    embs = r.cfg.validation.eval_micro_batch_size or r.cfg.train.micro_batch_size
+    name = "validation.eval_global_batch_size"
+    if egbs is None:  # Bridge evaluates with the training batch size
+        if r.eval_dp == r.dp and explicit_mbs is None:
+            return None  # the same product BATCH-GBS-DIVISIBLE checks
+        egbs = r.cfg.train.global_batch_size
+        name = "validation.eval_global_batch_size (unset: train.global_batch_size)"
+    embs = explicit_mbs or r.cfg.train.micro_batch_size
     unit = embs * r.eval_dp
     if egbs % unit:
         return (
-            f"validation.eval_global_batch_size={egbs} is not divisible by eval micro batch * eval DP = "
+            f"{name}={egbs} is not divisible by eval micro batch * eval DP = "
             f"{embs}*{r.eval_dp} = {unit}; nearest valid: {near_multiples(egbs, unit)}"
         )
     return None
@@ -119,7 +129,7 @@ def eval_gbs_divisible(r: Resolved) -> str | None:
     fix="Set model.seq_length and dataset.seq_length to the same value.",
     trigger={"model.seq_length": 4096, "dataset.seq_length": 2048},
     fixed={"dataset.seq_length": 4096},
-    upstream_check=bridge_cc(1644, "data_seq_length", "asserts model.seq_length == dataset.seq_length"),
+    upstream_check=bridge_cc(1505, "data_seq_length", "asserts model.seq_length == dataset.seq_length"),
 )
 def seq_match(r: Resolved) -> str | None:
     ms, ds = r.cfg.model.seq_length, r.cfg.dataset.seq_length

@@ -13,7 +13,7 @@ from __future__ import annotations
 from reference_impl.config.model_support import find_family
 from reference_impl.config.resolve import Resolved
 from reference_impl.config.rules.common import IN_BATCH, fmt
-from reference_impl.config.rules.evidence import bridge, bridge_cc
+from reference_impl.config.rules.evidence import bridge, bridge_main
 from reference_impl.config.rules.registry import rule
 
 FAMILY = "vlm"
@@ -53,6 +53,7 @@ def is_vlm(r: Resolved) -> bool:
         57,
         "max_seq_len",
         "the vision model raises ValueError when a forward's patch rows exceed the captured vision length",
+        kind="runtime",
     ),
     note="Packing does not change the total patch count per step, but it moves the patches of MBS rows into one "
     "vision forward, so the budget must cover a whole packed micro-batch. The check needs the data; upstream "
@@ -85,16 +86,19 @@ def vision_graph_patch_budget(r: Resolved) -> str | None:
     "only; ConfigContainer turns overlap off for Energon native packing for this reason, but not for "
     "collate-time in-batch packing",
     fix="Set model.overlap_moe_expert_parallel_comm=false (and delay_wgrad_compute=false) for packed VLM training.",
-    trigger={**IN_BATCH, "dataset.kind": "mock_vlm", "model.overlap_moe_expert_parallel_comm": True},
+    trigger={**IN_BATCH, "dataset.kind": "mock_vlm", "model.overlap_moe_expert_parallel_comm": True,
+             "model.num_moe_experts": 8, "model.expert_model_parallel_size": 2, "dist.world_size": 2},
     fixed={"model.overlap_moe_expert_parallel_comm": False},
     upstream_check=(
         bridge(
             "training/vlm_step.py",
-            319,
+            309,
             "build_schedule_plan",
             "the overlap path's schedule plan is built without visual inputs or packed-sequence metadata",
+            kind="runtime",
         ),
-        bridge_cc(
+        bridge_main(
+            "training/config.py",
             1218,
             "_disable_native_energon_packing_moe_overlap",
             "Bridge disables the overlap only when Energon native packing is on",

@@ -12,7 +12,8 @@ Modules (the ones marked *torch* import it; this package itself only loads the p
 
 * ``schedule``: :class:`GlobalSchedule`, the capacity check (PACK-GLOBAL-CAPACITY), the
   scheduler registry and :func:`schedule_global_batch`;
-* ``dp_balanced``: Megatron-Core's scheduler, reproduced, handling the inputs upstream asserts on;
+* ``dp_balanced``: Megatron-Core's scheduler (Megatron-LM main ``d98e8a64ddf3``; in no release), reproduced,
+  handling the inputs upstream asserts on;
 * ``balanced``: seqpack's scheduler, balancing tokens and attention cost (sum of ``P**2``);
 * ``samples`` (torch): the unpacked-sample contract, its per-sample collate and checks;
 * ``dataset`` (torch): the GPT-SFT dataset yielding unpacked samples, the loader builder and the

@@ -1,6 +1,9 @@
 """``dp_balanced``: Megatron-Core's global-batch scheduler, reproduced, minus its crashes.
 
-What it does (Megatron-Core ``DpBalancedScheduler``, as specified in the project's contract notes):
+The scheduler is Megatron-LM main's (``DpBalancedScheduler`` in Megatron-Core's
+``datasets/data_schedule.py`` at commit ``d98e8a64ddf3``, 2026-08-22); no Megatron-Core release has
+it (megatron-core 0.19.2 does not, checked in the upstream lane), so nothing released can be run
+against this module. What it does, as specified in the project's contract notes:
 
 1. **Form packs by next fit in global-id order.** Samples are taken in (DP rank, local index)
    order; a sample joins the open pack while the pack's total stays ``<= C`` (inclusive), otherwise

@@ -4,7 +4,9 @@
 Usage: python scripts/seqpack_json.py COMMAND [ARGS...]
 COMMAND is one of: align, validate, rules, plan, simulate, inspect, smoke, batches, pack, model-support, image-tokens, mrope.
 Exit status: 0 ok, 1 rule violations or a failed check, 2 usage or input error (one line on stderr).
-Needs the seqpack package (reference_impl) importable by this Python.
+Needs the seqpack package importable by this Python: pip install seqpack (the smoke and batches
+commands also need pip install 'seqpack[train]'); the seqpack plugin for Claude Code or Codex
+expects it installed the same way.
 """
 
 import sys
@@ -23,8 +25,8 @@ def run(argv: list[str]) -> int:
     try:
         from reference_impl.cli import main
     except ImportError:
-        print("seqpack is not installed for this Python: run bash scripts/setup.sh in the seqpack repository "
-              "and use its .venv/bin/python", file=sys.stderr)
+        print(f"seqpack is not installed for this Python ({sys.executable}): pip install seqpack, "
+              "or run this script with the Python that has it", file=sys.stderr)
         return 2
     return main([*argv, "--json"])
 
