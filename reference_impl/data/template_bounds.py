@@ -95,23 +95,6 @@ def _step(clock: bool) -> None:
         checkpoint()
 
 
-@contextmanager
-def _nested() -> Iterator[None]:
-    budget = getattr(_local, "budget", None)
-    if budget is None:
-        yield
-        return
-    budget.depth += 1
-    try:
-        if budget.depth > limits.MAX_TEMPLATE_DEPTH:
-            raise TemplateBoundExceeded(
-                f"its calls nest more than {limits.MAX_TEMPLATE_DEPTH} deep (a macro or loop that recurses?)"
-            )
-        yield
-    finally:
-        budget.depth -= 1
-
-
 # ------------------------------------------------------------------------------------------------ sizes
 def _too_long(n: int, what: str = "a string") -> None:
     if n > limits.MAX_TEMPLATE_CHARS:
@@ -433,5 +416,15 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         if not getattr(__obj, "seqpack_format", False):  # str.format checks its own arguments
             _check_int_args(args, kwargs)
         _estimate_method(__obj, args, kwargs)
-        with _nested():
+        budget = getattr(_local, "budget", None)
+        if budget is None:
             return check_value(super().call(__context, __obj, *args, **kwargs))
+        budget.depth += 1  # inline, not a context manager: this runs for every call of the template
+        try:
+            if budget.depth > limits.MAX_TEMPLATE_DEPTH:
+                raise TemplateBoundExceeded(
+                    f"its calls nest more than {limits.MAX_TEMPLATE_DEPTH} deep (a macro or loop that recurses?)"
+                )
+            return check_value(super().call(__context, __obj, *args, **kwargs))
+        finally:
+            budget.depth -= 1
