@@ -99,9 +99,17 @@ def _progress(i: int, n: int, task_id: str) -> None:
         print(f"[{i + 1}/{n}] {task_id}", file=sys.stderr, flush=True)
 
 
+def _seconds(name: str, value: float) -> float:
+    from reference_impl.arguments import positive_float
+
+    return positive_float(name, value, maximum=7 * 86400.0, field=name.lstrip("-").replace("-", "_"))
+
+
 def _run(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.runner import run_eval
     from reference_impl.evaluation.tasks import load_tasks
+
+    _seconds("--timeout", args.timeout)
 
     dataset = load_tasks(args.tasks_file)
     tasks = dataset.select(args.tasks, args.bucket)
@@ -120,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.scoring import DIMENSIONS, score_run
+
+    _seconds("--judge-timeout", args.judge_timeout)
 
     result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout,
                        tasks_file=args.tasks_file)

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from reference_impl.errors import UsageError
+from reference_impl.errors import InputError, UsageError
 from reference_impl.evaluation.answers import forbidden_hits, grade_answer
 from reference_impl.evaluation.outcome import OutcomeGrade
 from reference_impl.evaluation.security import scan_events, scan_leak
@@ -258,12 +258,23 @@ class RunScores:
 
 
 def read_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``run.json`` of a run directory (clear error when it is not one)."""
+    """The ``run.json`` of a run directory (clear error when it is not one): a JSON object, read like
+    user JSON (:func:`reference_impl.evaluation.transcript.read_json_object`), whose ``task_ids`` is a
+    list of task-id strings."""
+    from reference_impl.evaluation.transcript import check_task_id, read_json_object
+
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise UsageError(f"{run_dir} is not an eval run directory (no run.json)", file=str(path),
                          fix="create one with: seqpack eval run ... --out RUN_DIR")
-    return json.loads(path.read_text(encoding="utf-8"))
+    run = read_json_object(path, what="run.json")
+    ids = run.get("task_ids")
+    if not isinstance(ids, list):
+        raise InputError(f"task_ids must be a list of task ids, got {type(ids).__name__}", file=str(path),
+                         field="task_ids")
+    for k, task_id in enumerate(ids):
+        check_task_id(task_id, file=str(path), field=f"task_ids[{k}]")
+    return run
 
 
 def answer_key(run: Mapping[str, Any], tasks_file: str | os.PathLike[str] | None = None) -> Dataset:
@@ -326,8 +337,11 @@ def score_run(
     skill_name = run.get("skill_name", dataset.skill_name)
     grades = grade_run_outcomes(run_dir, run, index, lane)
     scores: list[TaskScore] = []
-    for task_id in run["task_ids"]:
-        task = index[task_id]
+    for k, task_id in enumerate(run["task_ids"]):
+        task = index.get(task_id)
+        if task is None:
+            raise InputError(f"task {task_id!r} is not in the run's answer key", file=str(run_dir / "run.json"),
+                             field=f"task_ids[{k}]", fix="score the run directory seqpack eval run wrote, unedited")
         path = run_dir / "transcripts" / f"{task_id}.json"
         if not path.is_file():
             log.warning("no transcript for %s; scored as missing", task_id)
