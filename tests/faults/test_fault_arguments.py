@@ -106,7 +106,7 @@ RUN_FAULTS = {
                      "run.json, field 'task_ids[0]': not a task id: '../../etc/passwd' (letters, digits, '.', '_' and "
                      "'-')"),
     "unknown_task": (dict(run=lambda r: r.update(task_ids=["no-such-task"])),
-                     "run.json, field 'task_ids[0]': task 'no-such-task' is not in the run's tasks.json. Fix: score "
+                     "run.json, field 'task_ids[0]': task 'no-such-task' is not in the run's answer key. Fix: score "
                      "the run directory seqpack eval run wrote, unedited"),
 }
 TRANSCRIPT_FAULTS = {
