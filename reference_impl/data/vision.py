@@ -197,13 +197,14 @@ def _pil() -> Any:
     return Image
 
 
-def open_image_file(path: str | os.PathLike[str]) -> Any:
-    """An image file opened through the file-access layer (regular files only, inside the allowed roots)."""
+def open_image_file(path: str | os.PathLike[str], field: str = "image") -> Any:
+    """An image file opened through the file-access layer (regular files only, inside the allowed roots);
+    a refusal names ``field`` (the row's field that named the file)."""
     from reference_impl import files
     from reference_impl.errors import SeqpackError
 
     try:
-        return files.open_regular(path, what=f"image file {path}", field="image")
+        return files.open_regular(path, what=f"image file {path}", field=field)
     except SeqpackError as err:  # the row's file and line name where it came from, the message the image
         err.file = None
         raise

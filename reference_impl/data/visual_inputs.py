@@ -121,7 +121,7 @@ def header_size(source: Any, field: str) -> tuple[int, int]:
         try:
             from reference_impl.data.vision import open_image_file  # regular files inside the allowed roots
 
-            with (io.BytesIO(bytes(source)) if encoded else open_image_file(source)) as fh, Image.open(fh) as img:
+            with (io.BytesIO(bytes(source)) if encoded else open_image_file(source, field)) as fh, Image.open(fh) as img:
                 height, width = int(img.height), int(img.width)
         except FileNotFoundError:
             raise InputError(f"image file not found: {what}", field=field) from None
