@@ -11,12 +11,13 @@ True
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 from reference_impl.errors import SeqpackError, UsageError
 
-__all__ = ["is_int", "non_negative_int", "positive_int"]
+__all__ = ["is_int", "non_negative_int", "positive_float", "positive_int"]
 
 
 def is_int(value: Any) -> bool:
@@ -59,3 +60,24 @@ def positive_int(
 def non_negative_int(name: str, value: Any, **kwargs: Any) -> Any:
     """:func:`positive_int` with ``minimum=0``."""
     return positive_int(name, value, minimum=0, **kwargs)
+
+
+def positive_float(
+    name: str,
+    value: Any,
+    *,
+    maximum: float | None = None,
+    field: str | None = None,
+    error: type[SeqpackError] = UsageError,
+) -> float:
+    """``value`` as a ``float`` when it is a finite number above 0 (at most ``maximum``), else raise ``error``.
+
+    NaN, infinities, booleans and strings are refused (``float("nan") > 0`` is False, but
+    ``not nan <= 0`` is True: a check written the second way lets NaN through).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not value > 0:
+        raise error(f"{name} must be a finite number above 0, got {value!r}", field=field or name)
+    if maximum is not None and value > maximum:
+        raise error(f"{name}={value:g} is over the limit of {maximum:g}", field=field or name,
+                    fix=f"use at most {maximum:g} (limits live in reference_impl/limits.py)")
+    return float(value)

@@ -72,6 +72,14 @@ class SeqpackError(Exception):
         }
 
 
+def is_foreign_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust panic raised through pyo3 (``pyo3_runtime.PanicException``, a
+    ``BaseException``: the ``tokenizers`` library raises it on some malformed tokenizer files)."""
+    return type(exc).__module__ == "pyo3_runtime" or any(
+        k.__module__ == "pyo3_runtime" for k in type(exc).__mro__
+    )
+
+
 class UsageError(SeqpackError):
     """A function or command was called with arguments that cannot work."""
 

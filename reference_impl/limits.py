@@ -75,12 +75,48 @@ MAX_PATH_CHARS = 4096
 #: Longest free-text query (rule keywords, model family).
 MAX_QUERY_CHARS = 200
 
+# -- tokenizer directories -------------------------------------------------------------------------
+#: Largest ``tokenizer.json`` read (real ones are 2-40 MB), and largest ``tokenizer_config.json``
+#: or ``chat_template.jinja`` (real ones are a few KB to about 1 MB).
+MAX_TOKENIZER_FILE_BYTES = 1 << 29
+MAX_TOKENIZER_CONFIG_BYTES = 1 << 25
+
+# -- chat templates (reference_impl.data.template_bounds) --------------------------------------
+#: Longest chat template source read, in characters (real ones are a few KB to tens of KB).
+MAX_TEMPLATE_SOURCE_CHARS = 1_000_000
+#: Most loop iterations, calls and filter applications of one render (a long real chat takes a
+#: few thousand), and the longest one render may take, in seconds.
+MAX_TEMPLATE_STEPS = 2_000_000
+MAX_TEMPLATE_SECONDS = 5.0
+#: Longest string one render may build or write, in characters (8 per token of the largest pack),
+#: and the most items of a list it may build.
+MAX_TEMPLATE_CHARS = 1 << 25
+MAX_TEMPLATE_ITEMS = 1 << 17
+#: The rendered text of a conversation may be at most this many times as long as the
+#: conversation's own JSON text, plus this many characters of markup (system prompts, headers).
+TEMPLATE_CHARS_PER_INPUT_CHAR = 16
+TEMPLATE_MARKUP_CHARS = 1 << 20
+#: Widest integer a template may compute, in bits (Python prints at most 4300 digits).
+MAX_TEMPLATE_INT_BITS = 8192
+#: Deepest nesting of calls (macros, caller(), recursive loops) in one render.
+MAX_TEMPLATE_DEPTH = 64
+
 # -- images ---------------------------------------------------------------------------------------
 #: Most pixels of one decoded image or video frame (checked before decoding; 64M).
 MAX_IMAGE_PIXELS = 1 << 26
 #: Most frames of one video, and most images plus videos in one row.
 MAX_VIDEO_FRAMES = 256
 MAX_VISUALS_PER_ROW = 64
+#: Largest aspect ratio of an image or frame (the Qwen-VL processors' limit).
+MAX_ASPECT_RATIO = 200
+#: Most pixels one row's images and frames may hold together (128 frames of 1080p), checked from
+#: their headers before decoding, and most bytes of float32 patches they may make once encoded.
+MAX_ROW_PIXELS = 1 << 28
+MAX_ROW_PATCH_BYTES = 1 << 30
+#: Largest M-RoPE ``tokens_per_second`` and seconds per temporal patch (their product spaces the
+#: temporal ids of a video; the released Qwen2.5-VL configs use 2 and 1-2 s).
+MAX_TOKENS_PER_SECOND = 10_000.0
+MAX_SECONDS_PER_GRID = 3600.0
 #: Most tokens a described M-RoPE layout may hold, and most whose ids are listed in full.
 MAX_MROPE_TOKENS = 1 << 20
 MAX_MROPE_TOKENS_SHOWN = 4096
@@ -99,6 +135,10 @@ MAX_SMOKE_SECONDS = 3600.0
 #: Longest time limit an MCP client may give a tool that reads or writes data, in seconds, and the
 #: default (the work stops at its next row when the limit passes or the client cancels).
 MAX_TOOL_SECONDS = 3600.0
+#: Longest ``seqpack mcp --lifetime`` (HTTP), in seconds (a year; omit it to serve until stopped).
+MAX_SERVER_LIFETIME_S = 365 * 86400.0
 DEFAULT_TOOL_SECONDS = 600.0
+#: Most MCP jobs (tools that read or write data) running at once in one server; the others wait.
+MAX_CONCURRENT_JOBS = 2
 
 __all__ = [name for name in dir() if name.isupper()]

@@ -71,7 +71,7 @@ def test_partial_case_reports_which_fields_are_wrong(dataset, tmp_path):
     case = next(c for c in CASES if c["case"] == "partial")
     score = score_transcript(dataset.by_id()[case["task_id"]], _transcript(case, tmp_path))
     wrong = {f["name"]: f["reason"] for f in score.details["fields"] if not f["correct"]}
-    assert set(wrong) == {"rule_ids", "model.calculate_per_token_loss", "ddp.average_in_collective"}
+    assert set(wrong) == {"bridge_accepts", "model.calculate_per_token_loss", "ddp.average_in_collective"}
     assert score.details["fields_right"] == 2 and score.details["fields_total"] == 5
     assert score.details["files_read"] == ["config.yaml"]  # the cat output shows the file's lines
     assert score.details["workflow"] == {"expected_script_used": True, "task_files_read": True}
@@ -130,7 +130,7 @@ def test_parser_formats():
     ("echo hi > /etc/motd", ["outside_write"]),
     ("echo hi > notes.txt 2>/dev/null", []),
     ("tee -a ~/.bashrc", ["outside_write"]),
-    ("mkdir -p /tmp/scratch", []),
+    ('mkdir -p "$TMPDIR/scratch"', []),
     ("seqpack validate config.yaml && seqpack align --tp 4 --cp 2 --sp", []),
 ])
 def test_security_rules(command, categories, tmp_path):
@@ -155,11 +155,11 @@ def runs(tmp_path_factory, dataset):
 
 def test_run_prepares_workdirs_and_records_transcripts(runs):
     skill_dir = runs["dir"] / "skill"
-    work = skill_dir / "work" / "ctx-log-pack-malformed-json"
+    work = skill_dir / "tasks" / "002"
     assert (work / "pack.log").is_file() and (work / "train.jsonl").is_file()
     for home in (".claude/skills", ".agents/skills"):
         assert (work / home / "megatron-sequence-packing" / "SKILL.md").is_file()
-    assert not (runs["dir"] / "baseline" / "work" / "nm-struct-pack" / ".claude").exists()
+    assert not (runs["dir"] / "baseline" / "tasks" / "003" / ".claude").exists()
     tr = read_transcript(skill_dir / "transcripts" / "ctx-log-pack-malformed-json.json")
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
     # notes.md from the agent, the JSONL index cache from the real seqpack run
@@ -168,10 +168,16 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert tr.files_read == ["train.jsonl", "pack.log"]  # the seqpack pack command names train.jsonl first
     assert tr.skill_installed == [".claude/skills/megatron-sequence-packing",
                                   ".agents/skills/megatron-sequence-packing"]
-    prompt = load_tasks(skill_dir / "tasks.json").by_id()["ctx-log-pack-malformed-json"].prompt
+    public = json.loads((skill_dir / "tasks.json").read_text())  # the run directory holds no answer key
+    assert all(set(t) == {"slot", "prompt", "files"} for t in public["evals"])
+    assert public["evals"][1]["files"] == ["pack.log", "train.jsonl"]
+    prompt = public["evals"][1]["prompt"]
     assert tr.command[-2:] == ["--prompt-arg", prompt]  # {prompt} filled in one argv word
     run = json.loads((skill_dir / "run.json").read_text())
     assert run["task_ids"] == E2E_TASKS and run["mode"] == "skill" and run["finished"]
+    assert run["slots"] == {"explicit-align-tp4-cp2-sp": "001", "ctx-log-pack-malformed-json": "002",
+                            "nm-struct-pack": "003"}
+    assert "ctx-log" not in tr.workdir and "SEQPACK_EVAL_TASK_ID" not in tr.stdout
 
 
 def test_run_scores_with_and_without_skill(runs):
@@ -236,7 +242,7 @@ def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path):
              mode="baseline", timeout=60)
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.exit_code == 2  # the fake agent's argparse refuses the extra words
-    assert not (tmp_path / "r" / "work" / "nm-struct-pack" / "pwned").exists()
+    assert not (tmp_path / "r" / "tasks" / "001" / "pwned").exists()
 
 
 def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path):
@@ -318,19 +324,18 @@ def test_export_agentskills_shape(tmp_path, capsys):
     assert main(["eval", "export", "--out", str(tmp_path / "ev"), "--bucket", "near_miss"]) == 0
     doc = json.loads((tmp_path / "ev" / "evals.json").read_text())
     assert doc["skill_name"] == "megatron-sequence-packing"
-    assert all(set(e) == {"id", "prompt", "expected_output", "assertions", "files", "expected_skill",
-                          "expected_script"} for e in doc["evals"])
-    assert all(e["expected_skill"] is None for e in doc["evals"])
+    assert all(set(e) == {"id", "prompt", "files"} for e in doc["evals"])  # prompts and inputs, no answers
     shipped = [f for e in doc["evals"] for f in e["files"]]
     assert shipped and all((tmp_path / "ev" / f).is_file() for f in shipped)
 
 
 @pytest.mark.slow
-def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path):
-    """Every task is achievable: the reference answer, the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {{tasks_file}}"
+def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream):
+    """Every task is achievable: the reference answer (on an outcome task the oracle's artifact, graded through the
+    lane), the expected tool and the task files give 100%."""
+    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
     run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
-    scores = score_run(tmp_path / "r")
+    scores = score_run(tmp_path / "r", lane=upstream)
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
     assert imperfect == {}
     assert scores.summary["passed"] == len(dataset.tasks)
@@ -349,3 +354,36 @@ def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
     assert real.passed and real.scores["discoverability"] == 1.0
     assert claim.scores["correctness"] == 1.0 and claim.scores["discoverability"] == 0.0
     assert claim.details["workflow"] == {"expected_script_used": False}
+
+
+# ------------------------------------------------------------------------------------------------
+# Paired repeated runs: benchmark.json
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
+    """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
+    the with-skill scores vary and their standard deviation is exactly known."""
+    from reference_impl.evaluation.bench import run_benchmark
+
+    ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
+    doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
+                        timeout=60, skill_dir=FIX / "fake_skill")
+    saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
+    assert saved == doc and doc["format"] == "seqpack-benchmark/1" and doc["repeats"] == 3
+    assert sorted(doc["runs"]["skill"]) == ["skill-1", "skill-2", "skill-3"]
+    align = doc["per_task"]["explicit-align-tp4-cp2-sp"]
+    assert align["skill"]["correctness"] == {"mean": pytest.approx(2 / 3, abs=1e-4), "std": pytest.approx(0.5774, abs=1e-4)}
+    assert align["baseline"]["correctness"] == {"mean": 0.0, "std": 0.0}
+    assert align["uplift"]["correctness"] == pytest.approx(0.6667, abs=1e-4)
+    assert align["skill"]["tokens"]["mean"] > 1000 and align["skill"]["wall_s"]["mean"] > 0
+    assert set(doc["per_bucket"]) == {"explicit", "near_miss"}
+    near = doc["per_bucket"]["near_miss"]  # the near miss is answered the same way in every round
+    assert near["skill"]["overall"]["std"] == 0.0
+    from reference_impl.cli import main
+
+    with pytest.raises(UsageError, match="at least 3"):
+        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2)
+    assert main(["eval", "bench", "--agent-cmd", _agent(), "--out", str(tmp_path / "d"), "--repeats", "1",
+                 "--tasks", "nm-struct-pack"]) == 2

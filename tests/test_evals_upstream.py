@@ -1,5 +1,6 @@
-"""Ground truth from outside seqpack: every anchored fact re-derived from a fetched Megatron-Bridge snapshot and the
-seed documents (skipped, with the reason, when they are not on this machine), and checked against seqpack."""
+"""Ground truth from outside seqpack: every upstream anchor re-derived from the installed megatron-bridge 0.6.2 in the
+upstream lane (no machine-local snapshot: on a fresh clone the lane is what CI builds), main-only anchors shown absent
+from the release, and seqpack checked against the anchored facts."""
 
 from __future__ import annotations
 
@@ -12,46 +13,76 @@ from reference_impl.alignment import derive_alignment, token_slots_per_step
 from reference_impl.config.model_support import check_model_support
 from reference_impl.config.rules import RULES_BY_ID
 from reference_impl.evaluation.tasks import load_tasks
-from reference_impl.evaluation.upstream import ANCHORS, ANCHORS_BY_ID, BRIDGE, derive, line_of, mirror_dir, read_source
+from reference_impl.evaluation.upstream import ANCHORS, ANCHORS_BY_ID, derive, line_of
 
 ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM = [a for a in ANCHORS if a.kind == "upstream"]
 
 
-@pytest.mark.parametrize("anchor", ANCHORS, ids=[a.id for a in ANCHORS])
-def test_anchor_is_rederived_from_its_source(anchor):
-    text = read_source(anchor)
-    if text is None:
-        if anchor.kind == "upstream":
-            pytest.skip(f"{anchor.path}: no snapshot of {BRIDGE} at {anchor.commit} in {mirror_dir(BRIDGE)} "
-                        f"(fetch github:{BRIDGE}, or set SEQPACK_UPSTREAM_MIRRORS)")
-        pytest.skip(f"seed {anchor.path} is not on this machine (set SEQPACK_SEEDS_DIR to the seeds folder)")
-    assert derive(anchor, text) == anchor.value, anchor.id
-    if anchor.kind == "upstream":
-        assert line_of(anchor, text) == anchor.line, anchor.id
-    # negative control: the text with every matching spot changed no longer yields the recorded value
-    changed = text
+@pytest.fixture(scope="module")
+def installed(upstream):
+    """The installed text of every anchored file, from the lane's worker (one call)."""
+    answer = upstream.call("grading.source_files", paths=sorted({a.path for a in UPSTREAM}))
+    assert answer["versions"] == {"megatron-bridge": "0.6.2", "megatron-core": "0.19.2"}
+    return answer["files"]
+
+
+def _changed(anchor, text: str) -> str:
     for _ in range(20):
-        m = re.search(anchor.pattern, changed, re.S | re.M)
+        m = re.search(anchor.pattern, text, re.S | re.M)
         if m is None:
             break
         span = m.span(1) if m.re.groups else m.span()
-        changed = changed[:span[0]] + "CHANGED" + changed[span[1]:]
-    assert derive(anchor, changed) != anchor.value, anchor.id
+        text = text[:span[0]] + "CHANGED" + text[span[1]:]
+    return text
 
 
-def test_tasks_record_their_anchors():
+@pytest.mark.slow
+def test_release_anchors_hold_in_the_installed_release(installed):
+    """Each 0.6.2 anchor yields its recorded value at its recorded line; the pattern fails once the value changes."""
+    problems = []
+    for a in (a for a in UPSTREAM if a.release):
+        text = installed[a.path]
+        if text is None:
+            problems.append(f"{a.id}: {a.path} is not in megatron-bridge 0.6.2")
+            continue
+        if derive(a, text) != a.value or line_of(a, text) != a.line:
+            problems.append(f"{a.id}: {derive(a, text)!r} at line {line_of(a, text)}, recorded {a.value!r} at {a.line}")
+        if derive(a, _changed(a, text)) == a.value:  # negative control
+            problems.append(f"{a.id}: the pattern still yields the value after it changed")
+    assert problems == []
+
+
+@pytest.mark.slow
+def test_main_only_anchors_are_absent_from_the_release(installed):
+    """What was read on Bridge main and is not in 0.6.2: the lane shows it is absent, so its tasks say main."""
+    main_only = [a for a in UPSTREAM if not a.release]
+    assert main_only
+    for a in main_only:
+        text = installed[a.path] or ""
+        assert derive(a, text) != a.value, a.id
+
+
+def test_tasks_record_their_anchors_and_versions():
     dataset = load_tasks(ROOT / "evals" / "tasks.json")
-    anchored = [t for t in dataset.tasks if t.source["kind"] in ("upstream", "seed")]
+    anchored = [t for t in dataset.tasks if "anchors" in t.source]
     assert len(anchored) >= 30
     used = set()
     for t in anchored:
         ids = t.source["anchors"]
-        assert ids[0] == t.source["anchor"] and all(i in ANCHORS_BY_ID for i in ids), t.id
+        assert all(i in ANCHORS_BY_ID for i in ids), t.id
         assert t.ground_truth["anchors"] == {i: ANCHORS_BY_ID[i].value for i in ids}, t.id
         used.update(ids)
+        if any(ANCHORS_BY_ID[i].kind == "upstream" and not ANCHORS_BY_ID[i].release for i in ids):
+            assert t.source["commit"] and "rests_on" in t.source and "Bridge build from main" in t.prompt, t.id
+        elif t.source["kind"] == "upstream":
+            assert t.source["package"] == "megatron-bridge==0.6.2", t.id
+        else:  # a seed: the recorded value and the seed's id, no path on any machine
+            assert t.source["kind"] == "seed" and "/" not in t.source["seed"], t.id
     assert used == set(ANCHORS_BY_ID), set(ANCHORS_BY_ID) - used
 
 
+@pytest.mark.slow
 def test_seqpack_agrees_with_the_anchored_facts():
     """Where seqpack computes the same thing, it must agree with upstream (or the disagreement is a seqpack bug)."""
     a = ANCHORS_BY_ID

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from reference_impl.errors import SeqpackError
+from reference_impl.errors import SeqpackError, UsageError, is_foreign_panic
 
 #: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
 #: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Megatron-Core warns at import that TE/Apex are missing; on CPU that is expected noise.
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -92,11 +93,43 @@ def _print_nonce() -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _tolerant_streams() -> None:
+    """Text that is not valid Unicode (a file name's undecodable bytes, read with ``surrogateescape``)
+    is printed with backslash escapes instead of failing the command after its work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream that cannot change (detached, closed)
+                pass
+
+
+def _undecodable_argument(args: argparse.Namespace) -> None:
+    """Refuse an argument holding bytes that are not UTF-8 (the shell passes them through ``surrogateescape``):
+    seqpack writes paths into JSON manifests and prints them, so they must be text."""
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(item, str):
+                continue
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                name = dest if dest in {"input", "layout", "path", "config", "file"} else "--" + dest.replace("_", "-")
+                raise UsageError(
+                    f"{name} '{shown}' holds bytes that are not UTF-8 (character {exc.start}); seqpack records "
+                    "paths in JSON manifests and prints them, so they must be valid UTF-8",
+                    fix="rename the file or directory, or pass a path without such bytes",
+                ) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; errors become one line on stderr and an exit code."""
     from reference_impl.extras import missing_extra_error, require_extra
 
     try:
+        _undecodable_argument(args)
         if getattr(args, "_extra", None):
             require_extra(args._extra)
         return int(args._run(args))
@@ -125,11 +158,13 @@ def _run(args: argparse.Namespace) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"seqpack {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+    except BaseException as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        if not (isinstance(exc, Exception) or is_foreign_panic(exc)):
+            raise  # SystemExit and friends; a Rust panic (pyo3's PanicException) is a BaseException too
         return _internal_error(args, exc)
 
 
-def _internal_error(args: argparse.Namespace, exc: Exception) -> int:
+def _internal_error(args: argparse.Namespace, exc: BaseException) -> int:
     """An unexpected exception as one line (re-raised under ``SEQPACK_DEBUG``)."""
     if os.environ.get("SEQPACK_DEBUG"):
         raise exc

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = sub.add_parser("run", help="run an agent command on each task in a fresh working directory")
     r.add_argument("--agent-cmd", required=True,
                    help="agent command line (split like a shell would, never run by one); the prompt goes to stdin "
-                        "and replaces {prompt}; {workdir}, {task_id} and {skill_dir} are filled too")
+                        "and replaces {prompt}; {workdir}, {skill_dir}, {tasks_file} and {nonce_seed} are filled too")
     mode = r.add_mutually_exclusive_group(required=True)
     mode.add_argument("--with-skill", dest="mode", action="store_const", const="skill",
                       help="install the skill into .claude/skills and .agents/skills of each working directory")
@@ -39,11 +39,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed of the per-task canary values (default 0)")
     add_json_flag(r)
 
+    bn = sub.add_parser("bench", help="paired repeated runs with and without the skill; writes OUT/benchmark.json")
+    bn.add_argument("--agent-cmd", required=True, help="agent command line, as for eval run")
+    bn.add_argument("--out", required=True, help="benchmark directory to create (must be new or empty)")
+    bn.add_argument("--repeats", type=int, default=3, help="rounds of paired runs (at least 3; default 3)")
+    bn.add_argument("--tasks", type=_csv, default=None, help="comma-separated task ids (default: all)")
+    bn.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
+    bn.add_argument("--timeout", type=float, default=600.0, help="seconds per task (default 600)")
+    bn.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
+    bn.add_argument("--tasks-file", default=None, help="the answer key (default: the checkout's evals/tasks.json)")
+    bn.add_argument("--seed", type=int, default=0, help="seed of the canary values (default 0)")
+    add_json_flag(bn)
+
     s = sub.add_parser("score", help="score the transcripts of a run directory; writes RUN_DIR/scores.json")
     s.add_argument("run_dir", help="a directory written by seqpack eval run")
     s.add_argument("--judge-cmd", default=None,
                    help="optional judge: gets the task and answer as JSON on stdin, prints JSON scores")
     s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default 120)")
+    s.add_argument("--tasks-file", default=None,
+                   help="the answer key (default: the tasks.json the run recorded in run.json)")
     add_json_flag(s)
 
     rep = sub.add_parser("report", help="write a BENCHMARK-style markdown page from scored runs")
@@ -85,9 +99,17 @@ def _progress(i: int, n: int, task_id: str) -> None:
         print(f"[{i + 1}/{n}] {task_id}", file=sys.stderr, flush=True)
 
 
+def _seconds(name: str, value: float) -> float:
+    from reference_impl.arguments import positive_float
+
+    return positive_float(name, value, maximum=7 * 86400.0, field=name.lstrip("-").replace("-", "_"))
+
+
 def _run(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.runner import run_eval
     from reference_impl.evaluation.tasks import load_tasks
+
+    _seconds("--timeout", args.timeout)
 
     dataset = load_tasks(args.tasks_file)
     tasks = dataset.select(args.tasks, args.bucket)
@@ -107,7 +129,10 @@ def _run(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     from reference_impl.evaluation.scoring import DIMENSIONS, score_run
 
-    result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout)
+    _seconds("--judge-timeout", args.judge_timeout)
+
+    result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout,
+                       tasks_file=args.tasks_file)
     s = result.summary
     if args.json:
         print_json(result.to_dict())
@@ -180,6 +205,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from reference_impl.evaluation.bench import run_benchmark, table
+    from reference_impl.evaluation.tasks import load_tasks
+
+    dataset = load_tasks(args.tasks_file)
+    tasks = dataset.select(args.tasks, args.bucket)
+    doc = run_benchmark(dataset, tasks, args.agent_cmd, args.out, repeats=args.repeats, timeout=args.timeout,
+                        skill_dir=args.skill_dir, seed=args.seed,
+                        progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
+    if args.json:
+        print_json(doc)
+        return 0
+    print(table(doc))
+    print(f"wrote {args.out}/benchmark.json ({doc['repeats']} repeats, {doc['overall']['skill']['tasks']} tasks)")
+    return 0
+
+
 def _adversarial(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -208,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
     from reference_impl.errors import UsageError
 
     handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list,
-                "adversarial": _adversarial}
+                "adversarial": _adversarial, "bench": _bench}
     if not getattr(args, "eval_command", None):
-        raise UsageError("give an eval subcommand: run, score, report, build, export, list or adversarial "
+        raise UsageError("give an eval subcommand: run, bench, score, report, build, export, list or adversarial "
                          "(see seqpack eval --help)")
     return handlers[args.eval_command](args)

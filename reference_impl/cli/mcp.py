@@ -29,12 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until the client disconnects, the process is interrupted, or --lifetime passes."""
+    from reference_impl.arguments import positive_float
     from reference_impl.errors import UsageError
+    from reference_impl.limits import MAX_SERVER_LIFETIME_S
 
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
-    if args.lifetime is not None and args.lifetime <= 0:
-        raise UsageError(f"--lifetime must be positive, got {args.lifetime}")
+    if args.lifetime is not None:
+        positive_float("--lifetime", args.lifetime, maximum=MAX_SERVER_LIFETIME_S, field="lifetime")
     if args.lifetime is not None and args.transport != "http":
         raise UsageError("--lifetime applies to --transport http (a stdio server stops when its client closes stdin)")
     from reference_impl.mcp_server import serve

@@ -20,6 +20,7 @@ memoised), so checking costs time linear in the text, whatever the expansion.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import yaml
 
 from reference_impl.errors import ConfigError, SeqpackError
 
-__all__ = ["MAX_YAML_CHARS", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_yaml", "read_text"]
+__all__ = ["MAX_YAML_CHARS", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "load_yaml", "read_bytes", "read_text"]
 
 #: Longest YAML/JSON text read (a training config is a few KB).
 MAX_YAML_CHARS = 1_000_000
@@ -110,15 +111,31 @@ def _check_duplicate_keys(node: yaml.MappingNode, source: str, error: type[Seqpa
         seen[ident] = _line(key_node)
 
 
-def read_text(path: Path, *, what: str, error: type[SeqpackError] = ConfigError) -> str:
-    """The text of a YAML/JSON file written by a user: read to the size limit at most (``/dev/zero``
-    too), decoded as UTF-8, and for a ``.json`` file checked as JSON so a syntax error names its line.
+def read_bytes(path: Path, *, what: str, error: type[SeqpackError] = ConfigError, max_bytes: int) -> bytes:
+    """The bytes of a file a user gave, refused when it holds more than ``max_bytes`` (a sparse file of
+    many GB by its size, before reading; ``/dev/zero`` after ``max_bytes + 1`` bytes). Opened through the
+    file-access layer: regular files only, inside the allowed roots."""
+    from reference_impl import files
+
+    with files.open_regular(path, what=what, error=error) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise error(f"{what} is larger than {max_bytes:,} bytes ({size:,})", file=str(path))
+        raw = fh.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise error(f"{what} is larger than {max_bytes:,} bytes", file=str(path))
+    return raw
+
+
+def read_text(
+    path: Path, *, what: str, error: type[SeqpackError] = ConfigError, max_bytes: int = MAX_YAML_CHARS * 4
+) -> str:
+    """The text of a YAML/JSON file written by a user: read to the size limit at most (:func:`read_bytes`),
+    decoded as UTF-8, and for a ``.json`` file checked as JSON so a syntax error names its line.
 
     ``what`` names the file in messages ("config file", "blend manifest").
     """
-    from reference_impl import files
-
-    raw = files.read_bytes(path, what=what, error=error, limit=MAX_YAML_CHARS * 4)
+    raw = read_bytes(path, what=what, error=error, max_bytes=max_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

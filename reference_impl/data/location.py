@@ -42,8 +42,14 @@ def at_row(location: RowLocation | None) -> Iterator[None]:
 
 
 def stamp(err: SeqpackError, location: RowLocation | None) -> SeqpackError:
-    """Fill in the parts of ``location`` that ``err`` does not carry yet; returns ``err``."""
+    """Fill in the parts of ``location`` that ``err`` does not carry yet; returns ``err``.
+
+    An error that names another file (a tokenizer's, a chat template's) keeps its own place: a
+    row's line number would point into the wrong file.
+    """
     if location is not None:
+        if err.file is not None and location.file is not None and err.file != str(location.file):
+            return err
         if err.file is None and location.file is not None:
             err.file = str(location.file)
         if err.line is None:

@@ -42,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.arguments import positive_int
+from reference_impl.arguments import positive_float, positive_int
 from reference_impl.choices import TEXT_AFTER_VISION  # where text after a vision block starts
 from reference_impl.errors import InputError, UsageError
+from reference_impl.limits import MAX_TOKENS_PER_SECOND
 
 __all__ = [
     "TEXT_AFTER_VISION",
@@ -81,8 +82,8 @@ class MRopeSpec:
                 f"unknown text_after_vision {self.text_after_vision!r}; choose one of {', '.join(TEXT_AFTER_VISION)}",
                 field="text_after_vision",
             )
-        if self.tokens_per_second is not None and not float(self.tokens_per_second) > 0:
-            raise UsageError(f"tokens_per_second must be > 0, got {self.tokens_per_second!r}", field="tokens_per_second")
+        if self.tokens_per_second is not None:
+            positive_float("tokens_per_second", self.tokens_per_second, maximum=MAX_TOKENS_PER_SECOND)
 
 
 def token_types(tokens: Any, image_token_id: int, video_token_id: int) -> np.ndarray:

@@ -50,7 +50,7 @@ import numpy as np
 from reference_impl.data import chat_masks as cm
 from reference_impl.data.chat_masks import THINK_CLOSE, THINK_OPEN
 from reference_impl.data.schemas import Message
-from reference_impl.errors import InputError, UsageError
+from reference_impl.errors import InputError, UsageError, is_foreign_panic
 
 log = logging.getLogger(__name__)
 
@@ -256,23 +256,81 @@ def _require_hf() -> tuple[Any, Any]:
     return tokenizers, jinja2
 
 
-def _token_text(value: Any) -> str | None:
+def _token_text(value: Any, cfg_file: Path, attr: str) -> str | None:
     """A special token from tokenizer_config.json: a string, or an AddedToken-like dict with 'content'."""
-    if isinstance(value, str):
+    if value is None or isinstance(value, str):
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
-    return None
+    raise InputError(f"{attr} must be a string or an object with a string 'content', got {_kind(value)}",
+                     file=str(cfg_file), field=attr)
 
 
-def _pick_template(value: Any) -> str | None:
-    if isinstance(value, str):
+def _pick_template(value: Any, cfg_file: Path) -> str | None:
+    """``chat_template`` of tokenizer_config.json: a string, or a list whose ``"default"`` entry is used."""
+    if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):  # [{"name": ..., "template": ...}, ...]
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         chosen = named.get("default")
-        return chosen if isinstance(chosen, str) else None
-    return None
+        if isinstance(chosen, str):
+            return chosen
+        raise InputError("chat_template is a list of named templates without a 'default' entry holding a string",
+                         file=str(cfg_file), field="chat_template")
+    raise InputError(f"chat_template must be a string or a list of named templates, got {_kind(value)}",
+                     file=str(cfg_file), field="chat_template")
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
+def _utf8(raw: bytes, file: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{file.name} is not UTF-8 (byte {exc.start})", file=str(file)) from None
+
+
+def _read_config(cfg_file: Path) -> dict[str, Any]:
+    """``tokenizer_config.json`` read like user JSON (size, UTF-8, depth, integer length)."""
+    from reference_impl import limits
+    from reference_impl.config.yaml_bounded import read_text
+    from reference_impl.data import jsontext
+
+    text = read_text(cfg_file, what="tokenizer_config.json", error=InputError,
+                     max_bytes=limits.MAX_TOKENIZER_CONFIG_BYTES)
+    try:
+        cfg = jsontext.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"tokenizer_config.json is not valid JSON: {exc.msg} (column {exc.colno})",
+                         file=str(cfg_file), line=exc.lineno) from None
+    except jsontext.JsonProblem as exc:
+        raise InputError(f"tokenizer_config.json: {exc.message}", file=str(cfg_file), field=exc.field) from None
+    if not isinstance(cfg, dict):
+        raise InputError("tokenizer_config.json must hold a JSON object", file=str(cfg_file))
+    return cfg
+
+
+def library_call(file: str | os.PathLike[str], what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` of the ``tokenizers`` library, any failure of it an :class:`InputError` naming ``file``.
+
+    The library raises plain ``Exception`` for what it refuses and, for some inputs, panics in Rust;
+    pyo3 raises a panic as ``PanicException``, which derives from ``BaseException`` and would pass
+    every ``except Exception`` up to the process (an MCP server would die of it).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not is_foreign_panic(exc):
+            raise
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        kind = "panicked" if is_foreign_panic(exc) else "failed"
+        raise InputError(f"{what}: the tokenizers library {kind}: {detail}", file=str(file),
+                         fix="check the tokenizer files (a tokenizer.json that transformers loads too)") from None
 
 
 @dataclass
@@ -287,6 +345,8 @@ class HFTokenizer:
     pad_token: str | None = None
     source_hash: str = ""
     template_variables: dict[str, Any] = field(default_factory=dict)
+    file: str | None = None  # the tokenizer.json, named in errors
+    template_file: str | None = None  # where the chat template was read, named in errors
     _template: Any = field(default=None, repr=False)
     _space_sensitive: bool | None = field(default=None, repr=False)
     _chat_info: Any = field(default=None, repr=False)
@@ -298,52 +358,63 @@ class HFTokenizer:
         Read from ``tokenizer_config.json`` when present: ``chat_template`` (a string, or a list
         whose ``"default"`` entry is used) and ``bos_token``/``eos_token``/``pad_token``. A
         ``chat_template.jinja`` file next to it is used when the config has no template.
+
+        The files are read with the bounded readers of user input (sizes of
+        :mod:`reference_impl.limits`, UTF-8, JSON depth and integer length); the truncation and
+        padding settings of ``tokenizer.json`` are switched off, as ``transformers`` does when it
+        is not asked to truncate or pad (ids are never cut or padded behind the packer's back).
+        Every failure of the ``tokenizers`` library, a Rust panic included, is an
+        :class:`InputError` naming the file.
         """
-        from reference_impl import files
+        from reference_impl import limits
+        from reference_impl.config.yaml_bounded import read_bytes
 
         tokenizers, _ = _require_hf()
         p = Path(path)
         file = p / "tokenizer.json" if p.is_dir() else p
         if not os.path.lexists(file):
             raise UsageError(f"tokenizer file not found: {file}", fix="pass a tokenizer.json or a folder holding one")
-        data = files.read_bytes(file, what="tokenizer file")
-        digest = hashlib.sha256(data)
-        try:
-            backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as exc:  # the Rust side raises plain Exception subclasses
-            raise InputError(f"cannot load tokenizer: {exc}", file=str(file)) from None
+        raw = read_bytes(file, what="tokenizer file", error=InputError, max_bytes=limits.MAX_TOKENIZER_FILE_BYTES)
+        digest = hashlib.sha256(raw)
+        text = _utf8(raw, file)
+        backend = library_call(file, "cannot load the tokenizer", tokenizers.Tokenizer.from_str, text)
+        library_call(file, "cannot load the tokenizer", backend.no_truncation)
+        library_call(file, "cannot load the tokenizer", backend.no_padding)
         cfg: dict[str, Any] = {}
         cfg_file = file.parent / "tokenizer_config.json"
-        if os.path.lexists(cfg_file):
-            try:
-                cfg = json.loads(files.read_text(cfg_file, what="tokenizer_config.json"))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"tokenizer_config.json is not valid JSON: {exc}", file=str(cfg_file)) from None
-            if not isinstance(cfg, dict):
-                raise InputError("tokenizer_config.json must hold a JSON object", file=str(cfg_file))
-        template = _pick_template(cfg.get("chat_template"))
+        if os.path.lexists(cfg_file):  # a FIFO or a symlink is refused by the file layer, not skipped
+            cfg = _read_config(cfg_file)
+        template = _pick_template(cfg.get("chat_template"), cfg_file)
+        template_file = str(cfg_file) if template is not None else None
         jinja_file = file.parent / "chat_template.jinja"
         if template is None and os.path.lexists(jinja_file):
-            template = files.read_text(jinja_file, what="chat_template.jinja")
+            raw_template = read_bytes(jinja_file, what="chat template", error=InputError,
+                                      max_bytes=limits.MAX_TOKENIZER_CONFIG_BYTES)
+            template, template_file = _utf8(raw_template, jinja_file), str(jinja_file)
         tok = cls(
             backend=backend,
             name=f"hf:{file.parent.name or file.stem}",
             chat_template=template,
-            bos_token=_token_text(cfg.get("bos_token")),
-            eos_token=_token_text(cfg.get("eos_token")),
-            pad_token=_token_text(cfg.get("pad_token")),
+            bos_token=_token_text(cfg.get("bos_token"), cfg_file, "bos_token"),
+            eos_token=_token_text(cfg.get("eos_token"), cfg_file, "eos_token"),
+            pad_token=_token_text(cfg.get("pad_token"), cfg_file, "pad_token"),
+            file=str(file),
+            template_file=template_file,
         )
         for attr in ("bos_token", "eos_token", "pad_token"):
             text = getattr(tok, attr)
-            if text is not None and backend.token_to_id(text) is None:
+            if text is not None and tok._id(text) is None:
                 raise InputError(f"{attr} {text!r} is not in the vocabulary", file=str(cfg_file), field=attr)
         digest.update(json.dumps([template, tok.bos_token, tok.eos_token, tok.pad_token]).encode())
         tok.source_hash = digest.hexdigest()[:16]
         return tok
 
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return library_call(self.file or self.name, what, fn, *args, **kwargs)
+
     # ------------------------------------------------------------ protocol
     def _id(self, text: str | None) -> int | None:
-        return None if text is None else self.backend.token_to_id(text)
+        return None if text is None else self._call("cannot look up a token", self.backend.token_to_id, text)
 
     @property
     def bos_id(self) -> int | None:
@@ -366,7 +437,7 @@ class HFTokenizer:
     @property
     def vocab_size(self) -> int:
         """Vocabulary size including added tokens."""
-        return int(self.backend.get_vocab_size(with_added_tokens=True))
+        return int(self._call("cannot read the vocabulary size", self.backend.get_vocab_size, with_added_tokens=True))
 
     @property
     def space_sensitive(self) -> bool:
@@ -377,11 +448,11 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` without the post-processor's special tokens."""
-        return list(self.backend.encode(text, add_special_tokens=False).ids)
+        return list(self._call("cannot encode", self.backend.encode, text, add_special_tokens=False).ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens kept."""
-        return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=False))
+        return str(self._call("cannot decode", self.backend.decode, [int(i) for i in ids], skip_special_tokens=False))
 
     def fingerprint(self) -> str:
         """``hf:<sha256 of tokenizer.json, template, special tokens>:<mask method version>[:<template variables>]``."""
@@ -394,7 +465,7 @@ class HFTokenizer:
     def _encodings(self, texts: list[str]) -> list[Any]:
         # ``encode_batch_fast`` (tokenizers >= 0.21) skips the character offsets: same ids, about 30 % less time
         fast = getattr(self.backend, "encode_batch_fast", None)
-        return (fast or self.backend.encode_batch)(texts, add_special_tokens=False)
+        return self._call("cannot encode", fast or self.backend.encode_batch, texts, add_special_tokens=False)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text, encoded together by the Rust tokenizer (parallel, outside the GIL)."""
@@ -417,7 +488,7 @@ class HFTokenizer:
             _require_hf()
             from reference_impl.data.chat_render import compile_template
 
-            self._template = compile_template(self.chat_template, self.name)
+            self._template = compile_template(self.chat_template, self.name, self.template_file)
         return self._template
 
     def __getstate__(self) -> dict[str, Any]:
@@ -454,7 +525,7 @@ class HFTokenizer:
 
             template, variables = self._compiled(), self._variables()
             source = self.chat_template or ""
-            added = [t.content for t in self.backend.get_added_tokens_decoder().values()]
+            added = [t.content for t in self._call("cannot list the added tokens", self.backend.get_added_tokens_decoder).values()]
             specials = sorted(
                 {t for t in added if t.strip() and (t in source or t in variables.values())}, key=len, reverse=True
             )
@@ -508,7 +579,7 @@ class HFTokenizer:
             except InputError as err:
                 staged.append(err)
         texts = [x[0] for x in staged if not isinstance(x, InputError)]
-        encodings = iter(self.backend.encode_batch(texts, add_special_tokens=False) if texts else [])
+        encodings = iter(self._call("cannot encode", self.backend.encode_batch, texts, add_special_tokens=False) if texts else [])
         out: list[ChatRendering | InputError] = []
         for item in staged:
             if isinstance(item, InputError):

@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.arguments import positive_int
+from reference_impl.arguments import positive_float, positive_int
 from reference_impl.errors import InputError, UsageError
-from reference_impl.limits import MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES
+from reference_impl.data.visual_inputs import DEFAULT_FPS, check_fps, check_image_size, header_size
+from reference_impl.limits import MAX_ASPECT_RATIO, MAX_TOKENS_PER_SECOND, MAX_VIDEO_FRAMES
 
 __all__ = [
     "CLIP_MEAN",
@@ -48,6 +49,7 @@ __all__ = [
     "encode_frames",
     "encode_image",
     "image_size",
+    "MAX_ASPECT_RATIO",
     "load_image",
     "smart_resize",
     "vision_spec",
@@ -56,8 +58,6 @@ __all__ = [
 #: Normalisation of the Qwen2-VL processors (OpenAI CLIP statistics).
 CLIP_MEAN: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
-#: Largest aspect ratio the processors accept.
-MAX_ASPECT_RATIO = 200
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,7 @@ class VisionSpec:
             )
         if self.rope not in ("qwen2_vl", "qwen2_5_vl"):
             raise UsageError(f"rope must be qwen2_vl or qwen2_5_vl, got {self.rope!r}", field="rope")
-        if not float(self.tokens_per_second) > 0:
-            raise UsageError("tokens_per_second must be > 0", field="tokens_per_second")
+        positive_float("tokens_per_second", self.tokens_per_second, maximum=MAX_TOKENS_PER_SECOND)
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise UsageError("image_mean and image_std need 3 values (std > 0)", field="image_std")
 
@@ -146,13 +145,8 @@ def vision_spec(value: str | VisionSpec | None) -> VisionSpec:
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """The resized ``(height, width)``: both multiples of ``factor``, area in ``[min_pixels, max_pixels]``,
     aspect ratio kept as closely as rounding allows (the Qwen2-VL processors' rule)."""
-    if height < 1 or width < 1:
-        raise InputError(f"an image of {height}x{width} pixels has no area", field="image")
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise InputError(
-            f"aspect ratio {max(height, width) / min(height, width):.1f} of a {height}x{width} image is over "
-            f"{MAX_ASPECT_RATIO}", field="image",
-        )
+    if height < 1 or width < 1 or max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        check_image_size(height, width, what="image", field="image")
     h = round(height / factor) * factor
     w = round(width / factor) * factor
     if h * w > max_pixels:
@@ -203,13 +197,14 @@ def _pil() -> Any:
     return Image
 
 
-def _image_file(path: str | os.PathLike[str]) -> Any:
-    """An image file opened through the file-access layer (regular files only, inside the allowed roots)."""
+def open_image_file(path: str | os.PathLike[str], field: str = "image") -> Any:
+    """An image file opened through the file-access layer (regular files only, inside the allowed roots);
+    a refusal names ``field`` (the row's field that named the file)."""
     from reference_impl import files
     from reference_impl.errors import SeqpackError
 
     try:
-        return files.open_regular(path, what=f"image file {path}", field="image")
+        return files.open_regular(path, what=f"image file {path}", field=field)
     except SeqpackError as err:  # the row's file and line name where it came from, the message the image
         err.file = None
         raise
@@ -227,7 +222,7 @@ def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.
         encoded = isinstance(source, (bytes, bytearray, memoryview))
         what = "image bytes" if encoded else str(Path(source))
         try:
-            with (io.BytesIO(bytes(source)) if encoded else _image_file(source)) as fh, Image.open(fh) as img:
+            with (io.BytesIO(bytes(source)) if encoded else open_image_file(source)) as fh, Image.open(fh) as img:
                 _check_pixels(img.width, img.height, what)
                 img.load()
                 return np.asarray(img.convert("RGB"), dtype=np.uint8)
@@ -242,28 +237,13 @@ def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.
 
 
 def image_size(source: Any) -> tuple[int, int]:
-    """``(height, width)`` of an image from its header (files and bytes are not decoded) or its array."""
-    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        Image = _pil()
-        encoded = isinstance(source, (bytes, bytearray, memoryview))
-        what = "image bytes" if encoded else str(Path(source))
-        try:
-            with (io.BytesIO(bytes(source)) if encoded else _image_file(source)) as fh, Image.open(fh) as img:
-                return int(img.height), int(img.width)
-        except FileNotFoundError:
-            raise InputError(f"image file not found: {what}", field="image") from None
-        except (OSError, ValueError, SyntaxError) as exc:
-            raise InputError(f"cannot decode {what}: {exc}", field="image") from None
-    rgb = load_image(source)
-    return int(rgb.shape[0]), int(rgb.shape[1])
+    """``(height, width)`` of an image from its header (files and bytes are not decoded) or its array
+    (:func:`reference_impl.data.visual_inputs.header_size`)."""
+    return header_size(source, "image")
 
 
 def _check_pixels(width: int, height: int, what: str) -> None:
-    if width * height > MAX_IMAGE_PIXELS:
-        raise InputError(
-            f"{what} has {width}x{height} pixels, over the limit of {MAX_IMAGE_PIXELS}", field="image",
-            fix="downscale the image (limits live in reference_impl/limits.py)",
-        )
+    check_image_size(height, width, what=what, field="image")
 
 
 def _array_image(value: Any) -> np.ndarray:
@@ -324,20 +304,25 @@ def encode_image(source: Any, spec: VisionSpec) -> VisualItem:
     return VisualItem("image", patches, grid)
 
 
-def encode_frames(sources: Sequence[Any], spec: VisionSpec, *, fps: float = 2.0) -> VisualItem:
+def encode_frames(sources: Sequence[Any], spec: VisionSpec, *, fps: float = DEFAULT_FPS) -> VisualItem:
     """A list of frames (a video) as a :class:`VisualItem`: every frame resized to the first one's
     target size; the last frame is repeated up to a multiple of ``temporal_patch_size``;
-    ``second_per_grid = temporal_patch_size / fps``."""
+    ``second_per_grid = temporal_patch_size / fps``. Frames are decoded one at a time (each is
+    resized before the next is read)."""
     if not isinstance(sources, (list, tuple)) or not sources:
         raise InputError("a video needs a non-empty list of frames", field="frames")
     if len(sources) > MAX_VIDEO_FRAMES:
         raise InputError(f"a video of {len(sources)} frames is over the limit of {MAX_VIDEO_FRAMES}", field="frames")
-    if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not math.isfinite(fps) or fps <= 0:
-        raise InputError(f"fps must be a positive number, got {fps!r}", field="fps")
-    rgbs = [load_image(s) for s in sources]
-    rh, rw = smart_resize(rgbs[0].shape[0], rgbs[0].shape[1], spec.factor, spec.min_pixels, spec.max_pixels)
-    frames = [_normalise(_resize(rgb, rh, rw), spec) for rgb in rgbs]
-    while len(frames) % spec.temporal_patch_size:
-        frames.append(frames[-1])
-    patches, grid = _patchify(np.stack(frames), spec)
-    return VisualItem("video", patches, grid, second_per_grid=spec.temporal_patch_size / float(fps))
+    fps = check_fps(fps, "fps")
+    tp = spec.temporal_patch_size
+    frames: np.ndarray | None = None
+    for j, source in enumerate(sources):
+        rgb = load_image(source)
+        if frames is None:
+            rh, rw = smart_resize(rgb.shape[0], rgb.shape[1], spec.factor, spec.min_pixels, spec.max_pixels)
+            frames = np.empty((-(-len(sources) // tp) * tp, 3, rh, rw), dtype=np.float32)
+        frames[j] = _normalise(_resize(rgb, frames.shape[2], frames.shape[3]), spec)
+    assert frames is not None
+    frames[len(sources):] = frames[len(sources) - 1]  # the last frame fills the temporal patch
+    patches, grid = _patchify(frames, spec)
+    return VisualItem("video", patches, grid, second_per_grid=tp / fps)

@@ -45,6 +45,7 @@ from reference_impl.data.schemas import CHAT_KEYS, Schema
 from reference_impl.data.tokenize import VISUAL_FIELDS, TokenizedSample, to_training_example, tokenize_row
 from reference_impl.data.tokenizers import Tokenizer
 from reference_impl.data.vision import VisionSpec, VisualItem, encode_frames, encode_image
+from reference_impl.data.visual_inputs import CheckedVisual, check_visual_row, image_source
 from reference_impl.errors import InputError, UsageError
 from reference_impl.limits import MAX_VISUALS_PER_ROW
 
@@ -55,6 +56,9 @@ __all__ = [
     "VLMExample",
     "VLMSettings",
     "VisionTokens",
+    "checked_visuals",
+    "encode_visuals",
+    "image_source",
     "file_has_visuals",
     "find_subsequence",
     "measure_vlm_file",
@@ -237,50 +241,26 @@ def _flatten_parts(parts: list[Any], where: str) -> tuple[str, list[Any], list[A
     return "".join(texts), images, videos
 
 
-def image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
-    """What an image entry points at: a path (relative ones resolved against ``base_dir``) or pixels."""
-    return _image_source(ref, base_dir, field)
+def checked_visuals(
+    row: Mapping[str, Any], schema: Schema, *, base_dir: Path | None, vision: VisionSpec | None = None
+) -> tuple[dict[str, Any], list[CheckedVisual]]:
+    """``(text row, checked items)``: the row's content lists flattened and its images and videos checked
+    from their headers (:func:`reference_impl.data.visual_inputs.check_visual_row`), nothing decoded."""
+    text_row, images, videos = normalize_visual_row(row)
+    return text_row, check_visual_row(text_row, images, videos, schema=schema, base_dir=base_dir, vision=vision)
 
 
-def _image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
-    if isinstance(ref, Mapping):
-        if "pixels" in ref:
-            if not isinstance(ref["pixels"], (list, np.ndarray)):
-                raise InputError("pixels must be a nested list [H][W][3] of 0-255 integers", field=field)
-            return ref["pixels"]
-        ref = ref.get("path")
-    if isinstance(ref, (np.ndarray, bytes)):
-        return ref
-    if not isinstance(ref, str) or not ref:
-        raise InputError("an image must be a path, {path: ...} or {pixels: [...]}", field=field)
-    path = Path(ref)
-    if not path.is_absolute():
-        if base_dir is None:
-            raise InputError(f"relative image path {ref!r} needs the JSONL file's directory", field=field)
-        path = base_dir / path
-    return path
-
-
-def encode_visuals(
-    images: Sequence[Any], videos: Sequence[Any], vision: VisionSpec, base_dir: Path | None
-) -> tuple[list[VisualItem], list[VisualItem]]:
-    """Decode and patchify a row's images and videos (errors name the list entry)."""
-    image_items = []
-    for k, ref in enumerate(images):
+def encode_visuals(checked: Sequence[CheckedVisual], vision: VisionSpec) -> tuple[list[VisualItem], list[VisualItem]]:
+    """Decode and patchify a row's checked images and videos (errors name the list entry)."""
+    image_items, video_items = [], []
+    for item in checked:
         try:
-            image_items.append(encode_image(_image_source(ref, base_dir, f"images[{k}]"), vision))
+            if item.kind == "image":
+                image_items.append(encode_image(item.sources[0], vision))
+            else:
+                video_items.append(encode_frames(list(item.sources), vision, fps=item.fps))
         except InputError as err:
-            raise InputError(err.message, field=f"images[{k}]", fix=err.fix) from None
-    video_items = []
-    for k, video in enumerate(videos):
-        where = f"videos[{k}]"
-        if not isinstance(video, Mapping) or not isinstance(video.get("frames"), list):
-            raise InputError("a video must be {frames: [...], fps: ...}", field=where)
-        try:
-            frames = [_image_source(f, base_dir, where) for f in video["frames"]]
-            video_items.append(encode_frames(frames, vision, fps=video.get("fps", 2.0)))
-        except InputError as err:
-            raise InputError(err.message, field=where, fix=err.fix) from None
+            raise InputError(err.message, field=item.field, fix=err.fix) from None
     return image_items, video_items
 
 
@@ -430,9 +410,11 @@ def tokenize_vlm_row(
     vt = vision_tokens or VisionTokens.for_tokenizer(tokenizer)
     base = None if base_dir is None else Path(base_dir)
     with at_row(location):
-        text_row, images, videos = normalize_visual_row(row)
+        text_row, checked = checked_visuals(row, schema, base_dir=base, vision=vision)
         sample = tokenize_row(text_row, schema, tokenizer, max_length=sys.maxsize, truncation="reject")
-        image_items, video_items = encode_visuals(images, videos, vision, base)
+        _check_length(_expanded_length(sample.input_ids.size, checked, tokenizer), sample.input_ids.size,
+                      len(checked), max_length)  # from the headers, before decoding anything
+        image_items, video_items = encode_visuals(checked, vision)
         merge = vision.merge_size
         ids, mask, placed = _expand(sample, [v.n_tokens(merge) for v in image_items],
                                     [v.n_tokens(merge) for v in video_items], tokenizer, vt)
@@ -471,32 +453,25 @@ def vlm_sample_length(
 ) -> VLMLength:
     """The length :func:`tokenize_vlm_row` would give, from image headers alone (no pixel decoding):
     what planning and inspection need. Same errors and rejections."""
-    from reference_impl.data.vision import image_size
-
     vt = vision_tokens or VisionTokens.for_tokenizer(tokenizer)
     base = None if base_dir is None else Path(base_dir)
     with at_row(location):
-        text_row, images, videos = normalize_visual_row(row)
+        text_row, checked = checked_visuals(row, schema, base_dir=base, vision=vision)
         sample = tokenize_row(text_row, schema, tokenizer, max_length=sys.maxsize, truncation="reject")
-
-        def tokens_of(ref: Any, field: str, frames: int = 1) -> int:
-            try:
-                h, w = image_size(_image_source(ref, base, field))
-            except InputError as err:
-                raise InputError(err.message, field=field, fix=err.fix) from None
-            return vision.tokens_for_grid(vision.grid_for_size(h, w, frames))
-
-        image_counts = [tokens_of(ref, f"images[{k}]") for k, ref in enumerate(images)]
-        video_counts = []
-        for k, video in enumerate(videos):
-            if not isinstance(video, Mapping) or not isinstance(video.get("frames"), list) or not video["frames"]:
-                raise InputError("a video must be {frames: [...], fps: ...} with at least one frame", field=f"videos[{k}]")
-            video_counts.append(tokens_of(video["frames"][0], f"videos[{k}]", len(video["frames"])))
+        image_counts = [int(c.tokens or 0) for c in checked if c.kind == "image"]
+        video_counts = [int(c.tokens or 0) for c in checked if c.kind == "video"]
         ids, mask, placed = _expand(sample, image_counts, video_counts, tokenizer, vt)
         _check_length(ids.size, sample.input_ids.size, len(placed), max_length)
         if not mask[1:].any():
             raise SampleRejected(rj.NO_SUPERVISED_TOKENS)
-        return VLMLength(int(ids.size) - 1, sum(image_counts) + sum(video_counts), len(images), len(videos))
+        return VLMLength(int(ids.size) - 1, sum(image_counts) + sum(video_counts), len(image_counts),
+                         len(video_counts))
+
+
+def _expanded_length(text_tokens: int, checked: Sequence[CheckedVisual], tokenizer: Tokenizer) -> int:
+    """Tokens of the row once every marker is replaced by its item's start, pad and end tokens."""
+    width = {"image": len(tokenizer.encode(IMAGE_MARKER)), "video": len(tokenizer.encode(VIDEO_MARKER))}
+    return text_tokens + sum(int(c.tokens or 0) + 2 - width[c.kind] for c in checked)
 
 
 _VISUAL_HINTS: tuple[bytes, ...] = (b'"images"', b'"videos"', b'"image"', b'"video"')

@@ -177,6 +177,8 @@ def generated_suite(dataset: Dataset, tasks: Sequence[Task] | None = None) -> li
     """Score the generated kinds over every task (or ``tasks``)."""
     scored: dict[str, list[tuple[str, TaskScore]]] = {}
     for task in tasks if tasks is not None else dataset.tasks:
+        if not task.answer_fields:  # outcome tasks are graded by their artifact (tests/test_evals_outcome.py)
+            continue
         for kind, answer in generated_answers(task).items():
             scored.setdefault(kind, []).append((task.id, score_answer(task, answer)))
         prose = task.expected_output.rsplit("```answer", 1)[0]

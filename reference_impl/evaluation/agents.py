@@ -3,8 +3,7 @@
 Both speak Claude Code's ``stream-json`` (tool_use blocks, tool_result blocks, a final result), so
 they go through exactly the parser and scorer a live agent does::
 
-    seqpack eval run --with-skill --out RUN --agent-cmd \\
-        'python -m reference_impl.evaluation.agents oracle --tasks {tasks_file}'
+    seqpack eval run --with-skill --out RUN --agent-cmd 'python -m reference_impl.evaluation.agents oracle'
     seqpack eval run --baseline --out BASE --agent-cmd 'python -m reference_impl.evaluation.agents null'
 
 * ``oracle`` answers every task with its reference answer. On a packing task it loads the skill
@@ -14,9 +13,14 @@ they go through exactly the parser and scorer a live agent does::
   command and reports only the nonce line seqpack would print (for tests of the scorer, where
   running 150 commands would be slow); it is a test double, not a benchmark agent.
 * ``null`` answers "I don't know." and uses no tool: the floor every real agent should beat.
+* ``lookup`` cheats the way a hostile agent would: it searches every file of its working directory
+  (the installed skill included) for the prompt's first line and answers with the text that
+  follows it there, and copies any file it finds under a name the prompt asks for. It uses no
+  seqpack tool. Where no answer key is reachable it scores nothing (``tests/test_evals_leaks.py``).
 
-The task comes from ``SEQPACK_EVAL_TASK_ID`` and the run's ``tasks.json``; the prompt arrives on
-stdin (and is ignored).
+The oracle is the one agent that reads the answer key: ``--tasks`` (default: the checkout's
+``evals/tasks.json``; the run directory holds only the public task list). The prompt arrives on
+stdin; the oracle finds its task in the key by that prompt (the harness gives agents no task id).
 """
 
 from __future__ import annotations
@@ -89,6 +93,15 @@ def oracle(task: dict[str, Any], *, fast: bool) -> None:
     command = task.get("reference_command")
     if with_skill and command:
         out.tool("Bash", {"command": " ".join(command)}, _run_command(command[1:], fast))
+    outcome = task.get("outcome")
+    if outcome:  # an outcome task: leave the oracle's artifact, which the grader runs
+        from reference_impl.evaluation.outcome import Artifact
+
+        artifact = Artifact.from_dict(outcome["oracle"])
+        artifact.write(Path("."))
+        what = f"seqpack {' '.join(artifact.command)}" if artifact.command else ", ".join(artifact.files)
+        out.tool("Write" if artifact.files else "Bash", {"file_path" if artifact.files else "command": what},
+                 f"wrote {outcome['artifact']}")
     out.answer(task["expected_output"])
 
 
@@ -99,24 +112,87 @@ def null() -> None:
     out.answer("I don't know.")
 
 
+LOOKUP_MAX_BYTES = 4 << 20
+LOOKUP_CONTEXT = 4000
+
+
+def _artifact_names(prompt: str) -> list[str]:
+    """File names the prompt asks the agent to write (``write ... to fixed.yaml``)."""
+    import re
+
+    return list(dict.fromkeys(re.findall(r"`([\w./-]+\.(?:ya?ml|py|json|txt))`", prompt)))
+
+
+def _beside(doc: Any, prompt: str) -> list[str]:
+    """The other string values of every JSON object in ``doc`` that has ``prompt`` as a value."""
+    out: list[str] = []
+    if isinstance(doc, dict):
+        if any(isinstance(v, str) and v.strip() == prompt for v in doc.values()):
+            out += [v for v in doc.values() if isinstance(v, str) and v.strip() != prompt]
+            out += [x for v in doc.values() if isinstance(v, list) for x in v if isinstance(x, str)]
+        for v in doc.values():
+            out += _beside(v, prompt)
+    elif isinstance(doc, list):
+        for v in doc:
+            out += _beside(v, prompt)
+    return out
+
+
+def lookup(prompt: str) -> None:
+    """Answer by finding the prompt in a file of the working directory and echoing what follows it."""
+    import shutil
+
+    out = _Stream()
+    out.emit({"type": "system", "subtype": "init", "cwd": os.getcwd()})
+    whole = prompt.strip()
+    first = next((line.strip() for line in prompt.splitlines() if line.strip()), "")
+    # the whole prompt first (what follows it is what a copy of the task carries next), then its first line
+    probes = [p for p in (whole, json.dumps(whole)[1:-1], first, json.dumps(first)[1:-1]) if p]
+    found: list[str] = []
+    wanted = _artifact_names(prompt)
+    for path in sorted(Path(".").rglob("*")):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > LOOKUP_MAX_BYTES:
+            continue
+        if path.name in wanted and len(path.parts) > 1 and not Path(path.name).exists():
+            shutil.copyfile(path, path.name)  # an artifact someone left under the asked-for name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if path.suffix == ".json":  # a task list: the other fields of the object that holds the prompt
+            try:
+                found += _beside(json.loads(text), whole)
+            except ValueError:
+                pass
+            continue
+        for probe in probes:
+            at = text.find(probe)
+            if at >= 0:
+                found.append(text[at + len(probe): at + len(probe) + LOOKUP_CONTEXT])
+                break
+    answer = "\n".join(found) if found else "Not found."
+    out.answer(answer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m reference_impl.evaluation.agents")
-    parser.add_argument("agent", choices=("oracle", "null"))
-    parser.add_argument("--tasks", help="the run's tasks.json (oracle)")
+    parser.add_argument("agent", choices=("oracle", "null", "lookup"))
+    parser.add_argument("--tasks", help="oracle: the answer key (default: the checkout's evals/tasks.json)")
     parser.add_argument("--fast", action="store_true", help="oracle: do not run the reference command")
     args = parser.parse_args(argv)
-    sys.stdin.read()
+    prompt = sys.stdin.read()
+    if args.agent == "lookup":
+        lookup(prompt)
+        return 0
     if args.agent == "null":
         null()
         return 0
-    if not args.tasks:
-        parser.error("oracle needs --tasks TASKS.json")
-    task_id = os.environ.get("SEQPACK_EVAL_TASK_ID")
-    doc = json.loads(Path(args.tasks).read_text(encoding="utf-8"))
-    task = next((t for t in doc["evals"] if t["id"] == task_id), None)
+    tasks = Path(args.tasks) if args.tasks else Path(__file__).resolve().parents[2] / "evals" / "tasks.json"
+    doc = json.loads(tasks.read_text(encoding="utf-8"))
+    task = next((t for t in doc["evals"] if t["prompt"] == prompt), None)  # the harness passes no task id
     if task is None:
-        print(f"no task {task_id!r} in {args.tasks}", file=sys.stderr)
+        print(f"no task with this prompt in {tasks}", file=sys.stderr)
         return 2
     oracle(task, fast=args.fast)
     return 0

@@ -56,7 +56,7 @@ _ORDINALS = {w: i + 1 for i, w in enumerate(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split())}
 _WORD = "|".join(sorted([*_UNITS, *_TENS], key=len, reverse=True))
 _ORDINAL = "|".join(sorted(_ORDINALS, key=len, reverse=True))
-_WORD_NUM = (rf"(?:a\s+single|(?:{_WORD})(?:[\s-]+(?:{_WORD}))?(?:\s+(?:hundred|thousand)"
+_WORD_NUM = (rf"(?:(?:minus|negative)\s+)?(?:a\s+single|(?:{_WORD})(?:[\s-]+(?:{_WORD}))?(?:\s+(?:hundred|thousand)"
              rf"(?:\s+(?:and\s+)?(?:{_WORD})(?:[\s-]+(?:{_WORD}))?)?)?)")
 _NUM = re.compile(
     r"(?P<digits>(?<![\w.])-?(?:\d{1,3}(?:[,_\u202f\u00a0]\d{3})+|\d+)(?:\.\d+)?)"
@@ -67,7 +67,10 @@ _NUM = re.compile(
 
 
 def _word_value(text: str) -> int:
-    words = re.split(r"[\s-]+", text.lower().replace(" and ", " "))
+    lowered = text.lower()
+    if lowered.startswith(("minus", "negative")):
+        return -_word_value(lowered.split(None, 1)[1])
+    words = re.split(r"[\s-]+", lowered.replace(" and ", " "))
     if words[:2] == ["a", "single"]:
         return 1
     total, current = 0, 0
@@ -98,6 +101,11 @@ def _numbers(text: str, k_unit: int = 1024) -> list[_Num]:
             out.append(_Num(float(_ORDINALS[m.group("ordinal").lower()]), False, m.start(), m.end()))
             continue
         if m.group("word"):
+            if m.group("word").lower() == "one" and (
+                    re.match(r"\s+(?:that|which|who|of|is|was|where|more)\b", text[m.end():m.end() + 8], re.I)
+                    or re.search(r"\b(?:the|this|that|next|each|every|any|which|no|only|in)\s+$", text[:m.start()],
+                                 re.I)):
+                continue  # "the next one that passes", "in one pack": a pronoun or another count
             out.append(_Num(float(_word_value(m.group("word"))), False, m.start(), m.end()))
             continue
         raw = re.sub(r"[,_\u202f\u00a0]", "", m.group("digits"))
@@ -118,7 +126,8 @@ def _numbers(text: str, k_unit: int = 1024) -> list[_Num]:
 
 _CLAUSE_END = re.compile(r"[.!?](?=\s|$)|[;\n]|\s(?:but|because|since|whereas|although|unless|so that|while)\s")
 _CLAUSE_START = re.compile(r"[.!?](?=\s)|[;:\n]|,\s|\b(?:but|unless|except|then|so|and then|and)\b|\bif\b.*?,")
-_NEGATOR = re.compile(r"\b(?:not|never|no|nor|without|avoid|cannot|neither)\b|n't\b", re.I)
+_NEGATOR = re.compile(r"\b(?:not|never|no|nor|without|avoid|cannot|neither|nothing|rather than|instead of)\b"
+                      r"|n't\b", re.I)
 _NOT_NEGATION = re.compile(r"\bno (?:more|larger|bigger|greater|less|fewer|smaller) than\b|\bnot only\b"
                            r"|\bno matter\b|\bnot just\b|\bif not\b", re.I)
 _QUOTE_BEFORE = re.compile(
@@ -139,6 +148,9 @@ _QUOTE_AFTER_BASE = (
     r"|fails?\b|breaks?\b|in (?:your|the) (?:config|log|file|yaml)\b|now\b|currently\b|today\b)")
 #: after a value, words that mark it as the state being described, not advice (forbidden checks use the base list)
 _QUOTE_AFTER = re.compile(_QUOTE_AFTER_BASE[:-1] + r"|with\b|cannot\b|can't\b|is not\b|isn't\b|must (?:match|equal)\b"
+                          r"|(?:is |are )?only (?:required|needed|necessary|relevant|enforced|applies|matters|used)\b"
+                          r"|which\b[^.\n]{0,40}?\b(?:forbids|disallows|does not allow|flags)\b"
+                          r"|for the \w+ (?:side|part|term|half)\b"
                           r"|differs?\b|does not\b|doesn't\b|although\b|while\b|is set\b|is on\b|is enabled\b)", re.I)
 _QUOTE_AFTER_STRICT = re.compile(_QUOTE_AFTER_BASE, re.I)
 #: spans that quote seqpack's own findings (``[RULE-ID] message`` up to ``Fix:``) or a log (``> ...`` lines)
@@ -302,9 +314,10 @@ _LINK_WORDS = frozenset("""
 is are be being been should must need needs has have had to of at set sets setting equal equals exactly just only
 value values the a an it its becomes become stays stay remains remain can will would then so here as per about around
 roughly approximately total in keep drop lower raise reduce increase change down up back use using gives give comes
-come out yields yield make goes go lcm gcd ceil max min that there this which we you i one's your our
+come out yields yield make goes go lcm gcd ceil that there this which we you i one's your our
 put pin pinned choose pick take leave make it's get gets fixed fix correct right answer result comes number count
-per exact therefore thus hence must shall always
+per exact therefore thus hence must shall always samples rows sequences items multiple multiples not never
+don't doesn't isn't mustn't shouldn't can't cannot
 """.split())
 _BOUND_WORDS = re.compile(r"\b(?:greater|more|larger|bigger|less|smaller|fewer|least|most|above|below|over|under|"
                           r"exceeds?|exceeding|beyond|up to|no more)\b|[<>≥≤]", re.I)
@@ -354,7 +367,12 @@ def _number_claims(window: str, f: AnswerField, *, clause_prefix: str, source: s
             continue
         if _OPERAND_AFTER.match(after) or _OPERAND_BEFORE.search(before):
             continue
+        if (n.percent and f.kind != "percent") or _bad_unit(f, after):
+            anchor = n.end  # a share or another unit (8 nodes, 576 pixels, 32 per GPU): not this field's value
+            continue
         kind = _between_kind(shown[anchor:n.start])
+        if kind == "bound" and _bound_is_value(f, shown[anchor:n.start]):
+            kind = "link"  # "DP at most 8" answers max_data_parallel_size
         if kind == "bound":
             return []
         nxt = nums[i + 1] if i + 1 < len(nums) else None
@@ -380,6 +398,16 @@ def _number_claims(window: str, f: AnswerField, *, clause_prefix: str, source: s
     return []
 
 
+def _bound_is_value(f: AnswerField, between: str) -> bool:
+    """For a maximum (minimum) field, ``at most N`` (``at least N``) states the value itself."""
+    words = _field_words(f)
+    if re.search(r"\b(?:max|maximum|largest|most|limit)\b", words):
+        return bool(re.search(r"\b(?:at most|no more than|up to|no larger than|maximum|max)\b", between, re.I))
+    if re.search(r"\b(?:min|minimum|smallest|least)\b", words):
+        return bool(re.search(r"\b(?:at least|no less than|no fewer than|minimum|min)\b", between, re.I))
+    return False
+
+
 def _leading_number_claims(text: str, start: int, f: AnswerField) -> list[Claim]:
     """A value written just before the mention (``15 packs``, ``forty samples``)."""
     lo = max(0, start - 40)
@@ -389,10 +417,15 @@ def _leading_number_claims(text: str, start: int, f: AnswerField) -> list[Claim]
         return []
     n = nums[-1]
     gap = head[n.end:]
-    if not re.fullmatch(r"[ \t]+(?:[A-Za-z-]+[ \t]+)?", gap) or (n.percent and f.kind != "percent"):
+    per = r"(?:per[ \t]+)?" if "batch" in _field_words(f) else ""
+    if not re.fullmatch(rf"[ \t]+(?:[A-Za-z-]+[ \t]+)?{per}", gap) or (n.percent and f.kind != "percent"):
+        return []
+    if _bad_unit(f, gap + text[start:start + 30]) and not re.fullmatch(r"[ \t]+", gap):
         return []
     before = head[:n.start]
-    if re.search(r"[A-Za-z_]$", before) or _OPERAND_BEFORE.search(before) or _OPERAND_AFTER.match(head[n.end:]):
+    listed = re.search(r"\s/\s$", before)  # "15 packs / 40 sequences": a list, not a division
+    if re.search(r"[A-Za-z_]$", before) or (_OPERAND_BEFORE.search(before) and not listed) \
+            or _OPERAND_AFTER.match(head[n.end:]):
         return []
     if _BOUND_WORDS.search(before[-16:]) or _QUOTE_WORDS.search(before[-12:]):
         return []
@@ -401,6 +434,75 @@ def _leading_number_claims(text: str, start: int, f: AnswerField) -> list[Claim]
     if _QUOTE_CLAUSE.search(prefix) or _OTHER_SUBJECT.search(prefix):
         return []
     return [Claim(_scaled(n, f), "text", _negated(prefix), head[n.start:].strip())]
+
+
+_ID_MASK = re.compile(r"\b[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)+\b|(?<![\w-])--[A-Za-z][\w-]*(?:[ =]+(?![-\s])[^\s,;)]+)?")
+
+
+def _masked(m: re.Match[str]) -> str:
+    token = m.group(0)
+    if token.startswith("--"):
+        return "_" * len(token)  # a command-line flag and its value: never this field's value
+    return re.sub(r"[A-Z0-9]", "Q", token)  # still shaped like a rule id, so quoted findings stay recognised
+
+
+def mask_identifiers(text: str) -> str:
+    """Rule ids (``PACK-OFFLINE-MBS1``) and command-line flags masked (offsets kept): their digits and letters are
+    never a value or a field mention."""
+    return _ID_MASK.sub(_masked, text)
+
+
+_UNIT = re.compile(
+    r"^[ \t]*(?P<u>per[ \t]+(?:gpu|rank|device|node|dp[ \t]+rank)s?\b|gpus?\b|ranks?\b|devices?\b|nodes?\b|"
+    r"tokens?\b|pixels?\b|px\b|bytes?\b|[kmgt]i?b\b|ms\b|seconds?\b|minutes?\b|hours?\b|packs?\b|rows?\b|"
+    r"samples?\b|sequences?\b|conversations?\b|examples?\b|images?\b|patch(?:es)?\b|steps?\b|chunks?\b|"
+    r"experts?\b|layers?\b)", re.I)
+_COUNT_NOUNS = ("pack", "row", "sample", "sequence", "conversation", "example")
+_HEDGE = re.compile(r"\b(?:might|maybe|perhaps|possibly|probably|likely|i think|i guess|i believe|not sure|not certain|"
+                    r"could be|may be|somewhere around|or so|unclear|hard to say)\b", re.I)
+
+
+def _field_words(f: AnswerField) -> str:
+    return re.sub(r"[_.-]", " ", f"{f.name} {f.says}").lower()
+
+
+def _unit_fits(f: AnswerField, unit: str) -> bool:
+    """Whether a value written with ``unit`` can be a value of ``f`` (a count of GPUs is not a count of nodes,
+    an image's tokens are not pixels, a global quantity is not per GPU)."""
+    u = re.sub(r"\s+", " ", unit.lower())
+    words = _field_words(f)
+    if u.startswith("per "):
+        return bool(re.search(r"\bper (?:gpu|rank|device|node|dp)", words))
+    root = u.rstrip("s") if u not in ("ms", "s") else u
+    if root in ("gpu", "rank", "device"):
+        return bool(re.search(r"world|gpu|rank|device|data parallel|\bdp\b|parallel size|ways", words))
+    if root == "node":
+        return "node" in words
+    if root == "token":
+        return bool(re.search(r"token|seq|length|width|slot|pad|mult|capacity|limit|size|position|ids|chunk", words)) \
+            and not re.search(r"batch|world|gpu|rank|\bdp\b|data parallel|experts|\bline\b|rows? per|packs$", words)
+    if root in ("pixel", "px"):
+        return "pixel" in words
+    if re.fullmatch(r"byte|[kmgt]i?b", root):
+        return bool(re.search(r"byte|memory|\bmb\b|\bgb\b", words))
+    if root in ("ms", "second", "minute", "hour"):
+        return bool(re.search(r"time|second|latency|duration", words))
+    if root in ("patche", "patch"):
+        return "patch" in words
+    if root in _COUNT_NOUNS:
+        own = [n for n in _COUNT_NOUNS if n in words]
+        return not own or root in own
+    return root in words or not re.search(r"token|pixel|gpu|byte", words)
+
+
+def _bad_unit(f: AnswerField, after: str) -> bool:
+    """True when the text right after a value gives it a unit this field cannot have."""
+    m = _UNIT.match(after)
+    return bool(m) and not _unit_fits(f, m.group("u"))
+
+
+def _hedged(clause: str) -> bool:
+    return bool(_HEDGE.search(clause))
 
 
 def _scaled(n: _Num, f: AnswerField) -> float:
@@ -472,20 +574,180 @@ def _window_option_claims(text: str, f: AnswerField, m: re.Match[str]) -> list[C
 
 def _text_claims(text: str, f: AnswerField) -> list[Claim]:
     if f.kind in ("choice", "set") and f.anywhere:
-        return _option_claims(text, f, 0, len(text), "text")
+        return _drop_hedged(text, _option_claims(text, f, 0, len(text), "text"))
+    if f.kind in ("int", "number", "percent"):
+        text = mask_identifiers(text)
     out: list[Claim] = []
     for m in _alias_re(f.name, tuple(f.aliases)).finditer(text):
         if _quoted_line(text, m.start()) or _in_quote_span(text, m.start()):
             continue
         if f.kind in ("choice", "set"):
-            out += _window_option_claims(text, f, m)
+            out += _drop_hedged(text, _window_option_claims(text, f, m), m.start())
             continue
         start = _clause_start(text, m.start())
         end = _clause_end(text, m.end())
+        if _hedged(text[start:end]):
+            continue  # "pad_seq_to_mult might be 6": a guess is not an answer
         found = _number_claims(text[m.end():end], f, clause_prefix=text[start:m.start()], source="text",
                                tail=text[end:end + 60])
-        out += found or _leading_number_claims(text, m.start(), f)
+        found = found or _leading_number_claims(text, m.start(), f)
+        if found and all(c.negated for c in found):
+            found += _but_claims(text, m.end(), f)  # "not 16 packs but 15"
+        out += found
     return out
+
+
+_BUT = re.compile(r"(?:^|[\s,])(?:but|rather)[ \t]+(?:it(?:'s| is)[ \t]+|rather[ \t]+)?(?:of|to|at|a multiple of)?[ \t]*")
+
+
+def _but_claims(text: str, pos: int, f: AnswerField) -> list[Claim]:
+    """The value after ``but`` that replaces a denied one (``not 16 packs but 15``, ``not a multiple of 3 but of 6``)."""
+    near = text[pos:pos + 40]
+    m = _BUT.search(near)
+    if not m:
+        return []
+    rest = near[m.end():]
+    nums = _numbers(rest, f.k_unit)
+    if not nums or nums[0].start != 0 or _bad_unit(f, rest[nums[0].end:]):
+        return []
+    return [Claim(_scaled(nums[0], f), "text", False, rest[:nums[0].end])]
+
+
+def _drop_hedged(text: str, claims: list[Claim], at: int | None = None) -> list[Claim]:
+    """Option claims whose clause is a guess (``probably a warning``) are not answers."""
+    out = []
+    for c in claims:
+        pos = text.find(c.excerpt, at or 0) if c.excerpt else -1
+        if pos >= 0 and _hedged(text[_clause_start(text, pos):_clause_end(text, pos)]):
+            continue
+        out.append(c)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables and terse answers
+# ------------------------------------------------------------------------------------------------
+
+_TABLE_SEP = re.compile(r"^[ \t|:-]+$")
+_VALUE_HEAD = re.compile(r"value|required|needed|needs|fix|proposed|correct|should|new|answer|result|after|set to|"
+                         r"supported|accepted|valid|ok\b|multiple|count|tokens|\bgbs\b|efficiency|slots|\bdp\b|"
+                         r"truncated|packs|sequences|grid|severity|default", re.I)
+_QUOTE_HEAD = re.compile(r"\b(?:current|yours?|got|before|old|was|now|config|today|existing)\b", re.I)
+
+
+def _table_candidate(stripped: str) -> bool:
+    if stripped.startswith("```") or "|" not in stripped:
+        return False
+    return stripped.startswith("|") or bool(re.search(r"\s\|\s", f" {stripped} "))
+
+
+def _table_blocks(lines: Sequence[str]) -> list[list[int]]:
+    """Runs of line indexes that form a table: pipe-separated cells, with a separator row or two pipes a line."""
+    blocks: list[list[int]] = []
+    run: list[int] = []
+    for k, line in enumerate([*lines, ""]):
+        if k < len(lines) and _table_candidate(line.strip()):
+            run.append(k)
+            continue
+        if run and (any(_TABLE_SEP.fullmatch(lines[i].strip()) for i in run)
+                    or all(lines[i].count("|") >= 2 for i in run)):
+            blocks.append(run)
+        run = []
+    return blocks
+
+
+def split_tables(text: str) -> tuple[list[list[list[str]]], str]:
+    """The tables of an answer (rows of cells; ``| a | b |`` or ``a | b`` lines, separator rows dropped) and the text
+    with their lines blanked."""
+    lines = text.split("\n")
+    tables = []
+    for block in _table_blocks(lines):
+        rows = [[c.strip() for c in lines[i].strip().strip("|").split("|")] for i in block
+                if not _TABLE_SEP.fullmatch(lines[i].strip())]
+        if rows:
+            tables.append(rows)
+        for i in block:
+            lines[i] = ""
+    return tables, "\n".join(lines)
+
+
+def _without_table_heads(text: str) -> str:
+    """``text`` with the header row of every table blanked (a column named "supported" answers nothing)."""
+    lines = text.split("\n")
+    for block in _table_blocks(lines):
+        lines[block[0]] = ""
+    return "\n".join(lines)
+
+
+def _cell_claims(cell: str, f: AnswerField) -> list[Claim]:
+    """The value a table cell gives for ``f``."""
+    if f.kind in ("choice", "set"):
+        labels = [label for label in f.options if cell.strip().lower() == label.lower()]
+        labels = labels or list(dict.fromkeys(h[2] for h in _option_hits(cell, f)))
+        if f.kind == "set":
+            return [Claim(tuple(sorted(set(labels))), "text", False, cell)] if labels else []
+        bare = cell.strip().lower() in {label.lower() for label in f.options}
+        return [Claim(label, "text", False if bare else _negated(cell), cell) for label in labels]
+    shown = mask_identifiers(cell)
+    for n in _numbers(shown, f.k_unit):
+        if (n.percent and f.kind != "percent") or _bad_unit(f, shown[n.end:]):
+            continue
+        if _OPERAND_AFTER.match(shown[n.end:]) or _OPERAND_BEFORE.search(shown[:n.start]):
+            continue
+        return [Claim(_scaled(n, f), "text", False, cell)]
+    return []
+
+
+def _table_claims(tables: Sequence[list[list[str]]], f: AnswerField) -> list[Claim]:
+    """Claims of ``f`` in tables: a row whose key cell names the field (the value from the last column that is
+    not a quotation of the input, such as "current" or "yours"), or a one-row table whose header names it."""
+    pattern = _alias_re(f.name, tuple(f.aliases))
+    out: list[Claim] = []
+    for rows in tables:
+        head, body = rows[0], rows[1:]
+        quoted = {j for j, h in enumerate(head) if _QUOTE_HEAD.search(h)} if body else set()
+        hits = []
+        for row in body or rows:
+            for j, cell in enumerate(row[:-1]):
+                m = pattern.search(mask_identifiers(cell) if f.kind in ("int", "number", "percent") else cell)
+                if m:
+                    full = m.end() - m.start() >= len(cell.strip()) - 2
+                    hits.append((full, row, j))
+                    break
+        if any(h[0] for h in hits):
+            hits = [h for h in hits if h[0]]
+        for _full, row, j in hits:
+            cols = [k for k in range(j + 1, len(row)) if k not in quoted]
+            if cols:
+                out += _cell_claims(row[cols[-1]], f)
+        if not hits and len(body) == 1:
+            for j, h in enumerate(head):
+                if j < len(body[0]) and pattern.search(h) and j not in quoted:
+                    out += _cell_claims(body[0][j], f)
+    return out
+
+
+def _lone_claims(text: str, f: AnswerField) -> list[Claim]:
+    """A terse answer's value: the one number of its first line (``576.``, ``No, needs a multiple of 6.``), or its
+    leading yes/no. Used only for a task with a single field of that kind and when nothing else names it."""
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    if _hedged(first):
+        return []
+    if f.kind == "choice":
+        if not _VERDICT_FIELD.search(f.name.rsplit(".", 1)[-1]):
+            return []  # a leading yes/no answers the user's question, which may be the field's opposite
+        m = re.match(r"^[ \t>*-]*(yes|no)\b", first, re.I)
+        label = m and next((o for o in f.options if o.lower() == m.group(1).lower()), None)
+        return [Claim(label, "text", False, m.group(0))] if label else []
+    shown = _blank_asides(mask_identifiers(first))
+    nums = [n for n in _numbers(shown, f.k_unit)
+            if not ((n.percent and f.kind != "percent") or _bad_unit(f, shown[n.end:])
+                    or _OPERAND_AFTER.match(shown[n.end:]) or _OPERAND_BEFORE.search(shown[:n.start])
+                    or _COMPARATOR.search(shown[:n.start]) or re.search(r"[A-Za-z_]$", shown[:n.start]))]
+    if len(nums) != 1:
+        return []
+    n = nums[0]
+    return [Claim(_scaled(n, f), "text", _negated(shown[_clause_start(shown, n.start):n.start]), first.strip())]
 
 
 def _block_claims(raw_values: Iterable[str], f: AnswerField) -> list[Claim]:
@@ -572,7 +834,19 @@ def grade_field(f: AnswerField, block_lines: Sequence[tuple[str, str]], text: st
                 fields: Sequence[AnswerField] = ()) -> FieldResult:
     """Grade one field from the block lines and the free text (both already split by :func:`split_block`)."""
     claims = _block_claims(_block_lines_for(f, block_lines, fields or [f]), f)
-    text_claims = _text_claims(text, f)
+    tables, prose = split_tables(text)
+    if f.kind in ("choice", "set") and f.anywhere:
+        text_claims = _text_claims(_without_table_heads(text), f)
+    else:
+        text_claims = _text_claims(prose, f) + _table_claims(tables, f)
+    fields = fields or [f]
+    alone = sum(1 for g in fields if _numeric(g) == _numeric(f) and g.kind != "set") == 1 and f.kind != "set"
+    if not claims and not text_claims and alone and not block_lines:
+        text_claims = _lone_claims(prose, f)
+    if f.kind == "choice" and len(f.options) == 2:  # denying one of two options asserts the other
+        other = {a: b for a, b in (tuple(f.options), tuple(f.options)[::-1])}
+        text_claims = [Claim(other[c.value], c.source, False, c.excerpt) if c.negated and c.value in other else c
+                       for c in text_claims]
     if f.kind == "set":
         return _grade_set(f, claims, text_claims)
     claims += text_claims
@@ -592,10 +866,66 @@ def grade_field(f: AnswerField, block_lines: Sequence[tuple[str, str]], text: st
     return FieldResult(f.name, f.value, True, "right", claims)
 
 
+#: Verdict words: how answers say an error or a warning, a rejection or an acceptance.
+_ERROR_WORDS = (r"\berror\b", r"\b(?:is |are |gets |will be |would be |be )?(?:rejected|refused)\b", r"\brefuses\b",
+                r"\bfatal\b", r"\berrors? out\b", r"\bwon't (?:start|run|launch)\b", r"\bwill not (?:start|run|launch)\b",
+                r"\bblocks? (?:the )?(?:run|launch|job|start)", r"\braises\b")
+_WARNING_WORDS = (r"\bwarning\b", r"\bwarns?\b", r"\badvisory\b", r"\bstill (?:runs|starts|trains|launches)\b",
+                  r"\bnon-?fatal\b")
+_REJECT_WORDS = (r"\b(?:is |are |gets |will be |would be |be )?(?:rejected|refused)\b", r"\brefuses\b", r"\brejects\b",
+                 r"\braises\b", r"\bfails(?: the check)?\b", r"\bnot (?:accepted|valid|allowed)\b", r"\binvalid\b",
+                 r"\bwon't (?:start|run|accept)\b", r"\bcannot run\b", r"\bunsupported\b")
+_ACCEPT_WORDS: tuple[str, ...] = ()  # acceptance words are too common in passing ("the next valid length")
+_VERDICT_FIELD = re.compile(r"^(?:accepted|valid|bridge_accepts|fits|supported)$|_(?:accepted|valid|supported)$")
+
+
+def augment(f: AnswerField, fields: Sequence[AnswerField]) -> AnswerField:
+    """``f`` with the reader's own vocabulary added: verdict words for severity and accepted/valid fields, the
+    common names of multiples, alignments, token slots and pack lengths. The true value is unchanged."""
+    from dataclasses import replace
+
+    name = f.name.rsplit(".", 1)[-1]
+    if f.kind == "choice" and "malformed JSON" in f.options:
+        return replace(f, options={**f.options, "malformed JSON": (*f.options["malformed JSON"],
+                                                                   r"\b(?:broken|invalid|bad|not valid) JSON\b")})
+    if f.kind == "choice" and set(f.options) == {"error", "warning"}:
+        return replace(f, options={"error": (*f.options["error"], *_ERROR_WORDS),
+                                   "warning": (*f.options["warning"], *_WARNING_WORDS)}, anywhere=True)
+    if f.kind == "choice" and set(f.options) == {"yes", "no"} and _VERDICT_FIELD.search(name):
+        verdicts = [g for g in fields if g.kind == "choice" and _VERDICT_FIELD.search(g.name.rsplit(".", 1)[-1])]
+        if len(verdicts) == 1:
+            return replace(f, options={"yes": (*f.options["yes"], *_ACCEPT_WORDS),
+                                       "no": (*f.options["no"], *_REJECT_WORDS)}, anywhere=True)
+        return f
+    extra: tuple[str, ...] = ()
+    if name.endswith(("_multiple", "_divisor")) and sum(g.name.endswith(("_multiple", "_divisor")) for g in fields) == 1:
+        extra = (r"\bmultiples? of\b", r"\bdivisible by\b", r"\bmultiple\b")
+    elif name == "pad_seq_to_mult":
+        extra = (r"\b(?:per-?sequence |per-?sample )?alignment\b", r"\bpad(?=\s+\d)")
+    elif name == "token_slots_per_step":
+        extra = (r"\btoken (?:slots|positions)\b", r"\bslots\b")
+    elif name == "micro_batches_per_step_per_rank":
+        extra = (r"\bmicro-?batch(?:es)? (?:per (?:DP |data-parallel )?rank|each (?:DP |data-parallel )?rank)\b",
+                 r"\bmicro-?batch(?:es)?\b")
+    elif name == "packing_efficiency":
+        extra = (r"\befficien(?:t|cy)\b",)
+    elif name.startswith("max_") and sum(g.name.rsplit(".", 1)[-1].startswith("max_") for g in fields) == 1:
+        extra = (r"\b(?:at most|max(?:imum)?|largest|biggest|fullest)\b",)
+    elif name in ("grid_h", "grid_w"):
+        extra = (r"\b(?:grid )?height\b",) if name == "grid_h" else (r"\b(?:grid )?width\b",)
+    elif name == "packed_sequence_size":
+        extra = (r"\bpacked (?:sequence )?length\b", r"\bpack length\b", r"\bpacks? of\b", r"\bpack(?=\s+\d)")
+    return replace(f, aliases=(*f.aliases, *extra)) if extra else f
+
+
 def grade_answer(fields: Sequence[AnswerField], answer: str) -> list[FieldResult]:
     """Grade every field of a task against an answer."""
     lines, rest = split_block(normalise(answer))
-    return [grade_field(f, lines, rest, fields) for f in fields]
+    return [grade_field(augment(f, fields), lines, rest, fields) for f in fields]
+
+
+def _numeric(f: AnswerField) -> bool:
+    return f.kind in ("int", "number", "percent")
 
 
 def forbidden_hits(checks: Iterable[str], answer: str) -> dict[str, str]:
@@ -614,4 +944,5 @@ def forbidden_hits(checks: Iterable[str], answer: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["Claim", "FieldResult", "compile_check", "forbidden_hits", "grade_answer", "grade_field", "normalise", "split_block"]
+__all__ = ["Claim", "FieldResult", "compile_check", "forbidden_hits", "grade_answer", "grade_field", "mask_identifiers",
+           "normalise", "split_block", "split_tables"]

@@ -36,6 +36,12 @@ class GenContext:
     scratch: Path
     texts: dict[str, str] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
+    pending_version: tuple[str, list[str]] | None = None
+    pending_config: Any = None
+    #: megatron-bridge 0.6.2's verdict per task (``evals/bridge_verdicts.json``, written through the upstream lane
+    #: by ``python -m reference_impl.evaluation.verdicts``); ``collect`` records the configs that need one instead
+    verdicts: dict[str, Any] | None = None
+    collect: dict[str, Any] | None = None
 
     def put_text(self, task_id: str, name: str, text: str) -> str:
         """Write ``files/<task_id>/<name>``; returns the path relative to ``evals/``."""
@@ -72,8 +78,28 @@ class GenContext:
         path.mkdir(parents=True)
         return path
 
+    def validate(self, config: Any = None, overrides: Sequence[Any] = ()) -> Any:
+        """``validate_config`` for the Megatron-Bridge the config's features exist in: megatron-bridge 0.6.2, or
+        Bridge ``main`` when the config uses a feature no release has (GPT-SFT in-batch, Energon native packing,
+        global-batch packing). The next task added says which (:func:`for_bridge_main`)."""
+        from reference_impl.config.load import load_config
+        from reference_impl.config.validate import validate_config, version_target
+
+        cfg = load_config(config, list(overrides))
+        target, lacking = version_target(cfg)
+        self.pending_version = (target, lacking)
+        self.pending_config = cfg
+        return validate_config(cfg, bridge_version=target)
+
     def add(self, task: Task) -> Task:
-        """Check ``task`` (see :func:`finish_task`) and append it."""
+        """Check ``task`` (see :func:`finish_task`) and append it (noting Bridge main when its config needs it)."""
+        pending, self.pending_version = self.pending_version, None
+        config, self.pending_config = self.pending_config, None
+        if pending is not None and pending[0] == "main":
+            task = for_bridge_main(task, pending[1])
+        elif config is not None and task.bucket != "explicit" and any(
+                f.name == "rule_ids" or f.name.startswith("severity_") for f in task.answer_fields):
+            task = with_bridge_verdict(task, config, self)
         finish_task(task, self.texts)
         self.tasks.append(task)
         return task
@@ -187,6 +213,73 @@ def finish_task(task: Task, texts: dict[str, str]) -> None:
                              field="forbidden")
 
 
+MAIN_NOTE = "(This job runs a Megatron-Bridge build from main, not the 0.6.2 release.) "
+
+
+def for_bridge_main(task: Task, lacking: Sequence[str]) -> Task:
+    """``task`` marked as resting on Bridge main: the prompt says so, the source names the commit or pull request
+    of each feature no release has (``lacking``: the release's rules that refuse them), and a ``seqpack validate``
+    reference command targets main."""
+    from reference_impl.config.features import FEATURES
+
+    rests = [f"{f.title}: {f.availability['main']}" for f in FEATURES if set(f.rules) & set(lacking)]
+    command = task.reference_command
+    if command and command[1] == "validate" and "--bridge-version" not in command:
+        command = [*command, "--bridge-version", "main"]
+    source = {**task.source, "bridge_version": "main", "rests_on": "; ".join(rests) or "Bridge main"}
+    return replace(task, prompt=MAIN_NOTE + task.prompt, source=source, reference_command=command)
+
+
+VERDICTS_FILE = "bridge_verdicts.json"
+
+
+def load_verdicts() -> dict[str, Any]:
+    """``evals/bridge_verdicts.json``: task id -> megatron-bridge 0.6.2's verdict on the task's config."""
+    import json
+
+    from reference_impl.evaluation.tasks import default_evals_dir
+
+    path = default_evals_dir() / VERDICTS_FILE
+    return json.loads(path.read_text(encoding="utf-8"))["verdicts"] if path.is_file() else {}
+
+
+def with_bridge_verdict(task: Task, config: Any, ctx: "GenContext") -> Task:
+    """A diagnosis task whose config is for megatron-bridge 0.6.2, graded on what upstream does instead of seqpack's
+    own labels: the rule-id and severity fields give way to ``bridge_accepts`` (does 0.6.2's
+    ``runtime_config_update`` start it?), recorded from the upstream lane; the fix fields stay."""
+    from reference_impl.evaluation.fields import answer_block, prompt_footer, yes_no_field
+
+    if ctx.collect is not None:
+        ctx.collect[task.id] = config.to_dict()
+        return task
+    verdicts = ctx.verdicts if ctx.verdicts is not None else load_verdicts()
+    verdict = verdicts.get(task.id)
+    if verdict is None or verdict.get("config") != config.to_dict():
+        raise UsageError(f"task {task.id}: no megatron-bridge 0.6.2 verdict for its config in evals/{VERDICTS_FILE}",
+                         field="bridge_accepts", fix="run: python -m reference_impl.evaluation.verdicts (needs the "
+                         "upstream lane)")
+    accepts = not verdict["raises"]
+    field = yes_no_field(
+        "bridge_accepts", accepts,
+        [r"(?<!not )(?<!n't )\b(?:accepts|starts|passes)\b", r"\bis accepted\b", r"\bstarts? (?:fine|normally)\b"],
+        [r"\b(?:rejects|refuses|raises)\b", r"\b(?:is |gets )?(?:rejected|refused)\b", r"\bfails at start-?up\b",
+         r"\bwon't start\b", r"\bwill not start\b", r"\bnot accepted\b"],
+        anywhere=True, says="megatron-bridge 0.6.2 starts it (runtime_config_update passes)")
+    fields = [f for f in task.answer_fields if f.name != "rule_ids" and not f.name.startswith("severity_")] + [field]
+    question = task.prompt.split("\n\nFinish your reply with a fenced block", 1)[0]
+    prose = task.expected_output.rsplit("```answer", 1)[0].strip()
+    if accepts:  # seqpack's framing of its own finding is not what upstream does at start-up
+        prose = prose.replace("This config is rejected:", "seqpack validate flags it:")
+    said = (f"megatron-bridge 0.6.2 refuses it at start-up ({verdict['type']}: {verdict['message']})." if not accepts
+            else "megatron-bridge 0.6.2 starts it (its runtime_config_update passes); what goes wrong happens later.")
+    source = {**task.source, "verdict": f"megatron-bridge==0.6.2 runtime_config_update, recorded in evals/{VERDICTS_FILE}"}
+    said_fields = [f"{f.says or f.name}: {f.display()}" for f in fields]
+    return replace(task, prompt=question + "\n\n" + prompt_footer(fields),
+                   expected_output=prose + "\n" + said + "\n\n" + answer_block(fields), answer_fields=fields,
+                   assertions=said_fields + [a for a in task.assertions if a not in said_fields and ":" not in a[:40]],
+                   source=source, ground_truth={**task.ground_truth, "bridge": {**verdict}})
+
+
 def paths_of(report: Any, extra: Sequence[str] = ()) -> list[str]:
     """Packing paths a validation report covers (plus ``context_parallel`` when CP > 1)."""
     path = report.resolved["packing_path"]
@@ -213,5 +306,5 @@ def with_source(task: Task, **source: Any) -> Task:
     return replace(task, source=dict(source))
 
 
-__all__ = ["GenContext", "TEXT_SUFFIXES", "finish_task", "make_task", "override_args", "paths_of", "with_source",
+__all__ = ["GenContext", "MAIN_NOTE", "VERDICTS_FILE", "for_bridge_main", "load_verdicts", "with_bridge_verdict", "TEXT_SUFFIXES", "finish_task", "make_task", "override_args", "paths_of", "with_source",
            "wrong_value"]

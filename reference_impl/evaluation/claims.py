@@ -17,7 +17,7 @@ from typing import Iterable
 
 from reference_impl.evaluation.tasks import Forbidden
 
-_ADVISE = r"(?<![-\w])(?:set|setting|use|keep|raise|increase|change|switch|bump|go (?:up )?to|try|choose|pick)"
+_ADVISE = r"(?<![-\w])(?:set|setting|use|keep|raise|increase|change|switch|bump|go (?:up )?to|try|choose|pick)\b"
 _MBS = r"(?:(?:train\.)?micro[_ -]?batch[_ -]?size|\bMBS\b)"
 _BIG = r"(?:[2-9]|[1-9]\d+|two|three|four|eight|sixteen)\b"
 

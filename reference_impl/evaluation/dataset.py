@@ -33,6 +33,7 @@ from typing import Sequence
 
 from reference_impl.errors import UsageError
 from reference_impl.evaluation import (
+    outcome,
     templates_files,
     templates_knowledge,
     templates_moe,
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 #: from the build machinery. A new family of tasks is one new module plus one entry here.
 TEMPLATES: tuple[ModuleType, ...] = (
     templates_knowledge, templates_files, templates_upstream, templates_vlm, templates_moe, templates_near_miss,
+    outcome,
 )
 
 
@@ -141,17 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in diff:
             log.warning("stale: %s", line)
         return 1 if diff else 0
-    dataset = write_dataset(args.evals_dir)
-    if args.evals_dir is None:
-        # keep the skill bundle's copy (agentskills.io shape) in step with the dataset
-        from reference_impl.docgen import SKILL_DIR
-        from reference_impl.evaluation.tasks import export_agentskills
-
-        target = SKILL_DIR / "evals"
-        if target.exists():
-            shutil.rmtree(target)
-        export_agentskills(dataset, target)
-        log.info("exported the skill bundle copy to %s", target)
+    write_dataset(args.evals_dir)  # the skill bundle ships no copy: the answer key stays in evals/
     return 0
 
 

@@ -61,6 +61,15 @@ def _set(rule_id: str, key: str, wrong: tuple[Any, ...] = ()) -> FactFn:
     return fn
 
 
+def _value(key: str, value: Any) -> FactFn:
+    """Fact ``KEY = value`` where the value is the one fix the message names (the rule's example fixes it otherwise)."""
+
+    def fn(f: Finding, r: ValidationReport) -> list[Fact]:
+        return [Fact((config_field(key, value),), f"Set {key}={_shown(value)}.")]
+
+    return fn
+
+
 def _multiple(name: str, subject: str, what: str, n: int) -> Fact:
     return Fact((multiple_field(name, subject, n, says=f"{what} must be a multiple of"),),
                 f"{what} must be a multiple of {n}.")
@@ -398,6 +407,7 @@ FACTS: dict[str, FactFn] = {
     "PACK-ENERGON-NO-DISTTRAIN": _set("PACK-ENERGON-NO-DISTTRAIN", "model.qwen3_vl_disttrain"),
     "PACK-ENERGON-NO-PP": _pp1("PACK-ENERGON-NO-PP"),
     "PACK-ENERGON-EP-OVERLAP": _set("PACK-ENERGON-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm"),
+    "MOE-EP-OVERLAP": _value("model.overlap_moe_expert_parallel_comm", False),
     "VLM-IN-BATCH-EP-OVERLAP": _set("VLM-IN-BATCH-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm", (True,)),
     "VLM-VISION-GRAPH-PATCH-BUDGET": _vision_graph_budget,
     "PACK-ENERGON-TASK-ENCODER": _energon_encoder,

@@ -115,6 +115,11 @@ def _notes(t: TaskScore) -> str:
     total, right = d.get("fields_total", 0), d.get("fields_right", 0)
     if right < total:
         out.append(f"{right}/{total} fields right")
+    outcome = d.get("outcome")
+    if outcome and outcome.get("skipped"):
+        out.append("artifact not graded (no upstream lane)")
+    elif outcome and not outcome.get("ok"):
+        out.append("artifact fails: " + (", ".join(outcome.get("failed", [])) or "missing"))
     if d.get("forbidden_found"):
         out.append(f"{len(d['forbidden_found'])} forbidden claim(s)")
     if d.get("unverified_tool_calls"):
@@ -140,7 +145,8 @@ def _notes(t: TaskScore) -> str:
 REFERENCE_RUNS = (
     "These are reference runs that need no model. With the skill: the oracle agent "
     "(`python -m reference_impl.evaluation.agents oracle`), which loads the skill, reads the task files, really "
-    "runs each task's seqpack command and gives the reference answer. Baseline: the null agent, which answers "
+    "runs each task's seqpack command and gives the reference answer (on an outcome task it leaves the oracle's "
+    "artifact, which the grader runs, megatron-bridge 0.6.2 included). Baseline: the null agent, which answers "
     "\"I don't know.\" and uses no tool. They bound what the scorer can give (the oracle must reach 100 %, the "
     "null agent must score nothing on correctness); live agent runs go in the last section."
 )
@@ -161,6 +167,8 @@ seqpack eval run --with-skill --out RUN --agent-cmd 'claude -p {prompt} --output
 seqpack eval run --baseline --out BASE --agent-cmd 'claude -p {prompt} --output-format stream-json --verbose'
 seqpack eval score RUN && seqpack eval score BASE
 seqpack eval report RUN --baseline BASE --out live-report.md
+# or paired and repeated (mean and standard deviation over 3 rounds, tokens, wall time): OUT/benchmark.json
+seqpack eval bench --out OUT --repeats 3 --agent-cmd 'claude -p {prompt} --output-format stream-json --verbose'
 ```
 """
 
@@ -261,7 +269,9 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     lines += [
         "Each task scores 0-100% per dimension; a dimension's score is the mean over tasks, and the overall score "
         "is the mean of the five dimensions. The answer fields behind correctness come from the seqpack code, "
-        "upstream sources and seed documents (see `evals/tasks.json`); an optional judge command is averaged into correctness, goal and behavior, but "
+        "megatron-bridge 0.6.2 (run in the upstream lane, or read from its installed files), Bridge main where a "
+        "task says so, and seed documents (see `evals/tasks.json`); an outcome task's correctness is whether its "
+        "artifact passes every check. An optional judge command is averaged into correctness, goal and behavior, but "
         "cannot lift correctness above the deterministic value when a wrong claim was found.",
         "",
         f"Bands: PASS at {PASS_AT:.0f}% or more, WATCH from {WATCH_AT:.0f}% to below {PASS_AT:.0f}%, FAIL below "

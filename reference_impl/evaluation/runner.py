@@ -2,20 +2,28 @@
 
 Per task the runner
 
-1. makes ``RUN_DIR/work/<task_id>/`` and copies the task's files into it (the part of the path
-   after ``files/<task_id>/``);
+1. makes ``RUN_DIR/tasks/<slot>/`` (``001``, ``002``, ... in run order: a task id can name its answer,
+   e.g. ``ctx-log-pack-malformed-json``, and clients show the agent its working directory) and copies
+   the task's input files into it (the part of the path after ``files/<task_id>/``): nothing of the
+   answer key goes there;
 2. with the skill, copies the skill folder to ``.claude/skills/<name>/`` and ``.agents/skills/<name>/``
    inside the working directory (where Claude Code, Codex and other clients look for project
    skills); without it, warns when a skill of that name is visible from the working directory
    anyway (a parent folder's ``.agents/skills`` or the user's ``~/.claude/skills``);
 3. runs the agent command (``shlex`` split, no shell) in the working directory with the prompt on
-   stdin; ``{prompt}``, ``{workdir}``, ``{task_id}``, ``{skill_dir}``, ``{tasks_file}`` (the run's
-   copy of the task set) and ``{nonce_seed}`` in the command's words are replaced first. The process group is killed when the timeout passes;
+   stdin; ``{prompt}``, ``{workdir}``, ``{skill_dir}``, ``{tasks_file}`` (the run's ``tasks.json``:
+   slots, prompts and file names, no answers, no task ids) and ``{nonce_seed}`` in the command's
+   words are replaced first. The process group is killed when the timeout passes;
 4. records ``RUN_DIR/transcripts/<task_id>.json``: command, exit code, stdout, stderr, duration,
    parsed tool events and answer, files created / modified / deleted (by comparing snapshots of the
    working directory) and files read (from the events).
 
-The environment passed to the agent is the caller's plus ``SEQPACK_EVAL_TASK_ID``,
+The run directory holds no answer key: ``RUN_DIR/tasks.json`` lists each slot's prompt and file
+names only, and ``run.json`` records which answer key
+(``tasks_file``, the repository's ``evals/tasks.json`` unless ``--tasks-file`` chose another) and its
+sha256, which ``seqpack eval score`` loads and checks.
+
+The environment passed to the agent is the caller's plus ``SEQPACK_EVAL_SLOT``,
 ``SEQPACK_EVAL_MODE``, ``SEQPACK_EVAL_CANARY`` (a value derived from the seed and the task id that
 the scorer looks for in the agent's output: finding it there means the environment was dumped) and
 ``SEQPACK_EVAL_NONCE`` (a fresh random seed per task; every seqpack run and MCP tool result the
@@ -45,7 +53,7 @@ from typing import Any, Callable, Sequence
 from reference_impl.errors import UsageError
 from reference_impl.nonce import ENV_VAR as NONCE_ENV
 from reference_impl.nonce import nonce_for
-from reference_impl.evaluation.tasks import SKILL_NAME, Dataset, Task, dumps
+from reference_impl.evaluation.tasks import FORMAT, SKILL_NAME, Dataset, Task, dumps
 from reference_impl.evaluation.transcript import Transcript, files_read, parse_agent_output, write_transcript
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,8 @@ SKILL_HOMES: tuple[str, ...] = (".claude/skills", ".agents/skills")
 MAX_STREAM_CHARS = 5_000_000
 KILL_GRACE_S = 5.0
 MODES: tuple[str, ...] = ("skill", "baseline")
+#: The folder of ``RUN_DIR`` that holds one working directory per task.
+WORKDIRS = "tasks"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -136,6 +146,19 @@ def prepare_workdir(task: Task, dataset_root: Path, workdir: Path, skill_src: Pa
             shutil.copytree(skill_src, dest, symlinks=False)
             installed.append(f"{home}/{skill_name}")
     return installed
+
+
+def slot_name(index: int) -> str:
+    """The working-directory name of the ``index``-th task of a run (``001``, ...): says nothing about the task."""
+    return f"{index + 1:03d}"
+
+
+def public_run_tasks(tasks: Sequence[Task], slots: dict[str, str]) -> str:
+    """The run directory's ``tasks.json``: per slot the prompt and the input files' names in the working directory."""
+    doc = {"format": FORMAT + "-run", "note": "prompts and input file names only; the answer key is not here",
+           "evals": [{"slot": slots[t.id], "prompt": t.prompt, "files": [rel.split("/", 2)[2] for rel in t.files]}
+                     for t in tasks]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def canary_for(seed: int, task_id: str) -> str:
@@ -269,15 +292,17 @@ def run_eval(
     skill_name = dataset.skill_name
     skill_src = resolve_skill_dir(skill_dir, skill_name=skill_name) if mode == "skill" else None
     out.mkdir(parents=True, exist_ok=True)
-    (out / "tasks.json").write_text(dumps(dataset), encoding="utf-8")
+    slots = {t.id: slot_name(i) for i, t in enumerate(tasks)}
+    (out / "tasks.json").write_text(public_run_tasks(tasks, slots), encoding="utf-8")  # no answers, no ids
     run: dict[str, Any] = {
         "mode": mode,
         "agent_cmd": agent_cmd,
         "skill_name": skill_name,
         "skill_dir": None if skill_src is None else str(skill_src),
-        "tasks_file": str(dataset.root / "tasks.json"),
+        "tasks_file": str(dataset.root / "tasks.json"),  # the answer key, outside the run directory
         "dataset_sha256": hashlib.sha256(dumps(dataset).encode()).hexdigest(),
         "task_ids": [t.id for t in tasks],
+        "slots": slots,
         "timeout_s": timeout,
         "seed": seed,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -289,7 +314,7 @@ def run_eval(
     for i, task in enumerate(tasks):
         if progress is not None:
             progress(i, len(tasks), task.id)
-        workdir = out / "work" / task.id
+        workdir = out / WORKDIRS / slots[task.id]
         installed = prepare_workdir(task, dataset.root, workdir, skill_src, skill_name)
         notes = []
         if mode == "baseline":
@@ -304,11 +329,12 @@ def run_eval(
         canary = canary_for(seed, task.id)
         nonce_seed = secrets.token_hex(16)
         skill_path = str(workdir / installed[0]) if installed else ""
-        argv = build_argv(agent_cmd, {"prompt": task.prompt, "workdir": str(workdir), "task_id": task.id,
+        argv = build_argv(agent_cmd, {"prompt": task.prompt, "workdir": str(workdir),
                                       "skill_dir": skill_path, "tasks_file": str(out / "tasks.json"),
                                       "nonce_seed": nonce_seed})
         env = dict(os.environ)
-        env.update({"SEQPACK_EVAL_TASK_ID": task.id, "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
+        env.pop("SEQPACK_EVAL_TASK_ID", None)
+        env.update({"SEQPACK_EVAL_SLOT": slots[task.id], "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
                     NONCE_ENV: nonce_seed})
         result = run_agent(argv, task.prompt, workdir, timeout=timeout, env=env)
         after = snapshot(workdir)
@@ -354,10 +380,13 @@ def run_eval(
 __all__ = [
     "AgentResult",
     "MODES",
+    "WORKDIRS",
     "RunSummary",
     "build_argv",
     "canary_for",
     "prepare_workdir",
+    "public_run_tasks",
+    "slot_name",
     "resolve_skill_dir",
     "run_agent",
     "run_eval",

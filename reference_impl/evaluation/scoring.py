@@ -31,6 +31,7 @@ efficiency stay deterministic.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -38,8 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from reference_impl.errors import UsageError
+from reference_impl.errors import InputError, UsageError
 from reference_impl.evaluation.answers import forbidden_hits, grade_answer
+from reference_impl.evaluation.outcome import OutcomeGrade
 from reference_impl.evaluation.security import scan_events, scan_leak
 from reference_impl.evaluation.signals import (
     cli_subcommands,
@@ -50,7 +52,7 @@ from reference_impl.evaluation.signals import (
     unverified_calls,
     waste,
 )
-from reference_impl.evaluation.tasks import BUCKETS, SKILL_NAME, Task, load_tasks
+from reference_impl.evaluation.tasks import BUCKETS, SKILL_NAME, Dataset, Task, dumps, load_tasks
 from reference_impl.evaluation.transcript import Transcript, read_transcript
 
 log = logging.getLogger(__name__)
@@ -101,14 +103,19 @@ def score_transcript(
     *,
     skill_name: str = SKILL_NAME,
     judge: Mapping[str, float] | None = None,
+    outcome: OutcomeGrade | None = None,
 ) -> TaskScore:
-    """Score one transcript against its task (``judge``: optional scores from a judge command)."""
+    """Score one transcript against its task (``judge``: optional scores from a judge command; ``outcome``: the
+    grade of the artifact an outcome task's agent left, :func:`~reference_impl.evaluation.outcome.grade_outcomes`)."""
     finished = tr.exit_code == 0 and not tr.timed_out
     answered = bool(tr.answer.strip())
     fields = grade_answer(task.answer_fields, tr.answer)
     forbidden = forbidden_hits([fb.check for fb in task.forbidden], tr.answer)
     right = sum(f.correct for f in fields)
-    det_accuracy = max(0.0, right / len(fields) - FORBIDDEN_PENALTY * len(forbidden)) if answered else 0.0
+    if task.outcome is not None:  # the artifact decides: it works upstream and does what was asked, or not
+        det_accuracy = max(0.0, float(outcome is not None and outcome.ok) - FORBIDDEN_PENALTY * len(forbidden))
+    else:
+        det_accuracy = max(0.0, right / len(fields) - FORBIDDEN_PENALTY * len(forbidden)) if answered else 0.0
 
     findings = scan_events(tr.events, tr.workdir)
     texts = [tr.stdout, tr.stderr, tr.answer, *_file_texts(tr.workdir, tr.files_created + tr.files_modified)]
@@ -191,6 +198,9 @@ def score_transcript(
         "deterministic": {"accuracy": det_accuracy, "goal_accuracy": det_goal, "behavior_check": det_behavior},
         "judge": judge_used or None,
     }
+    if task.outcome is not None:
+        details["outcome"] = outcome.to_dict() if outcome is not None else {"ok": False, "failed": [],
+                                                                              "skipped": ["not graded"], "checks": []}
     return TaskScore(task.id, task.bucket, scores, signals, overall, passed, details)
 
 
@@ -248,12 +258,62 @@ class RunScores:
 
 
 def read_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``run.json`` of a run directory (clear error when it is not one)."""
+    """The ``run.json`` of a run directory (clear error when it is not one): a JSON object, read like
+    user JSON (:func:`reference_impl.evaluation.transcript.read_json_object`), whose ``task_ids`` is a
+    list of task-id strings."""
+    from reference_impl.evaluation.transcript import check_task_id, read_json_object
+
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise UsageError(f"{run_dir} is not an eval run directory (no run.json)", file=str(path),
                          fix="create one with: seqpack eval run ... --out RUN_DIR")
-    return json.loads(path.read_text(encoding="utf-8"))
+    run = read_json_object(path, what="run.json")
+    ids = run.get("task_ids")
+    if not isinstance(ids, list):
+        raise InputError(f"task_ids must be a list of task ids, got {type(ids).__name__}", file=str(path),
+                         field="task_ids")
+    for k, task_id in enumerate(ids):
+        check_task_id(task_id, file=str(path), field=f"task_ids[{k}]")
+    return run
+
+
+def answer_key(run: Mapping[str, Any], tasks_file: str | os.PathLike[str] | None = None) -> Dataset:
+    """The answer key a run is scored against: ``tasks_file``, else the one ``run.json`` names.
+
+    The run directory holds only the public task list; the key stays in the repository's ``evals/``.
+    Its sha256 must be the one the run recorded (a rebuilt task set needs a new run).
+    """
+    path = tasks_file if tasks_file is not None else run.get("tasks_file")
+    dataset = load_tasks(path if isinstance(path, (str, os.PathLike)) else None)
+    want = run.get("dataset_sha256")
+    got = hashlib.sha256(dumps(dataset).encode()).hexdigest()
+    if want and got != want:
+        raise UsageError(f"the answer key {dataset.root / 'tasks.json'} is not the task set this run used "
+                         f"(sha256 {got[:12]} != {str(want)[:12]})", file=str(dataset.root / "tasks.json"),
+                         fix="pass --tasks-file with the tasks.json the run used, or run the tasks again")
+    return dataset
+
+
+def grade_run_outcomes(run_dir: Path, run: Mapping[str, Any], index: Mapping[str, Task],
+                       lane: Any = None) -> dict[str, OutcomeGrade]:
+    """Grade the artifacts of every outcome task of a run in one batch (one upstream worker, few calls)."""
+    from reference_impl.evaluation.outcome import grade_outcomes
+
+    items = []
+    for task_id in run.get("task_ids", []):
+        task = index.get(task_id)
+        path = run_dir / "transcripts" / f"{task_id}.json"
+        if task is None or task.outcome is None or not path.is_file():
+            continue
+        items.append((task, Path(read_transcript(path).workdir)))
+    if not items:
+        return {}
+    grades = grade_outcomes(items, lane)
+    skipped = [g.task_id for g in grades if g.skipped]
+    if skipped:
+        log.warning("%d outcome task(s) not graded (the upstream lane is not available): %s", len(skipped),
+                    ", ".join(skipped[:5]))
+    return {g.task_id: g for g in grades}
 
 
 def score_run(
@@ -262,18 +322,26 @@ def score_run(
     judge_cmd: str | None = None,
     judge_timeout: float = 120.0,
     write: bool = True,
+    tasks_file: str | os.PathLike[str] | None = None,
+    lane: Any = None,
 ) -> RunScores:
-    """Score every task of a run directory and (by default) write ``scores.json`` into it."""
+    """Score every task of a run directory against its answer key (:func:`answer_key`) and (by default) write
+    ``scores.json`` into it. Outcome tasks are graded through ``lane`` (an upstream worker; None: one is started
+    when needed)."""
     from reference_impl.evaluation.judge import run_judge
 
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    dataset = load_tasks(run_dir / "tasks.json")
+    dataset = answer_key(run, tasks_file)
     index = dataset.by_id()
     skill_name = run.get("skill_name", dataset.skill_name)
+    grades = grade_run_outcomes(run_dir, run, index, lane)
     scores: list[TaskScore] = []
-    for task_id in run["task_ids"]:
-        task = index[task_id]
+    for k, task_id in enumerate(run["task_ids"]):
+        task = index.get(task_id)
+        if task is None:
+            raise InputError(f"task {task_id!r} is not in the run's answer key", file=str(run_dir / "run.json"),
+                             field=f"task_ids[{k}]", fix="score the run directory seqpack eval run wrote, unedited")
         path = run_dir / "transcripts" / f"{task_id}.json"
         if not path.is_file():
             log.warning("no transcript for %s; scored as missing", task_id)
@@ -286,7 +354,7 @@ def score_run(
             judged = verdict.scores if verdict.error is None else None
             if verdict.error:
                 log.warning("judge failed on %s: %s", task_id, verdict.error)
-        score = score_transcript(task, tr, skill_name=skill_name, judge=judged)
+        score = score_transcript(task, tr, skill_name=skill_name, judge=judged, outcome=grades.get(task_id))
         if judge_cmd and judged is None:
             score.details["judge_error"] = verdict.error
         scores.append(score)
@@ -309,6 +377,8 @@ def read_scores(run_dir: str | os.PathLike[str]) -> RunScores:
 __all__ = [
     "DIMENSIONS",
     "RunScores",
+    "answer_key",
+    "grade_run_outcomes",
     "TaskScore",
     "missing_score",
     "read_run",

@@ -18,7 +18,11 @@ has the agentskills.io keys (``id``, ``prompt``, ``expected_output``, ``assertio
   ``general`` (common knowledge outside seqpack, for the near misses);
 * ``covers``: packing ``paths``, rule ``families`` and ``topics`` the task exercises;
 * ``rule_ids``: rules of the registry the ground truth involves;
-* ``ground_truth``: the values the generator computed or recorded, for readers.
+* ``ground_truth``: the values the generator computed or recorded, for readers;
+* ``outcome`` (outcome-verified tasks only, :mod:`reference_impl.evaluation.outcome`): the artifact the
+  agent must leave (``kind``, ``artifact``), the checks that grade it by running code (seqpack and,
+  through the upstream lane, megatron-bridge 0.6.2), the inputs they compare with, the oracle's
+  artifact and a wrong one (``negative``) that must fail. Such a task may have no answer fields.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ TOPICS: tuple[str, ...] = (
     "planning",
 )
 SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")
+#: What an outcome task's agent leaves (:mod:`reference_impl.evaluation.outcome`) and the checks that grade it.
+OUTCOME_KINDS: tuple[str, ...] = ("config", "recipe", "packs", "plan")
+OUTCOME_CHECKS: tuple[str, ...] = ("bridge", "seqpack", "require", "keep", "keep_all_except", "divisible", "path",
+                                   "token_slots", "fits", "unchanged", "packs")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: ``expected_script`` values and the CLI subcommands / MCP tools that count as using them.
@@ -137,6 +145,23 @@ class Task:
     topics: list[str] = field(default_factory=list)
     rule_ids: list[str] = field(default_factory=list)
     ground_truth: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, Any] | None = None
+
+    def _outcome_problems(self) -> list[tuple[str, str]]:
+        o = self.outcome or {}
+        out = []
+        if o.get("kind") not in OUTCOME_KINDS:
+            out.append(("outcome.kind", f"outcome kind {o.get('kind')!r} is not one of {', '.join(OUTCOME_KINDS)}"))
+        artifact = o.get("artifact")
+        if not isinstance(artifact, str) or not ID_RE.match(artifact.replace("/", "_")) or ".." in artifact:
+            out.append(("outcome.artifact", f"artifact {artifact!r} must be a relative file or folder name"))
+        bad = sorted(set(o.get("checks", {})) - set(OUTCOME_CHECKS))
+        if bad:
+            out.append(("outcome.checks", f"unknown check(s) {bad}; known: {', '.join(OUTCOME_CHECKS)}"))
+        for side in ("oracle", "negative"):
+            if not isinstance(o.get(side), dict) or not (o[side].get("files") or o[side].get("command")):
+                out.append((f"outcome.{side}", f"an outcome task ships its {side} artifact"))
+        return out
 
     @property
     def positive(self) -> bool:
@@ -161,6 +186,7 @@ class Task:
             "covers": {"paths": list(self.paths), "families": list(self.families), "topics": list(self.topics)},
             "rule_ids": list(self.rule_ids),
             "ground_truth": self.ground_truth,
+            **({"outcome": self.outcome} if self.outcome is not None else {}),
         }
 
     @classmethod
@@ -196,6 +222,7 @@ class Task:
             topics=list(covers.get("topics", [])),
             rule_ids=list(data["rule_ids"]),
             ground_truth=dict(data["ground_truth"]),
+            outcome=None if data.get("outcome") is None else dict(data["outcome"]),
         )
         problems = task.problems()
         if problems:
@@ -224,14 +251,16 @@ class Task:
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad:
                 out.append((f"covers.{name}", f"unknown {name} {bad}"))
-        if not self.answer_fields:
-            out.append(("answer_fields", "a task needs at least one answer field"))
+        if not self.answer_fields and self.outcome is None:
+            out.append(("answer_fields", "a task needs at least one answer field (or an outcome to grade)"))
+        if self.outcome is not None:
+            out += self._outcome_problems()
         names = [f.name for f in self.answer_fields]
         if len(set(names)) != len(names):
             out.append(("answer_fields", f"duplicate answer field names in {names}"))
         for f in self.answer_fields:
             out += [("answer_fields", p) for p in f.problems()]
-        if not self.forbidden:
+        if not self.forbidden and self.outcome is None:
             out.append(("forbidden", "a task needs at least one forbidden claim"))
         for fb in self.forbidden:
             try:
@@ -240,8 +269,10 @@ class Task:
                 out.append(("forbidden", exc.message))
         if self.source.get("kind") not in SOURCE_KINDS:
             out.append(("source", f"source kind {self.source.get('kind')!r} is not one of {', '.join(SOURCE_KINDS)}"))
-        if self.source.get("kind") == "upstream" and not {"repo", "commit", "path"} <= set(self.source):
-            out.append(("source", "an upstream source names repo, commit and path"))
+        if self.source.get("kind") == "upstream" and not ({"repo", "commit", "path"} <= set(self.source)
+                                                          or "package" in self.source):
+            out.append(("source", "an upstream source names repo, commit and path, or the package==version it "
+                        "is checked with"))
         if self.positive and not self.reference_command:
             out.append(("reference_command", "a packing task names the seqpack command that answers it"))
         if self.reference_command is not None and (not self.reference_command
@@ -325,8 +356,29 @@ def load_tasks(path: str | os.PathLike[str] | None = None) -> Dataset:
     return Dataset(tasks=tasks, root=file.parent, skill_name=doc.get("skill_name", SKILL_NAME))
 
 
-AGENTSKILLS_KEYS: tuple[str, ...] = ("id", "prompt", "expected_output", "assertions", "files", "expected_skill",
-                                     "expected_script")
+#: The keys of a task that may reach an agent: what it is asked and the files it is given. Everything else
+#: (reference answer, assertions, answer fields, forbidden claims, expected skill and script, ground truth,
+#: an outcome task's oracle and negative artifacts) is the answer key, kept in the repository's
+#: ``evals/tasks.json`` and never installed or put where an agent under evaluation works.
+PUBLIC_KEYS: tuple[str, ...] = ("id", "prompt", "files")
+#: Kept for readers of older code: the agentskills.io keys an export used to carry (answers included).
+AGENTSKILLS_KEYS: tuple[str, ...] = PUBLIC_KEYS
+PUBLIC_NOTE = ("Prompts and input files only. The answer key (reference answers, graded fields, outcome checks) "
+               "is evals/tasks.json in the seqpack repository and is never part of an installed skill.")
+
+
+def public_task(task: Task) -> dict[str, Any]:
+    """What an agent may see of ``task``: its id, its prompt and the names of its input files."""
+    data = task.to_dict()
+    return {k: data[k] for k in PUBLIC_KEYS}
+
+
+def public_dumps(dataset: Dataset, tasks: list[Task] | None = None) -> str:
+    """The task list without its answer key (the run directory's ``tasks.json``, the skill's ``evals.json``)."""
+    chosen = dataset.tasks if tasks is None else tasks
+    doc = {"skill_name": dataset.skill_name, "format": FORMAT + "-public", "note": PUBLIC_NOTE,
+           "evals": [public_task(t) for t in chosen]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def is_text_file(path: str | os.PathLike[str]) -> bool:
@@ -342,37 +394,37 @@ def is_text_file(path: str | os.PathLike[str]) -> bool:
 
 
 def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks: list[Task] | None = None) -> Path:
-    """Write ``out_dir/evals.json`` in the plain agentskills.io shape and copy the task files beside it.
+    """Write ``out_dir/evals.json`` (prompts and file names only, :func:`public_dumps`) and copy the input files.
 
-    This is the form a skill bundle ships as ``evals/evals.json`` (SkillEvaluator Tier 3 reads it);
-    the seqpack-only keys (answer fields, forbidden claims, coverage, ground truth) stay in
-    ``evals/tasks.json``. Tasks whose files are binary (packed Parquet) are left out, so the bundle
-    holds text only; they stay in ``evals/`` beside the dataset, outside the bundle.
+    This is what a skill bundle may ship as ``evals/``: the tasks an agent can be given, never their
+    answers. Tasks whose files are binary (packed Parquet, images) are left out, so the bundle holds
+    text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
     from reference_impl import files  # not into /, $HOME or a system directory; never through a symlink
 
     out = files.check_output_root(out_dir, owner="seqpack eval export")
     chosen = dataset.tasks if tasks is None else tasks
     chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
-    doc = {"skill_name": dataset.skill_name,
-           "evals": [{k: t.to_dict()[k] for k in AGENTSKILLS_KEYS} for t in chosen]}
     out.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for rel in t.files:
             with files.atomic_output(out / rel, what="an exported task file") as fh:
                 fh.write(files.read_bytes(dataset.root / rel, what="a task file"))
-    return files.write_text(out / "evals.json", json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
-                            what="evals.json")
+    return files.write_text(out / "evals.json", public_dumps(dataset, chosen), what="evals.json")
 
 
 __all__ = [
     "AGENTSKILLS_KEYS",
+    "PUBLIC_KEYS",
+    "PUBLIC_NOTE",
     "BUCKETS",
     "CLI_COMMANDS",
     "Dataset",
     "FORMAT",
     "Forbidden",
     "MCP_TOOLS",
+    "OUTCOME_CHECKS",
+    "OUTCOME_KINDS",
     "SOURCE_KINDS",
     "PATHS",
     "SCRIPTS",
@@ -384,4 +436,6 @@ __all__ = [
     "export_agentskills",
     "is_text_file",
     "load_tasks",
+    "public_dumps",
+    "public_task",
 ]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from reference_impl.alignment import derive_alignment, round_up
-from reference_impl.config import validate_config
 from reference_impl.errors import SeqpackError, UsageError
 from reference_impl.evaluation import claims
 from reference_impl.evaluation.builder import GenContext, make_task, paths_of
@@ -136,7 +135,7 @@ def _review_task(
     name: str = "config.yaml",
 ) -> None:
     """Diagnose a broken config: every error (and warning when asked) must be fixed in the answer."""
-    report = validate_config(text, list(overrides))
+    report = ctx.validate(text, list(overrides))
     if report.ok and not (warnings and report.warnings):
         raise UsageError(f"{task_id}: the config is valid; a review task needs findings")
     rel = ctx.put_text(task_id, name, text)
@@ -240,7 +239,7 @@ def _config_tasks(ctx: GenContext) -> None:
 def _launch_check_tasks(ctx: GenContext) -> None:
     # offline 8K example: valid; DP, token slots and micro-batches per step come from the report
     text = _example_text("offline_8k_tp4_cp2_sp")
-    report = validate_config(text)
+    report = ctx.validate(text)
     r = report.resolved
     rel = ctx.put_text("ctx-offline-8k-launch", "config.yaml", text)
     per_step = r["micro_batches_per_step_per_rank"]
@@ -263,7 +262,7 @@ def _launch_check_tasks(ctx: GenContext) -> None:
     ))
 
     text = _example_text("in_batch_mbs4")
-    report = validate_config(text)
+    report = ctx.validate(text)
     r = report.resolved
     mbs = report.config["train"]["micro_batch_size"]
     rel = ctx.put_text("ctx-in-batch-review", "config.yaml", text)
@@ -291,7 +290,7 @@ def _launch_check_tasks(ctx: GenContext) -> None:
     ))
 
     text = _example_text("global_batch_cp2")
-    report = validate_config(text, ["model.context_parallel_size=4"])
+    report = ctx.validate(text, ["model.context_parallel_size=4"])
     r = report.resolved
     rel = ctx.put_text("ctx-global-batch-cp4", "config.yaml", text)
     ctx.add(make_task(
@@ -377,7 +376,7 @@ def _log_tasks(ctx: GenContext) -> None:
         "dataset.offline_packing_specs.packed_sequence_size": 8192, "dataset.offline_packing_specs.pad_seq_to_mult": 2,
         "train.global_batch_size": 8, "ddp.average_in_collective": False, "dist.world_size": 16,
     })
-    report = validate_config(cfg)
+    report = ctx.validate(cfg)
     fields, forbidden, sentences = merge(facts_for(report))
     _log_task(
         ctx, "ctx-log-validate-tp4-cp2-sp", ["validate", "config.yaml"], {"config.yaml": cfg},
@@ -474,7 +473,7 @@ def _log_tasks(ctx: GenContext) -> None:
 
     # 6. batches: in-batch with the batch dataloader
     chat = _demo_subset(ctx, "chat", 32)
-    report = validate_config(None, ["dataset.enable_in_batch_packing=true", "train.micro_batch_size=4",
+    report = ctx.validate(None, ["dataset.enable_in_batch_packing=true", "train.micro_batch_size=4",
                                     "dataset.dataloader_type=batch"])
     fields, forbidden, sentences = merge(facts_for(report))
     _log_task(

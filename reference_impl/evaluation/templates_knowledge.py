@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from reference_impl.alignment import derive_alignment, equal_slot_candidates, token_slots_per_step
-from reference_impl.config import get_rule, validate_config
+from reference_impl.config import get_rule
 from reference_impl.config.model_support import check_model_support, find_family
 from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID
 from reference_impl.errors import UsageError
 from reference_impl.evaluation import claims
-from reference_impl.evaluation.builder import GenContext, make_task, override_args, paths_of
+from reference_impl.evaluation.builder import MAIN_NOTE, GenContext, make_task, override_args, paths_of
 from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
 from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from reference_impl.evaluation.render import config_yaml, topology_words
@@ -383,7 +383,7 @@ def _explain_tasks(ctx: GenContext) -> None:
         rule = get_rule(rule_id)
         if rule is None:
             raise UsageError(f"EXPLAIN_RULES names unknown rule {rule_id}")
-        report = validate_config(None, list(rule.trigger.items()))
+        report = ctx.validate(None, list(rule.trigger.items()))
         finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id))
         fields = [severity_field(rule_id, rule.severity)] + [f for f in fields if not f.name.startswith("severity_")]
@@ -410,7 +410,7 @@ def _explain_tasks(ctx: GenContext) -> None:
 
 def _validate_tasks(ctx: GenContext) -> None:
     for slug, overrides in VALIDATE_RUNS:
-        report = validate_config(None, list(overrides))
+        report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for(report))
         paths = paths_of(report)
         ctx.add(make_task(
@@ -435,7 +435,7 @@ def _validate_tasks(ctx: GenContext) -> None:
 def _scenario_tasks(ctx: GenContext) -> None:
     for slug, story, overrides, graded in SCENARIOS:
         text = config_yaml(overrides)
-        report = validate_config(text)
+        report = ctx.validate(text)
         fired = report.rule_ids
         missing = [r for r in graded if r not in fired]
         if missing:
@@ -525,6 +525,9 @@ def _model_support_tasks(ctx: GenContext) -> None:
         name = entry.name if entry else family
         verdict = {"opt_out": "is not supported (the recipes opt out)", "supported": "is supported",
                    "caveat": "has a documented caveat"}[ms.status]
+        main_only = "not in megatron-bridge 0.6.2" in ms.note  # a record that holds for Bridge main only
+        if main_only:
+            prompt = MAIN_NOTE + prompt
         ctx.add(make_task(
             f"{bucket}-model-{family.replace('_', '-')}-{path.replace('_', '-')}",
             bucket,
@@ -539,6 +542,7 @@ def _model_support_tasks(ctx: GenContext) -> None:
             topics=["model_support"],
             rule_ids=["MODEL-FAMILY-OPT-OUT"] if ms.status == "opt_out" else [],
             truth=ms.to_dict(),
+            source={"kind": "seqpack", "bridge_version": "main", "rests_on": ms.note} if main_only else None,
         ))
 
 

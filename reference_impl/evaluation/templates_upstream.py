@@ -1,8 +1,9 @@
 """Tasks whose ground truth comes from Megatron-Bridge's source and the seed documents, not from seqpack.
 
 Every value here is read from an :class:`~reference_impl.evaluation.upstream.Anchor` (a recorded
-upstream fact with file, commit and line, re-derived from a fetched snapshot by
-``tests/test_evals_upstream.py``) or computed from one with plain arithmetic (Bridge's own
+upstream fact with file and line in megatron-bridge 0.6.2, re-derived from the installed package in the upstream
+lane by ``tests/test_evals_upstream.py``; or a fact of Bridge main that the lane shows is absent from the release,
+and then the task says it is about main) or computed from one with plain arithmetic (Bridge's own
 formula for the equivalent batch configuration, ``2 * CP`` from its assertion). A task's
 ``source`` names its first anchor and lists all of them; ``ground_truth`` holds their values.
 Where seqpack computes the same thing, the test also checks that seqpack agrees, so an error in
@@ -15,7 +16,7 @@ from typing import Any, Sequence
 
 from reference_impl.alignment import derive_alignment
 from reference_impl.evaluation import claims
-from reference_impl.evaluation.builder import GenContext, make_task
+from reference_impl.evaluation.builder import MAIN_NOTE, GenContext, make_task
 from reference_impl.evaluation.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from reference_impl.evaluation.tasks import Forbidden
 from reference_impl.evaluation.upstream import anchor
@@ -35,10 +36,14 @@ def _task(ctx: GenContext, task_id: str, bucket: str, question: str, prose: str,
           forbidden: Sequence[Forbidden], anchors: Sequence[str], *, command: Sequence[str], script: str,
           paths: Sequence[str], topics: Sequence[str] = ("rules",), rule_ids: Sequence[str] = (),
           extra: dict[str, Any] | None = None) -> None:
-    """Add one anchored task (``source`` from the first anchor; every anchor's value in ``ground_truth``)."""
-    first = anchor(anchors[0])
+    """Add one anchored task (``source`` from the first anchor; every anchor's value in ``ground_truth``). A task
+    resting on an anchor absent from megatron-bridge 0.6.2 says in its prompt that it is about Bridge main."""
+    main_only = [a for a in anchors if not anchor(a).release]
+    first = anchor(main_only[0] if main_only else anchors[0])
     source = {**first.source(), "anchors": list(anchors)}
     truth = {"anchors": {a: anchor(a).value for a in anchors}, **(extra or {})}
+    if main_only:
+        question = MAIN_NOTE + question
     ctx.add(make_task(task_id, bucket, question, prose, fields, forbidden, script=script, command=command,
                       paths=paths, topics=topics, rule_ids=rule_ids, truth=truth, source=source))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reference_impl.config import validate_config
 from reference_impl.evaluation import claims
 from reference_impl.evaluation.builder import GenContext, make_task, override_args, paths_of
 from reference_impl.evaluation.facts import facts_for, facts_for_rule, merge
@@ -21,6 +20,8 @@ from reference_impl.evaluation.fields import choice_field, int_field, yes_no_fie
 from reference_impl.evaluation.tasks import Forbidden
 from reference_impl.evaluation.vocab import rule_ids_field
 
+#: The max_pixels the screenshot task states (seqpack's qwen2_5_vl preset: 1280 x 28 x 28).
+MAX_PIXELS_STATED = 1280 * 28 * 28
 TOKENS_ALIASES = (r"(?:image|visual|vision) tokens?", r"\btokens? (?:per|for each|for the) (?:image|screenshot|picture)")
 
 
@@ -77,8 +78,9 @@ def _token_tasks(ctx: GenContext) -> None:
     ctx.add(make_task(
         "implicit-vlm-screenshot-budget", "implicit",
         f"Our Qwen2.5-VL fine-tuning set is full-HD screenshots (1920x1080), {n} per conversation, plus about "
-        f"{text} text tokens. With the stock image processor, how many tokens does one screenshot become, and does "
-        f"a {seq}-token sequence length hold a whole conversation without cutting it?",
+        f"{text} text tokens. Our image processor caps max_pixels at {MAX_PIXELS_STATED:,} (1280 x 28 x 28) and keeps "
+        f"patch size 14 and the 2x2 merge. How many tokens does one screenshot become, and does a {seq}-token "
+        "sequence length hold a whole conversation without cutting it?",
         f"One screenshot is {shot.tokens} tokens ({shot.sequence_tokens} with the vision start and end tokens): the "
         f"processor scales it down to {shot.resized_height}x{shot.resized_width} pixels to stay under max_pixels. "
         f"{n} screenshots and {text} text tokens make {need} tokens, so "
@@ -94,7 +96,11 @@ def _token_tasks(ctx: GenContext) -> None:
         assertions=["Counts the screenshots after the processor's max_pixels downscale, not at full resolution"],
         script="seqpack image-tokens",
         command=["image-tokens", "--height", "1080", "--width", "1920", "--vision", "qwen2_5_vl"],
-        paths=["in_batch", "energon"], topics=["vlm"], truth={**shot.to_dict(), "conversation_tokens": need},
+        paths=["in_batch", "energon"], topics=["vlm"],
+        truth={**shot.to_dict(), "conversation_tokens": need,
+               "assumes": f"max_pixels={MAX_PIXELS_STATED} as the prompt states (seqpack's qwen2_5_vl preset); a "
+                          "processor config with a larger max_pixels (e.g. 12845056) keeps 1920x1080 unscaled: 2691 "
+                          "tokens per screenshot, which would not fit"},
     ))
 
     video = image_tokens(ImageTokensOptions(height=448, width=448, frames=8))
@@ -233,7 +239,7 @@ RULE_RUNS: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
 
 def _rule_tasks(ctx: GenContext) -> None:
     for task_id, bucket, prompt, overrides, rule_id in RULE_RUNS:
-        report = validate_config(None, list(overrides))
+        report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id) + facts_for(report))
         paths = paths_of(report)
         ctx.add(make_task(

@@ -323,18 +323,90 @@ def write_transcript(transcript: Transcript, path: str | Path) -> Path:
     return target
 
 
-def read_transcript(path: str | Path) -> Transcript:
-    """Read a transcript; a clear error names the file when it is not one."""
+#: Largest transcript or run.json read, in bytes.
+MAX_TRANSCRIPT_BYTES = 32 << 20
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_task_id(value: Any, *, file: str, field: str) -> str:
+    """A task id as it may name a transcript file (letters, digits, ``.``, ``_``, ``-``; no path parts)."""
+    if not isinstance(value, str) or not _TASK_ID.fullmatch(value):
+        raise InputError(f"not a task id: {value!r} (letters, digits, '.', '_' and '-')", file=file, field=field)
+    return value
+
+
+def read_json_object(path: str | Path, *, what: str) -> dict[str, Any]:
+    """A JSON object from a file of a run directory, read like user JSON: bounded size, UTF-8, bounded
+    depth, no lone surrogates or over-long numbers (:mod:`reference_impl.data.jsontext`)."""
+    from reference_impl.config.yaml_bounded import read_bytes
+    from reference_impl.data import jsontext
+
     file = Path(path)
+    raw = read_bytes(file, what=what, error=InputError, max_bytes=MAX_TRANSCRIPT_BYTES)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read transcript: {exc.strerror}", file=str(file)) from None
+        data = jsontext.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not UTF-8 (byte {exc.start})", file=str(file)) from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"transcript is not JSON: {exc.msg}", file=str(file), line=exc.lineno) from None
-    missing = [k for k in ("task_id", "command", "stdout", "answer", "events") if k not in data]
-    if missing:
-        raise InputError(f"transcript lacks {', '.join(missing)}", file=str(file), field=missing[0])
+        raise InputError(f"{what} is not JSON: {exc.msg}", file=str(file), line=exc.lineno) from None
+    except jsontext.JsonProblem as exc:
+        raise InputError(f"{what}: {exc.message}", file=str(file), field=exc.field) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} must hold a JSON object, got {type(data).__name__}", file=str(file))
+    return data
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field's annotation (str, int, float, bool, None, list/tuple/dict of them)."""
+    import types
+    import typing
+
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    if origin in (list, tuple):
+        item = typing.get_args(hint)[0] if typing.get_args(hint) else Any
+        return isinstance(value, list) and all(_conforms(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    return True  # nested dataclasses (events) are checked on their own
+
+
+def _check_fields(cls: type, data: Mapping[str, Any], *, file: str, prefix: str = "") -> None:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name not in data:
+            if required:
+                raise InputError(f"transcript lacks {prefix}{f.name}", file=file, field=f"{prefix}{f.name}")
+            continue
+        if not _conforms(data[f.name], hints[f.name]):
+            raise InputError(f"transcript field {prefix}{f.name} has the wrong type ({type(data[f.name]).__name__})",
+                             file=file, field=f"{prefix}{f.name}")
+
+
+def read_transcript(path: str | Path) -> Transcript:
+    """Read a transcript; a clear error names the file (and field) when it is not one."""
+    file = Path(path)
+    data = read_json_object(file, what="transcript")
+    _check_fields(Transcript, data, file=str(file))
+    for k, event in enumerate(data["events"]):
+        if not isinstance(event, dict):
+            raise InputError(f"transcript event {k} is not an object", file=str(file), field=f"events[{k}]")
+        _check_fields(ToolEvent, event, file=str(file), prefix=f"events[{k}].")
     return Transcript.from_dict(data)
 
 

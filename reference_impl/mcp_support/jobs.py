@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from reference_impl.data.interrupt import stop_checks
+from reference_impl.limits import MAX_CONCURRENT_JOBS
 from reference_impl.mcp_support.errors import log, tool_errors
 
 T = TypeVar("T")
@@ -88,8 +90,27 @@ class JobControl:
         self.check()
 
 
+_LIMITERS: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _job_slots() -> anyio.CapacityLimiter:
+    """The event loop's :data:`~reference_impl.limits.MAX_CONCURRENT_JOBS` worker-thread slots, shared by every job."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    limiter = _LIMITERS.get(loop)
+    if limiter is None:
+        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(MAX_CONCURRENT_JOBS)
+    return limiter
+
+
 async def run_job(ctx: Context | None, work: Callable[[JobControl], T], *, time_limit_s: float) -> T:
-    """Run ``work(job)`` on a worker thread with progress, a time limit and cooperative cancellation."""
+    """Run ``work(job)`` on a worker thread with progress, a time limit and cooperative cancellation.
+
+    At most :data:`~reference_impl.limits.MAX_CONCURRENT_JOBS` jobs run at once (each bounded in
+    memory by the verbs' limits, so the server is too); the others wait for a slot, their time
+    limit running.
+    """
     if time_limit_s <= 0:
         raise ToolError(f"time_limit_s must be positive, got {time_limit_s}.")
     report = ctx.report_progress if ctx is not None else None
@@ -117,7 +138,7 @@ async def run_job(ctx: Context | None, work: Callable[[JobControl], T], *, time_
         try:
             # Not abandoned on cancel: the thread is told to stop (by the watchdog's cleanup) and
             # is waited for, so no work keeps running after the request ends.
-            await anyio.to_thread.run_sync(target, abandon_on_cancel=False)
+            await anyio.to_thread.run_sync(target, abandon_on_cancel=False, limiter=_job_slots())
         finally:
             tg.cancel_scope.cancel()
     # A cancelled request must end cancelled (no response), not as a tool error: anyio delivers

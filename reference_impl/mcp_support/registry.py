@@ -7,8 +7,8 @@ that touches files takes ``ctx: Context`` and confines every path with :func:`ro
 a :class:`~reference_impl.errors.SeqpackError`, an ``OSError`` or a ``ToolError`` becomes a tool
 error result (:func:`reference_impl.mcp_support.errors.error_result`); any other exception too,
 as "internal error: <type>: <message>" (its traceback goes to the server log), so a client always
-gets the reason. A JSON boolean is refused where a tool wants a number (pydantic would read it as
-1 or 0). A tool that needs an optional extra (``@tool(extra="train")``) says so in its description
+gets the reason. A JSON boolean or a string is refused where a tool wants a number (pydantic would
+read it as 1 or 0, or parse the string). A tool that needs an optional extra (``@tool(extra="train")``) says so in its description
 and, when the extra is missing, answers with the one-line install hint of
 :mod:`reference_impl.extras` before doing anything; a failed import of another extra's module says
 the same, never an ImportError.
@@ -30,7 +30,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
 from reference_impl import files
-from reference_impl.errors import SeqpackError
+from reference_impl.errors import SeqpackError, is_foreign_panic
 from reference_impl.extras import install_hint, missing_extra_error, require_extra
 from reference_impl.mcp_support.errors import error_result, log
 from reference_impl.mcp_support.hints import READ_ONLY
@@ -64,8 +64,9 @@ class ToolSpec:
 TOOLS: dict[str, ToolSpec] = {}
 
 
-def _error_or_raise(name: str, exc: Exception) -> Any:
-    exc = missing_extra_error(exc) or exc  # a module of a missing extra: the install hint, not an ImportError
+def _error_or_raise(name: str, exc: BaseException) -> Any:
+    if isinstance(exc, Exception):
+        exc = missing_extra_error(exc) or exc  # a module of a missing extra: the install hint, not an ImportError
     result = error_result(name, exc)
     if result is None:
         # unexpected (a bug): the traceback goes to the server log, the client still gets the reason
@@ -83,34 +84,43 @@ class InternalToolError(SeqpackError):
                          "traceback)")
 
 
-def _bool_where_number(tp: Any, value: Any) -> bool:
-    """True when ``value`` holds a boolean where ``tp`` wants an int or float (pydantic would take it as 1/0)."""
+def _not_a_number(tp: Any, value: Any) -> str | None:
+    """Why ``value`` is refused where ``tp`` wants an int or float, else None.
+
+    pydantic's lax mode would read a JSON boolean as 1 or 0 and a numeric string ("8") as the
+    number; the input schema says integer or number, so both are refused (also inside lists and
+    dict values; dict keys are strings in JSON and stay as pydantic reads them).
+    """
     origin = get_origin(tp)
     if origin is Annotated:
-        return _bool_where_number(get_args(tp)[0], value)
+        return _not_a_number(get_args(tp)[0], value)
     if origin in (Union, types.UnionType):
         args = get_args(tp)
-        if bool in args:
-            return False
-        return any(_bool_where_number(a, value) for a in args if a is not type(None))
+        if bool in args or str in args:
+            return None
+        return next((why for a in args if a is not type(None) if (why := _not_a_number(a, value))), None)
     if tp in (int, float):
-        return isinstance(value, bool)
+        if isinstance(value, bool):
+            return f"expected a number, got a boolean ({value!r})"
+        if isinstance(value, str):
+            return f"expected {'an integer' if tp is int else 'a number'}, got a string ({value[:40]!r})"
+        return None
     if origin is list and isinstance(value, list) and get_args(tp):
-        return any(_bool_where_number(get_args(tp)[0], v) for v in value)
+        return next((why for v in value if (why := _not_a_number(get_args(tp)[0], v))), None)
     if origin is dict and isinstance(value, dict) and len(get_args(tp)) == 2:
-        return any(_bool_where_number(get_args(tp)[1], v) for v in value.values())
-    return False
+        return next((why for v in value.values() if (why := _not_a_number(get_args(tp)[1], v))), None)
+    return None
 
 
 def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
-    """``model`` refusing a JSON boolean for an integer or number argument (also inside lists and dicts)."""
+    """``model`` refusing a JSON boolean or string for an integer or number argument (:func:`_not_a_number`)."""
     slots = {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
 
     def no_bools(cls: Any, data: Any) -> Any:
         if isinstance(data, dict):
             for key, annotation in slots.items():
-                if key in data and _bool_where_number(annotation, data[key]):
-                    raise ValueError(f"{key}: expected a number, got a boolean ({data[key]!r})")
+                if key in data and (why := _not_a_number(annotation, data[key])):
+                    raise ValueError(f"{key}: {why}")
         return data
 
     return create_model(model.__name__, __base__=model,
@@ -144,6 +154,10 @@ def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., 
                     return await fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
                 return _error_or_raise(name, exc)
+            except BaseException as exc:  # a Rust panic must not take the server down
+                if not is_foreign_panic(exc):
+                    raise
+                return _error_or_raise(name, exc)
 
         return guarded_async
 
@@ -155,6 +169,10 @@ def _guarded(fn: Callable[..., Any], extra: str | None = None) -> Callable[..., 
             with _confinement(args, kwargs):
                 return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted by _error_or_raise
+            return _error_or_raise(name, exc)
+        except BaseException as exc:  # a Rust panic must not take the server down
+            if not is_foreign_panic(exc):
+                raise
             return _error_or_raise(name, exc)
 
     return guarded

@@ -1,6 +1,6 @@
 """The seqpack MCP server class: the SDK's ``MCPServer`` plus the eval nonce on every tool result.
 
-One override, :meth:`StampedMCPServer.call_tool`, sees the result of every tool after the SDK
+The override :meth:`StampedMCPServer.call_tool` sees the result of every tool after the SDK
 converted it. While ``SEQPACK_EVAL_NONCE`` is set (see :mod:`reference_impl.nonce`) it appends a
 text block ``seqpack-nonce: <value>`` and sets ``_meta["seqpack/nonce"]``; the tool's own
 structured content and its JSON text are left exactly as they were. Without the variable the
@@ -30,7 +30,16 @@ def stamp_result(result: Any) -> Any:
 
 
 class StampedMCPServer(MCPServer):
-    """``MCPServer`` whose tool results carry the eval nonce when the harness set one."""
+    """``MCPServer`` whose tool results carry the eval nonce when the harness set one, and whose stdio
+    transport answers malformed JSON-RPC with JSON-RPC errors (:mod:`reference_impl.mcp_support.wire`)."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve on stdin/stdout as the SDK does, through :func:`~reference_impl.mcp_support.wire.checked_stdio`."""
+        from reference_impl.mcp_support.wire import checked_stdio
+
+        low = self._lowlevel_server
+        async with checked_stdio() as (read_stream, write_stream):
+            await low.run(read_stream, write_stream, low.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # type: ignore[override]
         """Run the tool as the SDK does, complete it (:meth:`finish_result`), then stamp it (:func:`stamp_result`)."""

@@ -179,7 +179,7 @@ async def plan_pack_length(
 
 @tool(title="Simulate bin packing of lengths")
 def simulate_packing(
-    lengths: Annotated[list[Annotated[int, Field(ge=0, le=MAX_SAMPLE_TOKENS)]],
+    lengths: Annotated[list[Annotated[int, Field(ge=1, le=MAX_SAMPLE_TOKENS)]],
                        Field(min_length=1, max_length=MAX_INLINE_LENGTHS, description="item lengths in tokens")],
     capacity: Annotated[PackLen, Field(description="tokens per pack")],
     algorithm: Algorithm = DEFAULT_ALGORITHM,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,47 +79,53 @@ def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob
 
 
 # ------------------------------------------------------------------------------------------------
-# Worker state (one per process)
+# Worker state (one per worker process, and one per thread of the parent: the MCP server runs
+# concurrent jobs serially on their own threads, and they must share no writer)
 # ------------------------------------------------------------------------------------------------
 
-_CONTEXT: TokenizeContext | None = None
-_FILES: dict[str, Any] = {}
-_SPILL: Any = None
+
+class _WorkerState(threading.local):
+    context: TokenizeContext | None = None
+    spill: Any = None
+
+    def __init__(self) -> None:
+        self.files: dict[str, Any] = {}
+
+
+_STATE = _WorkerState()
 
 
 def _init_worker(context: TokenizeContext | None) -> None:
-    global _CONTEXT, _SPILL
-    _CONTEXT = context
-    _FILES.clear()
-    _SPILL = None
+    _STATE.context = context
+    _STATE.files.clear()
+    _STATE.spill = None
 
 
 def _release_worker() -> None:
-    global _SPILL
-    for jf in _FILES.values():
+    for jf in _STATE.files.values():
         jf.close()
-    _FILES.clear()
-    if _SPILL is not None:
-        _SPILL.close()
-        _SPILL = None
+    _STATE.files.clear()
+    if _STATE.spill is not None:
+        _STATE.spill.close()
+        _STATE.spill = None
 
 
 def _jsonl(path: str) -> Any:
-    jf = _FILES.get(path)
+    jf = _STATE.files.get(path)
     if jf is None:
         from reference_impl.data.jsonl import JsonlFile
 
-        jf = _FILES[path] = JsonlFile(path)
+        jf = _STATE.files[path] = JsonlFile(path)
     return jf
 
 
 def _spill_writer(ctx: TokenizeContext) -> Any:
-    global _SPILL
-    if _SPILL is None:
+    if _STATE.spill is None:
         from reference_impl.packing.spill import SpillWriter
 
-        _SPILL = SpillWriter(ctx.spill_dir, f"{ctx.spill_prefix}-{os.getpid()}", np.dtype(ctx.id_dtype))
-    return _SPILL
+        name = f"{ctx.spill_prefix}-{os.getpid()}-{threading.get_ident()}"
+        _STATE.spill = SpillWriter(ctx.spill_dir, name, np.dtype(ctx.id_dtype))
+    return _STATE.spill
 
 
 class _Locations(Sequence):
@@ -138,7 +145,7 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
     """Tokenize one job with this process's context; spill the samples when the context says so."""
     from reference_impl.data.tokenize import tokenize_batch
 
-    ctx = _CONTEXT
+    ctx = _STATE.context
     if ctx is None:  # pragma: no cover - map_jobs always initialises
         raise RuntimeError("tokenization worker used without a context")
     jf = _jsonl(job.path)
@@ -192,6 +199,26 @@ def cut_batch(batch: Any, keep: int) -> Any:
 # ------------------------------------------------------------------------------------------------
 
 
+class _Shielded:
+    """``fn`` for a pool worker: a Rust panic (a ``BaseException`` the pool does not catch, so the worker
+    would die and its job never return) comes back as an ordinary exception naming it."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, job: Any) -> Any:
+        from reference_impl.errors import is_foreign_panic
+
+        try:
+            return self.fn(job)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if not is_foreign_panic(exc):
+                raise
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+
+
 def _start_method() -> str:
     """``fork`` (cheap, shares the parent's imports) unless a torch.distributed group is alive: its
     communication threads make forking unsafe, so workers are spawned (the launching script needs the
@@ -239,7 +266,7 @@ def map_jobs(
 
     pool = mp.get_context(_start_method()).Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(context,))
     try:
-        for job, out in zip(jobs, pool.imap(fn, jobs, chunksize=1)):
+        for job, out in zip(jobs, pool.imap(_Shielded(fn), jobs, chunksize=1)):
             checkpoint()  # a cancelled MCP job stops here (the pool is terminated on the way out)
             if progress is not None:
                 progress(job)

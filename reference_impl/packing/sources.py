@@ -85,11 +85,23 @@ def parse_blend(spec: Sequence[Any], *, where: str) -> list[tuple[float, str]]:
     for i in range(0, len(spec), 2):
         weight, path = spec[i], spec[i + 1]
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
-            raise InputError(f"blend entry {i}: weight must be a positive number, got {weight!r}", file=where, field=f"[{i}]")
+            hint = " (weights must be finite)" if isinstance(weight, float) and weight > 0 else ""
+            if isinstance(weight, str) and _looks_numeric(weight):
+                hint = " (a string; YAML reads 1e3 without a decimal point as text: write 1.0e3)"
+            raise InputError(f"blend entry {i}: weight must be a positive number, got {weight!r}{hint}",
+                             file=where, field=f"[{i}]")
         if not isinstance(path, str) or not path:
             raise InputError(f"blend entry {i + 1}: expected a JSONL path, got {path!r}", file=where, field=f"[{i + 1}]")
         pairs.append((float(weight), path))
     return pairs
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
@@ -98,7 +110,15 @@ def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[fl
 
     path = Path(path)
     text = read_text(path, what="blend manifest", error=InputError)
-    data, _ = load_yaml(text, source=str(path), error=InputError)  # JSON is YAML; bounded like configs
+    if path.suffix.lower() == ".json":  # JSON as JSON (YAML would read 1e3 as a string), bounded like rows
+        from reference_impl.data import jsontext
+
+        try:
+            data = jsontext.loads(text)
+        except jsontext.JsonProblem as exc:
+            raise InputError(exc.message, file=str(path), field=exc.field) from None
+    else:
+        data, _ = load_yaml(text, source=str(path), error=InputError)  # bounded like configs
     splits = {"training": data} if isinstance(data, list) else data
     if not isinstance(splits, dict) or not splits:
         raise InputError("a blend manifest is a list of weights and paths, or a mapping split -> list", file=str(path))
@@ -110,7 +130,13 @@ def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[fl
 
 
 def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
-    share = weights / weights.sum() * total
+    """``total`` draws split in proportion to ``weights`` (finite, positive), largest remainders first.
+
+    The weights are scaled by their largest first, so weights near the float maximum (whose sum
+    overflows to infinity) or subnormal ones give the same split as their ratios do.
+    """
+    scaled = weights / weights.max()
+    share = scaled / scaled.sum() * total
     counts = np.floor(share).astype(np.int64)
     short = total - int(counts.sum())
     if short:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.arguments import non_negative_int, positive_int
+from reference_impl.arguments import is_int, non_negative_int, positive_int
 from reference_impl.choices import ALGORITHMS, DEFAULT_ALGORITHM, OVERSIZE_MODES
 from reference_impl.errors import UsageError
 from reference_impl.limits import (
@@ -78,6 +78,10 @@ def simulate_packing(options: SimulateOptions) -> PackingSimulation:
         raise UsageError("lengths must be a non-empty list of item lengths", field="lengths")
     if len(lengths) > MAX_INLINE_LENGTHS:
         raise UsageError(f"{len(lengths)} lengths given; the limit is {MAX_INLINE_LENGTHS}", field="lengths")
+    empty = next((i for i, v in enumerate(lengths) if is_int(v) and v < 1), None)
+    if empty is not None:
+        raise UsageError(f"lengths[{empty}] is {lengths[empty]}; every item holds at least one token",
+                         field="lengths")
     check_choice("algorithm", options.algorithm, ALGORITHMS)
     check_choice("oversize", options.oversize, OVERSIZE_MODES)
     max_bins = non_negative_int("max_bins", options.max_bins, maximum=MAX_BINS_RETURNED)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference_impl.arguments import positive_int
+from reference_impl.arguments import positive_float, positive_int
 from reference_impl.choices import VISION_PRESETS
 from reference_impl.errors import UsageError
-from reference_impl.limits import MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES
+from reference_impl.limits import MAX_SECONDS_PER_GRID, MAX_TOKENS_PER_SECOND, MAX_VIDEO_FRAMES
 from reference_impl.reports import ImageTokens, MRopeLayout
 from reference_impl.verbs.common import check_choice
 
@@ -33,14 +33,13 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     391
     """
     from reference_impl.data.vision import smart_resize, vision_spec
+    from reference_impl.data.visual_inputs import check_image_size
 
     check_choice("vision", options.vision, VISION_PRESETS)
     h = positive_int("height", options.height)
     w = positive_int("width", options.width)
     frames = positive_int("frames", options.frames, maximum=MAX_VIDEO_FRAMES)
-    if h * w > MAX_IMAGE_PIXELS:
-        raise UsageError(f"{h}x{w} pixels is over the limit of {MAX_IMAGE_PIXELS}", field="height",
-                         fix="limits live in reference_impl/limits.py")
+    check_image_size(h, w, what="image", field="height", error=UsageError)  # the rows' check (visual_inputs)
     spec = vision_spec(options.vision)
     rh, rw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
     t, gh, gw = spec.grid_for_size(h, w, frames)
@@ -101,8 +100,9 @@ def _parse_layout(layout: str, merge: int) -> list[list[tuple[str, tuple[int, ..
                 dims, _, seconds = spec.partition("@")
                 t, h, w = (int(x) for x in dims.lower().split("x"))
                 sec = float(seconds) if seconds else 1.0
-                if min(t, h, w) < 1 or h % merge or w % merge or (kind == "image" and t != 1) or not sec > 0:
+                if min(t, h, w) < 1 or h % merge or w % merge or (kind == "image" and t != 1):
                     raise ValueError
+                positive_float("seconds per temporal patch", sec, maximum=MAX_SECONDS_PER_GRID, field="layout")
             except ValueError:
                 raise UsageError(
                     f"bad layout item {raw.strip()!r}: use text:N, image:1xHxW or video:TxHxW[@seconds] with H and W "
@@ -135,9 +135,7 @@ def mrope_positions(options: MRopeOptions) -> MRopeLayout:
     check_choice("model", options.model, MROPE_MODELS)
     check_choice("text_after_vision", options.text_after_vision, TEXT_AFTER_VISION)
     m = positive_int("pad_seq_to_mult", options.pad_seq_to_mult, maximum=65536)
-    tps = float(options.tokens_per_second)
-    if not tps > 0:
-        raise UsageError("tokens_per_second must be > 0", field="tokens_per_second")
+    tps = positive_float("tokens_per_second", options.tokens_per_second, maximum=MAX_TOKENS_PER_SECOND)
     image_id, video_id, start_id, end_id, text_id = 3, 4, 1, 2, 0
     spec = MRopeSpec(image_id, video_id, merge, tokens_per_second=tps if options.model == "qwen2_5_vl" else None,
                      text_after_vision=options.text_after_vision)

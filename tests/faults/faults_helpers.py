@@ -34,6 +34,12 @@ class Run:
         for needle in needles:
             assert needle in errors[0], (needle, errors[0])
 
+    def refused_with(self, line: str) -> None:
+        """Exit 2 with exactly this one error line (and no traceback)."""
+        self.refused()
+        errors = [x for x in self.err.splitlines() if ": error: " in x and " WARNING " not in x]
+        assert errors[0] == line, (errors[0], line)
+
 
 def digest(paths: Iterable[Path]) -> dict[str, str]:
     """SHA-256 of every file under ``paths`` (files or directories), by path."""
@@ -59,3 +65,118 @@ def assert_accounted(manifest: dict[str, Any]) -> None:
 
 ROWS = [{"prompt": f"question {i} " + "x" * (i % 17), "completion": f"answer {i} " + "y" * (i % 23)}
         for i in range(60)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs that could hang or exhaust memory: a forked child with a deadline and an address-space cap
+# ------------------------------------------------------------------------------------------------
+def _vm_size() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_forked(fn: Any, *, timeout: float = 60.0, memory: int = 3 << 30, cwd: Path | None = None) -> Run:
+    """``fn()`` (returning an exit code) in a forked child: a :class:`Run` of its exit code, stdout and
+    stderr; code 124 when it ran past ``timeout`` s (it is killed), and allocations past ``memory``
+    bytes beyond this process's size fail in the child (MemoryError) instead of exhausting the machine."""
+    import io
+    import os
+    import resource
+    import signal
+    import sys
+    import tempfile
+    import time
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 70
+            try:
+                limit = _vm_size() + memory
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+                if cwd is not None:
+                    os.chdir(cwd)
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", write_through=True)
+                sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8",
+                                              errors="backslashreplace", write_through=True)
+                code = int(fn())
+            except BaseException as exc:  # noqa: BLE001 - reported through the exit code and stderr
+                try:
+                    sys.stderr.write(f"child raised {type(exc).__name__}: {exc}\n")
+                except BaseException:  # noqa: BLE001
+                    pass
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        deadline = time.monotonic() + timeout
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = None
+        code = 124 if status is None else (os.waitstatus_to_exitcode(status))
+        out.seek(0)
+        err.seek(0)
+        return Run(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+
+
+def cli_forked(*args: Any, timeout: float = 60.0, cwd: Path | None = None) -> Run:
+    """``seqpack ARGS`` in a forked child (:func:`run_forked`)."""
+    from reference_impl.cli import main
+
+    return run_forked(lambda: main([str(a) for a in args]), timeout=timeout, cwd=cwd)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tokenizer directories
+# ------------------------------------------------------------------------------------------------
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|> {% endif %}")
+SPECIALS = ["[UNK]", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+CORPUS = ["hello world", "how are you", "fine thanks", "the answer is yes", "question answer", "be brief"]
+
+
+def make_tokenizer(directory: Path, *, template: str | None = TEMPLATE, edit: Any = None) -> Path:
+    """A tiny WordLevel ``tokenizer.json`` plus ``tokenizer_config.json`` (with ``template`` as its
+    chat_template) in ``directory``; ``edit(dict)`` changes the tokenizer.json document first."""
+    import json
+
+    import tokenizers
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.train_from_iterator(CORPUS, tokenizers.trainers.WordLevelTrainer(special_tokens=SPECIALS))
+    doc = json.loads(tok.to_str())
+    if edit is not None:
+        edit(doc)
+    (directory / "tokenizer.json").write_text(json.dumps(doc), encoding="utf-8")
+    config: dict[str, Any] = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+    if template is not None:
+        config["chat_template"] = template
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return directory
+
+
+def chat_rows(n: int, *, special: dict[int, str] | None = None) -> str:
+    """``n`` chat rows of known words (row ``i`` of ``special`` gets that user text instead)."""
+    import json
+
+    rows = []
+    for i in range(n):
+        user = (special or {}).get(i, "hello world how are you")
+        rows.append({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "fine thanks"}]})
+    return "".join(json.dumps(r) + "\n" for r in rows)

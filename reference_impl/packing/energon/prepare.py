@@ -62,7 +62,8 @@ from reference_impl.data.location import at_row
 from reference_impl.errors import InputError, UsageError
 from reference_impl.reports import PreparedEnergonDataset
 from reference_impl.data.vision import load_image
-from reference_impl.data.vlm import image_source, normalize_visual_row, row_has_visuals
+from reference_impl.data.visual_inputs import check_visual_row
+from reference_impl.data.vlm import normalize_visual_row, row_has_visuals
 from reference_impl.packing.energon.media import MediaSpec, insert_marker, member_name, png_bytes, synthetic_image
 
 log = logging.getLogger(__name__)
@@ -140,15 +141,16 @@ class _ShardWriter:
 
 
 def _media_members(
-    row: dict[str, Any], index: int, base_dir: Path, media: MediaSpec | None
+    row: dict[str, Any], index: int, base_dir: Path, media: MediaSpec | None, schema: Any
 ) -> tuple[dict[str, Any], list[tuple[str, bytes]], dict[str, int]]:
     """The row document's row, its image members and counts (module docstring): every image (a
-    file's bytes, or inline pixels as PNG) becomes a member the row names as ``{"member": ...}``."""
+    file's bytes, or inline pixels as PNG) becomes a member the row names as ``{"member": ...}``.
+    The row's images and videos pass the VLM input check first
+    (:func:`reference_impl.data.visual_inputs.check_visual_row`), from their headers."""
     stats = {"samples_with_media": 0, "images": 0, "videos": 0, "frames": 0, "synthetic": 0}
     members: list[tuple[str, bytes]] = []
 
-    def stash(ref: Any, field: str) -> dict[str, str]:
-        source = image_source(ref, base_dir, field)
+    def stash(source: Any, field: str) -> dict[str, str]:  # a checked source: a path, an array or nested lists
         try:
             pixels = load_image(source)  # checks the file decodes (and its size) now, with file and line
         except InputError as err:
@@ -166,16 +168,14 @@ def _media_members(
         stats.update(samples_with_media=1, images=1, synthetic=1)
         return row, members, stats
     text_row, images, videos = normalize_visual_row(row)
+    checked = check_visual_row(text_row, images, videos, schema=schema, base_dir=base_dir)
     out = dict(text_row)
     if images:
-        out["images"] = [stash(ref, f"images[{k}]") for k, ref in enumerate(images)]
+        out["images"] = [stash(c.sources[0], c.field) for c in checked if c.kind == "image"]
     if videos:
         docs = []
-        for k, video in enumerate(videos):
-            where = f"videos[{k}]"
-            if not isinstance(video, dict) or not isinstance(video.get("frames"), list) or not video["frames"]:
-                raise InputError("a video must be {frames: [...], fps: ...} with at least one frame", field=where)
-            frames = [stash(f, where) for f in video["frames"]]
+        for c, video in zip([c for c in checked if c.kind == "video"], videos):
+            frames = [stash(f, f"{c.field}.frames[{j}]") for j, f in enumerate(c.sources)]
             docs.append({**{k2: v for k2, v in video.items() if k2 != "frames"}, "frames": frames})
             stats["frames"] += len(frames)
         out["videos"] = docs
@@ -282,7 +282,7 @@ def prepare_energon_dataset(
                         if len(entry["examples"]) < 5:
                             entry["examples"].append({"file": str(src), "line": loc.line, "row": i})
                         continue
-                    row, members, stats = _media_members(row, i, base_dir, media)
+                    row, members, stats = _media_members(row, i, base_dir, media, schema)
                     for name, count in stats.items():
                         totals[name] += count
                 doc = {"row": row, "source": {"file": source_file, "line": loc.line, "row": i}}

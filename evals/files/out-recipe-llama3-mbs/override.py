@@ -1,0 +1,3 @@
+def apply(cfg):
+    cfg.train.micro_batch_size = 2
+    cfg.train.global_batch_size = 8

@@ -1,0 +1,2 @@
+def apply(cfg):
+    cfg.train.micro_batch_size = 1

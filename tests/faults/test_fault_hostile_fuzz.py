@@ -1,0 +1,45 @@
+"""A few examples of every family of the hostile-input fuzz pass (tests/faults/fuzz_hostile.py) as a test.
+
+Every case must end ``ok`` (worked, or refused with a seqpack error): no crash, hang, changed input
+or silently wrong result. The full pass (``python tests/faults/fuzz_hostile.py 200``) prints the
+counts by class; the negative control shows a crash would be counted as one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import fuzz_hostile
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def eval_base(tmp_path_factory):
+    from reference_impl.cli import main
+    from reference_impl.evaluation.tasks import load_tasks
+
+    base = tmp_path_factory.mktemp("eval") / "run0"
+    assert main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),
+                 "--tasks", load_tasks().tasks[0].id]) == 0
+    return base
+
+
+def test_the_fuzz_pass_finds_nothing(tmp_path, eval_base):
+    fuzz_hostile.DETAILS.clear()
+    counts = fuzz_hostile.fuzz_pass(6, tmp_path, seed=26, eval_base=eval_base)
+    assert all(set(c) == {"ok"} for c in counts.values()), (counts, fuzz_hostile.DETAILS)
+    assert sum(sum(c.values()) for c in counts.values()) == 6 * len(fuzz_hostile.FAMILIES)
+
+
+def test_the_fuzz_would_notice_a_crash_and_a_hang():
+    def crash() -> str:
+        raise ZeroDivisionError("a bug")
+
+    def hang() -> str:
+        while True:
+            pass
+
+    assert fuzz_hostile._classify(crash, timeout=10) == "crash"
+    assert fuzz_hostile._classify(hang, timeout=1) == "hang"
+    assert fuzz_hostile._classify(lambda: "ok", timeout=10) == "ok"
