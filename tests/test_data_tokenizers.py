@@ -6,6 +6,7 @@ import json
 import pickle
 import sys
 
+import numpy as np
 import pytest
 
 from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema
@@ -69,6 +70,18 @@ def test_hf_adapter_loads_specials_and_encodes_without_post_processing(hf_dir):
     assert not tok.space_sensitive  # a whitespace pre-tokenizer swallows spaces
     assert isinstance(tok, Tokenizer)
     assert load_tokenizer(hf_dir).fingerprint() == tok.fingerprint()  # folder or file: same tokenizer
+
+
+def test_hf_batch_encoders_give_the_ids_of_encode(hf_dir):
+    tok = load_tokenizer(hf_dir)
+    texts = ["hello world", "", "fine <s> hello", " ", "world world"]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+    ids, lengths = tok.encode_batch_flat(texts)
+    assert ids.dtype == lengths.dtype == np.int64
+    assert lengths.tolist() == [len(tok.encode(t)) for t in texts]
+    assert ids.tolist() == [i for t in texts for i in tok.encode(t)]
+    empty_ids, empty_lengths = tok.encode_batch_flat([])
+    assert empty_ids.size == 0 and empty_lengths.size == 0
 
 
 def test_hf_fingerprint_changes_with_template(hf_dir):

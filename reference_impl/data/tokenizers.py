@@ -41,6 +41,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -461,9 +462,23 @@ class HFTokenizer:
             out += ":" + hashlib.sha256(blob).hexdigest()[:8]
         return out
 
+    def _encodings(self, texts: list[str]) -> list[Any]:
+        # ``encode_batch_fast`` (tokenizers >= 0.21) skips the character offsets: same ids, about 30 % less time
+        fast = getattr(self.backend, "encode_batch_fast", None)
+        return self._call("cannot encode", fast or self.backend.encode_batch, texts, add_special_tokens=False)
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text, encoded together by the Rust tokenizer (parallel, outside the GIL)."""
-        return [list(e.ids) for e in self._call("cannot encode", self.backend.encode_batch, list(texts), add_special_tokens=False)]
+        return [e.ids for e in self._encodings(list(texts))]
+
+    def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` as one flat id array (int64) plus the per-text lengths (an empty text has no ids)."""
+        texts = list(texts)
+        wanted = [t for t in texts if t]
+        encoded = iter([e.ids for e in self._encodings(wanted)] if wanted else [])
+        parts = [next(encoded) if t else [] for t in texts]
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        return np.fromiter(chain.from_iterable(parts), dtype=np.int64, count=int(lengths.sum())), lengths
 
     # ------------------------------------------------------------ chat
     def _compiled(self) -> Any:

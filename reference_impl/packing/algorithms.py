@@ -714,14 +714,18 @@ def first_fit_in_order(
     ``max_seqs``, fewer than that many items); otherwise a new bin opens. With
     ``oversize_singletons`` an item longer than ``capacity`` opens a bin of its own that
     never takes another item (Megatron-Bridge's behaviour); otherwise such an item raises
-    ``PackingError``. A max segment tree over bins finds each bin in O(log n).
+    ``PackingError``. A max segment tree over bins finds each bin in O(log bins); it starts
+    at the most bins first fit can open (all bins but one are more than half full) and doubles
+    when a limit on items per bin opens more.
     """
     items = lengths.tolist() if isinstance(lengths, np.ndarray) else [int(x) for x in lengths]
     n = len(items)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), 0
-    size = 1 << max(0, (n - 1).bit_length())
+    fitting = [x for x in items if x <= capacity] if capacity > 0 else []
+    bound = n if capacity <= 0 else min(n, 2 * sum(fitting) // capacity + 2 + n - len(fitting))
+    size = 1 << max(0, (bound - 1).bit_length())
     # Leaves are bins; a bin not opened yet has the full capacity free, so the tree walk
     # lands on "open a new bin" by itself. A closed bin reads -1.
     tree = [capacity] * (2 * size)
@@ -731,6 +735,15 @@ def first_fit_in_order(
     seq_ranks = [0] * n
     nbins = 0
     for t, length in enumerate(items):
+        if nbins == size or tree[1] < length <= capacity:  # every leaf is an opened bin: double the tree
+            leaves = tree[size:]
+            size *= 2
+            tree = [capacity] * (2 * size)
+            tree[size : size + len(leaves)] = leaves
+            for node in range(size - 1, 0, -1):
+                left, right = tree[2 * node], tree[2 * node + 1]
+                tree[node] = left if left > right else right
+            counts.extend([0] * (size - len(counts)))
         if length > capacity:
             if not oversize_singletons:
                 raise PackingError(f"item of length {length} exceeds the capacity {capacity}")

@@ -90,11 +90,8 @@ class BridgeHistogram:
         }
 
 
-def bridge_histogram(
-    runtime_lengths: Sequence[int] | np.ndarray, max_seq_length: int
-) -> BridgeHistogram:
-    """Histogram of runtime lengths over ``0..max_seq_length``; longer samples are skipped."""
-    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
+def _histogram_counts(lengths: np.ndarray, max_seq_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts per runtime length ``0..max_seq_length``, the samples longer than it), with Bridge's warning."""
     if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 0:
         raise UsageError(
             f"max_seq_length must be an integer >= 0, got {max_seq_length!r}",
@@ -109,9 +106,18 @@ def bridge_histogram(
             s,
             int(skipped[0]),
         )
+    return np.bincount(lengths[lengths <= s], minlength=s + 1), skipped
+
+
+def bridge_histogram(
+    runtime_lengths: Sequence[int] | np.ndarray, max_seq_length: int
+) -> BridgeHistogram:
+    """Histogram of runtime lengths over ``0..max_seq_length``; longer samples are skipped."""
+    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
+    hist, skipped = _histogram_counts(lengths, max_seq_length)
+    s = int(max_seq_length)
     kept = np.flatnonzero(lengths <= s)
     order = kept[np.argsort(lengths[kept], kind="stable")]
-    hist = np.bincount(lengths[kept], minlength=s + 1)
     buckets: dict[int, list[int]] = {}
     start = 0
     for length in np.flatnonzero(hist).tolist():
@@ -126,6 +132,52 @@ def bridge_histogram(
 # --------------------------------------------------------------------------------------------
 # Bin assignment
 # --------------------------------------------------------------------------------------------
+
+
+def _assign_csr(arr: np.ndarray, pack_size: int, algorithm: str,
+                rng: np.random.RandomState | int | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bridge_assign` as arrays: item indices in placement order, and bin offsets into them."""
+    n = int(arr.shape[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    if algorithm == "first_fit_decreasing" and pack_size > 0 and int(arr.max()) <= pack_size:
+        result = pack_lengths(arr, pack_size, "first_fit_decreasing")
+        return np.asarray(result.order, dtype=np.int64), np.asarray(result.offsets, dtype=np.int64)
+    if algorithm == "first_fit_shuffle":
+        if rng is None:
+            raise UsageError(
+                "first_fit_shuffle needs rng (a numpy RandomState, or a seed)",
+                field="rng",
+                fix="pass rng=bridge_rng(seed) and reuse it for bridge_fill_assignment",
+            )
+        # Bridge shuffles a Python list; the legacy generator draws the same numbers for an array
+        # (one bounded integer per position, last to first), so the order and the stream are the same
+        seq = np.arange(n, dtype=np.int64)
+        _as_rng(rng).shuffle(seq)
+    elif algorithm == "first_fit_decreasing":
+        seq = np.argsort(-arr, kind="stable").astype(np.int64)
+    else:
+        seq = np.arange(n, dtype=np.int64)
+    bins, ranks, nbins = first_fit_in_order(arr[seq], pack_size, oversize_singletons=True)
+    counts = np.bincount(bins, minlength=nbins)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    flat = np.empty(n, dtype=np.int64)
+    flat[offsets[bins] + ranks] = seq
+    return flat, offsets
+
+
+def _check_algorithm(algorithm: str) -> None:
+    if algorithm not in BRIDGE_ALGORITHMS:
+        raise UsageError(
+            f"unknown Bridge packing algorithm {algorithm!r}; choose one of "
+            f"{', '.join(BRIDGE_ALGORITHMS)}",
+            field="algorithm",
+        )
+
+
+def _split(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    values, offs = flat.tolist(), offsets.tolist()
+    return [values[offs[b] : offs[b + 1]] for b in range(len(offs) - 1)]
 
 
 def bridge_assign(
@@ -146,39 +198,8 @@ def bridge_assign(
     """
     pack_size = non_negative_int("pack_size", pack_size)
     arr = as_length_array(lengths)
-    if algorithm not in BRIDGE_ALGORITHMS:
-        raise UsageError(
-            f"unknown Bridge packing algorithm {algorithm!r}; choose one of "
-            f"{', '.join(BRIDGE_ALGORITHMS)}",
-            field="algorithm",
-        )
-    n = int(arr.shape[0])
-    if n == 0:
-        return []
-    if algorithm == "first_fit_decreasing" and pack_size > 0 and int(arr.max()) <= pack_size:
-        return pack_lengths(arr, pack_size, "first_fit_decreasing").bins()
-    if algorithm == "first_fit_shuffle":
-        if rng is None:
-            raise UsageError(
-                "first_fit_shuffle needs rng (a numpy RandomState, or a seed)",
-                field="rng",
-                fix="pass rng=bridge_rng(seed) and reuse it for bridge_fill_assignment",
-            )
-        sequence = list(range(n))
-        _as_rng(rng).shuffle(sequence)
-        seq = np.asarray(sequence, dtype=np.int64)
-    elif algorithm == "first_fit_decreasing":
-        seq = np.argsort(-arr, kind="stable").astype(np.int64)
-    else:
-        seq = np.arange(n, dtype=np.int64)
-    bins, ranks, nbins = first_fit_in_order(arr[seq], pack_size, oversize_singletons=True)
-    counts = np.bincount(bins, minlength=nbins)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    flat = np.empty(n, dtype=np.int64)
-    flat[offsets[bins] + ranks] = seq
-    flat_list = flat.tolist()
-    offs = offsets.tolist()
-    return [flat_list[offs[b] : offs[b + 1]] for b in range(nbins)]
+    _check_algorithm(algorithm)
+    return _split(*_assign_csr(arr, pack_size, algorithm, rng))
 
 
 def bridge_pack_items(
@@ -244,6 +265,28 @@ def bridge_pack_metadata(
     }
 
 
+def _strategy_csr(hist: np.ndarray, pack_size: int, algorithm: str,
+                  rng: np.random.RandomState | int | None) -> tuple[np.ndarray, np.ndarray, dict[str, int | float]]:
+    """:func:`bridge_packing_strategy` as arrays: the lengths of every bin's slots (flat, bin after bin),
+    the bin offsets into them, and the metadata."""
+    if int(hist.sum()) == 0:
+        raise PackingError("the histogram is empty: there is nothing to pack", field="histogram")
+    lengths = np.repeat(np.arange(hist.shape[0], dtype=np.int64), hist)
+    over = int((lengths > pack_size).sum())
+    if over:
+        logger.warning(
+            "%d length(s) exceed the pack size %d and get bins of their own (Bridge's fill "
+            "step cannot place them)",
+            over,
+            pack_size,
+        )
+    order, offsets = _assign_csr(lengths, pack_size, algorithm, rng)
+    slots = lengths[order]
+    sums = np.add.reduceat(slots, offsets[:-1]) if slots.size else np.zeros(0, dtype=np.int64)
+    metadata = bridge_pack_metadata(sums, np.diff(offsets), pack_size, int(lengths.max()))
+    return slots, offsets, metadata
+
+
 def bridge_packing_strategy(
     histogram: Sequence[int],
     pack_size: int,
@@ -261,29 +304,76 @@ def bridge_packing_strategy(
     """
     hist = as_length_array(histogram, field="histogram")
     pack_size = positive_int("pack_size", pack_size)
-    if int(hist.sum()) == 0:
-        raise PackingError("the histogram is empty: there is nothing to pack", field="histogram")
-    lengths = np.repeat(np.arange(hist.shape[0], dtype=np.int64), hist)
-    over = int((lengths > pack_size).sum())
-    if over:
-        logger.warning(
-            "%d length(s) exceed the pack size %d and get bins of their own (Bridge's fill "
-            "step cannot place them)",
-            over,
-            pack_size,
-        )
-    index_bins = bridge_assign(lengths, pack_size, algorithm, rng=rng)
-    flat = lengths.tolist()
-    bins = [[flat[i] for i in b] for b in index_bins]
-    metadata = bridge_pack_metadata(
-        [sum(b) for b in bins], [len(b) for b in bins], pack_size, int(lengths.max())
-    )
-    return bins, metadata
+    _check_algorithm(algorithm)
+    slots, offsets, metadata = _strategy_csr(hist, pack_size, algorithm, rng)
+    return _split(slots, offsets), metadata
 
 
 # --------------------------------------------------------------------------------------------
 # Fill
 # --------------------------------------------------------------------------------------------
+
+
+def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: np.random.RandomState,
+              pack_size: int | None) -> np.ndarray:
+    """:func:`bridge_fill_assignment` as arrays: the sample in every slot (``slots``: the slot lengths,
+    flat, bin after bin, ``offsets`` into them)."""
+
+    def bin_of(slot: int) -> int:
+        return int(np.searchsorted(offsets, slot, side="right")) - 1
+
+    max_slot = int(slots.max()) if slots.size else -1
+    if pack_size is not None and max_slot > pack_size:
+        where = bin_of(int(np.flatnonzero(slots == max_slot)[0]))
+        raise PackingError(
+            f"bin {where} has a slot of length {max_slot}, longer than the pack size {pack_size}",
+            row=where,
+            field="bins",
+        )
+    # Bridge permutes every length bucket up to the pack size (ascending); the largest slot any bin
+    # asks for plays that role here (a longer sample could never be placed anyway). Each bin then
+    # takes, slot by slot, the last remaining sample of the slot's length: the k-th slot of length L
+    # (in bin order) gets the (k+1)-th sample from the end of L's permuted bucket.
+    order = np.argsort(lengths, kind="stable")
+    ranked = lengths[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if ranked.size else ranked
+    stops = np.r_[starts[1:], ranked.shape[0]].astype(np.int64)
+    uniq = ranked[starts] if ranked.size else ranked
+    stacked = order.copy()
+    for start, stop, length in zip(starts.tolist(), stops.tolist(), uniq.tolist()):
+        if length > max_slot:
+            break
+        stacked[start:stop] = order[start:stop][rs.permutation(stop - start)]
+    by_length = np.argsort(slots, kind="stable")
+    sorted_slots = slots[by_length]
+    group = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]]) if slots.size else sorted_slots
+    rank = np.empty(slots.size, dtype=np.int64)
+    rank[by_length] = np.arange(slots.size) - np.repeat(group, np.diff(np.r_[group, slots.size]))
+    pos = np.searchsorted(uniq, slots)
+    known = pos < uniq.size
+    known[known] = uniq[pos[known]] == slots[known]
+    pos = np.where(known, pos, 0)
+    size = np.where(known, stops[pos] - starts[pos], 0) if uniq.size else np.zeros(slots.size, np.int64)
+    empty = np.flatnonzero(rank >= size)
+    if empty.size:
+        first = int(empty[0])
+        raise PackingError(
+            f"bin {bin_of(first)} has a slot of length {int(slots[first])} but no sample of that "
+            "length is left",
+            row=bin_of(first),
+            field="bins",
+        )
+    samples = stacked[starts[pos] + size - 1 - rank] if slots.size else np.zeros(0, dtype=np.int64)
+    used = np.bincount(pos, minlength=uniq.size) if slots.size else np.zeros(uniq.size, np.int64)
+    left = [stacked[a : b - u] for a, b, u in zip(starts.tolist(), stops.tolist(), used.tolist()) if b - u > a]
+    unplaced = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
+    if unplaced.size:
+        raise PackingError(
+            f"{unplaced.size} sample(s) have no slot in the bins (first: sample {int(unplaced.min())})",
+            row=int(unplaced.min()),
+            field="sample_lengths",
+        )
+    return samples
 
 
 def bridge_fill_assignment(
@@ -304,51 +394,10 @@ def bridge_fill_assignment(
     samples do not match one to one.
     """
     lengths = as_length_array(sample_lengths, field="sample_lengths")
-    rs = _as_rng(rng)
-    max_slot = max((max(b) for b in bins if len(b)), default=-1)
-    if pack_size is not None and max_slot > pack_size:
-        where = next(i for i, b in enumerate(bins) if len(b) and max(b) == max_slot)
-        raise PackingError(
-            f"bin {where} has a slot of length {max_slot}, longer than the pack size {pack_size}",
-            row=where,
-            field="bins",
-        )
-    # Bridge permutes every length bucket up to the pack size; the largest slot any bin asks
-    # for plays that role here (a longer sample could never be placed anyway).
-    order = np.argsort(lengths, kind="stable")
-    ranked = lengths[order]
-    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if ranked.size else ranked
-    stops = np.r_[starts[1:], ranked.shape[0]]
-    stacks: dict[int, list[int]] = {}
-    for start, stop in zip(starts.tolist(), stops.tolist()):
-        length = int(ranked[start])
-        if length > max_slot:
-            break
-        bucket = order[start:stop]
-        stacks[length] = bucket[rs.permutation(stop - start)].tolist()
-    out: list[list[int]] = []
-    for b, slots in enumerate(bins):
-        row: list[int] = []
-        for length in slots:
-            stack = stacks.get(int(length))
-            if not stack:
-                raise PackingError(
-                    f"bin {b} has a slot of length {int(length)} but no sample of that "
-                    "length is left",
-                    row=b,
-                    field="bins",
-                )
-            row.append(stack.pop())
-        out.append(row)
-    unplaced = sorted(i for stack in stacks.values() for i in stack)
-    unplaced += np.flatnonzero(lengths > max_slot).tolist()
-    if unplaced:
-        raise PackingError(
-            f"{len(unplaced)} sample(s) have no slot in the bins (first: sample {min(unplaced)})",
-            row=min(unplaced),
-            field="sample_lengths",
-        )
-    return out
+    counts = np.fromiter((len(b) for b in bins), dtype=np.int64, count=len(bins))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    slots = np.fromiter((int(x) for b in bins for x in b), dtype=np.int64, count=int(offsets[-1]))
+    return _split(_fill_csr(lengths, slots, offsets, _as_rng(rng), pack_size), offsets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,6 +441,52 @@ class BridgePack:
         return out
 
 
+@dataclass(frozen=True)
+class BridgeAssignment:
+    """Bridge's packed rows as arrays: row ``r`` holds samples ``order[offsets[r]:offsets[r + 1]]``
+    (in Bridge's segment order), ``slots`` their runtime lengths; ``skipped`` the samples longer
+    than ``max_seq_length``; ``metadata`` Bridge's six keys."""
+
+    order: np.ndarray
+    offsets: np.ndarray
+    slots: np.ndarray
+    metadata: dict[str, int | float]
+    skipped: np.ndarray
+    max_seq_length: int
+
+
+def bridge_pack_csr(
+    runtime_lengths: Sequence[int] | np.ndarray,
+    pack_size: int,
+    *,
+    seed: int,
+    algorithm: str = "first_fit_shuffle",
+    max_seq_length: int | None = None,
+) -> BridgeAssignment:
+    """:func:`bridge_pack_samples` as arrays (what offline packing uses: no per-row lists)."""
+    pack_size = positive_int("pack_size", pack_size)
+    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
+    _check_algorithm(algorithm)
+    s = pack_size if max_seq_length is None else int(max_seq_length)
+    rs = bridge_rng(seed)
+    hist, skipped = _histogram_counts(lengths, s)
+    kept = np.flatnonzero(lengths <= s)
+    too_long = kept[lengths[kept] > pack_size]
+    if too_long.size:
+        first = int(too_long[0])
+        raise PackingError(
+            f"{too_long.size} sample(s) are longer than the pack size {pack_size} but within "
+            f"max_seq_length {s}; the first is sample {first} with length {int(lengths[first])}",
+            row=first,
+            field="runtime_lengths",
+            fix="use max_seq_length <= pack_size",
+        )
+    slots, offsets, metadata = _strategy_csr(hist, pack_size, algorithm, rs)
+    local = _fill_csr(lengths[kept], slots, offsets, rs, pack_size)
+    return BridgeAssignment(order=kept[local], offsets=offsets, slots=slots, metadata=metadata, skipped=skipped,
+                            max_seq_length=s)
+
+
 def bridge_pack_samples(
     runtime_lengths: Sequence[int] | np.ndarray,
     pack_size: int,
@@ -406,35 +501,18 @@ def bridge_pack_samples(
     between its ``np.random.seed(seed)`` and the restore. ``max_seq_length`` (default:
     ``pack_size``) is the histogram cut-off; samples above it are reported in ``skipped``.
     Raises ``PackingError`` when a kept sample is longer than ``pack_size`` (Bridge would fail
-    in its fill step) or when nothing is left to pack.
+    in its fill step) or when nothing is left to pack. :func:`bridge_pack_csr` gives the same
+    rows as arrays.
     """
-    pack_size = positive_int("pack_size", pack_size)
-    lengths = as_length_array(runtime_lengths, field="runtime_lengths")
-    s = pack_size if max_seq_length is None else int(max_seq_length)
-    rs = bridge_rng(seed)
-    hist = bridge_histogram(lengths, s)
-    kept = np.flatnonzero(lengths <= s)
-    too_long = kept[lengths[kept] > pack_size]
-    if too_long.size:
-        first = int(too_long[0])
-        raise PackingError(
-            f"{too_long.size} sample(s) are longer than the pack size {pack_size} but within "
-            f"max_seq_length {s}; the first is sample {first} with length {int(lengths[first])}",
-            row=first,
-            field="runtime_lengths",
-            fix="use max_seq_length <= pack_size",
-        )
-    bins, metadata = bridge_packing_strategy(hist.histogram, pack_size, algorithm, rng=rs)
-    local = bridge_fill_assignment(lengths[kept], bins, rs, pack_size=pack_size)
-    kept_list = kept.tolist()
-    sample_bins = [[kept_list[i] for i in row] for row in local]
+    done = bridge_pack_csr(runtime_lengths, pack_size, seed=seed, algorithm=algorithm,
+                           max_seq_length=max_seq_length)
     return BridgePack(
-        bins=bins,
-        sample_bins=sample_bins,
-        metadata=metadata,
-        skipped=hist.skipped,
-        pack_size=pack_size,
-        max_seq_length=s,
+        bins=_split(done.slots, done.offsets),
+        sample_bins=_split(done.order, done.offsets),
+        metadata=done.metadata,
+        skipped=done.skipped.tolist(),
+        pack_size=int(pack_size),
+        max_seq_length=done.max_seq_length,
         algorithm=algorithm,
         seed=int(seed),
     )

@@ -340,12 +340,11 @@ def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
     from reference_impl.packing import algorithms
 
     if options.bridge_compat:
-        from reference_impl.packing.bridge_compat import bridge_pack_samples
+        from reference_impl.packing.bridge_compat import bridge_pack_csr
 
-        pack = bridge_pack_samples(runtime, options.pack_size, seed=options.seed, algorithm=options.algorithm)
-        sizes = np.fromiter((len(b) for b in pack.sample_bins), dtype=np.int64, count=len(pack.sample_bins))
-        order = np.fromiter((i for b in pack.sample_bins for i in b), dtype=np.int64, count=int(sizes.sum()))
-        offsets = offsets_of(sizes)
+        pack = bridge_pack_csr(runtime, options.pack_size, seed=options.seed, algorithm=options.algorithm)
+        order, offsets = pack.order, pack.offsets
+        sizes = np.diff(offsets)
         sums = np.add.reduceat(runtime[order], offsets[:-1]) if order.size else np.zeros(0, np.int64)
         stats = {
             "algorithm": options.algorithm,

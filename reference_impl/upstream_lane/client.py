@@ -27,6 +27,18 @@ WORKER = HERE / "worker.py"
 OPS = HERE / "ops"
 
 
+def lane_environment(workdir: Path) -> dict[str, str]:
+    """The environment a process in the lane's interpreter runs with: this process's, less its Python
+    and venv variables, one thread per library, offline Hugging Face with its home in ``workdir``,
+    no CUDA, a large ``WORLD_SIZE`` (``$SEQPACK_LANE_WORLD_SIZE``) and a fixed hash seed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_HOME=str(Path(workdir) / "hf-home"),
+               WORLD_SIZE=env.get("SEQPACK_LANE_WORLD_SIZE", "100000"), PYTHONDONTWRITEBYTECODE="1",
+               CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0")
+    return env
+
+
 class UpstreamError(RuntimeError):
     """An op raised in the upstream worker: ``type`` and ``message`` are the upstream exception's."""
 
@@ -61,12 +73,7 @@ class UpstreamLane:
         return self.workdir / "worker.log"
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", HF_HOME=str(self.workdir / "hf-home"),
-                   WORLD_SIZE=env.get("SEQPACK_LANE_WORLD_SIZE", "100000"), PYTHONDONTWRITEBYTECODE="1",
-                   CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0")
-        return env
+        return lane_environment(self.workdir)
 
     def _start(self) -> None:
         self._log = open(self.log_path, "ab")

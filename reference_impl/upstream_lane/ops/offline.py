@@ -68,7 +68,8 @@ def op_prepare(cases: list[dict]) -> list[dict]:
 
     A case holds the function's arguments (paths as strings; ``tokenizer``: an HF tokenizer folder,
     ``eod``: optional distinct end-of-document id) and always uses Bridge's own dataset builder,
-    ``megatron.bridge.data.builders.gpt_sft.build_gpt_sft_split``, with one tokenizer worker.
+    ``megatron.bridge.data.builders.gpt_sft.build_gpt_sft_split``, with one tokenizer worker unless the
+    case sets ``num_tokenizer_workers``.
     Answers ``{"raises": False, "metadata": <the metadata file's JSON after the call>}``; the packed
     rows are in ``output_path`` (Parquet when it ends in ``.parquet``, as Bridge writes it).
     """
@@ -92,7 +93,7 @@ def op_prepare(cases: list[dict]) -> list[dict]:
                 packing_algorithm=case.get("packing_algorithm", "first_fit_shuffle"),
                 dataset_kwargs=_dataset_kwargs(case.get("dataset_kwargs")),
                 pad_seq_to_mult=case.get("pad_seq_to_mult", 1),
-                num_tokenizer_workers=1,
+                num_tokenizer_workers=case.get("num_tokenizer_workers", 1),
                 dataset_builder=build_gpt_sft_split,
             )
         except Exception as exc:  # noqa: BLE001 - an upstream failure is this case's answer
@@ -156,6 +157,8 @@ def op_algorithms(cases: list[dict]) -> list[dict]:
     """
     from megatron.bridge.data.packing import algorithms as alg
 
+    import _bridge_packing
+
     out = []
     for case in cases:
         state = np.random.get_state()
@@ -172,12 +175,10 @@ def op_algorithms(cases: list[dict]) -> list[dict]:
                 bins, metadata = alg.create_packing_strategy(*args)
                 out.append({"raises": False, "bins": bins, "metadata": metadata})
             elif fn == "pack_and_fill":
-                dataset = [{"input_ids": [i] * (n + 1), "loss_mask": [1] * (n + 1)} for i, n in enumerate(case["lengths"])]
-                sequences, histogram = alg.create_hist(dataset, case.get("max_seq_length", case["pack_size"]))
-                bins, metadata = alg.create_packing_strategy(histogram, case["pack_size"], case["algorithm"])
-                rows = alg.fill_packing_strategy(bins, sequences, case["pack_size"], 0)
-                out.append({"raises": False, "metadata": metadata,
-                            "rows": [[row["input_ids"][s] for s in row["seq_start_id"]] for row in rows]})
+                done = _bridge_packing.pack_and_fill(_bridge_packing.stand_in_samples(case["lengths"]), case["pack_size"],
+                                                     case["algorithm"], None, case.get("max_seq_length"))
+                out.append({"raises": False, "metadata": done["metadata"],
+                            "rows": _bridge_packing.sample_rows(done["packed"])})
             else:
                 raise KeyError(f"unknown algorithms case {fn!r}")
         except Exception as exc:  # noqa: BLE001
