@@ -247,6 +247,41 @@ def test_decreasing_fits_match_reference_with_many_bins(max_seqs):
         assert res.bins() == slow_pack(lengths, 4096, algorithm, max_seqs=max_seqs), algorithm
 
 
+def _bins_of(bins: np.ndarray, ranks: np.ndarray, nbins: int) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in range(nbins)]
+    for item in np.lexsort((ranks, bins)).tolist():
+        out[int(bins[item])].append(item)
+    return out
+
+
+@pytest.mark.parametrize("steps", [0, 1, 8])
+@pytest.mark.parametrize("max_seqs", [None, 1, 3])
+def test_first_fit_in_order_matches_a_linear_scan_on_both_of_its_searches(monkeypatch, steps, max_seqs):
+    # steps 0: the segment tree takes over after the first repair; 8: the prefix maximum does (nearly) all
+    monkeypatch.setattr(algorithms, "_PREFIX_STEPS_PER_ITEM", steps)
+    rng = np.random.default_rng(steps * 10 + (max_seqs or 0))
+    for _ in range(40):
+        lengths = rng.integers(0, 65, int(rng.integers(1, 400)))
+        bins, ranks, nbins = first_fit_in_order(lengths, 64, max_seqs)
+        assert _bins_of(bins, ranks, nbins) == slow_pack(lengths, 64, "first_fit", max_seqs=max_seqs)
+
+
+def test_first_fit_in_order_moves_to_the_tree_when_repairs_run_long(monkeypatch):
+    # bins whose free space falls bin after bin, then items that each take the first of them: every
+    # repair of the running maximum walks every bin, so the search must move to the tree
+    capacity, m = 10_000, 2_000
+    lengths = np.array([capacity - (m - i) for i in range(m)] + [m - i for i in range(m)], dtype=np.int64)
+    calls = []
+    tree = algorithms._first_fit_tree
+    monkeypatch.setattr(algorithms, "_first_fit_tree", lambda *a: (calls.append(a[1]), tree(*a))[1])
+    bins, ranks, nbins = first_fit_in_order(lengths, capacity)
+    assert len(calls) == 1 and m < calls[0] < m + 20  # soon after the long repairs start
+    assert _bins_of(bins, ranks, nbins) == slow_pack(lengths, capacity, "first_fit")
+    calls.clear()
+    first_fit_in_order(sample_lengths("lognormal", 5_000, seed=3, max_len=4096), 4096)
+    assert calls == []  # a usual length mix never needs it
+
+
 def test_vectorised_ffd_matches_item_by_item_first_fit_at_scale():
     lengths = sample_lengths("uniform", 40_000, seed=1, max_len=4096)
     order = decreasing_order(lengths)

@@ -29,9 +29,10 @@ step reduces to "walk the candidate bins in rule order and hand each ``min(free 
 items". BFD keeps its bins bucketed by free space (one bucket per free-space level), FFD keeps
 bins in opening order in blocks with a per-block maximum of the free space. Python work is
 proportional to the number of distinct lengths and buckets touched, not to the number of items
-(FFD switches to the per-item tree below when there are few items per distinct length).
-First fit in input or shuffled order has no such structure; it walks a max segment tree over
-bins once per item (O(n log n)). Next fit is a single linear pass.
+(FFD switches to the per-item search below when there are few items per distinct length).
+First fit in input or shuffled order has no such structure; per item it bisects the running
+maximum of the bins' free space, with a max segment tree over the bins (O(n log n)) as the bound
+for inputs that make that maximum costly to repair. Next fit is a single linear pass.
 
 The result is returned as ``PackResult``: a bin id per item plus a CSR layout (items grouped
 by bin in placement order), per-bin token sums and summary statistics.
@@ -61,8 +62,8 @@ _T = TypeVar("_T")
 MAX_BFD_CAPACITY = MAX_PACK_LEN
 # Bins per block in the first-fit-decreasing block index.
 _FFD_BLOCK = 256
-# First fit decreasing costs about one vectorised step (~25 us) per distinct length, or ~2 us
-# per item with the segment tree; below this many items per distinct length the tree wins.
+# First fit decreasing costs about one vectorised step (~25 us) per distinct length, or about 1 us
+# per item with first_fit_in_order; below this many items per distinct length the per-item search wins.
 _FFD_ITEMS_PER_LENGTH = 12
 
 
@@ -697,8 +698,11 @@ def _first_fit_decreasing(lengths: np.ndarray, capacity: int, max_seqs: int | No
 
 
 # --------------------------------------------------------------------------------------------
-# First fit in a given order: one max-segment-tree walk per item
+# First fit in a given order: a prefix maximum searched with bisect, a max segment tree as the bound
 # --------------------------------------------------------------------------------------------
+
+#: Steps of prefix-maximum repair allowed per item (on average) before first fit moves to the tree.
+_PREFIX_STEPS_PER_ITEM = 8
 
 
 def first_fit_in_order(
@@ -714,27 +718,94 @@ def first_fit_in_order(
     ``max_seqs``, fewer than that many items); otherwise a new bin opens. With
     ``oversize_singletons`` an item longer than ``capacity`` opens a bin of its own that
     never takes another item (Megatron-Bridge's behaviour); otherwise such an item raises
-    ``PackingError``. A max segment tree over bins finds each bin in O(log bins); it starts
-    at the most bins first fit can open (all bins but one are more than half full) and doubles
-    when a limit on items per bin opens more.
+    ``PackingError``.
+
+    The running maximum of the bins' free space (over bins in opening order) is non-decreasing,
+    so the first bin with room is a ``bisect`` in it (C speed); placing an item repairs the
+    maximum from that bin up to the next bin with at least as much room, usually a few steps.
+    Inputs that make those repairs long (free space falling bin after bin) move, once the repairs
+    pass :data:`_PREFIX_STEPS_PER_ITEM` per item, to a max segment tree over the bins
+    (O(log bins) per item) for the rest: the same bins either way.
     """
     items = lengths.tolist() if isinstance(lengths, np.ndarray) else [int(x) for x in lengths]
     n = len(items)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), 0
-    fitting = [x for x in items if x <= capacity] if capacity > 0 else []
-    bound = n if capacity <= 0 else min(n, 2 * sum(fitting) // capacity + 2 + n - len(fitting))
+    limit = n + 1 if max_seqs is None else max_seqs
+    seq_bins = [0] * n
+    seq_ranks = [0] * n
+    free: list[int] = []  # per opened bin; a closed bin (or an oversize singleton) reads -1
+    counts: list[int] = []
+    peak: list[int] = []  # peak[i] = max(free[: i + 1]), non-decreasing
+    budget = _PREFIX_STEPS_PER_ITEM * n
+    find = bisect.bisect_left
+    for t, length in enumerate(items):
+        if length > capacity:
+            if not oversize_singletons:
+                raise PackingError(f"item of length {length} exceeds the capacity {capacity}")
+            b = len(free)
+        else:
+            b = find(peak, length)
+        if b == len(free):  # a new bin
+            f = capacity - length if length <= capacity else -1
+            if limit <= 1:
+                f = -1
+            free.append(f)
+            counts.append(1)
+            peak.append(f if not peak or f > peak[-1] else peak[-1])
+            seq_bins[t] = b
+            continue
+        seq_bins[t] = b
+        c = counts[b]
+        seq_ranks[t] = c
+        counts[b] = c + 1
+        old = free[b]
+        f = -1 if c + 1 >= limit else old - length
+        free[b] = f
+        # repair the running maximum from b on: it held old up to the next bin with >= old free
+        cur = peak[b - 1] if b else -1
+        if f > cur:
+            cur = f
+        last = len(free)
+        j = b
+        while True:
+            peak[j] = cur
+            j += 1
+            if j == last:
+                break
+            fj = free[j]
+            if fj >= old:
+                break
+            if fj > cur:
+                cur = fj
+        budget -= j - b
+        if budget < 0:
+            _first_fit_tree(items, t + 1, capacity, limit, oversize_singletons, free, counts, seq_bins, seq_ranks)
+            break
+    return np.asarray(seq_bins, dtype=np.int64), np.asarray(seq_ranks, dtype=np.int64), len(free)
+
+
+def _first_fit_tree(items: list[int], start: int, capacity: int, limit: int, oversize_singletons: bool,
+                    free: list[int], counts: list[int], seq_bins: list[int], seq_ranks: list[int]) -> None:
+    """First fit of ``items[start:]`` on a max segment tree over the bins, from the state the prefix
+    search left (``free`` and ``counts`` of the opened bins, extended in place)."""
+    rest = items[start:]
+    fitting = [x for x in rest if x <= capacity] if capacity > 0 else []
+    bound = len(free) + (len(rest) if capacity <= 0 else min(len(rest), 2 * sum(fitting) // capacity + 2
+                                                              + len(rest) - len(fitting)))
     size = 1 << max(0, (bound - 1).bit_length())
     # Leaves are bins; a bin not opened yet has the full capacity free, so the tree walk
     # lands on "open a new bin" by itself. A closed bin reads -1.
     tree = [capacity] * (2 * size)
-    counts = [0] * size
-    limit = n + 1 if max_seqs is None else max_seqs
-    seq_bins = [0] * n
-    seq_ranks = [0] * n
-    nbins = 0
-    for t, length in enumerate(items):
+    tree[size : size + len(free)] = free
+    for node in range(size - 1, 0, -1):
+        left, right = tree[2 * node], tree[2 * node + 1]
+        tree[node] = left if left > right else right
+    nbins = len(free)
+    counts.extend([0] * (size - len(counts)))
+    for t in range(start, len(items)):
+        length = items[t]
         if nbins == size or tree[1] < length <= capacity:  # every leaf is an opened bin: double the tree
             leaves = tree[size:]
             size *= 2
@@ -777,7 +848,7 @@ def first_fit_in_order(
                 break
             tree[node] = top
             node >>= 1
-    return np.asarray(seq_bins, dtype=np.int64), np.asarray(seq_ranks, dtype=np.int64), nbins
+    free[:] = tree[size : size + nbins]
 
 
 # --------------------------------------------------------------------------------------------
