@@ -965,11 +965,10 @@ def main(argv: list[str] | None = None) -> int:
             if section in args.sections:
                 print(f"{section}:", flush=True)
                 getattr(bench, section)()
-        data_info = bench.data_info
+                # what is measured so far survives a later failure (the large cells take an hour)
+                write_report(Path(args.out), args, bench, started, load_start, os.getloadavg(), partial=True)
     load_end = os.getloadavg()
-    in_batch_runs = bench.cells.pop("in_batch_runs", {})
-    text, compared = tables(bench.cells)
-    goals = targets(compared, args.large_rows)
+    text, compared, goals = write_report(Path(args.out), args, bench, started, load_start, load_end, partial=False)
     print()
     print(f"seqpack vs megatron-bridge 0.6.2 (megatron-core 0.19.2), {os.cpu_count()} CPUs; load average "
           f"{load_start[0]:.1f} at start, {load_end[0]:.1f} at the end (1-minute)")
@@ -981,17 +980,29 @@ def main(argv: list[str] | None = None) -> int:
     for note in bench.notes:
         print(f"  note: {note}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "args": vars(args), "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cpus": os.cpu_count(), "load_start": load_start, "load_end": load_end,
-        "versions": {"megatron-bridge": "0.6.2", "megatron-core": "0.19.2"},
-        "inputs": {str(k): v for k, v in data_info.items()}, "tokenizers": bench.tokenizers,
-        "sections": bench.cells, "in_batch_runs": in_batch_runs, "compared": compared, "targets": goals,
-        "notes": bench.notes,
-    }, indent=1, default=str))
     print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
+
+
+def write_report(out: Path, args: argparse.Namespace, bench: Any, started: str, load_start: tuple, load_end: tuple,
+                 *, partial: bool) -> tuple[str, list[dict], list[dict]]:
+    """Write the JSON report of the cells measured so far (``partial``: a later section may still fail)
+    and return the tables, the timed comparisons and the targets."""
+    cells = {k: v for k, v in bench.cells.items() if k != "in_batch_runs"}
+    text, compared = tables(cells)
+    goals = targets(compared, args.large_rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({
+        "args": vars(args), "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "partial": partial, "cpus": os.cpu_count(), "load_start": load_start, "load_end": load_end,
+        "versions": {"megatron-bridge": "0.6.2", "megatron-core": "0.19.2"},
+        "inputs": {str(k): v for k, v in bench.data_info.items()}, "tokenizers": bench.tokenizers,
+        "sections": cells, "in_batch_runs": bench.cells.get("in_batch_runs", {}), "compared": compared,
+        "targets": goals, "notes": bench.notes,
+    }, indent=1, default=str))
+    os.replace(tmp, out)
+    return text, compared, goals
 
 
 if __name__ == "__main__":
