@@ -1,0 +1,601 @@
+"""A fuzz pass over special files, symlinks, protected outputs, planted caches, roots inside files.
+
+Every CLI command with a path argument gets every hostile path; every MCP tool with a path argument
+gets every hostile path inside and outside its root. Each run is classified:
+  crash        traceback / "internal error" / exit code not in {0,1,2}
+  hang         no answer within the deadline
+  data_loss    a sentinel (a file outside, a user file, a special file, a symlink's target) changed
+  root_escape  (MCP) a canary from outside the root reached a result or a file in the root, or a write landed outside
+  wrong        exit 0 / success where a refusal (or an integrity issue) is due
+  clean        otherwise
+Usage: python tests/faults/fuzz_files.py [SEQPACK_PYTHON]  (prints a table; writes fuzz-results.json in its
+temporary directory and prints that path)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+PY = sys.argv[1] if len(sys.argv) > 1 else sys.executable
+CANARY = "CANARYTOKEN"
+DEADLINE = 90
+W = Path(tempfile.mkdtemp(prefix="seqpack-fuzz-files-"))
+RESULTS: list[dict] = []
+RESULTS_LOST: dict[str, list] = {}
+
+
+def digest_tree(paths):
+    out = {}
+    for base in paths:
+        base = Path(base)
+        items = [base] if not base.is_dir() or base.is_symlink() else sorted(base.rglob("*"))
+        for p in items:
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+            elif stat.S_ISLNK(st.st_mode):
+                out[str(p)] = "link:" + os.readlink(p)
+            else:
+                out[str(p)] = f"mode:{stat.S_IFMT(st.st_mode)}"
+    return out
+
+
+# ------------------------------------------------------------------ fixtures
+def rows(n, tag=""):
+    return "".join(json.dumps({"prompt": f"q{i} {tag}", "completion": f"a{i} {tag}"}) + "\n" for i in range(n))
+
+
+def png(path, text=None):
+    from PIL import Image, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    if text:
+        info.add_text("c", text)
+    Image.new("RGB", (28, 28), (200, 30, 30)).save(path, pnginfo=info)
+
+
+outside = W / "outside"
+outside.mkdir()
+(outside / "canary.jsonl").write_text(rows(10, CANARY))
+(outside / "canary.yaml").write_text(f"model:\n  seq_length: 1024\n# {CANARY}\n")
+(outside / "canary.jinja").write_text("{% for m in messages %}" + CANARY + " {{ m['content'] }}\n{% endfor %}")
+png(outside / "canary.png", CANARY)
+(outside / "precious.json").write_text('{"keep": true}\n')
+home = W / "home"
+home.mkdir()
+(home / "keep.txt").write_text("mine\n")
+
+H = W / "hostile"
+H.mkdir()
+
+
+def special(name, kind):
+    p = H / name
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "chr":
+        os.mknod(p, 0o600 | stat.S_IFCHR, os.stat("/dev/zero").st_rdev)
+    elif kind == "null":
+        os.mknod(p, 0o600 | stat.S_IFCHR, os.stat("/dev/null").st_rdev)
+    elif kind == "sock":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(p))
+        SOCKS.append(s)
+    elif kind == "dir":
+        p.mkdir()
+    elif kind == "out-link":
+        p.symlink_to(outside / "canary.jsonl")
+    elif kind == "dangling":
+        p.symlink_to(H / "nowhere")
+    elif kind == "loop":
+        p.symlink_to(p)
+    return p
+
+
+SOCKS = []
+good = W / "data" / "good.jsonl"
+good.parent.mkdir()
+good.write_text(rows(40))
+HOSTILE_INPUTS = {}
+for ext in ("jsonl", "yaml", "json", "parquet"):
+    for kind in ("fifo", "chr", "sock", "dir", "out-link", "dangling", "loop"):
+        HOSTILE_INPUTS[(ext, kind)] = special(f"{kind}.{ext}", kind)
+blend_fifo = H / "blend-fifo.yaml"
+blend_fifo.write_text(f"[1.0, {HOSTILE_INPUTS[('jsonl', 'fifo')]}]\n")
+HOSTILE_INPUTS[("yaml", "blend-with-fifo")] = blend_fifo
+tokdir_fifo = H / "tok-fifo"
+tokdir_fifo.mkdir()
+os.mkfifo(tokdir_fifo / "tokenizer.json")
+HOSTILE_INPUTS[("tok", "fifo-in-dir")] = tokdir_fifo
+vlm_fifo = H / "vlm-fifo.jsonl"
+os.mkfifo(H / "img-fifo.png")
+vlm_fifo.write_text(json.dumps({"prompt": "<image> x", "completion": "y", "images": [str(H / "img-fifo.png")]}) + "\n")
+HOSTILE_INPUTS[("jsonl", "vlm-image-fifo")] = vlm_fifo
+vlm_dev = H / "vlm-dev.jsonl"
+vlm_dev.write_text(json.dumps({"prompt": "<image> x", "completion": "y", "images": ["/dev/zero"]}) + "\n")
+HOSTILE_INPUTS[("jsonl", "vlm-image-chardev")] = vlm_dev
+
+outs = W / "outs"
+outs.mkdir()
+OUT_TARGETS = {
+    "root": Path("/"), "home": home, "usr": Path("/usr"), "cwd": Path("."),
+    "fifo": special("out-fifo", "fifo"), "chr": special("out-chr", "null"), "file": outs / "a-file.txt",
+    "link-outside-dir": outs / "link-dir", "dangling": outs / "dangling",
+}
+(outs / "a-file.txt").write_text("keep me\n")
+(outs / "link-dir").symlink_to(outside)
+(outs / "dangling").symlink_to(outs / "nowhere")
+META_TARGETS = {"fifo": special("meta-fifo.json", "fifo"), "chr": special("meta-chr.json", "null"),
+                "link-outside": outs / "meta-link.json", "dir": outs}
+(outs / "meta-link.json").symlink_to(outside / "precious.json")
+
+SENTINELS = [outside, home, outs, H]
+
+
+def release_fifos():
+    for p in list(H.rglob("*")) + list(outs.rglob("*")):
+        try:
+            if stat.S_ISFIFO(os.lstat(p).st_mode):
+                for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+                    try:
+                        os.close(os.open(p, flags))
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+
+
+def top_entries():
+    return set(os.listdir("/")) | {f"usr/{n}" for n in os.listdir("/usr")} | {f"etc/{n}" for n in os.listdir("/etc")}
+
+
+# ------------------------------------------------------------------ CLI runs
+def cli(case, family, args, *, expect, cwd=None, env=None):
+    """expect: 'refuse' (exit 2), 'issue' (exit 1), 'ok' (exit 0), 'any' (0/1/2)."""
+    before = digest_tree(SENTINELS)
+    tops = top_entries()
+    env = {**os.environ, "HOME": str(home), **(env or {})}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([PY, "-m", "reference_impl", *map(str, args)], capture_output=True, text=True,
+                              timeout=DEADLINE, cwd=cwd or W, env=env)
+        code, err, out = proc.returncode, proc.stderr, proc.stdout
+    except subprocess.TimeoutExpired:
+        release_fifos()
+        code, err, out = "hang", "", ""
+    took = time.monotonic() - t0
+    after = digest_tree(SENTINELS)
+    new_tops = top_entries() - tops
+    for n in new_tops:  # a protected place was written: record, and undo what the fuzz caused
+        target = Path("/") / n
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    cls = "clean"
+    if code == "hang":
+        cls = "hang"
+    elif "Traceback" in err or "internal error" in err or code not in (0, 1, 2):
+        cls = "crash"
+    else:
+        # data loss: something that was there is gone or changed (new files are writes, judged by `expect`),
+        # or a protected place (/, /usr, /etc) received a new entry
+        lost = [k for k in before if after.get(k) != before[k]]
+        if lost or new_tops:
+            cls = "data_loss"
+            RESULTS_LOST[case] = lost[:5]
+    if cls == "clean":
+        if expect == "refuse" and code != 2:
+            cls = "wrong"
+        elif expect == "issue" and code != 1:
+            cls = "wrong"
+        elif expect == "ok" and code != 0:
+            cls = "wrong"
+        if expect == "refuse" and code == 2:
+            lines = [l for l in err.splitlines() if ": error: " in l]
+            if len(lines) != 1:
+                cls = "wrong"
+    RESULTS.append({"face": "cli", "family": family, "case": case, "class": cls, "code": code, "s": round(took, 2),
+                    "err": err.strip().splitlines()[-1][:240] if err.strip() else "", "new_tops": sorted(new_tops)})
+
+
+def run_cli():
+    fresh = outs / "fresh"
+    readers = {
+        "pack input": lambda p: ["pack", p, "--out", fresh / "p", "--pack-size", 256],
+        "pack --validation": lambda p: ["pack", good, "--validation", p, "--out", fresh / "p", "--pack-size", 256],
+        "pack --tokenizer": lambda p: ["pack", good, "--tokenizer", p, "--out", fresh / "p", "--pack-size", 256],
+        "plan --jsonl": lambda p: ["plan", "--jsonl", p],
+        "plan --tokenizer": lambda p: ["plan", "--jsonl", good, "--tokenizer", p],
+        "batches input": lambda p: ["batches", p],
+        "batches --tokenizer": lambda p: ["batches", good, "--tokenizer", p],
+        "batches global input": lambda p: ["batches", p, "--mode", "global-batch"],
+        "energon-prepare input": lambda p: ["energon-prepare", p, "--out", fresh / "e"],
+        "validate config": lambda p: ["validate", p],
+        "smoke --config": lambda p: ["smoke", "--path", "offline", "--config", p],
+        "smoke --data": lambda p: ["smoke", "--path", "offline", "--data", p],
+        "inspect path": lambda p: ["inspect", p],
+        "eval score run_dir": lambda p: ["eval", "score", p],
+        "eval list --tasks-file": lambda p: ["eval", "list", "--tasks-file", p],
+        "eval report run_dir": lambda p: ["eval", "report", p, "--out", fresh / "r.md"],
+        "mcp --root": lambda p: ["mcp", "--root", p, "--lifetime", "1"],
+    }
+    for name, make in readers.items():
+        for (ext, kind), path in HOSTILE_INPUTS.items():
+            if kind == "dir" and name in ("inspect path", "eval score run_dir", "eval report run_dir", "mcp --root"):
+                continue  # a directory is what these take
+            if kind == "out-link":
+                expect = "any"  # the CLI has no roots: reading a symlinked file is allowed
+            else:
+                expect = "refuse"
+            if ext == "tok" and "tokenizer" not in name:
+                continue
+            cli(f"{name} <- {kind}.{ext}", "special files/symlinks", make(path), expect=expect)
+        shutil.rmtree(fresh, ignore_errors=True)
+    writers = {
+        "pack --out": lambda t: ["pack", good, "--out", t, "--pack-size", 256],
+        "energon-prepare --out": lambda t: ["energon-prepare", good, "--out", t],
+        "energon-prepare --out --overwrite": lambda t: ["energon-prepare", good, "--out", t, "--overwrite"],
+        "install-skill --project": lambda t: ["install-skill", "--client", "claude", "--project", t],
+        "install-skill --project --force": lambda t: ["install-skill", "--client", "codex", "--project", t, "--force"],
+        "eval report --out": lambda t: ["eval", "report", W / "run", "--out", t],
+        "eval export --out": lambda t: ["eval", "export", "--out", t],
+    }
+    for name, make in writers.items():
+        for kind, target in OUT_TARGETS.items():
+            expect = "refuse"
+            if kind == "link-outside-dir" and name.startswith(("pack", "install")):
+                expect = "any"  # writing inside a symlinked directory is allowed without roots
+            if kind in ("dangling",) and name.startswith("pack"):
+                expect = "any"
+            if name.startswith("eval export") and kind in ("link-outside-dir", "dangling"):
+                expect = "any"
+            cli(f"{name} -> {kind}", "output safety", make(target), expect=expect, cwd=outs)
+    for kind, target in META_TARGETS.items():
+        cli(f"pack --metadata-path -> {kind}", "special files/symlinks",
+            ["pack", good, "--out", outs / "fresh" / "m", "--pack-size", 256, "--metadata-path", target], expect="refuse")
+    shutil.rmtree(outs / "fresh", ignore_errors=True)
+
+
+# ------------------------------------------------------------------ caches and artifacts
+def run_caches():
+    import numpy as np
+
+    base = W / "caches"
+    base.mkdir()
+    # planted index: row 0 three times
+    d = base / "planted.jsonl"
+    d.write_text(rows(40))
+    subprocess.run([PY, "-c", f"from reference_impl.data.jsonl import JsonlFile; JsonlFile({str(d)!r})"], check=True)
+    cache = base / ".seqpack-cache" / "planted.jsonl.idx.npz"
+    with np.load(cache) as z:
+        arrays = {k: z[k] for k in z.files}
+    for k in ("starts", "ends", "lines"):
+        arrays[k][1:3] = arrays[k][0]
+    with open(cache, "wb") as fh:
+        np.savez(fh, **arrays)
+    cli("pack <- planted index", "planted caches", ["pack", d, "--out", base / "o1", "--pack-size", 256, "--json"],
+        expect="ok")
+    res = json.loads(subprocess.run([PY, "-m", "reference_impl", "pack", d, "--out", base / "o1", "--pack-size", "256",
+                                     "--json"], capture_output=True, text=True).stdout or "{}")
+    packed = res.get("splits", {}).get("training", {}).get("accounting", {}).get("packed")
+    if packed != 40:
+        RESULTS[-1]["class"] = "wrong"
+    # stale index: same-size edit in the middle, mtime restored
+    s = base / "stale.jsonl"
+    s.write_text("".join(json.dumps({"prompt": f"q{i} " + "x" * 200, "completion": f"a{i}"}) + "\n" for i in range(80)))
+    subprocess.run([PY, "-c", f"from reference_impl.data.jsonl import JsonlFile; JsonlFile({str(s)!r})"], check=True)
+    lines = s.read_text().splitlines(keepends=True)
+    lines[40] = "{" + "!" * (len(lines[40]) - 2) + "\n"
+    st = s.stat()
+    s.write_text("".join(lines))
+    os.utime(s, ns=(st.st_atime_ns, st.st_mtime_ns))
+    cli("pack <- stale index (edited)", "planted caches", ["pack", s, "--out", base / "o2", "--pack-size", 512],
+        expect="refuse")
+    for tool in ("plan", "batches"):
+        args = ["plan", "--jsonl", s] if tool == "plan" else ["batches", s, "--num-batches", "100"]
+        cli(f"{tool} <- stale index (edited)", "planted caches", args, expect="refuse")
+    # FIFO as cache
+    f = base / "fifocache.jsonl"
+    f.write_text(rows(20))
+    os.mkfifo(base / ".seqpack-cache" / "fifocache.jsonl.idx.npz")
+    cli("pack <- FIFO as index cache", "planted caches", ["pack", f, "--out", base / "o3", "--pack-size", 256], expect="ok")
+    # manifest accounting edited
+    m = base / "acct.jsonl"
+    m.write_text(rows(40))
+    subprocess.run([PY, "-m", "reference_impl", "pack", m, "--out", base / "o4", "--pack-size", "256"], capture_output=True)
+    man = next((base / "o4").rglob("seqpack_manifest.json"))
+    doc = json.loads(man.read_text())
+    acc = doc["splits"]["training"]["accounting"]
+    acc.update(packed=acc["packed"] - 5, skipped_total=5, skipped={"empty_completion": {"count": 5, "examples": []}})
+    man.write_text(json.dumps(doc))
+    before = len(RESULTS)
+    cli("pack reuse <- edited accounting", "planted caches", ["pack", m, "--out", base / "o4", "--pack-size", 256],
+        expect="ok")
+    out = subprocess.run([PY, "-m", "reference_impl", "pack", m, "--out", base / "o4", "--pack-size", "256"],
+                         capture_output=True, text=True).stdout
+    # the run above already rebuilt it; check the rebuilt manifest is right
+    if json.loads(man.read_text())["splits"]["training"]["accounting"]["packed"] != 40:
+        RESULTS[before]["class"] = "wrong"
+    # metadata understating, consistent records
+    meta = next((base / "o4").rglob("*_metadata.jsonl"))
+    entries = json.loads(meta.read_text())
+    entries[0].update(max_samples_per_bin=1, dataset_max_seqlen=1)
+    meta.write_text(json.dumps(entries))
+    doc = json.loads(man.read_text())
+    data = meta.read_bytes()
+    doc["files"][meta.name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    man.write_text(json.dumps(doc))
+    cli("inspect <- understated metadata", "planted caches", ["inspect", man.parent], expect="issue")
+    # energon: missing shard, missing index, stray shard
+    e = base / "ds"
+    subprocess.run([PY, "-m", "reference_impl", "energon-prepare", m, "--out", e, "--shard-size", "10"],
+                   capture_output=True, check=True)
+    for damage in ("missing shard", "missing index", "stray shard"):
+        c = base / f"ds-{damage.replace(' ', '-')}"
+        shutil.copytree(e, c)
+        if damage == "missing shard":
+            (c / "shards" / "train-00001.tar").unlink()
+        elif damage == "missing index":
+            (c / ".nv-meta" / "split.yaml").unlink()
+        else:
+            shutil.copy(c / "shards" / "train-00000.tar", c / "shards" / "train-00007.tar")
+        cli(f"inspect energon <- {damage}", "planted caches", ["inspect", c], expect="issue")
+    # the same file as two splits
+    cli("pack <- same file train+validation", "planted caches",
+        ["pack", m, "--validation", m, "--out", base / "o5", "--pack-size", 256], expect="refuse")
+    # a user dir inside a pack / energon dataset / .nv-meta file
+    pack_dir = man.parent
+    (pack_dir / "mine").mkdir()
+    cli("pack --overwrite <- user dir inside", "output safety",
+        ["pack", m, "--out", base / "o4", "--pack-size", 256, "--overwrite"], expect="refuse")
+    if not (pack_dir / "mine").is_dir():
+        RESULTS[-1]["class"] = "data_loss"
+    (e / ".nv-meta" / "notes.txt").write_text("mine")
+    cli("energon --overwrite <- user file in .nv-meta", "output safety",
+        ["energon-prepare", m, "--out", e, "--overwrite"], expect="refuse")
+    if not (e / ".nv-meta" / "notes.txt").is_file():
+        RESULTS[-1]["class"] = "data_loss"
+
+
+# ------------------------------------------------------------------ kill -9 during swaps
+def run_swaps():
+    base = W / "swaps"
+    base.mkdir()
+    src = base / "a.jsonl"
+    src.write_text(rows(30))
+    small = base / "b.jsonl"
+    small.write_text(rows(8, "b"))
+    code = ("import os, signal, sys\nfrom reference_impl import files\nstep = sys.argv[1]\n"
+            "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None\n"
+            "from reference_impl.cli import main\nsys.exit(main(sys.argv[2:]))\n")
+    for step in ("start", "aside", "in", "done"):
+        for follow in ("energon-prepare", "energon-prepare --overwrite"):
+            out = base / f"ds-{step}-{follow.count('-')}"
+            subprocess.run([PY, "-m", "reference_impl", "energon-prepare", src, "--out", out], capture_output=True,
+                           check=True)
+            subprocess.run([PY, "-c", code, step, "energon-prepare", small, "--out", out, "--overwrite"],
+                           capture_output=True, timeout=DEADLINE)
+            args = ["energon-prepare", small, "--out", out] + (["--overwrite"] if "overwrite" in follow else [])
+            proc = subprocess.run([PY, "-m", "reference_impl", *map(str, args)], capture_output=True, text=True,
+                                  timeout=DEADLINE)
+            ok = subprocess.run([PY, "-c", "import sys; from reference_impl.packing.energon.prepare import read_manifest;"
+                                 "print(read_manifest(sys.argv[1]).samples)", out], capture_output=True, text=True)
+            cls = "clean" if ok.returncode == 0 else "data_loss"
+            if "Traceback" in proc.stderr:
+                cls = "crash"
+            RESULTS.append({"face": "cli", "family": "output safety", "case": f"kill -9 at {step}, then {follow}",
+                            "class": cls, "code": proc.returncode, "err": proc.stderr.strip()[-200:],
+                            "after": ok.stdout.strip()})
+
+
+# ------------------------------------------------------------------ MCP
+async def mcp_call(root, tool, args):
+    from mcp import Client
+    from reference_impl.mcp_server import build_server
+
+    async with Client(build_server([root])) as client:
+        with_timeout = asyncio.wait_for(client.call_tool(tool, args), DEADLINE)
+        result = await with_timeout
+    return result.is_error, "".join(getattr(c, "text", "") for c in result.content)
+
+
+def mcp(case, family, root, tool, args, *, expect):
+    before = digest_tree([outside, home])
+    try:
+        error, text = asyncio.run(mcp_call(root, tool, args))
+        status = "error" if error else "ok"
+    except (asyncio.TimeoutError, TimeoutError):
+        release_fifos()
+        status, text = "hang", ""
+    except Exception as exc:  # noqa: BLE001
+        status, text = "crash", f"{type(exc).__name__}: {exc}"
+    after = digest_tree([outside, home])
+    canary_in = CANARY in text
+    for p in root.rglob("*"):
+        try:
+            if stat.S_ISREG(os.lstat(p).st_mode) and p.stat().st_size < 50 << 20 and CANARY.encode() in p.read_bytes():
+                canary_in = True
+        except OSError:
+            pass
+    cls = "clean"
+    if status == "hang":
+        cls = "hang"
+    elif status == "crash" or "internal error" in text.lower() or "Traceback" in text:
+        cls = "crash"
+    elif before != after:
+        cls = "root_escape"
+    elif canary_in:
+        cls = "root_escape"
+    elif expect == "refuse" and status != "error":
+        cls = "wrong"
+    elif expect == "ok" and status != "ok":
+        cls = "wrong"
+    RESULTS.append({"face": "mcp", "family": family, "case": case, "class": cls, "status": status,
+                    "text": text.strip().splitlines()[0][:240] if text.strip() else ""})
+
+
+def run_mcp():
+    root = W / "mcproot"
+    root.mkdir()
+    (root / "good.jsonl").write_text(rows(30))
+    png(root / "mine.png")
+    env_cache = W / "user-cache"
+    os.environ["SEQPACK_CACHE_DIR"] = str(env_cache)
+    inside = {}
+    for kind in ("fifo", "chr", "sock", "dir", "out-link", "dangling", "loop"):
+        p = root / f"h-{kind}.jsonl"
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "chr":
+            os.mknod(p, 0o600 | stat.S_IFCHR, os.stat("/dev/zero").st_rdev)
+        elif kind == "sock":
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(str(p))
+            SOCKS.append(s)
+        elif kind == "dir":
+            p.mkdir()
+        elif kind == "out-link":
+            p.symlink_to(outside / "canary.jsonl")
+        elif kind == "dangling":
+            p.symlink_to(root / "nowhere")
+        else:
+            p.symlink_to(p)
+        inside[kind] = p.name
+    inside["dotdot"] = "../outside/canary.jsonl"
+    inside["absolute-outside"] = str(outside / "canary.jsonl")
+    (root / "blend-out.yaml").write_text(f"[1.0, {outside / 'canary.jsonl'}]\n")
+    inside["blend->outside"] = "blend-out.yaml"
+    (root / "blend-fifo.yaml").write_text(f"[1.0, {root / 'h-fifo.jsonl'}]\n")
+    inside["blend->fifo"] = "blend-fifo.yaml"
+    for name, ref in (("img-abs", str(outside / "canary.png")), ("img-dotdot", "../outside/canary.png"),
+                      ("img-fifo", "h-fifo.jsonl"), ("img-dev", "/dev/zero"), ("img-link", "img-link.png")):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps({"prompt": f"<image> q{i}", "completion": "red",
+                                                                "images": [ref]}) + "\n" for i in range(4)))
+        inside[f"rows:{name}"] = f"{name}.jsonl"
+    (root / "img-link.png").symlink_to(outside / "canary.png")
+    # .seqpack-cache symlink out, and a planted cache
+    (root / "c").mkdir()
+    (root / "c" / "d.jsonl").write_text(rows(20))
+    (outside / "cachedir").mkdir()
+    (root / "c" / ".seqpack-cache").symlink_to(outside / "cachedir")
+    inside["cache-symlink-out"] = "c/d.jsonl"
+    # tokenizer dirs
+    import tokenizers
+    for tname, extra in (("tok-link", "link"), ("tok-fifo-cfg", "fifo-cfg"), ("tok-ok", None)):
+        td = root / tname
+        td.mkdir()
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="[UNK]"))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+        tok.train_from_iterator(["q a 0 1 2 3 4 5 6 7 8 9 user assistant hi yo"],
+                                tokenizers.trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"]))
+        tok.save(str(td / "tokenizer.json"))
+        if extra == "fifo-cfg":
+            os.mkfifo(td / "tokenizer_config.json")
+        else:
+            (td / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+        if extra == "link":
+            (td / "chat_template.jinja").symlink_to(outside / "canary.jinja")
+    (root / "chat.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                                                      {"role": "assistant", "content": f"yo {i}"}]}) + "\n"
+                                             for i in range(6)))
+    (root / "cfg-link.yaml").symlink_to(outside / "canary.yaml")
+    ok_kinds = {"dotdot": "refuse", "absolute-outside": "refuse"}
+    tools = {
+        "validate_config.path": lambda p: ("validate_config", {"path": p}),
+        "plan_pack_length.jsonl_path": lambda p: ("plan_pack_length", {"jsonl_path": p}),
+        "pack_dataset.input_path": lambda p: ("pack_dataset", {"input_path": p, "output_dir": "o", "pack_size": 256}),
+        "pack_dataset.validation_path": lambda p: ("pack_dataset", {"input_path": "good.jsonl", "validation_path": p,
+                                                                    "output_dir": "o", "pack_size": 256}),
+        "inspect_packed_dataset.path": lambda p: ("inspect_packed_dataset", {"path": p}),
+        "inspect_in_batch.input_path": lambda p: ("inspect_in_batch", {"input_path": p, "mbs": 2}),
+        "inspect_global_batch.input_path": lambda p: ("inspect_global_batch", {"input_path": p}),
+        "prepare_energon_dataset.input_path": lambda p: ("prepare_energon_dataset", {"input_path": p, "output_dir": "e"}),
+        "run_packing_smoke_test.data_path": lambda p: ("run_packing_smoke_test", {"data_path": p, "path": "offline",
+                                                                                  "cp_check": False}),
+    }
+    for tname, make in tools.items():
+        for kind, ref in inside.items():
+            if kind == "dir" and tname == "inspect_packed_dataset.path":
+                continue
+            if kind.startswith("rows:") and not tname.startswith(("inspect_in_batch", "prepare_energon",
+                                                                  "plan_pack_length", "pack_dataset.input")):
+                continue
+            if kind == "cache-symlink-out":
+                expect = "any"
+            else:
+                expect = "refuse"
+            tool, args = make(ref)
+            mcp(f"{tname} <- {kind}", "roots/special files", root, tool, args, expect=expect)
+            for leftover in ("o", "e"):
+                p = root / leftover
+                if p.exists() and not p.is_symlink():
+                    shutil.rmtree(p)
+    mcp("validate_config.path <- symlink outside", "roots", root, "validate_config", {"path": "cfg-link.yaml"},
+        expect="refuse")
+    mcp("pack_dataset.tokenizer <- chat_template.jinja symlink outside", "roots", root, "pack_dataset",
+        {"input_path": "chat.jsonl", "output_dir": "o", "pack_size": 64, "tokenizer_path": "tok-link/tokenizer.json"},
+        expect="refuse")
+    mcp("pack_dataset.tokenizer <- FIFO tokenizer_config.json", "roots/special files", root, "pack_dataset",
+        {"input_path": "chat.jsonl", "output_dir": "o", "pack_size": 64, "tokenizer_path": "tok-fifo-cfg/tokenizer.json"},
+        expect="refuse")
+    mcp("pack_dataset.tokenizer <- ok (control)", "roots", root, "pack_dataset",
+        {"input_path": "good.jsonl", "output_dir": "o", "pack_size": 64, "tokenizer_path": "tok-ok/tokenizer.json"},
+        expect="ok")
+    shutil.rmtree(root / "o", ignore_errors=True)
+    (root / "outlink").symlink_to(outside)
+    os.mkfifo(root / "meta.fifo")
+    (root / "meta-link.json").symlink_to(outside / "precious.json")
+    for kind, args in (("output_dir symlink outside", {"output_dir": "outlink"}), ("output_dir ..", {"output_dir": ".."}),
+                       ("metadata_path FIFO", {"output_dir": "o", "metadata_path": "meta.fifo"}),
+                       ("metadata_path symlink outside", {"output_dir": "o", "metadata_path": "meta-link.json"}),
+                       ("metadata_path ../outside", {"output_dir": "o", "metadata_path": "../outside/new.json"})):
+        mcp(f"pack_dataset <- {kind}", "roots/output safety", root, "pack_dataset",
+            {"input_path": "good.jsonl", "pack_size": 256, **args}, expect="refuse")
+    for kind, out in (("symlink outside", "outlink"), ("..", "..")):
+        mcp(f"prepare_energon_dataset.output_dir <- {kind}", "roots/output safety", root, "prepare_energon_dataset",
+            {"input_path": "good.jsonl", "output_dir": out}, expect="refuse")
+    if env_cache.exists():
+        RESULTS.append({"face": "mcp", "family": "roots", "case": "user cache outside the root written",
+                        "class": "root_escape"})
+
+
+def main():
+    # a scored run for eval report
+    repo = Path(__file__).resolve().parent
+    run_cli()
+    run_caches()
+    run_swaps()
+    run_mcp()
+    counts = defaultdict(Counter)
+    for r in RESULTS:
+        counts[(r["face"], r["family"])][r["class"]] += 1
+    classes = ["clean", "crash", "hang", "data_loss", "root_escape", "wrong"]
+    print(f"{'face':5s} {'family':28s} " + " ".join(f"{c:>11s}" for c in classes) + "  total")
+    total = Counter()
+    for key in sorted(counts):
+        c = counts[key]
+        total.update(c)
+        print(f"{key[0]:5s} {key[1]:28s} " + " ".join(f"{c[x]:11d}" for x in classes) + f"  {sum(c.values())}")
+    print(f"{'all':34s} " + " ".join(f"{total[x]:11d}" for x in classes) + f"  {sum(total.values())}")
+    (W / "fuzz-results.json").write_text(json.dumps({"results": RESULTS, "lost": RESULTS_LOST}, indent=1))
+    print(f"results: {W / 'fuzz-results.json'}")
+    for r in RESULTS:
+        if r["class"] != "clean":
+            print("NOT CLEAN:", r)
+
+
+if __name__ == "__main__":
+    main()
+    print(W)
