@@ -83,8 +83,10 @@ H = W / "hostile"
 H.mkdir()
 
 
-def special(name, kind):
-    p = H / name
+def special(name, kind, base=None):
+    """A hostile file ``name`` of ``kind`` in ``base`` (default: the hostile-inputs folder)."""
+    base = H if base is None else base
+    p = base / name
     if kind == "fifo":
         os.mkfifo(p)
     elif kind == "chr":
@@ -100,7 +102,7 @@ def special(name, kind):
     elif kind == "out-link":
         p.symlink_to(outside / "canary.jsonl")
     elif kind == "dangling":
-        p.symlink_to(H / "nowhere")
+        p.symlink_to(base / "nowhere")
     elif kind == "loop":
         p.symlink_to(p)
     return p
@@ -455,23 +457,7 @@ def run_mcp():
     os.environ["SEQPACK_CACHE_DIR"] = str(env_cache)
     inside = {}
     for kind in ("fifo", "chr", "sock", "dir", "out-link", "dangling", "loop"):
-        p = root / f"h-{kind}.jsonl"
-        if kind == "fifo":
-            os.mkfifo(p)
-        elif kind == "chr":
-            os.mknod(p, 0o600 | stat.S_IFCHR, os.stat("/dev/zero").st_rdev)
-        elif kind == "sock":
-            s = socket.socket(socket.AF_UNIX)
-            s.bind(str(p))
-            SOCKS.append(s)
-        elif kind == "dir":
-            p.mkdir()
-        elif kind == "out-link":
-            p.symlink_to(outside / "canary.jsonl")
-        elif kind == "dangling":
-            p.symlink_to(root / "nowhere")
-        else:
-            p.symlink_to(p)
+        p = special(f"h-{kind}.jsonl", kind, root)
         inside[kind] = p.name
     inside["dotdot"] = "../outside/canary.jsonl"
     inside["absolute-outside"] = str(outside / "canary.jsonl")
