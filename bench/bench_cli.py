@@ -19,14 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 COMMANDS = {
     "python -c pass (interpreter floor)": [sys.executable, "-c", "pass"],
-    "seqpack align --tp 4 --cp 2 --sp": [sys.executable, "-m", "reference_impl", "align", "--tp", "4", "--cp", "2", "--sp"],
+    "seqpack align --tp 4 --cp 2 --sp": [sys.executable, "-m", "seqpack", "align", "--tp", "4", "--cp", "2", "--sp"],
     "seqpack validate --example offline_8k_tp4_cp2_sp": [
-        sys.executable, "-m", "reference_impl", "validate", "--example", "offline_8k_tp4_cp2_sp"],
-    "seqpack rules --json": [sys.executable, "-m", "reference_impl", "rules", "--json"],
+        sys.executable, "-m", "seqpack", "validate", "--example", "offline_8k_tp4_cp2_sp"],
+    "seqpack rules --json": [sys.executable, "-m", "seqpack", "rules", "--json"],
 }
 
 
@@ -52,8 +52,8 @@ def main() -> None:
         results[name] = {"median_s": med, "min_s": best, "runs": times}
         rows.append([name, f"{med * 1000:.0f} ms", f"{best * 1000:.0f} ms"])
 
-    from reference_impl.config import load_config, validate_config
-    from reference_impl.examples import example_path
+    from seqpack.config import load_config, validate_config
+    from seqpack.config.examples import example_path
 
     cfg = load_config(example_path("offline_8k_tp4_cp2_sp"))
     n = 2000

@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference_impl.data.demo import demo_path  # noqa: E402
-from reference_impl.data.jsonl import JsonlFile, build_line_index  # noqa: E402
-from reference_impl.data.schemas import default_schema  # noqa: E402
-from reference_impl.data.tokenize import to_training_example, tokenize_row  # noqa: E402
-from reference_impl.data.tokenizers import ByteTokenizer  # noqa: E402
+from seqpack.data.demo import demo_path  # noqa: E402
+from seqpack.data.jsonl import JsonlFile, build_line_index  # noqa: E402
+from seqpack.data.schemas import default_schema  # noqa: E402
+from seqpack.data.tokenize import to_training_example, tokenize_row  # noqa: E402
+from seqpack.data.tokenizers import ByteTokenizer  # noqa: E402
 
 
 def make_input(folder: Path, mib: int) -> Path:

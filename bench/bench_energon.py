@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from reference_impl.config import load_config  # noqa: E402
-from reference_impl.data import demo_path  # noqa: E402
-from reference_impl.packing.energon.loader import get_savable_loader, get_train_dataset  # noqa: E402
-from reference_impl.packing.energon.media import MediaSpec  # noqa: E402
-from reference_impl.packing.energon.prepare import prepare_energon_dataset  # noqa: E402
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.config import load_config  # noqa: E402
+from seqpack.data import demo_path  # noqa: E402
+from seqpack.packing.energon.loader import get_savable_loader, get_train_dataset  # noqa: E402
+from seqpack.packing.energon.media import MediaSpec  # noqa: E402
+from seqpack.packing.energon.prepare import prepare_energon_dataset  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 torch.utils.data._utils.worker.MP_STATUS_CHECK_INTERVAL = 0.1
 torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL = 0.1

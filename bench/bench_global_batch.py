@@ -2,7 +2,7 @@
 
 One command: ``python bench/bench_global_batch.py`` prints a table and writes
 ``bench/results/global_batch.json``. For each length mix (``lognormal``: heavy-tailed;
-``bimodal``: short and long chats; :func:`reference_impl.data.length_mixes.sample_lengths`,
+``bimodal``: short and long chats; :func:`seqpack.data.length_mixes.sample_lengths`,
 lengths in [8, 4096] rounded up to the CP=2 alignment of 4) and each global batch size (default 256
 and 1024 samples), ``--steps`` seeded global batches are split over 8 DP ranks the way the loaders
 split them (rank ``d`` loads samples ``d, d+8, ...``) and scheduled side by side, in one run, by
@@ -11,7 +11,7 @@ split them (rank ``d`` loads samples ``d, d+8, ...``) and scheduled side by side
 * ``balanced``: seqpack's scheduler (attention cost, sum of ``L**2``);
 * ``balanced_tokens``: the same scheduler balancing tokens (sum ``L``; ``BalancedScheduler(cost="tokens")``);
 * ``lpt``: plain LPT on the attention cost, then first fit decreasing per rank
-  (:class:`reference_impl.packing.global_batch.balanced.LPTScheduler`), the baseline ``balanced`` must
+  (:class:`seqpack.packing.global_batch.balanced.LPTScheduler`), the baseline ``balanced`` must
   match or beat;
 * ``per_rank``: no global view; every rank packs only what it loaded (first fit decreasing) and
   runs as many micro-batches as the busiest rank needs.
@@ -19,7 +19,7 @@ split them (rank ``d`` loads samples ``d, d+8, ...``) and scheduled side by side
 Packs hold at most ``max_seqlen_per_dp_cp_rank * CP = 4096 * 2 = 8192`` tokens. Reported per cell
 (mean over steps; median and p95 too): max/mean rank load per step in tokens (sum ``L``) and in
 attention cost (sum ``L**2``), the lower bound on the attention ratio
-(:func:`reference_impl.packing.global_batch.balanced.cost_lower_bound`), micro-batches per step,
+(:func:`seqpack.packing.global_batch.balanced.cost_lower_bound`), micro-batches per step,
 and time per step (median and p95 of the whole ``schedule_global_batch`` call, collectives
 excluded; the schedulers take turns on every step, after one warm-up call each).
 
@@ -42,17 +42,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from reference_impl.alignment import round_up  # noqa: E402
-from reference_impl.data.length_mixes import sample_lengths  # noqa: E402
-from reference_impl.packing.algorithms import pack_lengths  # noqa: E402
-from reference_impl.packing.global_batch import schedule_global_batch  # noqa: E402
-from reference_impl.packing.global_batch.balanced import (  # noqa: E402
+from seqpack.core.alignment import round_up  # noqa: E402
+from seqpack.data.length_mixes import sample_lengths  # noqa: E402
+from seqpack.packing.algorithms import pack_lengths  # noqa: E402
+from seqpack.packing.global_batch import schedule_global_batch  # noqa: E402
+from seqpack.packing.global_batch.balanced import (  # noqa: E402
     BalancedScheduler,
     LPTScheduler,
     cost_lower_bound,
 )
-from reference_impl.packing.global_batch.schedule import Scheduler  # noqa: E402
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.packing.global_batch.schedule import Scheduler  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 DP, CP, MAX_SEQLEN_PER_RANK, MULTIPLE = 8, 2, 4096, 4
 CAPACITY = MAX_SEQLEN_PER_RANK * CP

@@ -6,7 +6,7 @@ chat: bimodal lengths), each micro-batch size (4, 8) and each alignment multiple
 TP4/CP2/SP), the rows are tokenized once up front, cut into consecutive micro-batches, and then
 collated, side by side in one run, by
 
-* ``in-batch``: :class:`~reference_impl.packing.in_batch.InBatchPackingCollator` (one THD row per
+* ``in-batch``: :class:`~seqpack.packing.in_batch.InBatchPackingCollator` (one THD row per
   micro-batch; width = sum of aligned row lengths);
 * ``right-pad``: the usual BSHD collate, every row padded to the micro-batch's longest row
   (rounded up to the alignment multiple, as CP/SP need), with an attention mask.
@@ -34,15 +34,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from reference_impl.alignment import round_up  # noqa: E402
-from reference_impl.config import load_config  # noqa: E402
-from reference_impl.data import demo_path  # noqa: E402
-from reference_impl.packing.in_batch import (  # noqa: E402
+from seqpack.core.alignment import round_up  # noqa: E402
+from seqpack.config import load_config  # noqa: E402
+from seqpack.data import demo_path  # noqa: E402
+from seqpack.packing.in_batch import (  # noqa: E402
     InBatchPackingCollator,
     PaddingTotals,
     build_in_batch_loader,
 )
-from reference_impl.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
+from seqpack.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
 
 log = logging.getLogger("bench_in_batch")
 

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 from tests.release_env import copy_sources  # noqa: E402 - what a distribution is built from
 
 TARGET_S = 1.5

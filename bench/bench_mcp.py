@@ -25,16 +25,16 @@ sys.path.insert(0, str(ROOT))
 import anyio  # noqa: E402
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 START_TARGET_S = 2.0
 P99_TARGET_S = 0.020
-CONFIG = (ROOT / "reference_impl" / "examples" / "offline_8k_tp4_cp2_sp.yaml").read_text()
+CONFIG = (ROOT / "reference_impl" / "seqpack" / "config" / "examples" / "offline_8k_tp4_cp2_sp.yaml").read_text()
 
 
 def _params() -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "reference_impl", "mcp", "--root", str(ROOT)],
+        command=sys.executable, args=["-m", "seqpack", "mcp", "--root", str(ROOT)],
         env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT),
     )
 

@@ -38,12 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from reference_impl.packing.offline import prepare_packed_dataset
+from seqpack.packing.offline.prepare import prepare_packed_dataset
 t0 = time.perf_counter()
 res = prepare_packed_dataset(sys.argv[2], sys.argv[3], pack_size=int(sys.argv[4]), pad_seq_to_mult=int(sys.argv[5]),
                              num_workers=int(sys.argv[6]))
@@ -89,7 +89,7 @@ def run_control(workers: int, n: int) -> dict:
 
 def build_input(path: Path, rows: int, stretch: int = 1) -> int:
     """Cycle the demo prompt/completion rows into ``rows`` lines; ``stretch`` repeats each completion."""
-    from reference_impl.data import demo_path
+    from seqpack.data import demo_path
 
     demo = [json.loads(line) for line in demo_path("prompt_completion").read_text().splitlines()]
     size = 0
@@ -110,7 +110,7 @@ def export_revision(ref: str, target: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "reference_impl"], capture_output=True,
                              check=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
-    return target
+    return target / "reference_impl"
 
 
 def run_cell(code_root: Path, data: Path, out: Path, args: argparse.Namespace, workers: int) -> dict:
@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--pad-seq-to-mult", type=int, default=8)
     parser.add_argument("--baseline-ref", default=None, help="git revision to compare against (e.g. main)")
     parser.add_argument("--baseline-dir", default=None,
-                        help="or: a directory holding the baseline's reference_impl (named by --baseline-ref)")
+                        help="or: a directory holding the baseline's seqpack (named by --baseline-ref)")
     parser.add_argument("--baseline-max-rows", type=int, default=200_000)
     parser.add_argument("--tmp", default=None, help="scratch directory (default: the system temp dir)")
     parser.add_argument("--control", type=int, default=20_000_000,

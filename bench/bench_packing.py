@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference_impl.data.length_mixes import sample_lengths  # noqa: E402
-from reference_impl.packing.algorithms import pack_lengths  # noqa: E402
+from seqpack.data.length_mixes import sample_lengths  # noqa: E402
+from seqpack.packing.algorithms import pack_lengths  # noqa: E402
 
 MIXES = ("lognormal", "bimodal", "uniform")
 SIZES = (10_000, 100_000, 1_000_000)

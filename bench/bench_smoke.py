@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 
-from reference_impl.packing_paths import path_names  # noqa: E402
-from reference_impl.smoke import run_packing_smoke_test, run_packing_smoke_tests  # noqa: E402
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.packing_paths import path_names  # noqa: E402
+from seqpack.smoke.run import run_packing_smoke_test, run_packing_smoke_tests  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 PATHS = path_names()
 COMMAND_TARGETS_S = {"with_cp": 10.0, "no_cp": 5.0}  # issue 25, wall seconds on a quiet 2-core machine
@@ -130,7 +130,7 @@ def time_together(paths: list[str], size: str, *, cp: bool, repeat: int) -> dict
 
 def time_command(root: Path, size: str, *, cp: bool) -> dict[str, Any]:
     """Wall and CPU time of ``seqpack smoke --size SIZE [--no-cp]`` (all paths) from ``root``, in a fresh process."""
-    command = [sys.executable, "-m", "reference_impl", "smoke", "--size", size, "--json"] + ([] if cp else ["--no-cp"])
+    command = [sys.executable, "-m", "seqpack", "smoke", "--size", size, "--json"] + ([] if cp else ["--no-cp"])
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     load = _load()
     done, wall, cpu = _timed(lambda: subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,

@@ -7,7 +7,7 @@ One command: ``python bench/bench_thd.py`` prints a table and writes
 * ``build_thd_batch`` on numpy rows and on torch rows;
 * a per-token Python loop that lays out the same batch (the baseline the builder must beat);
 * ``collate_stored_row_canonical`` on the equivalent stored packed row (``m`` alignment, eos 0);
-* with ``--baseline-ref REF`` (e.g. ``main``): the ``build_thd_batch`` of ``reference_impl/packing/thd.py``
+* with ``--baseline-ref REF`` (e.g. ``main``): the ``build_thd_batch`` of ``reference_impl/seqpack/packing/thd.py``
   at git revision ``REF``, on the same rows, so a change to the builder is measured before and after
   in one run.
 
@@ -35,9 +35,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere in the repo
 
-from reference_impl.data.length_mixes import sample_lengths  # noqa: E402
-from reference_impl.packing.thd import build_thd_batch  # noqa: E402
-from reference_impl.packing.thd_compat import collate_stored_row_canonical  # noqa: E402
+from seqpack.data.length_mixes import sample_lengths  # noqa: E402
+from seqpack.packing.thd import build_thd_batch  # noqa: E402
+from seqpack.packing.thd_compat import collate_stored_row_canonical  # noqa: E402
 
 log = logging.getLogger("bench_thd")
 
@@ -136,12 +136,12 @@ def _time_round_robin(cases: dict[str, Callable[[], Any]], repeats: int) -> dict
 
 
 def load_baseline(ref: str) -> Callable[..., dict[str, Any]]:
-    """``build_thd_batch`` of ``reference_impl/packing/thd.py`` at git revision ``ref``."""
-    text = subprocess.run(["git", "show", f"{ref}:reference_impl/packing/thd.py"], cwd=ROOT, check=True,
+    """``build_thd_batch`` of ``reference_impl/seqpack/packing/thd.py`` at git revision ``ref``."""
+    text = subprocess.run(["git", "show", f"{ref}:reference_impl/seqpack/packing/thd.py"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
     module = types.ModuleType(f"thd_at_{ref}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(text, f"{ref}:reference_impl/packing/thd.py", "exec"), module.__dict__)  # noqa: S102
+    exec(compile(text, f"{ref}:reference_impl/seqpack/packing/thd.py", "exec"), module.__dict__)  # noqa: S102
     return module.build_thd_batch
 
 

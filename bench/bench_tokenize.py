@@ -7,7 +7,7 @@ generated deterministically: prompt/completion pairs and multi-turn chats (syste
 turns, tool calls with results, reasoning). For each workload and worker count it times, side by
 side on the same rows split into the same 512-row chunks:
 
-* ``seqpack``: :func:`reference_impl.data.tokenize.tokenize_batch` (chat: render as is and with
+* ``seqpack``: :func:`seqpack.data.tokenize.tokenize_batch` (chat: render as is and with
   markers, one ``encode_batch`` per chunk, token ownership, loss mask, flat arrays);
 * ``encode_batch``: the tokenizer's ``encode_batch`` on the same text (prompt/completion: the
   prompt and completion strings; chat: the rendered conversations, rendered beforehand and not
@@ -36,9 +36,9 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema  # noqa: E402
-from reference_impl.data.tokenize import tokenize_batch  # noqa: E402
-from reference_impl.data.tokenizers import load_tokenizer  # noqa: E402
+from seqpack.data.schemas import ChatSchema, PromptCompletionSchema  # noqa: E402
+from seqpack.data.tokenize import tokenize_batch  # noqa: E402
+from seqpack.data.tokenizers import load_tokenizer  # noqa: E402
 
 CHUNK = 512
 WORDS = (

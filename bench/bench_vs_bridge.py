@@ -65,7 +65,7 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
 from gen_sft_jsonl import VOCAB, write_rows  # noqa: E402
 
-from reference_impl.textfmt import text_table  # noqa: E402
+from seqpack.core.textfmt import text_table  # noqa: E402
 
 SEED = 1234
 #: Bridge's recipe-shaped prompt/completion preprocessing: the generator's columns, one space between.
@@ -176,7 +176,7 @@ class Runner:
     """Starts side tasks: Bridge's in the lane's interpreter, seqpack's in this one."""
 
     def __init__(self, tmp: Path, lane_python: Path, args: argparse.Namespace) -> None:
-        from reference_impl.upstream_lane.client import lane_environment
+        from seqpack_lane.client import lane_environment
 
         self.tmp, self.lane_python, self.args = tmp, lane_python, args
         self.count = 0
@@ -326,7 +326,7 @@ class Bench:
 
     def setup_tokenizers(self) -> None:
         bundles = Path(os.environ.get("SEQPACK_TOKENIZERS_DIR", ROOT / ".seqpack-cache" / "tokenizers"))
-        from reference_impl.data.tokenizers import load_tokenizer
+        from seqpack.data.tokenizers import load_tokenizer
 
         for name in self.args.tokenizers:
             if name == "wordlevel":
@@ -697,11 +697,11 @@ class Bench:
     # ---- validation
 
     def validate(self) -> None:
-        from reference_impl.config import RULES
-        from reference_impl.config.load import load_config
-        from reference_impl.upstream_lane.bridge_config import bridge_spec
-        from reference_impl.upstream_lane.differences import LATER_FAILURES
-        from reference_impl.versions import BRIDGE_RELEASE
+        from seqpack.config import RULES
+        from seqpack.config.load import load_config
+        from seqpack_lane.bridge_config import bridge_spec
+        from seqpack_lane.differences import LATER_FAILURES
+        from seqpack.core.versions import BRIDGE_RELEASE
 
         overrides, cases = [], []
         for rule in RULES:
@@ -946,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rows, args.pack_sizes, args.repeat = args.rows[:1], args.pack_sizes[:1], 1
 
-    from reference_impl.upstream_lane import build
+    from seqpack_lane import build
 
     lane = build.status()
     if not lane.ready:

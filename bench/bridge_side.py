@@ -3,7 +3,7 @@
 Usage (started by ``bench_vs_bridge.py``): LANE_PYTHON bench/bridge_side.py TASK SPEC.json RESULT.json
 
 Never imports seqpack. It runs megatron-bridge 0.6.2 through the upstream lane's op modules, loaded by
-path as the lane's worker loads them (``reference_impl/upstream_lane/ops``: ``offline.op_prepare``,
+path as the lane's worker loads them (``lanes/upstream/seqpack_lane/ops``: ``offline.op_prepare``,
 ``readers._dataset``, ``validate.op_run``, ``_bridge_packing``, ``_bridge_tokenizers``), so the Bridge
 calls are the ones the differential tests check. Tasks:
 
@@ -34,7 +34,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-OPS = HERE.parent / "reference_impl" / "upstream_lane" / "ops"
+OPS = HERE.parent / "lanes" / "upstream" / "seqpack_lane" / "ops"
 sys.path.insert(0, str(OPS))  # the ops' shared helpers (_bridge_tokenizers, _bridge_packing, ...)
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("TQDM_DISABLE", "1")

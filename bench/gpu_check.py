@@ -54,7 +54,7 @@ def _batch(seed: int, vocab: int) -> dict:
             }
         )
     try:
-        from reference_impl.packing.thd import build_thd_batch
+        from seqpack.packing.thd import build_thd_batch
     except ImportError:  # THD builder not merged yet: the tests' hand builder follows the same contract
         from tests.distributed.thd_helpers import make_thd_batch
 
@@ -69,7 +69,7 @@ def main() -> int:
     args = parser.parse_args()
     started = time.perf_counter()
 
-    from reference_impl.training.te_backend import te_status
+    from seqpack.training.te_backend import te_status
 
     status = te_status()
     print(
@@ -84,7 +84,7 @@ def main() -> int:
         args.json.write_text(json.dumps(report, indent=2))
         return 0
 
-    from reference_impl.training.te_backend import (
+    from seqpack.training.te_backend import (
         build_mcore_gpt,
         check_mcore_packing,
         compare_partition_indices,

@@ -39,7 +39,7 @@ from _vs_bridge_common import core_view, digest, in_batch_rows, time_by_mbs, wri
 
 def task_pack(spec: dict) -> dict:
     t0 = time.perf_counter()
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
     t1 = time.perf_counter()
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -51,8 +51,8 @@ def task_pack(spec: dict) -> dict:
 
 def task_pack_stage(spec: dict) -> dict:
     t0 = time.perf_counter()
-    from reference_impl.packing.algorithms import pack_lengths
-    from reference_impl.packing.bridge_compat import bridge_pack_csr
+    from seqpack.packing.algorithms import pack_lengths
+    from seqpack.packing.offline.bridge_compat import bridge_pack_csr
     t1 = time.perf_counter()
     lengths = np.load(spec["lengths"])
     t2 = time.perf_counter()
@@ -71,7 +71,7 @@ def task_pack_stage(spec: dict) -> dict:
 
 def task_read(spec: dict) -> dict:
     t0 = time.perf_counter()
-    from reference_impl.packing.packed_dataset import PackedParquetDataset
+    from seqpack.packing.packed_dataset import PackedParquetDataset
     t1 = time.perf_counter()
     ds = PackedParquetDataset(spec["path"], metadata=spec["metadata"], pack_size=spec["pack_size"],
                               pad_seq_to_mult=spec["pad_seq_to_mult"], eos_id=spec["eos_id"], bridge_compat=True)
@@ -90,7 +90,7 @@ def task_in_batch(spec: dict) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from reference_impl.packing.thd import build_thd_batch
+    from seqpack.packing.thd import build_thd_batch
     t1 = time.perf_counter()
     rows = [{("tokens" if k == "input_ids" else k): torch.from_numpy(v) for k, v in r.items()}
             for r in in_batch_rows(spec["seed"], spec["rows"])]
@@ -100,8 +100,8 @@ def task_in_batch(spec: dict) -> dict:
 
 def task_validate(spec: dict) -> dict:
     t0 = time.perf_counter()
-    from reference_impl.config import validate_config
-    from reference_impl.config.load import load_config
+    from seqpack.config import validate_config
+    from seqpack.config.load import load_config
     t1 = time.perf_counter()
     configs = [load_config(None, [tuple(kv) for kv in overrides]) for overrides in spec["overrides"]]
     extra = {"rules": []} if spec.get("no_rules") else {}  # no_rules: the benchmark's planted mismatch

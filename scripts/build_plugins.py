@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the distribution files of seqpack for agent clients and the MCP registry from one source.
 
-Writes, from ``pyproject.toml``, ``reference_impl.__version__`` and the skill bundle
+Writes, from ``pyproject.toml``, ``seqpack.__version__`` and the skill bundle
 ``skills/megatron-sequence-packing/``:
 
 * ``plugins/seqpack/``: one plugin folder for Claude Code (``.claude-plugin/plugin.json``) and Codex
@@ -17,7 +17,7 @@ Writes, from ``pyproject.toml``, ``reference_impl.__version__`` and the skill bu
 The skill copy is never edited by hand: change the skill and run this script again.
 ``--check`` writes nothing and exits 1 when a file is missing, differs (content or executable
 bit) or should not be there (``tests/test_plugins.py`` runs it). The skill's files are the ones
-:func:`reference_impl.skill_install.skill_files` selects, whatever the bundle holds at the time.
+:func:`seqpack.faces.install_skill.skill_files` selects, whatever the bundle holds at the time.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference_impl import __version__  # noqa: E402 - after the path set-up
-from reference_impl.skill_install import SKILL_NAME, read_frontmatter, skill_files  # noqa: E402
+from seqpack import __version__  # noqa: E402 - after the path set-up
+from seqpack.faces.install_skill import SKILL_NAME, read_frontmatter, skill_files  # noqa: E402
 
 PLUGIN = "seqpack"
 PLUGIN_DIR = Path("plugins") / PLUGIN

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates ./.venv (if missing) and installs seqpack with every extra that installs on CPU (all) plus
-# the test extra into it (pip install -e ".[all,test]").
+# the test extra into it (pip install -e ".[all,test]"), and the two development-only packages beside
+# it: the eval harness (evals/, seqpack-evals: `seqpack eval`) and the upstream lane's client
+# (lanes/upstream/, seqpack-lane). Neither is part of the seqpack wheel.
 # On a CPU machine it installs torch==2.13.0 first when no torch is importable, so that pip takes
 # the local CPU wheel and never resolves a multi-GB CUDA build for the `torch` requirement.
 set -euo pipefail
@@ -14,5 +16,5 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   "$VPY" -m pip install --quiet "torch==2.13.0"
 fi
-"$VPY" -m pip install --quiet -e ".[all,test]"
+"$VPY" -m pip install --quiet -e ".[all,test]" -e ./lanes/upstream -e ./evals
 echo "seqpack installed in $(pwd)/.venv" >&2

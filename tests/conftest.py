@@ -37,7 +37,7 @@ os.environ["HOME"] = tempfile.mkdtemp(prefix="seqpack-test-home-")
 atexit.register(shutil.rmtree, os.environ["HOME"], True)
 
 # Hypothesis (6.131 and later) also draws literal constants it harvests from the project's own
-# modules loaded at the time (reference_impl/...), so the examples of a derandomized test would
+# modules loaded at the time (reference_impl/seqpack/...), so the examples of a derandomized test would
 # depend on which modules earlier tests happened to import, and the lane's case counts (the generated
 # table in docs/compatibility.md) on which tests ran before. Keep that pool empty: examples then
 # depend only on the test. (An internal hook; on a Hypothesis without it there is nothing to undo.)
@@ -168,8 +168,8 @@ def smoke_cp_reports():
     ``offline-pad1``: offline packs aligned to 1 instead of 2*CP; ``in_batch-mean-loss``: in-batch with
     ``calculate_per_token_loss=false``.
     """
-    from reference_impl.packing_paths import path_names
-    from reference_impl.smoke import SmokeRequest, default_config, run_packing_smoke_tests
+    from seqpack.core.packing_paths import path_names
+    from seqpack.smoke.run import SmokeRequest, default_config, run_packing_smoke_tests
 
     pad1 = default_config("offline")
     pad1["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] = 1
@@ -181,7 +181,7 @@ def smoke_cp_reports():
 
 # --- the upstream lane ------------------------------------------------------------------------------
 # Tests that take the ``upstream`` fixture run Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 in the lane
-# (reference_impl/upstream_lane; built by scripts/setup_upstream.sh). They carry the ``upstream`` mark.
+# (lanes/upstream/seqpack_lane; built by scripts/setup_upstream.sh). They carry the ``upstream`` mark.
 # Without a lane they skip, saying why, unless SEQPACK_REQUIRE_UPSTREAM=1 (scripts/test.sh sets it for
 # the full run, so CI fails instead of skipping).
 REQUIRE_UPSTREAM = "SEQPACK_REQUIRE_UPSTREAM"
@@ -219,9 +219,9 @@ def pytest_runtest_logreport(report):
 
 @pytest.fixture(scope="session")
 def upstream():
-    """The session's upstream worker (:class:`reference_impl.upstream_lane.UpstreamLane`)."""
-    from reference_impl.upstream_lane.build import LaneError
-    from reference_impl.upstream_lane.client import UpstreamLane
+    """The session's upstream worker (:class:`seqpack_lane.UpstreamLane`)."""
+    from seqpack_lane.build import LaneError
+    from seqpack_lane.client import UpstreamLane
 
     try:
         lane = UpstreamLane()

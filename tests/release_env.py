@@ -114,8 +114,8 @@ def clean_env(bin_dir: Path | None = None, **extra: str) -> dict[str, str]:
 
 def tool_names() -> set[str]:
     """The names of every MCP tool the server registers (importing the tool modules registers them)."""
-    import reference_impl.mcp_server  # noqa: F401 - registers server_info
-    from reference_impl.mcp_support import tools_config, tools_packing, tools_smoke  # noqa: F401 - they register
-    from reference_impl.mcp_support.registry import TOOLS
+    import seqpack.faces.mcp.server  # noqa: F401 - registers server_info
+    from seqpack.faces.mcp import tools_config, tools_packing, tools_smoke  # noqa: F401 - they register
+    from seqpack.faces.mcp.registry import TOOLS
 
     return set(TOOLS)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference_impl.alignment import derive_alignment, equal_slot_candidates, round_up, token_slots_per_step
-from reference_impl.errors import UsageError
+from seqpack.core.alignment import derive_alignment, equal_slot_candidates, round_up, token_slots_per_step
+from seqpack.core.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -81,6 +81,6 @@ def test_round_up():
 
 
 def test_alignment_module_imports_no_heavy_dependency():
-    code = "import sys, reference_impl.alignment, reference_impl.config; print(sorted(m for m in ('torch','numpy','pyarrow') if m in sys.modules))"
+    code = "import sys, seqpack.core.alignment, seqpack.config; print(sorted(m for m in ('torch','numpy','pyarrow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

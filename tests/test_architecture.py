@@ -16,23 +16,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_impl import choices, limits, packing_paths
-from reference_impl.arguments import non_negative_int, positive_int
-from reference_impl.cli import build_parser, main
-from reference_impl.errors import ArtifactError, UsageError
+from seqpack.core import choices, limits, packing_paths
+from seqpack.core.arguments import non_negative_int, positive_int
+from seqpack.faces.cli import build_parser, main
+from seqpack.core.errors import ArtifactError, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = REPO / "reference_impl"
+PACKAGE = REPO / "reference_impl" / "seqpack"
 
 #: Layers from the bottom up (DESIGN.md section 2); a module may import its own layer and those below.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("", "errors", "extras", "files", "nonce", "arguments", "lazy", "limits", "choices", "results", "reports",
-             "textfmt", "alignment", "packing_paths", "config", "examples", "versions"),
+    "base": ("", "core", "io", "config"),
     "data": ("data",),
     "packing": ("packing",),
     "training": ("training",),
-    "verbs": ("smoke", "smoke_vlm", "planning", "inspect", "verbs", "skill_install", "docgen", "upstream_lane"),
-    "edges": ("cli", "mcp_server", "mcp_support", "evaluation", "__main__"),
+    "smoke": ("smoke",),
+    "verbs": ("verbs",),
+    "faces": ("faces", "__main__"),
 }
 ORDER = list(LAYERS)
 #: Modules of the bottom layer never import these, not even inside a function.
@@ -60,7 +60,7 @@ def _imports(path: Path) -> list[str]:
 def _modules() -> list[tuple[str, Path]]:
     out = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(REPO).with_suffix("").parts
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out.append((module, path))
     return out
@@ -76,7 +76,7 @@ def test_imports_point_down_the_layers():
     for module, path in _modules():
         mine = ORDER.index(_layer(module))
         for target in _imports(path):
-            if target.startswith("reference_impl") and ORDER.index(_layer(target)) > mine:
+            if (target == "seqpack" or target.startswith("seqpack.")) and ORDER.index(_layer(target)) > mine:
                 wrong.append(f"{module} ({_layer(module)}) imports {target} ({_layer(target)})")
     assert not wrong, "\n".join(wrong)
 
@@ -92,14 +92,14 @@ def test_the_bottom_layer_imports_nothing_heavy():
 def test_a_layer_violation_would_be_caught(tmp_path):
     # negative control: the same check on a module of the config layer that imports the packing layer
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from reference_impl.packing.offline import prepare_packed_dataset\n")
-    assert ORDER.index(_layer(_imports(bad)[0])) > ORDER.index(_layer("reference_impl.config.bad"))
+    bad.write_text("def f():\n    from seqpack.packing.offline.prepare import prepare_packed_dataset\n")
+    assert ORDER.index(_layer(_imports(bad)[0])) > ORDER.index(_layer("seqpack.config.bad"))
 
 
 def test_light_modules_load_without_numpy_or_torch():
-    code = ("import sys; import reference_impl.alignment, reference_impl.config, reference_impl.choices, "
-            "reference_impl.limits, reference_impl.packing_paths, reference_impl.verbs; "
-            "from reference_impl.config import load_config; load_config(None).active_paths(); "
+    code = ("import sys; import seqpack.core.alignment, seqpack.config, seqpack.core.choices, "
+            "seqpack.core.limits, seqpack.core.packing_paths, seqpack.verbs; "
+            "from seqpack.config import load_config; load_config(None).active_paths(); "
             "print(sorted(m for m in ('torch', 'numpy', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
@@ -111,8 +111,8 @@ def test_light_modules_load_without_numpy_or_torch():
 
 
 def test_builtin_paths_are_complete_specs():
-    from reference_impl.config import load_config, validate_config
-    from reference_impl.config.rules import FAMILIES, RULES_BY_ID
+    from seqpack.config import load_config, validate_config
+    from seqpack.config.rules import FAMILIES, RULES_BY_ID
 
     assert packing_paths.path_names() == ("offline", "in_batch", "energon", "global_batch")
     for spec in packing_paths.paths():
@@ -125,7 +125,7 @@ def test_builtin_paths_are_complete_specs():
         assert cfg.active_paths() == [spec.name]  # the default smoke config turns on exactly this path
         assert cfg.dataset.kind in spec.dataset_kinds
         assert cfg.train.micro_batch_size == spec.default_micro_batch_size
-        from reference_impl.config.validate import version_target
+        from seqpack.config.validate import version_target
 
         target = version_target(cfg)[0]  # the Bridge the path follows
         report = validate_config(cfg, bridge_version=target)
@@ -179,8 +179,8 @@ def toy_path():
 
 
 def test_a_registered_path_appears_everywhere_the_registry_is_read(toy_path, capsys):
-    from reference_impl.config import load_config
-    from reference_impl.config.model_support import PATHS, check_model_support
+    from seqpack.config import load_config
+    from seqpack.config.model_support import PATHS, check_model_support
 
     assert "toy" in choices.PACKING_PATHS and "toy" in PATHS
     assert load_config(dict(toy_path.smoke_config)).active_paths() == ["in_batch", "toy"]
@@ -219,7 +219,7 @@ def mcp_tools():
     import anyio
     from mcp import Client
 
-    from reference_impl.mcp_server import build_server
+    from seqpack.faces.mcp.server import build_server
 
     async def listed():
         async with Client(build_server([REPO], skill_dir=None)) as client:
@@ -235,7 +235,7 @@ def _enum(schema: dict) -> tuple[str, ...]:
 
 
 def test_choice_lists_come_from_one_place(mcp_tools):
-    from reference_impl.packing.global_batch.schedule import scheduler_names
+    from seqpack.packing.global_batch.schedule import scheduler_names
 
     assert _cli_choices("pack", "algorithm") == choices.ALGORITHMS
     assert _cli_choices("plan", "algorithm") == choices.ALGORITHMS
@@ -252,13 +252,13 @@ def test_choice_lists_come_from_one_place(mcp_tools):
     assert _enum(props["inspect_global_batch"]["scheduler"]) == scheduler_names()
     assert _enum(props["run_packing_smoke_test"]["path"]) == packing_paths.path_names()
     assert _enum(props["check_model_support"]["path"]) == packing_paths.path_names()
-    from reference_impl.config.rules import FAMILIES
+    from seqpack.config.rules import FAMILIES
 
     assert set(_enum(props["list_rules"]["family"])) == set(FAMILIES)
 
 
 def test_limits_are_published_and_enforced(mcp_tools):
-    from reference_impl.verbs import PlanOptions, SimulateOptions, plan, simulate_packing
+    from seqpack.verbs import PlanOptions, SimulateOptions, plan, simulate_packing
 
     props = {name: tool.input_schema["properties"] for name, tool in mcp_tools.items()}
     assert props["derive_alignment"]["tp"]["maximum"] == limits.MAX_PARALLEL_SIZE
@@ -278,8 +278,8 @@ def test_limits_are_published_and_enforced(mcp_tools):
 
 
 def test_tool_output_schemas_are_the_result_dataclasses(mcp_tools):
-    from reference_impl.mcp_support.registry import TOOLS
-    from reference_impl.results import Result, public_fields
+    from seqpack.faces.mcp.registry import TOOLS
+    from seqpack.core.results import Result, public_fields
 
     for name, spec in TOOLS.items():
         result_type = typing.get_type_hints(spec.fn)["return"]
@@ -308,7 +308,7 @@ def test_positive_int():
 
 
 def test_atomic_directory(tmp_path):
-    from reference_impl.files import atomic_directory
+    from seqpack.io.files import atomic_directory
 
     target = tmp_path / "out"
     with atomic_directory(target) as tmp:
@@ -333,9 +333,9 @@ def test_atomic_directory(tmp_path):
 
 
 def test_both_runtime_loaders_refuse_tokenizer_arguments_with_a_ready_dataset(write_jsonl):
-    from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset, build_global_batch_loader
-    from reference_impl.packing.in_batch import SFTJsonlDataset, build_in_batch_loader
-    from reference_impl.packing_paths import get_path
+    from seqpack.packing.global_batch.dataset import GlobalBatchSFTDataset, build_global_batch_loader
+    from seqpack.packing.in_batch import SFTJsonlDataset, build_in_batch_loader
+    from seqpack.core.packing_paths import get_path
 
     data = write_jsonl([{"prompt": "p" * 5, "completion": "c" * 5}] * 8)
     for name, build, dataset_class in (("in_batch", build_in_batch_loader, SFTJsonlDataset),

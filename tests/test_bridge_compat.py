@@ -1,4 +1,4 @@
-"""Tests for reference_impl.packing.bridge_compat (Megatron-Bridge reproduction).
+"""Tests for seqpack.packing.offline.bridge_compat (Megatron-Bridge reproduction).
 
 Exact expectations come from bridge_contracts.md section 6 (items 1, 3, 5, 13, 15, 16, 17,
 18, 30). ``emulate_bridge`` below re-states Bridge's documented procedure on the *global*
@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from reference_impl.errors import PackingError, UsageError
-from reference_impl.packing.bridge_compat import (
+from seqpack.core.errors import PackingError, UsageError
+from seqpack.packing.offline.bridge_compat import (
     BRIDGE_METADATA_KEYS,
     bridge_assign,
     bridge_fill_assignment,
@@ -258,9 +258,9 @@ def test_usage_errors():
 
 
 def test_packs_written_with_bridge_compat_are_read_in_bridges_epoch_order(tmp_path):
-    from reference_impl.data.demo import demo_path
-    from reference_impl.packing.offline import prepare_packed_dataset
-    from reference_impl.packing.packed_dataset import PackedParquetDataset
+    from seqpack.data.demo import demo_path
+    from seqpack.packing.offline.prepare import prepare_packed_dataset
+    from seqpack.packing.packed_dataset import PackedParquetDataset
 
     res = prepare_packed_dataset(demo_path("prompt_completion"), tmp_path / "out", pack_size=2048,
                                  bridge_compat=True, algorithm="first_fit_shuffle", seed=5678)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.config import load_config
-from reference_impl.config.bridge_dump import from_bridge_dump, is_bridge_dump
-from reference_impl.config.load import load_config_with_keys
-from reference_impl.config.yaml_bounded import load_yaml
-from reference_impl.errors import ConfigError
+from seqpack.config import load_config
+from seqpack.config.bridge_dump import from_bridge_dump, is_bridge_dump
+from seqpack.config.load import load_config_with_keys
+from seqpack.config.yaml_bounded import load_yaml
+from seqpack.core.errors import ConfigError
 
 RECIPES = Path(__file__).resolve().parent / "upstream" / "recipes"
 INDEX = json.loads((RECIPES / "index.json").read_text(encoding="utf-8"))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reference_impl.config.rules import FAMILIES, RULES
+from seqpack.config.rules import FAMILIES, RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD = yaml.safe_load((ROOT / "card.yaml").read_text())

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from reference_impl.data import chat_masks as cm
-from reference_impl.data.location import RowLocation
-from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema
-from reference_impl.data.tokenize import tokenize_batch, tokenize_row
-from reference_impl.data.tokenizers import ByteTokenizer, load_tokenizer
-from reference_impl.data.rejections import SampleRejected
-from reference_impl.errors import InputError, UsageError
+from seqpack.data import chat_masks as cm
+from seqpack.data.location import RowLocation
+from seqpack.data.schemas import ChatSchema, Message, PromptCompletionSchema
+from seqpack.data.tokenize import tokenize_batch, tokenize_row
+from seqpack.data.tokenizers import ByteTokenizer, load_tokenizer
+from seqpack.data.rejections import SampleRejected
+from seqpack.core.errors import InputError, UsageError
 
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
 # A Qwen3-like template: reasoning of earlier turns is dropped, the last turn always gets a think block.
@@ -330,7 +330,7 @@ INDENTED_ARGS = QWEN3_LIKE.replace("<tool_call>{{ c.function | tojson }}</tool_c
 
 def test_unlocatable_string_free_arguments_refuse_the_row_with_its_field(bpe_dir, tmp_path, capsys):
     """Through tokenize_row and `seqpack pack`: one clear line naming the tool calls, exit 2, no internal error."""
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     tok = with_template(bpe_dir, INDENTED_ARGS)
     row = {"messages": [{"role": "user", "content": "hello world"},

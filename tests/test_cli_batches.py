@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_impl.alignment import round_up
-from reference_impl.cli import main
-from reference_impl.data import demo_path
-from reference_impl.data.demo import DEMO_MIXES, DEMO_ROWS, DEMO_SEEDS, MAX_LEN, MIN_LEN
-from reference_impl.data.length_mixes import sample_lengths
+from seqpack.core.alignment import round_up
+from seqpack.faces.cli import main
+from seqpack.data import demo_path
+from seqpack.data.demo import DEMO_MIXES, DEMO_ROWS, DEMO_SEEDS, MAX_LEN, MIN_LEN
+from seqpack.data.length_mixes import sample_lengths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_text_output(capsys):
 
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "reference_impl", "batches", *args],
+    return subprocess.run([sys.executable, "-m", "seqpack", "batches", *args],
                           capture_output=True, text=True, env=env)
 
 
@@ -154,6 +154,6 @@ def test_real_command_line_errors_are_one_line():
 
 
 def test_listed_in_the_top_level_help():
-    proc = subprocess.run([sys.executable, "-m", "reference_impl", "--help"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "seqpack", "--help"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and "batches" in proc.stdout

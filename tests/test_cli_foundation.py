@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.config.rules import RULES
-from reference_impl.examples import list_examples
+from seqpack.faces.cli import main
+from seqpack.config.rules import RULES
+from seqpack.config.examples import list_examples
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "reference_impl", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "seqpack", *args], capture_output=True, text=True, env=env)
 
 
 def test_align_text_and_json(capsys):
@@ -58,7 +58,7 @@ def test_validate_strict_turns_warnings_into_failure(capsys):
 
 @pytest.mark.parametrize("name", list_examples())
 def test_bundled_examples(name, capsys):
-    from reference_impl.examples import example_target
+    from seqpack.config.examples import example_target
 
     expected = 1 if name.startswith("broken") else 0
     target = example_target(name)
@@ -114,7 +114,7 @@ def test_config_error_names_file_and_line(tmp_path):
 
 def test_light_commands_do_not_import_torch():
     code = (
-        "import sys; from reference_impl.cli import main; main(['validate', '--example', 'in_batch_mbs4']);"
+        "import sys; from seqpack.faces.cli import main; main(['validate', '--example', 'in_batch_mbs4']);"
         "main(['align', '--cp', '2']); main(['rules', '--json']);"
         "print('HEAVY', sorted(m for m in ('torch', 'numpy', 'pyarrow', 'megatron') if m in sys.modules))"
     )

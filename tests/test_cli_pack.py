@@ -2,8 +2,8 @@
 
 import json
 
-from reference_impl.cli import main
-from reference_impl.data import demo_path
+from seqpack.faces.cli import main
+from seqpack.data import demo_path
 
 
 def test_pack_then_inspect(tmp_path, capsys):

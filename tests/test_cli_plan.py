@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from reference_impl.cli import build_parser, main
-from reference_impl.data.length_mixes import sample_lengths
-from reference_impl.planning import plan_pack_length
+from seqpack.faces.cli import build_parser, main
+from seqpack.data.length_mixes import sample_lengths
+from seqpack.verbs.planning import plan_pack_length
 
 
 def test_lengths_json_is_the_library_result(capsys):

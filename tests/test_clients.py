@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.skill_install import SKILL_NAME
+from seqpack.faces.install_skill import SKILL_NAME
 from tests.release_env import ROOT, client, run, tool_names
 
 pytestmark = pytest.mark.slow  # installs and starts clients and servers

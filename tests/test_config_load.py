@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from reference_impl.config import load_config
-from reference_impl.config.load import parse_override
-from reference_impl.config.schema import TrainingConfig
-from reference_impl.errors import ConfigError
+from seqpack.config import load_config
+from seqpack.config.load import parse_override
+from seqpack.config.schema import TrainingConfig
+from seqpack.core.errors import ConfigError
 
 
 def test_defaults():

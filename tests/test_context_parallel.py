@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.alignment import derive_alignment
-from reference_impl.errors import AlignmentError, InputError, UsageError
-from reference_impl.training.boundaries import physical_boundaries_for_cp
-from reference_impl.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
+from seqpack.core.alignment import derive_alignment
+from seqpack.core.errors import AlignmentError, InputError, UsageError
+from seqpack.training.boundaries import physical_boundaries_for_cp
+from seqpack.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 
@@ -237,7 +237,7 @@ def test_cp1_slice_is_a_copy() -> None:
 
 
 def test_int64_boundary_tensors_are_rejected_like_transformer_engine() -> None:
-    from reference_impl.errors import InputError
+    from seqpack.core.errors import InputError
 
     with pytest.raises(InputError, match="int32"):
         thd_partition_indices(torch.tensor([0, 4, 8], dtype=torch.int64), 2, 0)
@@ -262,7 +262,7 @@ class _Group:
 
 
 def test_cp_group_must_match_the_requested_rank_and_size() -> None:
-    from reference_impl.errors import UsageError
+    from seqpack.core.errors import UsageError
 
     batch = {"tokens": torch.arange(8)[None], "cu_seqlens_q": torch.tensor([0, 4, 8], dtype=torch.int32)}
     with pytest.raises(UsageError, match="rank 1 and size 2, but rank 0 and size 2"):

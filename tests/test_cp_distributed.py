@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.training.ranks import launch_ranks
+from seqpack.training.ranks import launch_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 NPROC = 2

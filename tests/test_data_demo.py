@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_impl.data.demo import (
+from seqpack.data.demo import (
     DEMO_MIXES,
     DEMO_ROWS,
     DEMO_SCHEMAS,
@@ -17,12 +17,12 @@ from reference_impl.data.demo import (
     generate_rows,
     write_demo_files,
 )
-from reference_impl.data.jsonl import JsonlFile
-from reference_impl.data.length_mixes import sample_lengths
-from reference_impl.data.schemas import default_schema, detect_schema
-from reference_impl.data.tokenize import tokenize_row
-from reference_impl.data.tokenizers import ByteTokenizer
-from reference_impl.errors import UsageError
+from seqpack.data.jsonl import JsonlFile
+from seqpack.data.length_mixes import sample_lengths
+from seqpack.data.schemas import default_schema, detect_schema
+from seqpack.data.tokenize import tokenize_row
+from seqpack.data.tokenizers import ByteTokenizer
+from seqpack.core.errors import UsageError
 
 
 def test_regenerated_files_are_byte_identical_to_the_shipped_ones(tmp_path):
@@ -30,7 +30,7 @@ def test_regenerated_files_are_byte_identical_to_the_shipped_ones(tmp_path):
     for schema in DEMO_SCHEMAS:
         shipped = demo_path(schema)
         assert shipped.is_file(), f"missing shipped demo file {shipped}"
-        assert written[schema].read_bytes() == shipped.read_bytes(), f"regenerate with python -m reference_impl.data.demo"
+        assert written[schema].read_bytes() == shipped.read_bytes(), f"regenerate with python -m seqpack.data.demo"
 
 
 @pytest.mark.parametrize("schema", DEMO_SCHEMAS)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.data import jsonl as jl
-from reference_impl.data.jsonl import JsonlFile, build_line_index, cache_paths
-from reference_impl.errors import InputError
+from seqpack.data import jsonl as jl
+from seqpack.data.jsonl import JsonlFile, build_line_index, cache_paths
+from seqpack.core.errors import InputError
 
 
 def naive_rows(data: bytes) -> list[tuple[int, int, int]]:

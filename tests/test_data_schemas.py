@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema, default_schema, detect_schema
-from reference_impl.errors import ConfigError, InputError
+from seqpack.data.schemas import ChatSchema, Message, PromptCompletionSchema, default_schema, detect_schema
+from seqpack.core.errors import ConfigError, InputError
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_impl.data.jsonl import JsonlFile
-from reference_impl.data.location import RowLocation
-from reference_impl.data.rejections import REASONS, SampleRejected
-from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema
-from reference_impl.data.tokenize import to_training_example, tokenize_row
-from reference_impl.data.tokenizers import ByteTokenizer
-from reference_impl.errors import InputError, UsageError
+from seqpack.data.jsonl import JsonlFile
+from seqpack.data.location import RowLocation
+from seqpack.data.rejections import REASONS, SampleRejected
+from seqpack.data.schemas import ChatSchema, PromptCompletionSchema
+from seqpack.data.tokenize import to_training_example, tokenize_row
+from seqpack.data.tokenizers import ByteTokenizer
+from seqpack.core.errors import InputError, UsageError
 
 TOK = ByteTokenizer()
 BOS, EOS, END = ByteTokenizer.BOS, ByteTokenizer.EOS, ByteTokenizer.END_OF_TURN

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from reference_impl.data.schemas import ChatSchema, Message, PromptCompletionSchema
-from reference_impl.data.tokenize import tokenize_row
-from reference_impl.data.tokenizers import ByteTokenizer, ChatRendering, Tokenizer, load_tokenizer
-from reference_impl.errors import ConfigError, InputError, UsageError
+from seqpack.data.schemas import ChatSchema, Message, PromptCompletionSchema
+from seqpack.data.tokenize import tokenize_row
+from seqpack.data.tokenizers import ByteTokenizer, ChatRendering, Tokenizer, load_tokenizer
+from seqpack.core.errors import ConfigError, InputError, UsageError
 
 SPECIALS = ["[UNK]", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 TEMPLATE = (

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.alignment import derive_alignment
+from seqpack.core.alignment import derive_alignment
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "megatron-sequence-packing"

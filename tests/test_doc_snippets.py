@@ -2,7 +2,7 @@
 
 * ```python blocks are executed in-process (in a temporary working directory).
 * ```bash blocks are executed by bash in a temporary directory with ``set -euo pipefail``;
-  ``seqpack`` (and ``.venv/bin/seqpack``) run ``python -m reference_impl`` with this interpreter.
+  ``seqpack`` (and ``.venv/bin/seqpack``) run ``python -m seqpack`` with this interpreter.
   A line ``# => TEXT`` states that the block's output contains TEXT, and the test checks it.
   Blocks that call ``scripts/setup.sh`` or ``scripts/test.sh`` are what CI itself runs (.ci/run);
   a block whose first line starts with ``# not run`` says why it cannot run here (a client
@@ -56,7 +56,7 @@ def test_bash_snippet_runs(path, code, tmp_path):
     body = code.replace(".venv/bin/seqpack", "seqpack").replace(".venv/bin/python", '"$PY"')
     script = (
         "set -euo pipefail\n"
-        'seqpack() { "$PY" -m reference_impl "$@"; }\n'
+        'seqpack() { "$PY" -m seqpack "$@"; }\n'
         f"{body}"
     )
     env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT)}

@@ -7,15 +7,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_generated_pages_are_current():
-    from reference_impl.docgen import stale
+    from scripts.docgen import stale
 
-    assert stale() == [], "regenerate with: python -m reference_impl.docgen"
+    assert stale() == [], "regenerate with: python -m scripts.docgen"
 
 
 def test_compatibility_catalogue_covers_every_cited_upstream_check():
     import re
 
-    from reference_impl.config.rules import RULES
+    from seqpack.config.rules import RULES
 
     text = (ROOT / "docs" / "compatibility.md").read_text()
     for rule in RULES:

@@ -7,17 +7,17 @@ import pickle
 import pytest
 import torch
 
-from reference_impl.config import load_config
-from reference_impl.errors import ArtifactError, PackingError, UsageError
-from reference_impl.packing.energon.checkpoint import (
+from seqpack.config import load_config
+from seqpack.core.errors import ArtifactError, PackingError, UsageError
+from seqpack.packing.energon.checkpoint import (
     LoaderCheckpoint,
     check_resume_settings,
     check_save_window,
     load_checkpoint,
     save_checkpoint,
 )
-from reference_impl.packing.energon.loader import get_savable_loader, get_train_dataset, get_val_dataset
-from reference_impl.packing.energon.prepare import prepare_energon_dataset, write_synthetic_vlm_jsonl
+from seqpack.packing.energon.loader import get_savable_loader, get_train_dataset, get_val_dataset
+from seqpack.packing.energon.prepare import prepare_energon_dataset, write_synthetic_vlm_jsonl
 
 torch.utils.data._utils.worker.MP_STATUS_CHECK_INTERVAL = 0.1
 torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL = 0.1

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl.data import ByteTokenizer, to_training_example, tokenize_row
-from reference_impl.data.schemas import ChatSchema, PromptCompletionSchema
-from reference_impl.errors import InputError, PackingError, UsageError
-from reference_impl.packing.algorithms import pack_lengths
-from reference_impl.data.vision import VISION_PRESETS
-from reference_impl.data.vlm import VisionTokens
-from reference_impl.packing.energon.encoder import PackingTaskEncoder
-from reference_impl.packing.energon.media import png_bytes
-from reference_impl.packing.energon.samples import EncodedSample, RowSample, cook_row_sample
-from reference_impl.packing.thd import validate_thd_batch
+from seqpack.data import ByteTokenizer, to_training_example, tokenize_row
+from seqpack.data.schemas import ChatSchema, PromptCompletionSchema
+from seqpack.core.errors import InputError, PackingError, UsageError
+from seqpack.packing.algorithms import pack_lengths
+from seqpack.data.vlm.vision import VISION_PRESETS
+from seqpack.data.vlm.sample import VisionTokens
+from seqpack.packing.energon.encoder import PackingTaskEncoder
+from seqpack.packing.energon.media import png_bytes
+from seqpack.packing.energon.samples import EncodedSample, RowSample, cook_row_sample
+from seqpack.packing.thd import validate_thd_batch
 
 TOK = ByteTokenizer()
 VT = VisionTokens.for_tokenizer(TOK)  # image pad 264, video pad 265, start 266, end 267
@@ -177,7 +177,7 @@ def test_cooker_reads_row_documents():
     sample = cook_row_sample(crude)
     assert sample.row == {"prompt": "p"} and sample.media == {"media0": PNG16}
     assert sample.__restore_key__ == ("Webdataset", 3)
-    from reference_impl.errors import ArtifactError
+    from seqpack.core.errors import ArtifactError
 
     with pytest.raises(ArtifactError, match="row00000004"):
         cook_row_sample({"__key__": "row00000004", "__restore_key__": (), "json": {"text": "x"}})

@@ -6,23 +6,23 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl.config import load_config
-from reference_impl.config.rules import RULES_BY_ID
-from reference_impl.data import ByteTokenizer, demo_path, tokenize_row
-from reference_impl.data.schemas import PromptCompletionSchema
-from reference_impl.data.vision import VISION_PRESETS
-from reference_impl.data.vlm import tokenize_vlm_row
-from reference_impl.errors import ConfigViolationError, InputError, PackingError, UsageError
-from reference_impl.packing.algorithms import pack_lengths
-from reference_impl.packing.energon.loader import (
+from seqpack.config import load_config
+from seqpack.config.rules import RULES_BY_ID
+from seqpack.data import ByteTokenizer, demo_path, tokenize_row
+from seqpack.data.schemas import PromptCompletionSchema
+from seqpack.data.vlm.vision import VISION_PRESETS
+from seqpack.data.vlm.sample import tokenize_vlm_row
+from seqpack.core.errors import ConfigViolationError, InputError, PackingError, UsageError
+from seqpack.packing.algorithms import pack_lengths
+from seqpack.packing.energon.loader import (
     ENERGON_RULE_IDS,
     get_savable_loader,
     get_train_dataset,
     get_val_dataset,
     iter_energon_batches,
 )
-from reference_impl.packing.energon.prepare import prepare_energon_dataset, write_synthetic_vlm_jsonl
-from reference_impl.packing.thd import validate_thd_batch
+from seqpack.packing.energon.prepare import prepare_energon_dataset, write_synthetic_vlm_jsonl
+from seqpack.packing.thd import validate_thd_batch
 
 torch.utils.data._utils.worker.MP_STATUS_CHECK_INTERVAL = 0.1
 torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL = 0.1
@@ -226,7 +226,7 @@ def test_bad_arguments(vlm, tmp_path):
         get_train_dataset(cfg, vlm.prepared.root, dp_rank=1)
     with pytest.raises(UsageError, match="split 'test'"):
         get_train_dataset(cfg, vlm.prepared.root, split_part="test")
-    from reference_impl.data.schemas import ChatSchema
+    from seqpack.data.schemas import ChatSchema
 
     with pytest.raises(UsageError, match="schema is chat"):
         get_train_dataset(cfg, vlm.prepared.root, schema=ChatSchema())
@@ -243,7 +243,7 @@ def broken(tmp_path_factory):
     # that check (an older seqpack, or by hand) must still make the loader stop, not skip
     from unittest import mock
 
-    with mock.patch("reference_impl.data.tokenize.check_row", lambda *args, **kwargs: None):
+    with mock.patch("seqpack.data.tokenize.check_row", lambda *args, **kwargs: None):
         return prepare_energon_dataset(src, tmp / "ds")
 
 

@@ -7,15 +7,15 @@ import tarfile
 import numpy as np
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.data import demo_path
-from reference_impl.errors import ArtifactError, InputError, UsageError
-from reference_impl.packing.energon import prepare as prep
-from reference_impl.data.demo_vlm import vlm_demo_path
-from reference_impl.data.vision import load_image
-from reference_impl.data.vlm import find_subsequence
-from reference_impl.packing.energon.media import MediaSpec, insert_marker, synthetic_image
-from reference_impl.packing.energon.prepare import (
+from seqpack.faces.cli import main
+from seqpack.data import demo_path
+from seqpack.core.errors import ArtifactError, InputError, UsageError
+from seqpack.packing.energon import prepare as prep
+from seqpack.data.vlm.demo import vlm_demo_path
+from seqpack.data.vlm.vision import load_image
+from seqpack.data.vlm.sample import find_subsequence
+from seqpack.packing.energon.media import MediaSpec, insert_marker, synthetic_image
+from seqpack.packing.energon.prepare import (
     prepare_energon_dataset,
     read_manifest,
     synthetic_vlm_rows,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.training.equivalence import (
+from seqpack.training.equivalence import (
     TokenLoss,
     compare_packed_unpacked,
     packed_row,
@@ -13,7 +13,7 @@ from reference_impl.training.equivalence import (
     stack_rows,
     unpacked_row,
 )
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.model import TinyGPT, TinyGPTConfig
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 TOL = 1e-12

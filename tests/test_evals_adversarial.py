@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.evaluation.adversarial import (
+from seqpack.faces.cli import main
+from seqpack_evals.adversarial import (
     LIMITS,
     generated_suite,
     hand_written_suite,
@@ -16,7 +16,7 @@ from reference_impl.evaluation.adversarial import (
     stuffing_answer,
     violations,
 )
-from reference_impl.evaluation.tasks import load_tasks
+from seqpack_evals.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_required_outcomes_on_every_task(dataset):
 
 def test_the_limits_can_fail(dataset):
     """Negative control: the right answer scored as 'stuffing' would break the limit."""
-    from reference_impl.evaluation.adversarial import SuiteRow
+    from seqpack_evals.adversarial import SuiteRow
 
     assert violations([SuiteRow("stuffing", 1, 100.0, 100.0, 100.0)]) != []
     assert violations([SuiteRow("paraphrased", 1, 50.0, 50.0, 50.0)]) != []

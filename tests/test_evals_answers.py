@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.evaluation.answers import forbidden_hits, grade_answer, split_block
-from reference_impl.evaluation.claims import mbs_above_one, offline_plus_in_batch
-from reference_impl.evaluation.fields import answer_block, int_field, percent_field, prompt_footer, set_field
-from reference_impl.evaluation.vocab import KEY_ALIASES, config_field, rule_ids_field
+from seqpack_evals.answers import forbidden_hits, grade_answer, split_block
+from seqpack_evals.claims import mbs_above_one, offline_plus_in_batch
+from seqpack_evals.fields import answer_block, int_field, percent_field, prompt_footer, set_field
+from seqpack_evals.vocab import KEY_ALIASES, config_field, rule_ids_field
 
 PAD = int_field("pad_seq_to_mult", 8, *KEY_ALIASES["dataset.offline_packing_specs.pad_seq_to_mult"])
 MBS = config_field("train.micro_batch_size", 1)

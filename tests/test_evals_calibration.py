@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.evaluation.answers import grade_answer
-from reference_impl.evaluation.calibration import load_answers, score_all, summary, table, violations
-from reference_impl.evaluation.tasks import load_tasks
+from seqpack_evals.answers import grade_answer
+from seqpack_evals.calibration import load_answers, score_all, summary, table, violations
+from seqpack_evals.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.alignment import derive_alignment
-from reference_impl.config.rules import FAMILIES, RULES_BY_ID
-from reference_impl.evaluation.answers import forbidden_hits, grade_answer
-from reference_impl.evaluation.builder import wrong_value
-from reference_impl.evaluation.capture import capture_cli
-from reference_impl.evaluation.dataset import diff_dataset
-from reference_impl.evaluation.fields import answer_block
-from reference_impl.evaluation.tasks import BUCKETS, PATHS, SKILL_NAME, load_tasks
+from seqpack.core.alignment import derive_alignment
+from seqpack.config.rules import FAMILIES, RULES_BY_ID
+from seqpack_evals.answers import forbidden_hits, grade_answer
+from seqpack_evals.builder import wrong_value
+from seqpack_evals.capture import capture_cli
+from seqpack_evals.dataset import diff_dataset
+from seqpack_evals.fields import answer_block
+from seqpack_evals.tasks import BUCKETS, PATHS, SKILL_NAME, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = ROOT / "evals"

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.errors import UsageError
-from reference_impl.evaluation.judge import parse_judge_output
-from reference_impl.evaluation.report import render_benchmark, verdict
-from reference_impl.evaluation.runner import resolve_skill_dir, run_eval
-from reference_impl.evaluation.scoring import read_scores, score_run, score_transcript
-from reference_impl.evaluation.security import allowed_roots, scan_command
-from reference_impl.evaluation.tasks import load_tasks
-from reference_impl.evaluation.transcript import Transcript, parse_agent_output, read_transcript
-from reference_impl.nonce import nonce_for
+from seqpack.faces.cli import main
+from seqpack.core.errors import UsageError
+from seqpack_evals.judge import parse_judge_output
+from seqpack_evals.report import render_benchmark, verdict
+from seqpack_evals.runner import resolve_skill_dir, run_eval
+from seqpack_evals.scoring import read_scores, score_run, score_transcript
+from seqpack_evals.security import allowed_roots, scan_command
+from seqpack_evals.tasks import load_tasks
+from seqpack_evals.transcript import Transcript, parse_agent_output, read_transcript
+from seqpack.core.nonce import nonce_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "evals"
@@ -333,7 +333,7 @@ def test_export_agentskills_shape(tmp_path, capsys):
 def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream):
     """Every task is achievable: the reference answer (on an outcome task the oracle's artifact, graded through the
     lane), the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} -m reference_impl.evaluation.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
+    agent = f"{sys.executable} -m seqpack_evals.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
     run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
     scores = score_run(tmp_path / "r", lane=upstream)
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
@@ -365,7 +365,7 @@ def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
 def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
     """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
     the with-skill scores vary and their standard deviation is exactly known."""
-    from reference_impl.evaluation.bench import run_benchmark
+    from seqpack_evals.bench import run_benchmark
 
     ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
     doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
@@ -381,7 +381,7 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
     assert set(doc["per_bucket"]) == {"explicit", "near_miss"}
     near = doc["per_bucket"]["near_miss"]  # the near miss is answered the same way in every round
     assert near["skill"]["overall"]["std"] == 0.0
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     with pytest.raises(UsageError, match="at least 3"):
         run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "reference_impl" / "evaluation"
-PREFIX = "reference_impl.evaluation"
+PKG = Path(__file__).resolve().parents[1] / "evals" / "seqpack_evals"
+PREFIX = "seqpack_evals"
 
 
 def _imports(path: Path) -> set[str]:

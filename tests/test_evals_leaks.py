@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.evaluation.runner import run_eval
-from reference_impl.evaluation.scoring import score_run
-from reference_impl.evaluation.tasks import Dataset, Task, load_tasks
+from seqpack_evals.runner import run_eval
+from seqpack_evals.scoring import score_run
+from seqpack_evals.tasks import Dataset, Task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "megatron-sequence-packing"
 PLUGIN_SKILL = ROOT / "plugins" / "seqpack" / "skills" / "megatron-sequence-packing"
-LOOKUP = f"{sys.executable} -m reference_impl.evaluation.agents lookup"
+LOOKUP = f"{sys.executable} -m seqpack_evals.agents lookup"
 #: JSON keys that only the answer key has.
 KEY_MARKERS = ('"expected_output"', '"answer_fields"', '"ground_truth"', '"assertions"', '"oracle"', '"negative"')
 #: One task per bucket and kind of input, for the fast run of the lookup agent.
@@ -114,7 +114,7 @@ def test_the_skill_ships_no_task_set():
 
 
 def test_the_public_export_holds_prompts_and_inputs_only(dataset, tmp_path):
-    from reference_impl.evaluation.tasks import export_agentskills
+    from seqpack_evals.tasks import export_agentskills
 
     export_agentskills(dataset, tmp_path / "ev")
     doc = json.loads((tmp_path / "ev" / "evals.json").read_text(encoding="utf-8"))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.errors import UsageError
-from reference_impl.evaluation.outcome import Artifact, grade_outcomes, pack_multiple, parse_override
-from reference_impl.evaluation.tasks import load_tasks
+from seqpack.core.errors import UsageError
+from seqpack_evals.outcome import Artifact, grade_outcomes, pack_multiple, parse_override
+from seqpack_evals.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 EVALS = ROOT / "evals"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.alignment import derive_alignment, token_slots_per_step
-from reference_impl.config.model_support import check_model_support
-from reference_impl.config.rules import RULES_BY_ID
-from reference_impl.evaluation.tasks import load_tasks
-from reference_impl.evaluation.upstream import ANCHORS, ANCHORS_BY_ID, derive, line_of
+from seqpack.core.alignment import derive_alignment, token_slots_per_step
+from seqpack.config.model_support import check_model_support
+from seqpack.config.rules import RULES_BY_ID
+from seqpack_evals.tasks import load_tasks
+from seqpack_evals.upstream import ANCHORS, ANCHORS_BY_ID, derive, line_of
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = [a for a in ANCHORS if a.kind == "upstream"]
@@ -93,8 +93,8 @@ def test_seqpack_agrees_with_the_anchored_facts():
         a["bridge-energon-per-token-loss"].value
     assert RULES_BY_ID["PACK-ENERGON-AVG-COLLECTIVE"].fixed["ddp.average_in_collective"] is \
         a["bridge-energon-avg-collective"].value
-    from reference_impl.packing.algorithms import ALGORITHMS
-    from reference_impl.packing.parquet import REQUIRED_COLUMNS
+    from seqpack.packing.algorithms import ALGORITHMS
+    from seqpack.packing.parquet import REQUIRED_COLUMNS
 
     assert set(a["bridge-packing-algos"].value) <= set(ALGORITHMS)
     assert sorted(REQUIRED_COLUMNS) == a["bridge-parquet-columns"].value

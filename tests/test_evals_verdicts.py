@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.evaluation.tasks import load_tasks
+from seqpack_evals.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "evals" / "bridge_verdicts.json").read_text(encoding="utf-8"))["verdicts"]
@@ -38,7 +38,7 @@ def test_release_diagnoses_grade_upstream_facts_not_seqpack_labels(dataset):
 
 @pytest.mark.slow
 def test_recorded_verdicts_are_what_the_release_does(upstream):
-    from reference_impl.evaluation.verdicts import bridge_verdicts
+    from seqpack_evals.verdicts import bridge_verdicts
 
     fresh = bridge_verdicts({k: v["config"] for k, v in RECORDED.items()}, upstream)
     assert {k: (v["raises"], v["type"]) for k, v in fresh.items()} == \

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from reference_impl.alignment import round_up
-from reference_impl.cli import EXIT_ERROR, main
-from reference_impl.data import demo_path
-from reference_impl.data.demo import DEMO_MIXES, DEMO_ROWS, DEMO_SEEDS, MAX_LEN, MIN_LEN
-from reference_impl.data.length_mixes import sample_lengths
-from reference_impl.packing.global_batch import schedule_global_batch
+from seqpack.core.alignment import round_up
+from seqpack.faces.cli import EXIT_ERROR, main
+from seqpack.data import demo_path
+from seqpack.data.demo import DEMO_MIXES, DEMO_ROWS, DEMO_SEEDS, MAX_LEN, MIN_LEN
+from seqpack.data.length_mixes import sample_lengths
+from seqpack.packing.global_batch import schedule_global_batch
 
 
 def demo_row_lengths(n, seq_length):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.packing.global_batch.schedule import schedule_global_batch
-from reference_impl.training.ranks import launch_ranks
+from seqpack.packing.global_batch.schedule import schedule_global_batch
+from seqpack.training.ranks import launch_ranks
 from tests.distributed.global_batch_data import write_rows
 
 ROOT = Path(__file__).resolve().parents[1]

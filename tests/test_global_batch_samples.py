@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.config import load_config
-from reference_impl.errors import AlignmentError, ConfigViolationError, InputError, UsageError
-from reference_impl.packing.global_batch.dataset import (
+from seqpack.config import load_config
+from seqpack.core.errors import AlignmentError, ConfigViolationError, InputError, UsageError
+from seqpack.packing.global_batch.dataset import (
     EvaluationPlan,
     GlobalBatchSFTDataset,
     build_global_batch_loader,
     settings_from_config,
 )
-from reference_impl.packing.global_batch.samples import (
+from seqpack.packing.global_batch.samples import (
     SAMPLE_KEYS,
     UnpackedSampleCollator,
     check_unpacked_sample,

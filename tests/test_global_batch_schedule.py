@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import PackingError, UsageError
-from reference_impl.packing.global_batch import get_scheduler, schedule_global_batch, scheduler_names
-from reference_impl.data.length_mixes import sample_lengths
-from reference_impl.packing.algorithms import first_fit_in_order
-from reference_impl.packing.global_batch.balanced import (
+from seqpack.core.errors import PackingError, UsageError
+from seqpack.packing.global_batch import get_scheduler, schedule_global_batch, scheduler_names
+from seqpack.data.length_mixes import sample_lengths
+from seqpack.packing.algorithms import first_fit_in_order
+from seqpack.packing.global_batch.balanced import (
     BalancedScheduler,
     LPTScheduler,
     assign_ranks,

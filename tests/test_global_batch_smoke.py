@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from reference_impl.errors import ConfigViolationError
-from reference_impl.smoke import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
+from seqpack.core.errors import ConfigViolationError
+from seqpack.smoke.run import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
 
 
 def _status(report):

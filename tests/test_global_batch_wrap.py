@@ -8,17 +8,17 @@ from collections import Counter
 import pytest
 import torch
 
-from reference_impl.data import ByteTokenizer
-from reference_impl.errors import InputError, UsageError
-from reference_impl.packing.global_batch.dataset import build_global_batch_loader
-from reference_impl.packing.global_batch.exchange import _decode, _encode, record_size
-from reference_impl.packing.global_batch.packs import build_pack_batch, filler_batch, simulate_step
-from reference_impl.packing.global_batch.samples import check_unpacked_sample, make_unpacked_sample
-from reference_impl.training.global_batch_step import evaluate, run_micro_batches, train_step
-from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, wrap_data_iterator
-from reference_impl.packing.sft_dataset import SFTJsonlDataset
-from reference_impl.packing.thd import validate_thd_batch
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
+from seqpack.data import ByteTokenizer
+from seqpack.core.errors import InputError, UsageError
+from seqpack.packing.global_batch.dataset import build_global_batch_loader
+from seqpack.packing.global_batch.exchange import _decode, _encode, record_size
+from seqpack.packing.global_batch.packs import build_pack_batch, filler_batch, simulate_step
+from seqpack.packing.global_batch.samples import check_unpacked_sample, make_unpacked_sample
+from seqpack.training.global_batch_step import evaluate, run_micro_batches, train_step
+from seqpack.packing.global_batch.wrap import GlobalBatchPacker, wrap_data_iterator
+from seqpack.packing.sft_dataset import SFTJsonlDataset
+from seqpack.packing.thd import validate_thd_batch
+from seqpack.training.model import TinyGPT, TinyGPTConfig
 from tests.distributed.global_batch_data import packed_keys, sample_key, unpacked_reference, write_rows
 
 EXACT = 1e-10

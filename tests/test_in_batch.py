@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl.alignment import derive_alignment
-from reference_impl.data import (
+from seqpack.core.alignment import derive_alignment
+from seqpack.data import (
     ChatSchema,
     JsonlFile,
     PromptCompletionSchema,
@@ -19,11 +19,11 @@ from reference_impl.data import (
     to_training_example,
     tokenize_row,
 )
-from reference_impl.data.tokenizers import ByteTokenizer
-from reference_impl.errors import AlignmentError, ArtifactError, InputError, PackingError, UsageError
-from reference_impl.packing.in_batch import InBatchPackingCollator, PackInfo, PaddingTotals
-from reference_impl.packing.sft_dataset import SFTJsonlDataset, scan_rows
-from reference_impl.packing.thd import validate_thd_batch
+from seqpack.data.tokenizers import ByteTokenizer
+from seqpack.core.errors import AlignmentError, ArtifactError, InputError, PackingError, UsageError
+from seqpack.packing.in_batch import InBatchPackingCollator, PackInfo, PaddingTotals
+from seqpack.packing.sft_dataset import SFTJsonlDataset, scan_rows
+from seqpack.packing.thd import validate_thd_batch
 
 
 def row(tokens, labels=None, loss=None, index=None):
@@ -311,7 +311,7 @@ def test_truncation_is_flagged_logged_once_and_reported_by_the_collator(tmp_path
             {"prompt": "q" * 30, "completion": "d" * 30}]
     p = write_jsonl(tmp_path / "long.jsonl", rows)
     ds = SFTJsonlDataset(p, seq_length=16)
-    with caplog.at_level(logging.WARNING, logger="reference_impl.packing.sft_dataset"):
+    with caplog.at_level(logging.WARNING, logger="seqpack.packing.sft_dataset"):
         items = [ds[0], ds[1], ds[2]]
     assert [i["truncated"] for i in items] == [True, False, True]
     assert items[0]["original_length"] == 82 and items[0]["tokens"].shape[0] == 15

@@ -9,23 +9,23 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl.config import load_config
-from reference_impl.data import demo_path
-from reference_impl.data.demo import DEMO_ROWS
-from reference_impl.errors import ArtifactError, ConfigViolationError, UsageError
-from reference_impl.packing.in_batch import (
+from seqpack.config import load_config
+from seqpack.data import demo_path
+from seqpack.data.demo import DEMO_ROWS
+from seqpack.core.errors import ArtifactError, ConfigViolationError, UsageError
+from seqpack.packing.in_batch import (
     IN_BATCH_RULE_IDS,
     InBatchPackingCollator,
     alignment_for_config,
     build_in_batch_loader,
 )
-from reference_impl.packing.samplers import (
+from seqpack.packing.samplers import (
     CyclicMicroBatchSampler,
     SingleMicroBatchSampler,
     make_micro_batch_sampler,
 )
-from reference_impl.packing.sft_dataset import SFTJsonlDataset, scan_rows
-from reference_impl.packing.thd import validate_thd_batch
+from seqpack.packing.sft_dataset import SFTJsonlDataset, scan_rows
+from seqpack.packing.thd import validate_thd_batch
 
 
 def cfg_for(**overrides):

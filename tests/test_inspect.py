@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from reference_impl.errors import ArtifactError
-from reference_impl.inspect import Topology, inspect_packed_dataset
-from reference_impl.packing.offline import prepare_packed_dataset
-from reference_impl.packing.parquet import write_packed_parquet
+from seqpack.core.errors import ArtifactError
+from seqpack.verbs.inspection import Topology, inspect_packed_dataset
+from seqpack.packing.offline.prepare import prepare_packed_dataset
+from seqpack.packing.parquet import write_packed_parquet
 
 
 @pytest.fixture(scope="module")

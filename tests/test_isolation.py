@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.data.jsonl import cache_paths
-from reference_impl.training.ranks import reserved_port
+from seqpack.data.jsonl import cache_paths
+from seqpack.training.ranks import reserved_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = os.environ.get("SEQPACK_ISOLATION_PROBE")  # the folder the probes write to

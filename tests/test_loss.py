@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from reference_impl.alignment import derive_alignment
-from reference_impl.errors import InputError, UsageError
-from reference_impl.training.loss import (
+from seqpack.core.alignment import derive_alignment
+from seqpack.core.errors import InputError, UsageError
+from seqpack.training.loss import (
     backward_loss,
     finalize_gradients,
     masked_loss_pieces,
@@ -17,8 +17,8 @@ from reference_impl.training.loss import (
     reduction_weights,
     token_cross_entropy,
 )
-from reference_impl.training.model import TinyGPT
-from reference_impl.training.step import cp_rank_pieces, packed_forward, reference_step
+from seqpack.training.model import TinyGPT
+from seqpack.training.step import cp_rank_pieces, packed_forward, reference_step
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 # --- token losses ----------------------------------------------------------------------------

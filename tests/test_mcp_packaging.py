@@ -24,17 +24,17 @@ from mcp import Client, MCPError
 from mcp.types import CallToolResult, Request, ResourceLink, TextContent
 from pydantic import TypeAdapter
 
-from reference_impl import extras
-from reference_impl.cli import main
-from reference_impl.errors import UsageError
-from reference_impl.extras import MissingExtraError, missing_extra_error, require_extra
-from reference_impl.mcp_server import build_server
-from reference_impl.mcp_support.http_auth import UNAUTHORIZED_BODY, BearerTokenGuard, read_token_file
-from reference_impl.mcp_support.links import add_links, pack_links
-from reference_impl.mcp_support.registry import TOOLS
-from reference_impl.mcp_support.roots import AllowedRoots
-from reference_impl.mcp_support.skills import SKILLS_EXTENSION, GetSkillParams, SkillBundle
-from reference_impl.skill_install import SKILL_NAME, find_skill_dir, read_frontmatter
+from seqpack.core import extras
+from seqpack.faces.cli import main
+from seqpack.core.errors import UsageError
+from seqpack.core.extras import MissingExtraError, missing_extra_error, require_extra
+from seqpack.faces.mcp.server import build_server
+from seqpack.faces.mcp.http_auth import UNAUTHORIZED_BODY, BearerTokenGuard, read_token_file
+from seqpack.faces.mcp.links import add_links, pack_links
+from seqpack.faces.mcp.registry import TOOLS
+from seqpack.faces.mcp.roots import AllowedRoots
+from seqpack.faces.mcp.skills import SKILLS_EXTENSION, GetSkillParams, SkillBundle
+from seqpack.faces.install_skill import SKILL_NAME, find_skill_dir, read_frontmatter
 
 REPO = Path(__file__).resolve().parents[1]
 HINT = "the 'train' extra is not installed (torch is missing). Fix: pip install 'seqpack[train]'"
@@ -99,7 +99,7 @@ def test_cli_prints_the_hint_in_one_line_and_exits_2(no_torch, capsys):
 
 def test_cli_maps_a_late_import_error_to_the_hint(monkeypatch, capsys, tmp_path):
     """A command without a declared extra that fails importing one (a chat template needs jinja2) says so too."""
-    import reference_impl.cli.align as align
+    import seqpack.faces.cli.align as align
 
     def run(args):
         raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
@@ -197,7 +197,7 @@ async def test_skill_files_are_resources_with_sha256_digests(bundle_dir, tmp_pat
 @pytest.mark.anyio
 async def test_a_bundle_that_does_not_name_its_directory_declares_no_extension(bundle_dir, tmp_path, caplog):
     renamed = bundle_dir.rename(tmp_path / "other-name")
-    with caplog.at_level(logging.WARNING, logger="reference_impl.mcp"):
+    with caplog.at_level(logging.WARNING, logger="seqpack.mcp"):
         assert SkillBundle.load(renamed) is None
     assert "not served as skill:// resources" in caplog.text
     async with Client(build_server([tmp_path], skill_dir=renamed)) as client:
@@ -301,7 +301,7 @@ def test_read_token_file(tmp_path, caplog):
         read_token_file(tmp_path / "latin")
     shared = _token_file(tmp_path, TOKEN)
     shared.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="reference_impl.mcp"):
+    with caplog.at_level(logging.WARNING, logger="seqpack.mcp"):
         assert read_token_file(shared) == TOKEN
     assert "can be read by other users" in caplog.text and TOKEN not in caplog.text
 
@@ -374,7 +374,7 @@ def test_http_server_with_a_token_file_refuses_requests_without_it(tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with (tmp_path / "err.log").open("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "seqpack", "mcp", "--transport", "http", "--port",
                                  str(port), "--root", str(tmp_path), "--token-file", str(path), "--lifetime", "60"],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=str(tmp_path))
         try:

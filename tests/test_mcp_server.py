@@ -21,16 +21,16 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import REQUEST_TIMEOUT
 
-from reference_impl.cli import main
-from reference_impl.config.rules import FAMILIES, RULES, RULES_BY_ID, rules_table, search_rules
-from reference_impl.config.rules_doc import rules_document
-from reference_impl.errors import UsageError
-from reference_impl.inspect import Topology, inspect_packed_dataset
-from reference_impl.mcp_server import build_server
-from reference_impl.mcp_support.content import SKILL_NAME, find_skill_dir
-from reference_impl.training.ranks import reserved_port
-from reference_impl.mcp_support.jobs import JobControl, run_job
-from reference_impl.planning import plan_pack_length
+from seqpack.faces.cli import main
+from seqpack.config.rules import FAMILIES, RULES, RULES_BY_ID, rules_table, search_rules
+from seqpack.config.rules_doc import rules_document
+from seqpack.core.errors import UsageError
+from seqpack.verbs.inspection import Topology, inspect_packed_dataset
+from seqpack.faces.mcp.server import build_server
+from seqpack.faces.mcp.content import SKILL_NAME, find_skill_dir
+from seqpack.training.ranks import reserved_port
+from seqpack.faces.mcp.jobs import JobControl, run_job
+from seqpack.verbs.planning import plan_pack_length
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = {
@@ -329,7 +329,7 @@ async def test_without_a_skill_only_the_rules_are_served(root: Path):
 
 def test_skill_dir_is_found_next_to_the_package():
     repo_skill = REPO / "skills" / SKILL_NAME
-    packaged = REPO / "reference_impl" / "skill_assets" / SKILL_NAME
+    packaged = REPO / "reference_impl" / "seqpack" / "skill_assets" / SKILL_NAME
     expected = next((d for d in (repo_skill, packaged) if (d / "SKILL.md").is_file()), None)
     assert find_skill_dir() == expected
 
@@ -440,7 +440,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.slow  # a server process
 @pytest.mark.anyio
 async def test_stdio_subprocess(root: Path, tmp_path: Path):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "reference_impl", "mcp", "--root", str(root)],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "seqpack", "mcp", "--root", str(root)],
                                    env=_env(), cwd=str(tmp_path))
     errlog = (tmp_path / "stderr.log").open("w+")
     async with stdio_client(params, errlog=errlog) as (read, write):
@@ -508,7 +508,7 @@ async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
     with reserved_port() as port:  # held until the test ends: no other test process is given it
         out, err = (tmp_path / "out.log").open("w+"), (tmp_path / "err.log").open("w+")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(port),
+            [sys.executable, "-m", "seqpack", "mcp", "--transport", "http", "--port", str(port),
              "--root", str(root), "--lifetime", "60"],
             stdout=out, stderr=err, env={**os.environ, **_env()}, cwd=str(tmp_path),
         )
@@ -544,7 +544,7 @@ async def test_streamable_http_subprocess(root: Path, tmp_path: Path):
 def test_http_server_stops_by_itself_after_its_lifetime(root: Path, tmp_path: Path):
     with reserved_port() as port:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_impl", "mcp", "--transport", "http", "--port", str(port),
+            [sys.executable, "-m", "seqpack", "mcp", "--transport", "http", "--port", str(port),
              "--root", str(root), "--lifetime", "1.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **_env()}, cwd=str(tmp_path),
         )

@@ -9,7 +9,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import REQUEST_TIMEOUT
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ async def test_smoke_tool_time_limit_cancellation_and_roots(root: Path, tmp_path
 
 @pytest.mark.anyio
 async def test_inspect_refuses_a_manifest_that_links_outside_the_roots(root: Path, tmp_path: Path):
-    from reference_impl.packing.parquet import write_packed_parquet
+    from seqpack.packing.parquet import write_packed_parquet
 
     packs = root / "packs"
     write_packed_parquet([{"input_ids": [1, 2, 3], "loss_mask": [1, 1, 0], "seq_start_id": [0]}],

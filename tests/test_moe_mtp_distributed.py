@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.training.ranks import reserved_port
+from seqpack.training.ranks import reserved_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXACT = 1e-10

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from reference_impl.packing.global_batch.samples import make_unpacked_sample
-from reference_impl.packing.global_batch.wrap import GlobalBatchPacker
-from reference_impl.training.global_batch_step import micro_batch_terms, run_micro_batches, train_step
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
-from reference_impl.training.moe import MoEConfig, load_balancing_loss
-from reference_impl.training.moe_mtp_step import AuxLog, average_aux_logs, options_step
-from reference_impl.training.mtp import MTPConfig, with_mtp_streams
+from seqpack.packing.global_batch.samples import make_unpacked_sample
+from seqpack.packing.global_batch.wrap import GlobalBatchPacker
+from seqpack.training.global_batch_step import micro_batch_terms, run_micro_batches, train_step
+from seqpack.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.moe import MoEConfig, load_balancing_loss
+from seqpack.training.moe_mtp_step import AuxLog, average_aux_logs, options_step
+from seqpack.training.mtp import MTPConfig, with_mtp_streams
 
 MOE = MoEConfig(num_experts=4, topk=2, expert_hidden_size=8, aux_loss_coeff=0.01, z_loss_coeff=0.001)
 MTP = MTPConfig(num_layers=1, loss_scaling_factor=0.3)

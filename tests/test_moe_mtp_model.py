@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from reference_impl.errors import UsageError
-from reference_impl.packing.thd import build_thd_batch
-from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
-from reference_impl.training.moe import (
+from seqpack.core.errors import UsageError
+from seqpack.packing.thd import build_thd_batch
+from seqpack.training.boundaries import thd_layout
+from seqpack.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.moe import (
     MoEConfig,
     RouterStats,
     Routing,
@@ -20,9 +20,9 @@ from reference_impl.training.moe import (
     updated_expert_bias,
     z_loss,
 )
-from reference_impl.training.moe_mtp_step import options_step, sum_router_stats, unpacked_options
-from reference_impl.training.mtp import MTPConfig, mtp_streams, roll_packed
-from reference_impl.training.step import packed_forward
+from seqpack.training.moe_mtp_step import options_step, sum_router_stats, unpacked_options
+from seqpack.training.mtp import MTPConfig, mtp_streams, roll_packed
+from seqpack.training.step import packed_forward
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 LENGTHS = [5, 11, 3, 7]
@@ -227,8 +227,8 @@ def test_aux_loss_gradient_equals_the_same_tokens_unpacked(model: TinyGPT) -> No
     batch = BATCHES["aligned4_tail"]
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
-    from reference_impl.training.attention import attention_mask
-    from reference_impl.training.step import split_sequences
+    from seqpack.training.attention import attention_mask
+    from seqpack.training.step import split_sequences
 
     def aux_grads(stats: list[RouterStats]) -> dict[str, torch.Tensor]:
         total = sum(s.aux_loss(MOE) + s.z_loss(MOE) for s in stats)
@@ -284,7 +284,7 @@ def test_mtp_needs_streams_of_the_right_shape(model: TinyGPT) -> None:
     batch = BATCHES["variable_width"]
     layout = thd_layout(batch)
     everything = torch.arange(layout.total_tokens)
-    from reference_impl.training.attention import attention_mask
+    from seqpack.training.attention import attention_mask
 
     mask = attention_mask(layout, everything, everything)
     hidden = model.trunk(batch["tokens"][0], batch["position_ids"][0], mask)
@@ -296,7 +296,7 @@ def test_mtp_needs_streams_of_the_right_shape(model: TinyGPT) -> None:
 
 
 def test_moe_layer_on_a_stack_equals_each_row_alone() -> None:
-    from reference_impl.training.moe import MoEMLP
+    from seqpack.training.moe import MoEMLP
 
     cfg = MoEConfig(num_experts=4, topk=2, capacity_factor=1.0)
     gen = torch.Generator().manual_seed(2)
@@ -319,7 +319,7 @@ def test_moe_layer_on_a_stack_equals_each_row_alone() -> None:
 
 
 def test_roll_in_segments_on_a_stack() -> None:
-    from reference_impl.training.mtp import roll_in_segments
+    from seqpack.training.mtp import roll_in_segments
 
     values = torch.arange(1, 13).reshape(2, 6)
     segments = torch.tensor([[0, 0, 0, -1, 1, 1], [0, 0, 1, 1, 1, -1]])
@@ -327,7 +327,7 @@ def test_roll_in_segments_on_a_stack() -> None:
 
 
 def _pairs(batch: dict) -> list:
-    from reference_impl.training.step import split_sequences
+    from seqpack.training.step import split_sequences
 
     pieces = split_sequences(batch)
     return [(batch, [(k, p) for k, p in enumerate(pieces) if p["tokens"].shape[1]])]
@@ -335,7 +335,7 @@ def _pairs(batch: dict) -> list:
 
 @pytest.mark.parametrize("name", ["aligned4_tail", "fixed_width"])
 def test_compare_options_passes_and_its_negative_controls_fail(model: TinyGPT, name: str) -> None:
-    from reference_impl.training.moe_mtp_step import compare_options
+    from seqpack.training.moe_mtp_step import compare_options
 
     batch = BATCHES[name]
     good = compare_options(model, _pairs(batch))

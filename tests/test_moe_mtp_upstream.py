@@ -1,8 +1,8 @@
 """Differential tests: the reference router and MTP roll against Megatron-Core's own functions (CPU).
 
 The installed ``megatron-core`` (0.16.1 on Python 3.11) runs its routing, loss and roll functions
-on CPU tensors; these tests feed them the same inputs as :mod:`reference_impl.training.moe` and
-:mod:`reference_impl.training.mtp` and compare. Where Megatron-Core is wrong for padded packed
+on CPU tensors; these tests feed them the same inputs as :mod:`seqpack.training.moe` and
+:mod:`seqpack.training.mtp` and compare. Where Megatron-Core is wrong for padded packed
 layouts (the MTP roll reads ``cu_seqlens_q`` as physical offsets; 0.16-0.19 broadcast the expert-bias
 padding mask over the expert dimension) the tests pin that behaviour down, so a release that fixes
 it shows up here.
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import torch
 
-from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
-from reference_impl.training.moe import MoEConfig, MoEMLP, expert_capacity
-from reference_impl.training.mtp import roll_packed
-from reference_impl.training.packed_seq_params import to_packed_seq_params
-from reference_impl.training.ranks import import_megatron_core
+from seqpack.training.boundaries import thd_layout
+from seqpack.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.moe import MoEConfig, MoEMLP, expert_capacity
+from seqpack.training.mtp import roll_packed
+from seqpack.training.packed_seq_params import to_packed_seq_params
+from seqpack.training.ranks import import_megatron_core
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 pytestmark = pytest.mark.slow

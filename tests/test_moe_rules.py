@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.config import validate_config
-from reference_impl.config.dispatch import HYBRIDEP_TOKEN_ALIGNMENT, dispatch_width, dispatcher_name
+from seqpack.config import validate_config
+from seqpack.config.dispatch import HYBRIDEP_TOKEN_ALIGNMENT, dispatch_width, dispatcher_name
 
 OFFLINE = ["dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
            "model.seq_length=4096"]
@@ -125,7 +125,7 @@ def test_capacity_warning_only_when_packed() -> None:
 def test_dispatch_overhead_by_hand() -> None:
     import numpy as np
 
-    from reference_impl.planning import dispatch_overhead
+    from seqpack.verbs.planning import dispatch_overhead
 
     real, aligned = np.array([100, 60, 30]), np.array([104, 64, 32])
     a2a = dispatch_overhead(real, aligned, 128, dispatch_width(dispatcher="alltoall", ep=3))
@@ -146,7 +146,7 @@ def test_dispatch_overhead_by_hand() -> None:
 
 
 def test_plan_rows_carry_the_dispatch_overhead() -> None:
-    from reference_impl.verbs import PlanOptions, plan
+    from seqpack.verbs import PlanOptions, plan
 
     lengths = [900, 300, 1500, 700, 2000, 120, 3000, 800]
     dense = plan(PlanOptions(lengths=lengths, candidates=(2048, 4096), token_slots=8192))
@@ -168,7 +168,7 @@ def test_plan_rows_carry_the_dispatch_overhead() -> None:
 def test_a_shipped_bridge_recipe_trains_mtp_on_alignment_padded_packs() -> None:
     from pathlib import Path
 
-    from reference_impl.config import load_config
+    from seqpack.config import load_config
 
     # Bridge's own dump of the megatron-bridge 0.6.2 recipe; a dump carries no world size: the recipe's 192 GPUs
     recipe = Path(__file__).parent / "upstream" / "recipes" / "glm52_peft_192gpu_gb200_bf16_config.yaml"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.errors import UsageError
-from reference_impl.smoke import run_packing_smoke_test
+from seqpack.core.errors import UsageError
+from seqpack.smoke.run import run_packing_smoke_test
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def test_cp_check_runs_the_moe_mtp_model() -> None:
 
 
 def test_cli_flags_turn_the_options_on(capsys: pytest.CaptureFixture) -> None:
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     code = main(["smoke", "--path", "offline", "--moe", "--mtp", "--no-cp", "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -9,7 +9,7 @@ at 0).
 
 The installed version decides where text after a vision block starts: ``transformers`` 5.3+
 passes ``mm_token_type_ids`` and starts it at ``max(h, w) / merge`` ("spatial"); older versions
-start it one past the block's largest id ("max"). ``reference_impl.data.mrope`` implements both.
+start it one past the block's largest id ("max"). ``seqpack.data.vlm.mrope`` implements both.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from reference_impl.data.mrope import MRopeSpec, packed_rope_index, rope_index
-from reference_impl.packing.thd import build_thd_batch
+from seqpack.data.vlm.mrope import MRopeSpec, packed_rope_index, rope_index
+from seqpack.packing.thd import build_thd_batch
 
 torch = pytest.importorskip("torch")
 

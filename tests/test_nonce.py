@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from reference_impl.cli import main
-from reference_impl.mcp_server import build_server
-from reference_impl.nonce import ENV_VAR, LINE_PREFIX, NONCE_KEY, PRINTED, current_nonce, nonce_for
+from seqpack.faces.cli import main
+from seqpack.faces.mcp.server import build_server
+from seqpack.core.nonce import ENV_VAR, LINE_PREFIX, NONCE_KEY, PRINTED, current_nonce, nonce_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "task-seed-0123456789"
@@ -55,7 +55,7 @@ def test_cli_output_is_unchanged_without_the_variable(monkeypatch, capsys):
 
 def test_console_script_in_a_subprocess():
     env = {**os.environ, ENV_VAR: SEED, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "reference_impl", "rules", "PACK-OFFLINE-MBS1", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "seqpack", "rules", "PACK-OFFLINE-MBS1", "--json"],
                           capture_output=True, text=True, env=env, check=True)
     assert json.loads(proc.stdout)[NONCE_KEY] == nonce_for(SEED)
     assert proc.stderr.strip().endswith(LINE_PREFIX + nonce_for(SEED))

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.data import ByteTokenizer, PromptCompletionSchema, demo_path, tokenize_row
-from reference_impl.data.jsonl import JsonlFile
-from reference_impl.errors import ArtifactError, InputError, UsageError
-from reference_impl.packing.offline import MANIFEST_NAME, prepare_packed_dataset
-from reference_impl.packing.packed_dataset import PackedParquetDataset
-from reference_impl.packing.parquet import PackedParquetReader
+from seqpack.data import ByteTokenizer, PromptCompletionSchema, demo_path, tokenize_row
+from seqpack.data.jsonl import JsonlFile
+from seqpack.core.errors import ArtifactError, InputError, UsageError
+from seqpack.packing.offline.prepare import MANIFEST_NAME, prepare_packed_dataset
+from seqpack.packing.packed_dataset import PackedParquetDataset
+from seqpack.packing.parquet import PackedParquetReader
 
 TOK = ByteTokenizer()
 
@@ -235,7 +235,7 @@ def test_chat_demo_and_workers_match_serial(tmp_path):
 
 
 def test_bridge_compat_reproduces_bridge_sample_bins(write_jsonl, tmp_path):
-    from reference_impl.packing.bridge_compat import bridge_pack_samples
+    from seqpack.packing.offline.bridge_compat import bridge_pack_samples
 
     rows = _rows(80, seed=5, max_words=12)
     path = write_jsonl(rows)
@@ -288,7 +288,7 @@ def test_blend_manifest_errors(tmp_path):
 
 
 def test_sample_lengths_matches_the_pipeline(write_jsonl, tmp_path):
-    from reference_impl.packing.offline import sample_lengths
+    from seqpack.packing.offline.prepare import sample_lengths
 
     rows = _rows(60) + [{"prompt": "p", "completion": ""}]
     path = write_jsonl(rows)

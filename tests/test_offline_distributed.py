@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.errors import InputError
-from reference_impl.packing.offline import prepare_packed_dataset
-from reference_impl.training.ranks import reserved_port
-from reference_impl.verbs import PackOptions, pack
+from seqpack.core.errors import InputError
+from seqpack.packing.offline.prepare import prepare_packed_dataset
+from seqpack.training.ranks import reserved_port
+from seqpack.verbs import PackOptions, pack
 
 pytestmark = pytest.mark.distributed
 

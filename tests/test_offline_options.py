@@ -8,17 +8,17 @@ import json
 import numpy as np
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.data import ByteTokenizer
-from reference_impl.errors import ArtifactError, UsageError
-from reference_impl.packing.offline import (
+from seqpack.faces.cli import main
+from seqpack.data import ByteTokenizer
+from seqpack.core.errors import ArtifactError, UsageError
+from seqpack.packing.offline.prepare import (
     MANIFEST_NAME,
     OfflinePackOptions,
     aligned_lengths,
     append_metadata,
     prepare_packed_dataset,
 )
-from reference_impl.packing.parquet import PackedParquetReader
+from seqpack.packing.parquet import PackedParquetReader
 
 
 def _rows(n=80, seed=0):
@@ -136,7 +136,7 @@ def test_distributed_outside_torchrun_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_a_rank_that_does_not_see_the_output_directory_is_an_error(tmp_path):
-    from reference_impl.packing import offline
+    from seqpack.packing.offline import prepare as offline
 
     class TwoRanks:
         """Rank 1's view of a two-rank group on a filesystem it does not share with rank 0."""

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.data import ByteTokenizer, PromptCompletionSchema, tokenize_row
-from reference_impl.data.ranges import alternating_runs, concat_ranges, offsets_of
-from reference_impl.errors import PackingError
-from reference_impl.packing import algorithms
-from reference_impl.packing.offline import WORK_DIR, prepare_packed_dataset
-from reference_impl.packing.pack_fill import PartJob, auto_row_group_size, fill_group
-from reference_impl.packing.parquet import PackedParquetReader
-from reference_impl.packing.spill import SampleIndex, SpillReader, SpillWriter, id_dtype, record_sizes
+from seqpack.data import ByteTokenizer, PromptCompletionSchema, tokenize_row
+from seqpack.data.ranges import alternating_runs, concat_ranges, offsets_of
+from seqpack.core.errors import PackingError
+from seqpack.packing import algorithms
+from seqpack.packing.offline.prepare import WORK_DIR, prepare_packed_dataset
+from seqpack.packing.offline.fill import PartJob, auto_row_group_size, fill_group
+from seqpack.packing.parquet import PackedParquetReader
+from seqpack.packing.offline.spill import SampleIndex, SpillReader, SpillWriter, id_dtype, record_sizes
 
 
 @settings(max_examples=60, deadline=None)

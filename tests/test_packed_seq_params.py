@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from reference_impl.errors import InputError, UsageError
-from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.packed_seq_params import packed_seq_params_kwargs, to_packed_seq_params
-from reference_impl.training.ranks import import_megatron_core
-from reference_impl.training.step import split_sequences
+from seqpack.core.errors import InputError, UsageError
+from seqpack.training.boundaries import thd_layout
+from seqpack.training.packed_seq_params import packed_seq_params_kwargs, to_packed_seq_params
+from seqpack.training.ranks import import_megatron_core
+from seqpack.training.step import split_sequences
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences
 
 _, PackedSeqParams = import_megatron_core()  # the real dataclass (its fused kernels left uncompiled)

@@ -1,4 +1,4 @@
-"""Tests for reference_impl.packing.algorithms.
+"""Tests for seqpack.packing.algorithms.
 
 Every fast path is checked against ``slow_pack`` below: a linear scan over all open bins per
 item, written to be obviously correct rather than fast.
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.data.length_mixes import sample_lengths
-from reference_impl.errors import InputError, PackingError, UsageError
-from reference_impl.packing import algorithms
-from reference_impl.packing.algorithms import (
+from seqpack.data.length_mixes import sample_lengths
+from seqpack.core.errors import InputError, PackingError, UsageError
+from seqpack.packing import algorithms
+from seqpack.packing.algorithms import (
     ALGORITHMS,
     MAX_BFD_CAPACITY,
     PackResult,
@@ -445,7 +445,7 @@ def test_result_is_frozen_and_serialisable():
 
 
 def test_pack_items_packs_payloads_by_their_lengths():
-    from reference_impl.packing.algorithms import pack_items
+    from seqpack.packing.algorithms import pack_items
 
     # Bridge's worked example: a, b, c fit 10; d opens a new bin
     assert pack_items(["a", "b", "c", "d"], 10, "first_fit", item_lengths=[5, 3, 2, 7]) == [["a", "b", "c"], ["d"]]

@@ -19,13 +19,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from reference_impl.cli import main
-from reference_impl.errors import SeqpackError
-from reference_impl.mcp_server import build_server
-from reference_impl.mcp_support.errors import ERROR_META_KEY
-from reference_impl import verbs
-
-
+from seqpack.faces.cli import main
+from seqpack.core.errors import SeqpackError
+from seqpack.faces.mcp.server import build_server
+from seqpack.faces.mcp.errors import ERROR_META_KEY
+from seqpack import verbs
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
@@ -63,7 +61,7 @@ def root(tmp_path: Path) -> Path:
     (root / "existing").mkdir()
     (root / "existing" / "notes.txt").write_text("not ours\n")  # a non-empty directory seqpack did not write
     # VLM rows: the shipped demo chat with its images (paths relative to the JSONL)
-    from reference_impl.data.demo_vlm import vlm_demo_path
+    from seqpack.data.vlm.demo import vlm_demo_path
 
     shutil.copytree(vlm_demo_path().parent / "images", root / "images")
     shutil.copy(vlm_demo_path(), root / "vlm.jsonl")
@@ -321,8 +319,8 @@ async def test_every_face_refuses_alike(case: Case, root: Path, capsys: pytest.C
 
 
 def test_every_verb_and_tool_is_covered():
-    from reference_impl.cli import COMMANDS
-    from reference_impl.mcp_support.registry import TOOLS
+    from seqpack.faces.cli import COMMANDS
+    from seqpack.faces.mcp.registry import TOOLS
 
     build_server([Path.cwd()], skill_dir=None)  # registers every tool
     verbs_covered = {c.cli[0] for c in SUCCESSES}

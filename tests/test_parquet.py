@@ -6,16 +6,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from reference_impl.errors import ArtifactError, UsageError
-from reference_impl.packing.packed_dataset import PackedParquetDataset
-from reference_impl.packing.parquet import (
+from seqpack.core.errors import ArtifactError, UsageError
+from seqpack.packing.packed_dataset import PackedParquetDataset
+from seqpack.packing.parquet import (
     PackedParquetReader,
     is_packed_parquet_file,
     resolve_parquet_paths,
     validate_stored_row,
     write_packed_parquet,
 )
-from reference_impl.packing.thd import validate_thd_batch
+from seqpack.packing.thd import validate_thd_batch
 
 
 def _rows(n, tokens=64, segments=2, start=0):

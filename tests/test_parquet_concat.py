@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reference_impl.errors import ArtifactError
-from reference_impl.packing import parquet_concat
-from reference_impl.packing.parquet import rows_to_table
-from reference_impl.packing.parquet_concat import (
+from seqpack.core.errors import ArtifactError
+from seqpack.packing.offline import parquet_concat
+from seqpack.packing.parquet import rows_to_table
+from seqpack.packing.offline.parquet_concat import (
     concat_parquet,
     concat_parquet_files,
     decode_struct,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import InputError, UsageError
-from reference_impl.planning import TIE_TOLERANCE, alignment_multiple, lengths_from_histogram, plan_pack_length
+from seqpack.core.errors import InputError, UsageError
+from seqpack.verbs.planning import TIE_TOLERANCE, alignment_multiple, lengths_from_histogram, plan_pack_length
 
 SMALL = [5, 3, 3, 2, 7]  # 20 tokens
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 from mcp import Client
 
-from reference_impl import __version__
-from reference_impl.mcp_server import build_server
-from reference_impl.skill_install import SKILL_NAME, read_frontmatter, skill_files
+from seqpack import __version__
+from seqpack.faces.mcp.server import build_server
+from seqpack.faces.install_skill import SKILL_NAME, read_frontmatter, skill_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "plugins" / "seqpack"
@@ -101,13 +101,13 @@ def _served_version() -> str:
 def test_one_version_number_everywhere():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["dynamic"] == ["version"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "reference_impl.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "seqpack.__version__"}
     claude, codex = _json(PLUGIN / ".claude-plugin" / "plugin.json"), _json(PLUGIN / ".codex-plugin" / "plugin.json")
     market = _json(ROOT / ".claude-plugin" / "marketplace.json")
     server = _json(ROOT / "server.json")
     card = (SKILL / "skill-card.md").read_text()
     versions = {
-        "reference_impl.__version__": __version__,
+        "seqpack.__version__": __version__,
         "SKILL.md metadata.version": read_frontmatter(SKILL / "SKILL.md")["metadata"]["version"],
         "skill-card.md Skill version": re.search(r"## Skill version\s+(\S+)", card, re.I).group(1),
         "MCP serverInfo.version": _served_version(),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.training.rank_server import RankServer, fork_available
-from reference_impl.training.ranks import launch_ranks, rank_environment
+from seqpack.training.rank_server import RankServer, fork_available
+from seqpack.training.ranks import launch_ranks, rank_environment
 
 pytestmark = [pytest.mark.distributed,
               pytest.mark.skipif(not fork_available(), reason="ranks are forked from a server on Linux only")]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.alignment import derive_alignment
-from reference_impl.errors import AlignmentError, UsageError
-from reference_impl.training.attention import attention_mask
-from reference_impl.training.boundaries import thd_layout
-from reference_impl.training.loss import token_cross_entropy
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
-from reference_impl.training.step import (
+from seqpack.core.alignment import derive_alignment
+from seqpack.core.errors import AlignmentError, UsageError
+from seqpack.training.attention import attention_mask
+from seqpack.training.boundaries import thd_layout
+from seqpack.training.loss import token_cross_entropy
+from seqpack.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.step import (
     cp_rank_pieces,
     packed_forward,
     reference_step,
@@ -241,7 +241,7 @@ def test_config_and_input_checks() -> None:
 
 
 def test_te_status_reports_what_is_missing() -> None:
-    from reference_impl.training.te_backend import te_status
+    from seqpack.training.te_backend import te_status
 
     status = te_status()
     assert status.ready == (not status.missing)
@@ -255,7 +255,7 @@ def test_te_status_reports_what_is_missing() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_te_partition_kernel_matches_ours() -> None:
     pytest.importorskip("transformer_engine_torch")
-    from reference_impl.training.te_backend import compare_partition_indices
+    from seqpack.training.te_backend import compare_partition_indices
 
     rows = compare_partition_indices([([0, 8, 12, 16], 2), ([0, 4, 12, 24], 2), ([0, 8, 24], 4)])
     assert len(rows) == 8 and all(r["equal"] for r in rows)

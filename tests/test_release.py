@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from reference_impl import __version__
+from seqpack import __version__
 from tests.release_env import clean_env, run, tool_names
 
 pytestmark = pytest.mark.slow  # builds distributions and venvs
@@ -67,7 +67,7 @@ def test_wheel_declares_a_light_core_and_the_extras(built_dists):
     assert "<!-- mcp-name: io.github." in meta.get_payload()  # the PyPI page proves the registry name
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-    assert "reference_impl/skill_assets/megatron-sequence-packing/SKILL.md" in names
+    assert "seqpack/skill_assets/megatron-sequence-packing/SKILL.md" in names
     with tarfile.open(sdist) as tf:
         assert any(n.endswith("skills/megatron-sequence-packing/SKILL.md") for n in tf.getnames())
 
@@ -83,7 +83,7 @@ def test_light_install_has_no_heavy_package(light_install):
 def test_light_install_runs_the_light_verbs(light_install, tmp_path):
     env = clean_env(light_install)
     seqpack = light_install / "seqpack"
-    where = run([light_install / "python", "-c", "import reference_impl; print(reference_impl.__file__)"],
+    where = run([light_install / "python", "-c", "import seqpack; print(seqpack.__file__)"],
                 env=env, cwd=tmp_path).stdout
     assert where.startswith(str(light_install.parent)), where  # the wheel's copy, not the checkout
     align = json.loads(run([seqpack, "align", "--tp", "4", "--cp", "2", "--sp", "--json"], env=env, cwd=tmp_path).stdout)

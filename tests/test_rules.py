@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from reference_impl.config import RULES, get_rule, search_rules, validate_config
-from reference_impl.config.rules import FAMILIES
-from reference_impl.config.validate import get_path
-from reference_impl.errors import ConfigViolationError
+from seqpack.config import RULES, get_rule, search_rules, validate_config
+from seqpack.config.rules import FAMILIES
+from seqpack.config.validate import get_path
+from seqpack.core.errors import ConfigViolationError
 
 IDS = [r.id for r in RULES]
 
@@ -122,7 +122,7 @@ def test_lookup_helpers():
 
 
 def test_get_path_reads_into_dicts():
-    from reference_impl.config import load_config
+    from seqpack.config import load_config
 
     cfg = load_config(None, ["dataset.dataset_kwargs.pad_to_max_length=true"])
     assert get_path(cfg, "dataset.dataset_kwargs.pad_to_max_length") is True
@@ -138,11 +138,11 @@ def test_every_documented_upstream_rule_is_covered():
 
 
 def test_check_rules_raises_only_for_selected_rules():
-    from reference_impl.config.validate import check_rules
-    from reference_impl.errors import UsageError
+    from seqpack.config.validate import check_rules
+    from seqpack.core.errors import UsageError
 
     cfg = [("dataset.enable_in_batch_packing", True), ("train.micro_batch_size", 1)]
-    from reference_impl.config import load_config
+    from seqpack.config import load_config
 
     loaded = load_config(None, cfg)
     with pytest.raises(ConfigViolationError, match=r"\[PACK-IN-BATCH-MBS\]"):
@@ -164,7 +164,7 @@ def test_violation_error_names_each_rule_once():
 
 
 def test_every_rule_lives_in_its_family_module():
-    from reference_impl.config.rules import FAMILY_MODULES
+    from seqpack.config.rules import FAMILY_MODULES
 
     assert list(FAMILY_MODULES) == list(FAMILIES)
     for rule in RULES:
@@ -185,7 +185,7 @@ def test_registry_order_is_family_order_then_definition_order():
 
 
 def test_assemble_does_not_depend_on_registration_order(monkeypatch):
-    from reference_impl.config.rules import registry
+    from seqpack.config.rules import registry
 
     shuffled = dict(reversed(list(registry._REGISTERED.items())))
     # reversing everything reverses the order inside each family, but families stay in FAMILIES order
@@ -195,7 +195,7 @@ def test_assemble_does_not_depend_on_registration_order(monkeypatch):
 
 
 def test_decorator_rejects_duplicate_ids_and_unknown_families(monkeypatch):
-    from reference_impl.config.rules import registry
+    from seqpack.config.rules import registry
 
     monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
     meta = dict(severity="warning", title="t", fields=("model.seq_length",), provenance="stricter", source="s",
@@ -217,8 +217,8 @@ def test_decorator_rejects_duplicate_ids_and_unknown_families(monkeypatch):
 def test_the_model_support_lookup_named_in_fixes_exists(capsys):
     import json
 
-    from reference_impl.cli import main
-    from reference_impl.config.model_support import PATHS
+    from seqpack.faces.cli import main
+    from seqpack.config.model_support import PATHS
 
     assert main(["model-support", "Qwen3-Next", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["results"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reference_impl.evaluation.report import LIVE_SLOT, REFERENCE_RUNS
-from reference_impl.evaluation.scoring import SCORING_VERSION
-from reference_impl.evaluation.tasks import load_tasks
+from seqpack_evals.report import LIVE_SLOT, REFERENCE_RUNS
+from seqpack_evals.scoring import SCORING_VERSION
+from seqpack_evals.tasks import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "skills" / "megatron-sequence-packing" / "BENCHMARK.md"

@@ -15,7 +15,7 @@ ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "
 ALLOWED_ROOT = {"SKILL.md", "README.md", "agents", "references", "scripts", "assets", "evals", "tests", "tools",
                 "config", "skill-card.md", "BENCHMARK.md", "skill.oms.sig", "LICENSE.txt"}
 #: paths that exist only in the seqpack source repository, never in an installed bundle
-REPO_ONLY = re.compile(r"(?<![\w./-])(?:bench|docs|tests|reference_impl|evals/files)/[\w./-]+")
+REPO_ONLY = re.compile(r"(?<![\w./-])(?:bench|docs|tests|seqpack|evals/files)/[\w./-]+")
 CODE_BLOCK = re.compile(r"```.*?```", re.S)
 
 
@@ -112,7 +112,7 @@ def test_scripts_are_executable_and_read_no_environment():
 
 
 def test_codex_agent_file_declares_the_stdio_server_install_skill_registers(tmp_path):
-    from reference_impl.skill_install import SERVER_NAME, TRANSPORT, install_skill
+    from seqpack.faces.install_skill import SERVER_NAME, TRANSPORT, install_skill
 
     data = yaml.safe_load((SKILL / "agents" / "openai.yaml").read_text())
     iface = data["interface"]
@@ -124,13 +124,13 @@ def test_codex_agent_file_declares_the_stdio_server_install_skill_registers(tmp_
     printed = install_skill("codex", project=tmp_path).mcp_command
     assert printed.startswith(f"codex mcp add {SERVER_NAME} -- ") and printed.split(" -- ", 1)[1].split()[-3:] == [
         "mcp", "--root", str(tmp_path)]
-    start = printed.split(" -- ", 1)[1].split()[:-3]  # the installed console script, else python -m reference_impl
-    assert start in ([str(Path(sys.executable).parent / "seqpack")], [sys.executable, "-m", "reference_impl"])
+    start = printed.split(" -- ", 1)[1].split()[:-3]  # the installed console script, else python -m seqpack
+    assert start in ([str(Path(sys.executable).parent / "seqpack")], [sys.executable, "-m", "seqpack"])
 
 
 def test_bundle_ships_text_only_and_no_repo_only_paths():
     """Scanners flag binaries (embedded NUL); an installed copy cannot follow paths of the source repository."""
-    from reference_impl.evaluation.tasks import is_text_file
+    from seqpack_evals.tasks import is_text_file
 
     for path in SKILL.rglob("*"):
         if path.is_file() and "__pycache__" not in path.parts:
@@ -165,7 +165,7 @@ def test_wrapper_script_prints_json(tmp_path):
 
 
 def test_install_skill(tmp_path, capsys):
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     assert main(["install-skill", "--client", "claude", "--project", str(tmp_path), "--json"]) == 0
     import json
@@ -199,12 +199,12 @@ def test_skill_names_every_mcp_tool_and_every_json_script_command(skill):
     import importlib
     import pkgutil
 
-    import reference_impl.mcp_server  # noqa: F401  (registers server_info)
-    import reference_impl.mcp_support as mcp_support
-    from reference_impl.mcp_support.registry import TOOLS
+    import seqpack.faces.mcp.server  # noqa: F401  (registers server_info)
+    import seqpack.faces.mcp as mcp_support
+    from seqpack.faces.mcp.registry import TOOLS
 
     for mod in pkgutil.iter_modules(mcp_support.__path__):
-        importlib.import_module(f"reference_impl.mcp_support.{mod.name}")
+        importlib.import_module(f"seqpack.faces.mcp.{mod.name}")
     _, _, body = skill
     listed = body.split("The MCP server offers the same as tools:", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"[a-z_]+_[a-z_]+", listed))
@@ -219,7 +219,7 @@ def test_skill_names_every_mcp_tool_and_every_json_script_command(skill):
 
 def test_tests_never_see_the_real_home(tmp_path):
     """conftest gives every test an empty HOME, so `install-skill --user` in a test cannot touch the real one."""
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     home = Path.home()
     assert os.environ.get("SEQPACK_REAL_HOME") is not None and str(home) != os.environ["SEQPACK_REAL_HOME"]

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.errors import UsageError
-from reference_impl.packing_paths import path_names
-from reference_impl.smoke import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
+from seqpack.faces.cli import main
+from seqpack.core.errors import UsageError
+from seqpack.core.packing_paths import path_names
+from seqpack.smoke.run import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
 
 
 def _status(report):
@@ -36,7 +36,7 @@ def test_default_smoke_passes_every_check_including_cp(path, smoke_cp_reports):
 
 @pytest.mark.slow
 def test_the_smoke_process_never_imports_megatron_core():
-    code = ("import sys; from reference_impl.smoke import run_packing_smoke_test as r; "
+    code = ("import sys; from seqpack.smoke.run import run_packing_smoke_test as r; "
             "rep = r('in_batch', size='tiny', cp_check=False); "
             "assert 'megatron.core' not in sys.modules, 'imported'; print(rep.data['packed_seq_params'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -11,9 +11,9 @@ import threading
 
 import pytest
 
-from reference_impl.data.interrupt import checkpoint, stop_checks, with_stop_check
-from reference_impl.errors import SeqpackError
-from reference_impl.smoke import SmokeRequest, run_packing_smoke_tests
+from seqpack.data.interrupt import checkpoint, stop_checks, with_stop_check
+from seqpack.core.errors import SeqpackError
+from seqpack.smoke.run import SmokeRequest, run_packing_smoke_tests
 
 
 def _comparable(report) -> dict:

@@ -1,4 +1,4 @@
-"""Tests of the canonical THD builder (reference_impl/packing/thd.py).
+"""Tests of the canonical THD builder (reference_impl/seqpack/packing/thd.py).
 
 Expected values come from bridge_contracts.md section 6.5 (items 49-51, 54-58, 60, 61, 63, 64),
 section 2.2 (validation cases) and from hand layouts written next to each test.
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import AlignmentError, PackingError, UsageError
-from reference_impl.packing.thd import (
+from seqpack.core.errors import AlignmentError, PackingError, UsageError
+from seqpack.packing.thd import (
     THDOptions,
     build_thd_batch,
     padding_mask_from_lengths,

@@ -1,4 +1,4 @@
-"""Tests of the THD compatibility adapters (reference_impl/packing/thd_compat.py).
+"""Tests of the THD compatibility adapters (reference_impl/seqpack/packing/thd_compat.py).
 
 Expected values are Bridge's worked examples E1-E5 (bridge_contracts.md section 1.12), the packed
 collate items 42-46 and the legacy-key items 72-76 (section 6), the in-batch items 48, 52, 53,
@@ -15,10 +15,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import AlignmentError, ArtifactError, PackingError, UsageError
-from reference_impl.packing.thd import build_thd_batch, validate_thd_batch
-from reference_impl.packing import thd_compat
-from reference_impl.packing.thd_compat import (
+from seqpack.core.errors import AlignmentError, ArtifactError, PackingError, UsageError
+from seqpack.packing.thd import build_thd_batch, validate_thd_batch
+from seqpack.packing import thd_compat
+from seqpack.packing.thd_compat import (
     collate_stored_row_canonical,
     from_bridge_offline_batch,
     from_legacy_batch,

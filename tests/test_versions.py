@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.config import RULES, validate_config
-from reference_impl.config.features import FEATURES
-from reference_impl.errors import UsageError
-from reference_impl.versions import BRIDGE_RELEASE, BRIDGE_TARGETS, DEFAULT_BRIDGE_TARGET
+from seqpack.faces.cli import main
+from seqpack.config import RULES, validate_config
+from seqpack.config.features import FEATURES
+from seqpack.core.errors import UsageError
+from seqpack.core.versions import BRIDGE_RELEASE, BRIDGE_TARGETS, DEFAULT_BRIDGE_TARGET
 
 GPT_SFT_IN_BATCH = [("dataset.enable_in_batch_packing", True), ("dataset.dataloader_type", "single"),
                     ("train.micro_batch_size", 4)]

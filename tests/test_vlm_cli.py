@@ -8,13 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from reference_impl.cli import main
-from reference_impl.data.demo_vlm import vlm_demo_path
-from reference_impl.data.vlm import file_has_visuals, measure_vlm_file, resolve_vision
-from reference_impl.data.vision import VISION_PRESETS
-from reference_impl.data import demo_path
-from reference_impl.errors import UsageError
-from reference_impl.packing.sft_dataset import SFTJsonlDataset
+from seqpack.faces.cli import main
+from seqpack.data.vlm.demo import vlm_demo_path
+from seqpack.data.vlm.sample import file_has_visuals, measure_vlm_file, resolve_vision
+from seqpack.data.vlm.vision import VISION_PRESETS
+from seqpack.data import demo_path
+from seqpack.core.errors import UsageError
+from seqpack.packing.sft_dataset import SFTJsonlDataset
 
 
 def _json(capsys, argv, code=0):
@@ -24,7 +24,7 @@ def _json(capsys, argv, code=0):
 
 
 def test_presets_match_the_choice_list():
-    from reference_impl.choices import VISION_OPTIONS, VISION_PRESETS as NAMES
+    from seqpack.core.choices import VISION_OPTIONS, VISION_PRESETS as NAMES
 
     assert tuple(VISION_PRESETS) == NAMES and set(NAMES) < set(VISION_OPTIONS)
 

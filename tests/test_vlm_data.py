@@ -7,19 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from reference_impl.data import ByteTokenizer, JsonlFile, default_schema
-from reference_impl.data.demo_vlm import DEMO_DIR, demo_images, image_path, vlm_demo_path, vlm_rows
-from reference_impl.data.mrope import MRopeSpec, rope_index
-from reference_impl.data.rejections import SampleRejected
-from reference_impl.data.vision import VISION_PRESETS, encode_frames, encode_image, load_image, smart_resize
-from reference_impl.data.vlm import (
+from seqpack.data import ByteTokenizer, JsonlFile, default_schema
+from seqpack.data.vlm.demo import DEMO_DIR, demo_images, image_path, vlm_demo_path, vlm_rows
+from seqpack.data.vlm.mrope import MRopeSpec, rope_index
+from seqpack.data.rejections import SampleRejected
+from seqpack.data.vlm.vision import VISION_PRESETS, encode_frames, encode_image, load_image, smart_resize
+from seqpack.data.vlm.sample import (
     VisionTokens,
     mrope_spec,
     normalize_visual_row,
     row_has_visuals,
     tokenize_vlm_row,
 )
-from reference_impl.errors import InputError, UsageError
+from seqpack.core.errors import InputError, UsageError
 
 TINY = VISION_PRESETS["tiny"]
 CHAT = default_schema("chat")
@@ -205,7 +205,7 @@ def test_every_demo_row_encodes_with_both_presets():
 
 
 def test_header_only_length_equals_the_encoded_length():
-    from reference_impl.data.vlm import vlm_sample_length
+    from seqpack.data.vlm.sample import vlm_sample_length
 
     jf = JsonlFile(vlm_demo_path())
     for spec in (TINY, VISION_PRESETS["qwen2_vl"]):

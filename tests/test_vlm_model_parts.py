@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.errors import InputError, UsageError
-from reference_impl.training.model import apply_rope
-from reference_impl.training.mrope import apply_mrope, check_section, section_axes
-from reference_impl.training.vision import VisionInputs, VisionStem, VisionStemConfig, embed_with_vision
+from seqpack.core.errors import InputError, UsageError
+from seqpack.training.model import apply_rope
+from seqpack.training.mrope import apply_mrope, check_section, section_axes
+from seqpack.training.vision import VisionInputs, VisionStem, VisionStemConfig, embed_with_vision
 
 
 def _draw(seed=0):
@@ -77,9 +77,9 @@ def test_embed_with_vision_places_visual_tokens_by_index():
 
 def test_token_inputs_stack_like_single_rows_and_are_checked():
     """The VLM inputs travel per token (``token_inputs``): a stack of rows gives each row's logits alone."""
-    from reference_impl.training.model import TinyGPT, TinyGPTConfig
-    from reference_impl.training.mrope import TOKEN_INPUT
-    from reference_impl.training.vision import TOKEN_INPUTS, token_windows
+    from seqpack.training.model import TinyGPT, TinyGPTConfig
+    from seqpack.training.mrope import TOKEN_INPUT
+    from seqpack.training.vision import TOKEN_INPUTS, token_windows
 
     cfg = TinyGPTConfig(vision=VisionStemConfig(patch_dim=6), mrope_section=(2, 1, 1))
     model = TinyGPT(cfg, seed=5)

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl.data import ByteTokenizer
-from reference_impl.data.demo_vlm import vlm_demo_path
-from reference_impl.data.vision import VISION_PRESETS
-from reference_impl.data.vlm import VLMSettings
-from reference_impl.errors import InputError, PackingError, UsageError
-from reference_impl.packing.in_batch import InBatchPackingCollator, build_in_batch_loader
-from reference_impl.packing.sft_dataset import SFTJsonlDataset, scan_rows
-from reference_impl.packing.thd import validate_thd_batch
-from reference_impl.packing.vlm import ROW_VISUAL_KEYS, visual_summary
-from reference_impl.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
+from seqpack.data import ByteTokenizer
+from seqpack.data.vlm.demo import vlm_demo_path
+from seqpack.data.vlm.vision import VISION_PRESETS
+from seqpack.data.vlm.sample import VLMSettings
+from seqpack.core.errors import InputError, PackingError, UsageError
+from seqpack.packing.in_batch import InBatchPackingCollator, build_in_batch_loader
+from seqpack.packing.sft_dataset import SFTJsonlDataset, scan_rows
+from seqpack.packing.thd import validate_thd_batch
+from seqpack.packing.vlm import ROW_VISUAL_KEYS, visual_summary
+from seqpack.training.context_parallel import slice_thd_batch_for_cp, thd_partition_indices
 
 TINY = VISION_PRESETS["tiny"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.config import load_config, validate_config
-from reference_impl.config.model_support import find_family
-from reference_impl.config.rules import FAMILY_MODULES, RULES_BY_ID
-from reference_impl.config.rules.vlm import VLM_FAMILIES
+from seqpack.config import load_config, validate_config
+from seqpack.config.model_support import find_family
+from seqpack.config.rules import FAMILY_MODULES, RULES_BY_ID
+from seqpack.config.rules.vlm import VLM_FAMILIES
 
 IN_BATCH = ["dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single", "train.micro_batch_size=4"]
 

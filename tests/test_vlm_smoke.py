@@ -6,18 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.data import ByteTokenizer
-from reference_impl.data.demo_vlm import vlm_demo_path
-from reference_impl.packing.sft_dataset import SFTJsonlDataset, scan_rows
-from reference_impl.packing.in_batch import build_in_batch_loader
-from reference_impl.packing_paths import get_path
-from reference_impl.smoke import run_packing_smoke_test
-from reference_impl.smoke_vlm import mrope_section_for
+from seqpack.data import ByteTokenizer
+from seqpack.data.vlm.demo import vlm_demo_path
+from seqpack.packing.sft_dataset import SFTJsonlDataset, scan_rows
+from seqpack.packing.in_batch import build_in_batch_loader
+from seqpack.core.packing_paths import get_path
+from seqpack.smoke.run import run_packing_smoke_test
+from seqpack.smoke.vlm import mrope_section_for
 
 MROPE_SECTION = mrope_section_for(8)  # the default TinyGPTConfig: head size 8
-from reference_impl.training.model import TinyGPT, TinyGPTConfig
-from reference_impl.training.step import packed_forward, reference_step
-from reference_impl.training.vision import VisionStemConfig
+from seqpack.training.model import TinyGPT, TinyGPTConfig
+from seqpack.training.step import packed_forward, reference_step
+from seqpack.training.vision import VisionStemConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument:UserWarning")
 
@@ -64,7 +64,7 @@ def test_perturbing_one_image_moves_no_other_sequence(vlm_batch):
 
 
 def test_model_refuses_images_without_a_stem(vlm_batch):
-    from reference_impl.errors import UsageError
+    from seqpack.core.errors import UsageError
 
     ds, batch, _ = vlm_batch
     plain = TinyGPT(TinyGPTConfig(vocab_size=ds.vlm.tokens.vocab_size, mrope_section=MROPE_SECTION), seed=3)
@@ -98,7 +98,7 @@ def test_vlm_negative_controls_fail():
 
 @pytest.mark.slow
 def test_text_data_keeps_the_text_model(tmp_path):
-    from reference_impl.data import demo_path
+    from seqpack.data import demo_path
 
     report = run_packing_smoke_test("in_batch", size="tiny", data=demo_path("chat"), cp_check=False)
     assert report.result == "incomplete" and "vision" not in report.data
@@ -110,7 +110,7 @@ def test_text_data_keeps_the_text_model(tmp_path):
 def test_energon_smoke_on_synthetic_media_rows(tmp_path):
     """The rows `energon-prepare --with-media` style data makes (inline pictures) used to fail the Energon smoke
     test with "token ids must lie in [0, 264)": the images now reach the model."""
-    from reference_impl.packing.energon.prepare import write_synthetic_vlm_jsonl
+    from seqpack.packing.energon.prepare import write_synthetic_vlm_jsonl
 
     data = write_synthetic_vlm_jsonl(tmp_path / "media.jsonl", 24, seed=4)
     report = run_packing_smoke_test("energon", data=data, size="tiny", cp_check=False)

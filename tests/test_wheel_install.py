@@ -42,7 +42,7 @@ def test_wheel_carries_the_skill_and_installs_it_into_a_new_project(installed):
     project = installed["tmp"] / "work" / "new-project"  # does not exist yet
     env = {**os.environ, "PATH": f"{installed['bin']}:{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
-    where = _run([str(installed["py"]), "-c", "import reference_impl; print(reference_impl.__file__)"],
+    where = _run([str(installed["py"]), "-c", "import seqpack; print(seqpack.__file__)"],
                  cwd=installed["tmp"], env=env).stdout
     assert where.startswith(str(installed["site"])), where  # the wheel's copy, not the checkout
     out = _run([str(installed["bin"] / "seqpack"), "install-skill", "--client", "claude", "--project", str(project)],

@@ -24,14 +24,14 @@ import torch.distributed as dist  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.alignment import derive_alignment  # noqa: E402
-from reference_impl.errors import AlignmentError  # noqa: E402
-from reference_impl.training.context_parallel import slice_thd_batch_for_cp  # noqa: E402
-from reference_impl.training.cp_step import cp_step  # noqa: E402
-from reference_impl.training.loss import reduction_weights, token_cross_entropy  # noqa: E402
-from reference_impl.training.model import TinyGPT  # noqa: E402
-from reference_impl.training.ranks import import_megatron_core  # noqa: E402
-from reference_impl.training.step import cp_rank_pieces, packed_forward, reference_step  # noqa: E402
+from seqpack.core.alignment import derive_alignment  # noqa: E402
+from seqpack.core.errors import AlignmentError  # noqa: E402
+from seqpack.training.context_parallel import slice_thd_batch_for_cp  # noqa: E402
+from seqpack.training.cp_step import cp_step  # noqa: E402
+from seqpack.training.loss import reduction_weights, token_cross_entropy  # noqa: E402
+from seqpack.training.model import TinyGPT  # noqa: E402
+from seqpack.training.ranks import import_megatron_core  # noqa: E402
+from seqpack.training.step import cp_rank_pieces, packed_forward, reference_step  # noqa: E402
 from tests.distributed.thd_helpers import make_thd_batch, random_sequences  # noqa: E402
 
 LENGTHS = [5, 11, 3, 7, 9]

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from reference_impl.training.model import TinyGPT
-from reference_impl.training.equivalence import run_rows, unpacked_row
+from seqpack.training.model import TinyGPT
+from seqpack.training.equivalence import run_rows, unpacked_row
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -72,7 +72,7 @@ def unpacked_reference(
     """(loss sum, supervised tokens, gradient of the loss sum) of every example run alone, unpadded.
 
     ``examples`` carry 1-D ``tokens``, ``labels``, ``loss_mask`` (real tokens only). They run as one
-    padded stack of independent rows (:func:`reference_impl.training.equivalence.run_rows`), which
+    padded stack of independent rows (:func:`seqpack.training.equivalence.run_rows`), which
     computes every row as if it ran alone.
     """
     rows = [unpacked_row({k: np.asarray(ex[k]) for k in ("tokens", "labels", "loss_mask")}, 0) for ex in examples]

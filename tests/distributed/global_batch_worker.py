@@ -33,15 +33,15 @@ import torch.distributed as dist  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.data import ByteTokenizer  # noqa: E402
-from reference_impl.errors import SeqpackError  # noqa: E402
-from reference_impl.packing.global_batch.dataset import GlobalBatchSFTDataset, build_global_batch_loader  # noqa: E402
-from reference_impl.packing.global_batch.samples import make_unpacked_sample  # noqa: E402
-from reference_impl.training.global_batch_step import train_step  # noqa: E402
-from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
-from reference_impl.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
-from reference_impl.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
-from reference_impl.training.ranks import import_megatron_core  # noqa: E402
+from seqpack.data import ByteTokenizer  # noqa: E402
+from seqpack.core.errors import SeqpackError  # noqa: E402
+from seqpack.packing.global_batch.dataset import GlobalBatchSFTDataset, build_global_batch_loader  # noqa: E402
+from seqpack.packing.global_batch.samples import make_unpacked_sample  # noqa: E402
+from seqpack.training.global_batch_step import train_step  # noqa: E402
+from seqpack.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
+from seqpack.packing.sft_dataset import SFTJsonlDataset  # noqa: E402
+from seqpack.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
+from seqpack.training.ranks import import_megatron_core  # noqa: E402
 from tests.distributed.global_batch_data import (  # noqa: E402
     packed_keys,
     sample_key,

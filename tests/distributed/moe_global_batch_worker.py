@@ -2,7 +2,7 @@
 
 Run as ``python -m torch.distributed.run --nproc_per_node 2 tests/distributed/moe_global_batch_worker.py
 --out DIR`` from the repository root (CP = 2, DP = 1). Every rank runs two training steps of the same
-global batches through :func:`~reference_impl.training.global_batch_step.run_micro_batches` and, in
+global batches through :func:`~seqpack.training.global_batch_step.run_micro_batches` and, in
 the same process, the CP=1 reference: every whole pack through ``micro_batch_terms`` on a one-rank
 layout. It writes ``DIR/rank<R>.json`` with the logged auxiliary losses of both and the largest
 gradient difference; the assertions live in tests/test_moe_mtp_distributed.py.
@@ -25,13 +25,13 @@ import torch.distributed as dist  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl.packing.global_batch.samples import make_unpacked_sample  # noqa: E402
-from reference_impl.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
-from reference_impl.training.global_batch_step import micro_batch_terms, run_micro_batches  # noqa: E402
-from reference_impl.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
-from reference_impl.training.moe import MoEConfig  # noqa: E402
-from reference_impl.training.moe_mtp_step import average_aux_logs  # noqa: E402
-from reference_impl.training.mtp import MTPConfig, with_mtp_streams  # noqa: E402
+from seqpack.packing.global_batch.samples import make_unpacked_sample  # noqa: E402
+from seqpack.packing.global_batch.wrap import GlobalBatchPacker, ParallelLayout  # noqa: E402
+from seqpack.training.global_batch_step import micro_batch_terms, run_micro_batches  # noqa: E402
+from seqpack.training.model import TinyGPT, TinyGPTConfig  # noqa: E402
+from seqpack.training.moe import MoEConfig  # noqa: E402
+from seqpack.training.moe_mtp_step import average_aux_logs  # noqa: E402
+from seqpack.training.mtp import MTPConfig, with_mtp_streams  # noqa: E402
 
 CP = 2
 CAPACITY = 160  # tokens per pack

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from reference_impl import cli  # noqa: E402
-from reference_impl.errors import SeqpackError  # noqa: E402
-from reference_impl.packing.offline import prepare_packed_dataset  # noqa: E402
+from seqpack.faces import cli  # noqa: E402
+from seqpack.core.errors import SeqpackError  # noqa: E402
+from seqpack.packing.offline.prepare import prepare_packed_dataset  # noqa: E402
 
 
 def run_cli(args: list[str]) -> dict:

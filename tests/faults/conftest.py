@@ -11,7 +11,7 @@ import pytest
 
 from faults_helpers import ROWS, Run
 
-from reference_impl.cli import main
+from seqpack.faces.cli import main
 
 
 @pytest.fixture

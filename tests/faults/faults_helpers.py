@@ -135,7 +135,7 @@ def run_forked(fn: Any, *, timeout: float = 60.0, memory: int = 3 << 30, cwd: Pa
 
 def cli_forked(*args: Any, timeout: float = 60.0, cwd: Path | None = None) -> Run:
     """``seqpack ARGS`` in a forked child (:func:`run_forked`)."""
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     return run_forked(lambda: main([str(a) for a in args]), timeout=timeout, cwd=cwd)
 

@@ -173,7 +173,7 @@ def cli(case, family, args, *, expect, cwd=None, env=None):
     env = {**os.environ, "HOME": str(home), **(env or {})}
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([PY, "-m", "reference_impl", *map(str, args)], capture_output=True, text=True,
+        proc = subprocess.run([PY, "-m", "seqpack", *map(str, args)], capture_output=True, text=True,
                               timeout=DEADLINE, cwd=cwd or W, env=env)
         code, err, out = proc.returncode, proc.stderr, proc.stdout
     except subprocess.TimeoutExpired:
@@ -279,7 +279,7 @@ def run_caches():
     # planted index: row 0 three times
     d = base / "planted.jsonl"
     d.write_text(rows(40))
-    subprocess.run([PY, "-c", f"from reference_impl.data.jsonl import JsonlFile; JsonlFile({str(d)!r})"], check=True)
+    subprocess.run([PY, "-c", f"from seqpack.data.jsonl import JsonlFile; JsonlFile({str(d)!r})"], check=True)
     cache = base / ".seqpack-cache" / "planted.jsonl.idx.npz"
     with np.load(cache) as z:
         arrays = {k: z[k] for k in z.files}
@@ -289,7 +289,7 @@ def run_caches():
         np.savez(fh, **arrays)
     cli("pack <- planted index", "planted caches", ["pack", d, "--out", base / "o1", "--pack-size", 256, "--json"],
         expect="ok")
-    res = json.loads(subprocess.run([PY, "-m", "reference_impl", "pack", d, "--out", base / "o1", "--pack-size", "256",
+    res = json.loads(subprocess.run([PY, "-m", "seqpack", "pack", d, "--out", base / "o1", "--pack-size", "256",
                                      "--json"], capture_output=True, text=True).stdout or "{}")
     packed = res.get("splits", {}).get("training", {}).get("accounting", {}).get("packed")
     if packed != 40:
@@ -297,7 +297,7 @@ def run_caches():
     # stale index: same-size edit in the middle, mtime restored
     s = base / "stale.jsonl"
     s.write_text("".join(json.dumps({"prompt": f"q{i} " + "x" * 200, "completion": f"a{i}"}) + "\n" for i in range(80)))
-    subprocess.run([PY, "-c", f"from reference_impl.data.jsonl import JsonlFile; JsonlFile({str(s)!r})"], check=True)
+    subprocess.run([PY, "-c", f"from seqpack.data.jsonl import JsonlFile; JsonlFile({str(s)!r})"], check=True)
     lines = s.read_text().splitlines(keepends=True)
     lines[40] = "{" + "!" * (len(lines[40]) - 2) + "\n"
     st = s.stat()
@@ -316,7 +316,7 @@ def run_caches():
     # manifest accounting edited
     m = base / "acct.jsonl"
     m.write_text(rows(40))
-    subprocess.run([PY, "-m", "reference_impl", "pack", m, "--out", base / "o4", "--pack-size", "256"], capture_output=True)
+    subprocess.run([PY, "-m", "seqpack", "pack", m, "--out", base / "o4", "--pack-size", "256"], capture_output=True)
     man = next((base / "o4").rglob("seqpack_manifest.json"))
     doc = json.loads(man.read_text())
     acc = doc["splits"]["training"]["accounting"]
@@ -325,7 +325,7 @@ def run_caches():
     before = len(RESULTS)
     cli("pack reuse <- edited accounting", "planted caches", ["pack", m, "--out", base / "o4", "--pack-size", 256],
         expect="ok")
-    out = subprocess.run([PY, "-m", "reference_impl", "pack", m, "--out", base / "o4", "--pack-size", "256"],
+    out = subprocess.run([PY, "-m", "seqpack", "pack", m, "--out", base / "o4", "--pack-size", "256"],
                          capture_output=True, text=True).stdout
     # the run above already rebuilt it; check the rebuilt manifest is right
     if json.loads(man.read_text())["splits"]["training"]["accounting"]["packed"] != 40:
@@ -342,7 +342,7 @@ def run_caches():
     cli("inspect <- understated metadata", "planted caches", ["inspect", man.parent], expect="issue")
     # energon: missing shard, missing index, stray shard
     e = base / "ds"
-    subprocess.run([PY, "-m", "reference_impl", "energon-prepare", m, "--out", e, "--shard-size", "10"],
+    subprocess.run([PY, "-m", "seqpack", "energon-prepare", m, "--out", e, "--shard-size", "10"],
                    capture_output=True, check=True)
     for damage in ("missing shard", "missing index", "stray shard"):
         c = base / f"ds-{damage.replace(' ', '-')}"
@@ -379,20 +379,20 @@ def run_swaps():
     src.write_text(rows(30))
     small = base / "b.jsonl"
     small.write_text(rows(8, "b"))
-    code = ("import os, signal, sys\nfrom reference_impl import files\nstep = sys.argv[1]\n"
+    code = ("import os, signal, sys\nfrom seqpack.io import files\nstep = sys.argv[1]\n"
             "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None\n"
-            "from reference_impl.cli import main\nsys.exit(main(sys.argv[2:]))\n")
+            "from seqpack.faces.cli import main\nsys.exit(main(sys.argv[2:]))\n")
     for step in ("start", "aside", "in", "done"):
         for follow in ("energon-prepare", "energon-prepare --overwrite"):
             out = base / f"ds-{step}-{follow.count('-')}"
-            subprocess.run([PY, "-m", "reference_impl", "energon-prepare", src, "--out", out], capture_output=True,
+            subprocess.run([PY, "-m", "seqpack", "energon-prepare", src, "--out", out], capture_output=True,
                            check=True)
             subprocess.run([PY, "-c", code, step, "energon-prepare", small, "--out", out, "--overwrite"],
                            capture_output=True, timeout=DEADLINE)
             args = ["energon-prepare", small, "--out", out] + (["--overwrite"] if "overwrite" in follow else [])
-            proc = subprocess.run([PY, "-m", "reference_impl", *map(str, args)], capture_output=True, text=True,
+            proc = subprocess.run([PY, "-m", "seqpack", *map(str, args)], capture_output=True, text=True,
                                   timeout=DEADLINE)
-            ok = subprocess.run([PY, "-c", "import sys; from reference_impl.packing.energon.prepare import read_manifest;"
+            ok = subprocess.run([PY, "-c", "import sys; from seqpack.packing.energon.prepare import read_manifest;"
                                  "print(read_manifest(sys.argv[1]).samples)", out], capture_output=True, text=True)
             cls = "clean" if ok.returncode == 0 else "data_loss"
             if "Traceback" in proc.stderr:
@@ -405,7 +405,7 @@ def run_swaps():
 # ------------------------------------------------------------------ MCP
 async def mcp_call(root, tool, args):
     from mcp import Client
-    from reference_impl.mcp_server import build_server
+    from seqpack.faces.mcp.server import build_server
 
     async with Client(build_server([root])) as client:
         with_timeout = asyncio.wait_for(client.call_tool(tool, args), DEADLINE)

@@ -3,7 +3,7 @@
 Each case runs in a forked child (:func:`faults_helpers.run_forked`: a deadline and a memory cap)
 through the library function every command and MCP tool calls for it, and is classified:
 
-* ``ok``: it worked, or it was refused with a :class:`~reference_impl.errors.SeqpackError`;
+* ``ok``: it worked, or it was refused with a :class:`~seqpack.core.errors.SeqpackError`;
 * ``crash``: any other exception, a signal, or MemoryError under the cap;
 * ``hang``: the deadline passed;
 * ``data_loss``: an input file changed;
@@ -35,7 +35,7 @@ OUTCOME = "FUZZ-OUTCOME "
 def _classify(fn: Callable[[], str], timeout: float) -> str:
     """Run ``fn`` (returning a class name) in a forked child and map how it ended to a class."""
     def child() -> int:
-        from reference_impl.errors import SeqpackError
+        from seqpack.core.errors import SeqpackError
 
         try:
             verdict = fn()
@@ -106,8 +106,8 @@ def template_case(rng: random.Random, scratch: Path) -> str:
     tok_dir = make_tokenizer(scratch / "tok", template=source)
 
     def render() -> str:
-        from reference_impl.data.schemas import Message
-        from reference_impl.data.tokenizers import load_tokenizer
+        from seqpack.data.schemas import Message
+        from seqpack.data.tokenizers import load_tokenizer
 
         load_tokenizer(tok_dir).apply_chat_template([Message("user", "hello world"), Message("assistant", "fine")])
         return "ok"
@@ -150,8 +150,8 @@ def tokenizer_case(rng: random.Random, scratch: Path) -> str:
         path.write_text(json.dumps(doc))
 
     def use() -> str:
-        from reference_impl.data.schemas import Message
-        from reference_impl.data.tokenizers import load_tokenizer
+        from seqpack.data.schemas import Message
+        from seqpack.data.tokenizers import load_tokenizer
 
         tok = load_tokenizer(tok_dir)
         tok.encode("hello zzz world")
@@ -215,12 +215,12 @@ def vlm_case(rng: random.Random, scratch: Path) -> str:
     path.write_text(json.dumps(row) + "\n")
 
     def check() -> str:
-        from reference_impl.data.schemas import ChatSchema
-        from reference_impl.data.tokenizers import ByteTokenizer
-        from reference_impl.data.vision import vision_spec
-        from reference_impl.data.vlm import tokenize_vlm_row, vlm_sample_length
-        from reference_impl.errors import SeqpackError
-        from reference_impl.packing.energon.prepare import _media_members
+        from seqpack.data.schemas import ChatSchema
+        from seqpack.data.tokenizers import ByteTokenizer
+        from seqpack.data.vlm.vision import vision_spec
+        from seqpack.data.vlm.sample import tokenize_vlm_row, vlm_sample_length
+        from seqpack.core.errors import SeqpackError
+        from seqpack.packing.energon.prepare import _media_members
 
         schema, tok, spec = ChatSchema(), ByteTokenizer(), vision_spec(rng.choice(["qwen2_vl", "tiny"]))
         for step in (lambda: vlm_sample_length(row, schema, tok, vision=spec, base_dir=media, max_length=1 << 20),
@@ -242,7 +242,7 @@ def argument_case(rng: random.Random, scratch: Path) -> str:
     which = rng.choice(["mrope", "lifetime", "simulate", "image-tokens", "blend", "judge"])
 
     def check() -> str:
-        from reference_impl.cli import main
+        from seqpack.faces.cli import main
 
         if which == "blend":
             weights = [rng.choice([1e308, 1e300, 5e-324, 1.0, 3.0, 1e-300]) for _ in range(3)]
@@ -251,7 +251,7 @@ def argument_case(rng: random.Random, scratch: Path) -> str:
                 (scratch / f"s{k}.jsonl").write_text(rows)
             spec = [x for k, w in enumerate(weights) for x in (w, str(scratch / f"s{k}.jsonl"))]
             (scratch / "blend.json").write_text(json.dumps(spec))
-            from reference_impl.packing.sources import read_blend_manifest, resolve_stream
+            from seqpack.packing.offline.sources import read_blend_manifest, resolve_stream
 
             stream = resolve_stream(read_blend_manifest(scratch / "blend.json")["training"], seed=1, num_samples=120)
             drawn = [int(s["drawn"]) for s in stream.describe()]
@@ -297,7 +297,7 @@ def eval_case(rng: random.Random, scratch: Path, base: Path) -> str:
     tasks_before = hashlib.sha256((d / "tasks.json").read_bytes()).hexdigest()
 
     def score() -> str:
-        from reference_impl.evaluation.scoring import score_run
+        from seqpack_evals.scoring import score_run
 
         score_run(d)
         return "ok" if hashlib.sha256((d / "tasks.json").read_bytes()).hexdigest() == tasks_before else "data_loss"
@@ -320,7 +320,7 @@ def wire_case(rng: random.Random, scratch: Path) -> str:
         line = line[: rng.randrange(len(line))]
 
     def check() -> str:
-        from reference_impl.mcp_support.wire import MALFORMED, checked_line
+        from seqpack.faces.mcp.wire import MALFORMED, checked_line
 
         out = checked_line(line)
         if out == line and not line.strip():
@@ -369,8 +369,8 @@ if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostil
 
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     with tempfile.TemporaryDirectory() as tmp:
-        from reference_impl.cli import main
-        from reference_impl.evaluation.tasks import load_tasks
+        from seqpack.faces.cli import main
+        from seqpack_evals.tasks import load_tasks
 
         base = Path(tmp) / "run0"
         main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),

@@ -21,7 +21,7 @@ from mcp import Client
 
 from faults_helpers import ROWS, cli_forked
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 
 # ------------------------------------------------------------------------------------------------ blends
@@ -60,8 +60,8 @@ def test_non_finite_or_text_blend_weights_are_refused(cli, write, tmp_path, sour
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A real run directory: one task run by an agent that prints one word."""
-    from reference_impl.cli import main
-    from reference_impl.evaluation.tasks import load_tasks
+    from seqpack.faces.cli import main
+    from seqpack_evals.tasks import load_tasks
 
     task = load_tasks().tasks[0].id
     out = tmp_path_factory.mktemp("eval") / "run"
@@ -181,7 +181,7 @@ def test_eval_timeouts_must_be_finite_and_positive(cli, run_dir, tmp_path, value
     ("inf", "--lifetime must be a finite number above 0, got inf"),
     ("nan", "--lifetime must be a finite number above 0, got nan"),
     ("1e300", "--lifetime=1e+300 is over the limit of 3.1536e+07. Fix: use at most 3.1536e+07 (limits live in "
-              "reference_impl/limits.py)"),
+              "reference_impl/seqpack/core/limits.py)"),
 ])
 def test_mcp_lifetime_must_be_finite(value, line):
     run = cli_forked("mcp", "--transport", "http", "--port", 18999, "--lifetime", value, timeout=30)
@@ -216,7 +216,7 @@ async def test_simulate_packing_over_mcp_refuses_an_empty_item(tmp_path):
     (["--tokens-per-second", "nan"], "field 'tokens_per_second': tokens_per_second must be a finite number above 0, "
                                      "got nan"),
     (["--tokens-per-second", "1e300"], "field 'tokens_per_second': tokens_per_second=1e+300 is over the limit of "
-                                       "10000. Fix: use at most 10000 (limits live in reference_impl/limits.py)"),
+                                       "10000. Fix: use at most 10000 (limits live in reference_impl/seqpack/core/limits.py)"),
 ])
 def test_mrope_refuses_infinite_tokens_per_second(cli, args, line):
     cli("mrope", "text:3,video:2x4x4@1,text:2", "--model", "qwen2_5_vl", *args).refused_with(
@@ -261,7 +261,7 @@ def test_blend_sources_keep_their_row_order_with_extreme_weights(sources):
     """The split itself (no CLI): the largest-remainder split of overflowing weights equals that of 1:1."""
     import numpy as np
 
-    from reference_impl.packing.sources import _largest_remainder
+    from seqpack.packing.offline.sources import _largest_remainder
 
     huge = _largest_remainder(np.asarray([1e308, 1e308, 5e307]), 120)
     plain = _largest_remainder(np.asarray([2.0, 2.0, 1.0]), 120)

@@ -24,10 +24,10 @@ import pytest
 
 from faults_helpers import ROWS, assert_accounted
 
-from reference_impl.data import jsonl as jl
-from reference_impl.data.jsonl import JsonlFile
-from reference_impl.errors import InputError
-from reference_impl.verbs import PackOptions, pack
+from seqpack.data import jsonl as jl
+from seqpack.data.jsonl import JsonlFile
+from seqpack.core.errors import InputError
+from seqpack.verbs import PackOptions, pack
 
 LONG = [{"prompt": f"question {i} " + "x" * 200, "completion": f"answer {i}"} for i in range(80)]  # > 8 KiB
 
@@ -179,7 +179,7 @@ def test_metadata_that_understates_the_packs_is_an_integrity_issue(cli, data, tm
 
 @pytest.fixture(scope="module")
 def energon_dataset(tmp_path_factory) -> Path:
-    from reference_impl.verbs import EnergonPrepareOptions, energon_prepare
+    from seqpack.verbs import EnergonPrepareOptions, energon_prepare
 
     base = tmp_path_factory.mktemp("energon_caches")
     src = base / "data.jsonl"

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_impl.cli import build_parser, main
+from seqpack.faces.cli import build_parser, main
 
 pytestmark = pytest.mark.slow
 
@@ -163,7 +163,7 @@ def test_no_input_reaches_the_catch_all(name, pool, capsys, monkeypatch):
 
 def test_the_fuzz_would_notice_an_internal_error(pool, capsys, monkeypatch):
     """Negative control: a command that crashes is reported by the same check."""
-    import reference_impl.cli.align as align
+    import seqpack.faces.cli.align as align
 
     def crash(args):
         raise ZeroDivisionError("boom")

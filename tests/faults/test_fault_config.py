@@ -15,8 +15,8 @@ import time
 import pytest
 from mcp import Client
 
-from reference_impl.cli import main
-from reference_impl.mcp_server import build_server
+from seqpack.faces.cli import main
+from seqpack.faces.mcp.server import build_server
 
 
 def _bomb(levels: int = 9, width: int = 9) -> str:

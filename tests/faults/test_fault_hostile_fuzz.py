@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def eval_base(tmp_path_factory):
-    from reference_impl.cli import main
-    from reference_impl.evaluation.tasks import load_tasks
+    from seqpack.faces.cli import main
+    from seqpack_evals.tasks import load_tasks
 
     base = tmp_path_factory.mktemp("eval") / "run0"
     assert main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),

@@ -15,7 +15,7 @@ import pytest
 
 from faults_helpers import digest
 
-from reference_impl.verbs import InspectOptions, PackOptions, inspect_packs, pack
+from seqpack.verbs import InspectOptions, PackOptions, inspect_packs, pack
 
 
 @pytest.fixture

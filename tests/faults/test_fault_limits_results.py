@@ -16,8 +16,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from reference_impl import limits
-from reference_impl.mcp_server import build_server
+from seqpack.core import limits
+from seqpack.faces.mcp.server import build_server
 
 BILLION = 1_000_000_000
 
@@ -86,8 +86,8 @@ def test_mcp_refuses_absurd_and_wrongly_typed_sizes(mcp_root, name, args, needle
 
 
 def test_the_library_refuses_histogram_lengths_beyond_the_limit():
-    from reference_impl.errors import InputError
-    from reference_impl.verbs import PlanOptions, plan
+    from seqpack.core.errors import InputError
+    from seqpack.verbs import PlanOptions, plan
 
     for histogram in ({"9" * 5000: 1}, {str(limits.MAX_SAMPLE_TOKENS + 1): 1}, {"512": limits.MAX_PLAN_SAMPLES + 1}):
         with pytest.raises(InputError, match="histogram"):

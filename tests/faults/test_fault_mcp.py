@@ -20,7 +20,7 @@ from mcp.types import REQUEST_TIMEOUT
 
 from faults_helpers import digest, temporaries
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def anyio_backend():
 @pytest.fixture
 def slow_rows(monkeypatch):
     """Every JSONL row read takes 20 ms, and the reads are counted (rows read after the stop are not)."""
-    from reference_impl.data.jsonl import JsonlFile
+    from seqpack.data.jsonl import JsonlFile
 
     state = {"reads": 0, "last": 0.0}
     real = JsonlFile.row
@@ -80,13 +80,13 @@ async def test_a_client_that_gives_up_stops_the_work(data, slow_rows):
 
 @pytest.mark.anyio
 async def test_an_unexpected_exception_carries_its_reason(data, monkeypatch):
-    import reference_impl.verbs.simulation as simulation
+    import seqpack.verbs.simulation as simulation
 
     def broken(options):
         raise ZeroDivisionError("the simulated bug")
 
     monkeypatch.setattr(simulation, "simulate_packing", broken)
-    import reference_impl.mcp_support.tools_packing as tools
+    import seqpack.faces.mcp.tools_packing as tools
 
     monkeypatch.setattr(tools, "simulate", broken)
     async with Client(build_server([data.parent])) as client:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 pytestmark = pytest.mark.slow
 

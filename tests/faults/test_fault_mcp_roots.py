@@ -19,7 +19,7 @@ from mcp import Client
 
 from faults_helpers import digest, temporaries
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
 
@@ -137,8 +137,8 @@ async def test_a_symlink_loop_is_a_tool_error(place):
 
 def test_the_policy_confines_every_layer_call(tmp_path):
     """The library face: inside ``confined_to`` the layer refuses reads and writes that resolve outside."""
-    from reference_impl import files
-    from reference_impl.errors import SeqpackError
+    from seqpack.io import files
+    from seqpack.core.errors import SeqpackError
 
     root, outside = tmp_path / "r", tmp_path / "o"
     root.mkdir()

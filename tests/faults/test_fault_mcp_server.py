@@ -28,8 +28,8 @@ from mcp import Client
 
 from faults_helpers import ROWS, TEMPLATE, chat_rows, make_tokenizer, run_forked, temporaries
 
-from reference_impl.limits import MAX_CONCURRENT_JOBS
-from reference_impl.mcp_server import build_server
+from seqpack.core.limits import MAX_CONCURRENT_JOBS
+from seqpack.faces.mcp.server import build_server
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def _panic() -> BaseException:
 
 @pytest.mark.anyio
 async def test_a_rust_panic_inside_a_tool_is_a_tool_error_and_the_server_lives(tmp_path, monkeypatch):
-    import reference_impl.mcp_support.tools_packing as tools
+    import seqpack.faces.mcp.tools_packing as tools
 
     panic = _panic()
     assert not isinstance(panic, Exception)  # the point: every `except Exception` lets it through
@@ -147,7 +147,7 @@ async def test_concurrent_pack_dataset_calls_share_nothing(tmp_path, cli):
 
 @pytest.mark.anyio
 async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
-    import reference_impl.mcp_support.tools_packing as tools
+    import seqpack.faces.mcp.tools_packing as tools
 
     state = {"now": 0, "most": 0}
     lock = threading.Lock()
@@ -222,7 +222,7 @@ WIRE = {
 
 @pytest.mark.parametrize("name", sorted(WIRE))
 def test_checked_line_classifies_a_malformed_message(name):
-    from reference_impl.mcp_support.wire import MALFORMED, checked_line
+    from seqpack.faces.mcp.wire import MALFORMED, checked_line
 
     line, answer = WIRE[name]
     stand_in = json.loads(checked_line(line))
@@ -231,7 +231,7 @@ def test_checked_line_classifies_a_malformed_message(name):
 
 
 def test_checked_line_passes_good_messages_unchanged():
-    from reference_impl.mcp_support.wire import checked_line
+    from seqpack.faces.mcp.wire import checked_line
 
     for line in ('{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}',
                  '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
@@ -250,7 +250,7 @@ def test_the_stdio_server_answers_every_malformed_message(tmp_path):
     lines.append('{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "derive_alignment", '
                  '"arguments": {"cp": 2}}}')
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, "-m", "reference_impl", "mcp", "--root", str(tmp_path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "seqpack", "mcp", "--root", str(tmp_path)], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(120, proc.kill)  # a server that never answers id 99 fails the test, not the run
     timer.start()

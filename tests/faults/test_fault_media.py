@@ -22,7 +22,7 @@ from mcp import Client
 
 from faults_helpers import cli_forked, temporaries
 
-from reference_impl.mcp_server import build_server
+from seqpack.faces.mcp.server import build_server
 
 pytest.importorskip("PIL")
 
@@ -59,18 +59,18 @@ ROWS = {
     # name: (the bad row, the refusal after "<file>:2, row 1, ")
     "video_pixels": (_row("<video> what", videos=[{"frames": ["tall.png"] * 256, "fps": 2}]),
                      "field 'videos': the row's images and frames hold 536,870,912 pixels, over the limit of "
-                     "268,435,456. Fix: downscale or drop frames (limits live in reference_impl/limits.py)"),
+                     "268,435,456. Fix: downscale or drop frames (limits live in reference_impl/seqpack/core/limits.py)"),
     # what the frames make once encoded depends on the vision spec: plan and batches know it, energon-prepare not
     "video_patches": (_row("<video> what", videos=[{"frames": ["tall.png"] * 128, "fps": 2}]),
                       "field 'videos': the row's images and videos make 1,459,519,488 bytes of patches, over the limit "
                       "of 1,073,741,824. Fix: use fewer or smaller images or frames (limits live in "
-                      "reference_impl/limits.py)"),
+                      "reference_impl/seqpack/core/limits.py)"),
     "decompression_bomb": (_row("<image> x", images=["bomb.png"]),
                            "field 'images[0]': {dir}/bomb.png is refused unread: Image size (10000000000 pixels) "
                            "exceeds limit of 178956970 pixels, could be decompression bomb DOS attack."),
     "too_many_pixels": (_row("<image> x", images=["big.png"]),
                         "field 'images[0]': {dir}/big.png has 12000x12000 pixels, over the limit of 67108864. "
-                        "Fix: downscale the image (limits live in reference_impl/limits.py)"),
+                        "Fix: downscale the image (limits live in reference_impl/seqpack/core/limits.py)"),
     "fps_string": (_row("<video> x", videos=[{"frames": ["small.png"] * 2, "fps": "fast"}]),
                    "field 'videos[0].fps': fps must be a positive number, got 'fast'"),
     "fps_nan": (_row("<video> x", videos=[{"frames": ["small.png"] * 2, "fps": float("nan")}]),
@@ -134,7 +134,7 @@ def test_the_visual_check_names_paths_as_the_row_gave_them(media):
          "seqpack image-tokens: error: field 'height': aspect ratio 400.0 of a 10x4000 image is over 200"),
         (["--height", 100000, "--width", 100000],
          "seqpack image-tokens: error: field 'height': image has 100000x100000 pixels, over the limit of 67108864. "
-         "Fix: downscale the image (limits live in reference_impl/limits.py)"),
+         "Fix: downscale the image (limits live in reference_impl/seqpack/core/limits.py)"),
     ],
 )
 def test_image_tokens_applies_the_same_size_checks(cli, args, line):

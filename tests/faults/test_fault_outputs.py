@@ -23,9 +23,9 @@ import pytest
 
 from faults_helpers import digest, temporaries
 
-from reference_impl.errors import ArtifactError
-from reference_impl.files import atomic_directory, recover_temporaries
-from reference_impl.verbs import PackOptions, pack
+from seqpack.core.errors import ArtifactError
+from seqpack.io.files import atomic_directory, recover_temporaries
+from seqpack.verbs import PackOptions, pack
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -111,7 +111,7 @@ def energon_dataset(tmp_path_factory) -> tuple[Path, Path]:
     """(input JSONL, a dataset prepared from it) that tests copy before touching."""
     from faults_helpers import ROWS
 
-    from reference_impl.verbs import EnergonPrepareOptions, energon_prepare
+    from seqpack.verbs import EnergonPrepareOptions, energon_prepare
 
     base = tmp_path_factory.mktemp("energon")
     src = base / "in" / "data.jsonl"
@@ -152,8 +152,7 @@ def test_user_entries_in_an_energon_dataset_survive_overwrite(cli, energon_datas
 _SWAP = """
 import os, signal, sys
 from pathlib import Path
-from reference_impl import files
-
+from seqpack.io import files
 step = sys.argv[2]
 files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None
 with files.atomic_directory(Path(sys.argv[1]), replace=True) as tmp:
@@ -198,21 +197,21 @@ def test_recovery_restores_an_old_directory_whose_target_is_missing(tmp_path):
 def test_kill_9_during_an_energon_swap_then_another_write(energon_dataset, tmp_path):
     """The issue's sequence: the swap of --overwrite is killed after the old dataset moved aside; the next
     energon-prepare (without --overwrite) must find the old dataset back in place, not write over nothing."""
-    from reference_impl.packing.energon.prepare import read_manifest
+    from seqpack.packing.energon.prepare import read_manifest
 
     src, dataset = energon_dataset
     out = _copy(dataset, tmp_path)
     old = read_manifest(out).fingerprint
     smaller = tmp_path / "smaller.jsonl"
     smaller.write_text("".join(src.read_text().splitlines(keepends=True)[:10]))
-    code = ("import os, signal, sys\nfrom reference_impl import files\n"
+    code = ("import os, signal, sys\nfrom seqpack.io import files\n"
             "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == 'aside' else None\n"
-            "from reference_impl.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+            "from seqpack.faces.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.run([sys.executable, "-c", code, "energon-prepare", str(smaller), "--out", str(out),
                            "--overwrite"], cwd=REPO, env=ENV, timeout=300, capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-500:]
     assert not out.exists() and len(temporaries(tmp_path)) == 2  # the old one aside, the new one complete
-    again = subprocess.run([sys.executable, "-m", "reference_impl", "energon-prepare", str(smaller), "--out",
+    again = subprocess.run([sys.executable, "-m", "seqpack", "energon-prepare", str(smaller), "--out",
                             str(out)], cwd=REPO, env=ENV, timeout=300, capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr, again.stderr
     assert read_manifest(out).fingerprint == old and not temporaries(tmp_path)  # the old dataset, intact
@@ -231,7 +230,7 @@ def test_a_live_temporary_survives_a_writer_in_another_pid_namespace(tmp_path):
         pytest.skip(f"cannot create a PID namespace here ({probe.stderr.decode().strip()})")
     out = tmp_path / "out"
     out.mkdir()
-    code = "import sys; from reference_impl.files import atomic_directory\nwith atomic_directory(sys.argv[1]): pass\n"
+    code = "import sys; from seqpack.io.files import atomic_directory\nwith atomic_directory(sys.argv[1]): pass\n"
     with atomic_directory(out / "a") as mine:  # live, in this namespace; the other one cannot see our pid
         (mine / "half.bin").write_bytes(b"x" * 100)
         other = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", code, str(out / "b")],

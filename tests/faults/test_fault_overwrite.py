@@ -16,9 +16,9 @@ import pytest
 
 from faults_helpers import assert_accounted, digest, temporaries
 
-from reference_impl.errors import ArtifactError
-from reference_impl.packing.artifact import MANIFEST_NAME
-from reference_impl.verbs import PackOptions, pack
+from seqpack.core.errors import ArtifactError
+from seqpack.packing.offline.artifact import MANIFEST_NAME
+from seqpack.verbs import PackOptions, pack
 
 
 def _pack(data: Path, out: Path, **kw):
@@ -184,7 +184,7 @@ def test_install_skill_force_replaces_only_its_own_installation(cli, tmp_path):
 
 
 def test_overwrite_places_are_refused_by_the_library_too(tmp_path, monkeypatch):
-    from reference_impl.files import check_replace_target
+    from seqpack.io.files import check_replace_target
 
     monkeypatch.chdir(tmp_path)
     inp = tmp_path / "sub" / "in.jsonl"
@@ -198,7 +198,7 @@ def test_overwrite_places_are_refused_by_the_library_too(tmp_path, monkeypatch):
 
 
 def test_a_truncated_energon_shard_is_refused_before_training(cli, data, tmp_path):
-    from reference_impl.packing.energon.prepare import read_manifest
+    from seqpack.packing.energon.prepare import read_manifest
 
     out = tmp_path / "ds"
     assert cli("energon-prepare", data, "--out", out).code == 0

@@ -25,7 +25,7 @@ import pytest
 
 from faults_helpers import Run, digest, temporaries
 
-from reference_impl.cli import main
+from seqpack.faces.cli import main
 
 DEADLINE_S = 60.0
 
@@ -113,7 +113,7 @@ def test_a_character_device_as_input_is_refused_unopened(bounded, tmp_path):
 
 
 def test_a_fifo_where_a_manifest_or_marker_should_be(bounded, data, tmp_path, monkeypatch):
-    from reference_impl.verbs import PackOptions, pack
+    from seqpack.verbs import PackOptions, pack
 
     first = pack(PackOptions(input=data, out=tmp_path / "packs", pack_size=256))
     first.manifest_path.unlink()
@@ -191,8 +191,8 @@ def test_metadata_paths_that_are_special_files_or_symlinks_are_refused(bounded, 
 
 @pytest.mark.slow
 def test_eval_score_never_writes_scores_through_a_symlink(bounded, tmp_path):
-    from reference_impl.evaluation.runner import run_eval
-    from reference_impl.evaluation.tasks import load_tasks
+    from seqpack_evals.runner import run_eval
+    from seqpack_evals.tasks import load_tasks
 
     repo = Path(__file__).resolve().parents[2]
     fixtures = repo / "tests" / "fixtures" / "evals"
@@ -214,8 +214,8 @@ def test_eval_score_never_writes_scores_through_a_symlink(bounded, tmp_path):
 
 def test_the_layer_refuses_without_opening(tmp_path):
     """The library face: a FIFO is refused by stat, so even a reader with no writer never blocks."""
-    from reference_impl import files
-    from reference_impl.errors import InputError
+    from seqpack.io import files
+    from seqpack.core.errors import InputError
 
     path = tmp_path / "p"
     os.mkfifo(path)

@@ -19,14 +19,14 @@ import pytest
 
 from faults_helpers import assert_accounted, digest, temporaries
 
-from reference_impl.files import atomic_directory, stale_temporaries
-from reference_impl.errors import ArtifactError
-from reference_impl.verbs import EnergonPrepareOptions, PackOptions, energon_prepare, pack
+from seqpack.io.files import atomic_directory, stale_temporaries
+from seqpack.core.errors import ArtifactError
+from seqpack.verbs import EnergonPrepareOptions, PackOptions, energon_prepare, pack
 
 REPO = Path(__file__).resolve().parents[2]
 _HOLD = """
 import sys, time
-from reference_impl.files import atomic_directory
+from seqpack.io.files import atomic_directory
 with atomic_directory(sys.argv[1]) as tmp:
     (tmp / "half.bin").write_bytes(b"x" * 1000)
     print("writing", flush=True)
@@ -71,7 +71,7 @@ def test_a_live_writers_temporary_and_another_hosts_are_left_alone(tmp_path, cap
 
 def test_concurrent_packs_into_one_output_root(data, tmp_path):
     out = tmp_path / "packs"
-    code = ("import sys; from reference_impl.verbs import PackOptions, pack; "
+    code = ("import sys; from seqpack.verbs import PackOptions, pack; "
             "r = pack(PackOptions(input=sys.argv[1], out=sys.argv[2], pack_size=256)); print(r.root)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(data), str(out)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -98,7 +98,7 @@ def test_atomic_directory_keeps_a_concurrent_writers_equal_result(tmp_path):
 
 
 def _fail_writes(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
-    import reference_impl.packing.pack_fill as pack_fill
+    import seqpack.packing.offline.fill as pack_fill
 
     def broken(*args, **kwargs):
         raise OSError(code, os.strerror(code))
@@ -144,7 +144,7 @@ def tiny_tmpfs(tmp_path: Path):
 
 
 def test_a_really_full_disk(cli, tmp_path, tiny_tmpfs):
-    from reference_impl.data.demo import demo_path
+    from seqpack.data.demo import demo_path
 
     src = demo_path("prompt_completion")
     run = cli("pack", src, "--out", tiny_tmpfs / "packs", "--pack-size", 2048)
@@ -163,7 +163,7 @@ def test_a_really_read_only_mount(cli, data, tiny_tmpfs):
 
 def test_a_gone_writers_temporary_is_removed_at_once(tmp_path):
     """The cleanup asks the kernel whether a writer holds the temporary's lock; it goes by neither age nor pid."""
-    from reference_impl.files import temporary_name
+    from seqpack.io.files import temporary_name
 
     out = tmp_path / "o"
     out.mkdir()

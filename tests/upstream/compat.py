@@ -2,7 +2,7 @@
 
 A differential test compares seqpack with an upstream function running in the lane and reports
 each case to the session's :class:`CompatRecorder` (fixture ``compat``): equal, or different in a
-way ``reference_impl.upstream_lane.differences`` documents (by its id). A difference that no entry
+way ``seqpack_lane.differences`` documents (by its id). A difference that no entry
 explains fails the test. At the end of a session that ran every lane test, the counts are
 compared with the table between the markers in ``docs/compatibility.md``; with
 ``SEQPACK_WRITE_COMPAT=1`` the table is rewritten instead. The counts are deterministic: the
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.upstream_lane import pins
-from reference_impl.upstream_lane.differences import DIFFERENCES, FUNCTIONS
+from seqpack_lane import pins
+from seqpack_lane.differences import DIFFERENCES, FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "compatibility.md"
@@ -44,7 +44,7 @@ class CompatRecorder:
         entry = DIFFERENCES.get(difference)
         if entry is None or entry.function != function:
             pytest.fail(f"difference {difference!r} is not documented for {function} in "
-                        "reference_impl/upstream_lane/differences.py")
+                        "lanes/upstream/seqpack_lane/differences.py")
         self.counts[function][difference] += n
 
     def check(self, function: str, equal: bool, *, difference: str | None = None, detail: str = "") -> None:
@@ -60,7 +60,7 @@ class CompatRecorder:
     @staticmethod
     def _known(function: str) -> None:
         if function not in FUNCTIONS:
-            pytest.fail(f"upstream function {function!r} is not registered in reference_impl/upstream_lane/differences.py")
+            pytest.fail(f"upstream function {function!r} is not registered in lanes/upstream/seqpack_lane/differences.py")
 
     def to_dict(self) -> dict:
         """JSON-able counts."""

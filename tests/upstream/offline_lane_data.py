@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference_impl.data.schemas import PromptCompletionSchema
-from reference_impl.data.tokenizers import HFTokenizer
-from reference_impl.packing.offline import prepare_packed_dataset
-from reference_impl.packing.parquet import PackedParquetReader
+from seqpack.data.schemas import PromptCompletionSchema
+from seqpack.data.tokenizers import HFTokenizer
+from seqpack.packing.offline.prepare import prepare_packed_dataset
+from seqpack.packing.parquet import PackedParquetReader
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = Path(os.environ.get("SEQPACK_TOKENIZERS_DIR", ROOT / ".seqpack-cache" / "tokenizers"))

@@ -3,7 +3,7 @@
     python scripts/regen_recipes.py            # rewrite tests/upstream/recipes/ from the lane
     python scripts/regen_recipes.py --check    # exit 1 if the committed files differ from what the lane writes now
 
-The lane (``reference_impl/upstream_lane/ops/recipes.py``) calls every public recipe function of
+The lane (``lanes/upstream/seqpack_lane/ops/recipes.py``) calls every public recipe function of
 the installed wheel offline (hub ids resolve to a stand-in ``config.json``), writes Bridge's own
 config dump of each (``ConfigContainer.to_yaml``, the ``run_config.yaml`` form) and runs
 ``runtime_config_update`` on it. Every recipe that turns packing on (offline, in-batch, Energon
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reference_impl.versions import BRIDGE_PACKAGE, MCORE_PACKAGE
+from seqpack.core.versions import BRIDGE_PACKAGE, MCORE_PACKAGE
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "recipes"
@@ -58,7 +58,7 @@ def header(entry: dict[str, Any]) -> str:
         f"# function: {entry['recipe']} ({entry['source']})",
         "# Bridge's own config dump (ConfigContainer.to_yaml), written in the upstream lane by",
         "# scripts/regen_recipes.py: do not edit by hand. Model dimensions come from a stand-in config.json",
-        "# (reference_impl/upstream_lane/ops/_standins.py); packing settings are the recipe's own.",
+        "# (lanes/upstream/seqpack_lane/ops/_standins.py); packing settings are the recipe's own.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -121,8 +121,8 @@ def write(files: dict[str, str], out: Path = OUT, check: bool = False) -> list[s
 
 def main(argv: list[str] | None = None) -> int:
     """Regenerate (or check) tests/upstream/recipes from the lane."""
-    from reference_impl.upstream_lane.build import LaneError
-    from reference_impl.upstream_lane.client import UpstreamLane
+    from seqpack_lane.build import LaneError
+    from seqpack_lane.client import UpstreamLane
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")

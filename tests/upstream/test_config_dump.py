@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.config.bridge_dump import from_bridge_dump, is_bridge_dump
-from reference_impl.config.yaml_bounded import load_yaml
-from reference_impl.verbs.validation import ValidateOptions, validate
+from seqpack.config.bridge_dump import from_bridge_dump, is_bridge_dump
+from seqpack.config.yaml_bounded import load_yaml
+from seqpack.verbs.validation import ValidateOptions, validate
 
 FUNCTION = "config_dump.to_yaml"
 _VLM = {"dataset": "mock_vlm"}

@@ -15,7 +15,7 @@ Compared, for CP 1, 2 and 4 and every rank:
 
 With CP > 1 the upstream code calls Transformer Engine's CUDA kernel ``thd_get_partitioned_indices``;
 the lane puts a stand-in written from TE's documented contract in its place
-(``reference_impl/upstream_lane/ops/_te_reference.py``) and uses torch's single-process fake process
+(``lanes/upstream/seqpack_lane/ops/_te_reference.py``) and uses torch's single-process fake process
 group of the requested size and rank. What is compared is the glue: which boundaries reach the
 kernel, with which token count, which keys are split, and the group checks.
 """
@@ -28,11 +28,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import SeqpackError
-from reference_impl.packing.thd import build_thd_batch
-from reference_impl.packing.thd_compat import to_bridge_offline_batch, to_legacy_batch
-from reference_impl.training.context_parallel import slice_thd_batch_for_cp
-from reference_impl.upstream_lane.differences import BRIDGE_CP_INDICES, BRIDGE_CP_PARTITION, MCORE_CP_BATCH
+from seqpack.core.errors import SeqpackError
+from seqpack.packing.thd import build_thd_batch
+from seqpack.packing.thd_compat import to_bridge_offline_batch, to_legacy_batch
+from seqpack.training.context_parallel import slice_thd_batch_for_cp
+from seqpack_lane.differences import BRIDGE_CP_INDICES, BRIDGE_CP_PARTITION, MCORE_CP_BATCH
 from tests.upstream.thd_lane import ask, same_tensor, upstream_raised
 
 pytestmark = pytest.mark.slow

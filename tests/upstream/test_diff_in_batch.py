@@ -25,11 +25,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import SeqpackError
-from reference_impl.packing.in_batch import InBatchPackingCollator
-from reference_impl.packing.thd import build_thd_batch, padding_mask_from_lengths
-from reference_impl.packing.thd_compat import right_padded_to_thd
-from reference_impl.upstream_lane.differences import BRIDGE_PC_COLLATE, BRIDGE_RIGHT_PADDED, BRIDGE_ROWS
+from seqpack.core.errors import SeqpackError
+from seqpack.packing.in_batch import InBatchPackingCollator
+from seqpack.packing.thd import build_thd_batch, padding_mask_from_lengths
+from seqpack.packing.thd_compat import right_padded_to_thd
+from seqpack_lane.differences import BRIDGE_PC_COLLATE, BRIDGE_RIGHT_PADDED, BRIDGE_ROWS
 from tests.upstream.thd_lane import as_int, ask, same_tensor, upstream_raised
 
 pytestmark = pytest.mark.slow
@@ -443,8 +443,8 @@ def _bridge_collate_case(case: dict) -> dict:
 
 
 def _ours_collate(case: dict, tokenizer):
-    from reference_impl.data import PromptCompletionSchema
-    from reference_impl.data.tokenize import to_training_example, tokenize_prompt_completion
+    from seqpack.data import PromptCompletionSchema
+    from seqpack.data.tokenize import to_training_example, tokenize_prompt_completion
 
     schema = PromptCompletionSchema(prompt_template=case["prompt_template"], separator=case["separator"],
                                     loss_mode=case["loss_mode"], add_bos=case["add_bos"], add_eos=case["add_eos"])
@@ -517,7 +517,7 @@ def compare_collate(bridge: dict, ours: dict, m: int, skipped: set[int]) -> tupl
 @settings(max_examples=6, **SETTINGS)
 @given(st.lists(collate_cases(), min_size=10, max_size=10))
 def test_prompt_completion_collate_matches_bridges(upstream, compat, word_tokenizer, cases):
-    from reference_impl.data import load_tokenizer
+    from seqpack.data import load_tokenizer
 
     tokenizer = load_tokenizer(str(word_tokenizer))
     skipped = {tokenizer.encode(MARKER)[0]}
@@ -561,7 +561,7 @@ def test_comparisons_catch_a_difference(upstream, word_tokenizer):
         assert compare_thd(answer["batch"], bad, token_key="input_ids")[0], key
     assert compare_thd(answer["batch"], {**ours, "max_seqlen_q": 3}, token_key="input_ids")[0]
 
-    from reference_impl.data import load_tokenizer
+    from seqpack.data import load_tokenizer
 
     tokenizer = load_tokenizer(str(word_tokenizer))
     collate = {"examples": [{"prompt": "w1 w2", "completion": "w3 w4"}, {"prompt": "w5", "completion": "w6"}],

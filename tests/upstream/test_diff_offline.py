@@ -5,11 +5,11 @@ and a real Hugging Face tokenizer it loads itself; ``seqpack pack --bridge-compa
 call, and the CLI for the recipe-shaped cases) packs the same JSONL with the tokenizer loaded from
 the same files. Compared per case: whether each side refuses, the stored rows (``input_ids``,
 ``loss_mask``, ``seq_start_id``) and the metadata file after the append. Bridge's bin-packing
-functions are compared with ``reference_impl.packing.bridge_compat`` on the same lengths.
+functions are compared with ``seqpack.packing.offline.bridge_compat`` on the same lengths.
 
 Cases are batched: one worker request per hypothesis example (several configurations each) and one
 for the fixed cases. Every case is reported to ``compat``; a difference that
-``reference_impl/upstream_lane/differences.py`` does not document fails.
+``lanes/upstream/seqpack_lane/differences.py`` does not document fails.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from offline_lane_data import (
 )
 from stable_strategies import booleans, integers, lists, sampled_from
 
-from reference_impl.errors import SeqpackError
-from reference_impl.packing.bridge_compat import (
+from seqpack.core.errors import SeqpackError
+from seqpack.packing.offline.bridge_compat import (
     bridge_assign,
     bridge_pack_items,
     bridge_pack_samples,
     bridge_packing_strategy,
 )
-from reference_impl.upstream_lane import differences as D
+from seqpack_lane import differences as D
 
 pytestmark = pytest.mark.slow
 
@@ -316,7 +316,7 @@ def test_cli_and_builder_with_validation_split_equal_bridge(upstream, compat, ca
     """``seqpack pack --bridge-compat --validation`` against ``GPTSFTDatasetBuilder.prepare_data`` of a
     recipe-shaped ``GPTSFTDatasetConfig`` (input/output columns, separator " ", PackedSequenceSpecs):
     both splits' rows and the metadata file with its two entries."""
-    from reference_impl.cli import main
+    from seqpack.faces.cli import main
 
     tok = wordlevel(upstream)
     cases, expected = [], []

@@ -22,11 +22,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import SeqpackError
-from reference_impl.packing.thd import build_thd_batch
-from reference_impl.packing.thd_compat import to_bridge_offline_batch, to_legacy_batch
-from reference_impl.training.packed_seq_params import to_packed_seq_params
-from reference_impl.upstream_lane.differences import BRIDGE_PSP
+from seqpack.core.errors import SeqpackError
+from seqpack.packing.thd import build_thd_batch
+from seqpack.packing.thd_compat import to_bridge_offline_batch, to_legacy_batch
+from seqpack.training.packed_seq_params import to_packed_seq_params
+from seqpack_lane.differences import BRIDGE_PSP
 from tests.upstream.thd_lane import ask, same_tensor, upstream_raised
 
 pytestmark = pytest.mark.slow

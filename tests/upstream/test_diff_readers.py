@@ -31,12 +31,12 @@ from offline_lane_data import RECIPE_PC, fresh_dir, numeral_rows, read_rows, seq
 from stable_strategies import booleans, integers, lists, sampled_from
 from thd_lane import encode as plain
 
-from reference_impl.errors import SeqpackError
-from reference_impl.inspect import inspect_packed_dataset
-from reference_impl.packing.offline import prepare_packed_dataset
-from reference_impl.packing.packed_dataset import PackedParquetDataset
-from reference_impl.training.packed_seq_params import packed_seq_params_kwargs
-from reference_impl.upstream_lane import differences as D
+from seqpack.core.errors import SeqpackError
+from seqpack.verbs.inspection import inspect_packed_dataset
+from seqpack.packing.offline.prepare import prepare_packed_dataset
+from seqpack.packing.packed_dataset import PackedParquetDataset
+from seqpack.training.packed_seq_params import packed_seq_params_kwargs
+from seqpack_lane import differences as D
 
 pytestmark = pytest.mark.slow
 
@@ -242,7 +242,7 @@ def _fold(specs: list[dict], lengths: dict[str, int]) -> list[dict]:
 
 
 def _lengths(all_packs: list[dict]) -> dict[str, int]:
-    from reference_impl.packing.parquet import PackedParquetReader
+    from seqpack.packing.parquet import PackedParquetReader
 
     out = {}
     for pack in all_packs:

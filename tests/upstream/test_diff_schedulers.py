@@ -23,10 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl.errors import PackingError
-from reference_impl.packing.global_batch import check_capacity
-from reference_impl.packing.global_batch.balanced import assign_ranks, sample_costs
-from reference_impl.upstream_lane.differences import BCP_GPUS_NEEDED, BCP_GROUPS, BCP_WORKLOAD
+from seqpack.core.errors import PackingError
+from seqpack.packing.global_batch import check_capacity
+from seqpack.packing.global_batch.balanced import assign_ranks, sample_costs
+from seqpack_lane.differences import BCP_GPUS_NEEDED, BCP_GROUPS, BCP_WORKLOAD
 from tests.upstream.thd_lane import ask
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """seqpack's validator against megatron-bridge 0.6.2's own validation, run in the upstream lane.
 
 Each case is one seqpack config, translated field by field into the ``ConfigContainer`` a user would
-build (``reference_impl/upstream_lane/bridge_config.py``) and run through ``runtime_config_update``
+build (``lanes/upstream/seqpack_lane/bridge_config.py``) and run through ``runtime_config_update``
 (which ends in ``ConfigContainer.validate()``). Agreement: Bridge raises (building a config class or
 validating) exactly when ``validate_config(..., bridge_version="0.6.2")`` reports an error. When
 both accept, the values Bridge derives must match seqpack's resolved ones (data-parallel size, the
@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_impl.config import RULES, validate_config
-from reference_impl.config.load import load_config
-from reference_impl.config.rules.dataset import KIND_CLASSES, MISSING_FIELDS
-from reference_impl.config.schema import DatasetConfig
-from reference_impl.upstream_lane.bridge_config import DATASET_CLASSES, bridge_spec
-from reference_impl.upstream_lane.differences import CONSTRUCT, LATER, LATER_FAILURES, VALIDATE
-from reference_impl.versions import BRIDGE_RELEASE
+from seqpack.config import RULES, validate_config
+from seqpack.config.load import load_config
+from seqpack.config.rules.dataset import KIND_CLASSES, MISSING_FIELDS
+from seqpack.config.schema import DatasetConfig
+from seqpack_lane.bridge_config import DATASET_CLASSES, bridge_spec
+from seqpack_lane.differences import CONSTRUCT, LATER, LATER_FAILURES, VALIDATE
+from seqpack.core.versions import BRIDGE_RELEASE
 
 pytestmark = pytest.mark.slow
 
@@ -373,7 +373,7 @@ def test_a_ready_energon_loader_fails_under_another_loader_type(upstream, compat
 
 
 def test_every_later_failure_is_named_by_its_rule():
-    from reference_impl.config.rules import RULES_BY_ID
+    from seqpack.config.rules import RULES_BY_ID
 
     for rule_id, (_difference, how) in LATER_FAILURES.items():
         rule = RULES_BY_ID[rule_id]

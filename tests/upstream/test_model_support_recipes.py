@@ -2,7 +2,7 @@
 
 Derives, per model family, which packing paths the 0.6.2 recipe functions turn on (as Bridge built them,
 ``index.json``) and with what pad_seq_to_mult, CP and MTP (read from Bridge's dump by seqpack's loader),
-then checks the static table in ``reference_impl.config.model_support``:
+then checks the static table in ``seqpack.config.model_support``:
 
 * every (family, path) a recipe turns on is recorded ``supported`` or ``caveat`` (never ``unknown``,
   never ``opt_out`` except the conflicts acknowledged below, each with its reason);
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from reference_impl.config import load_config
-from reference_impl.config.model_support import FAMILIES, MAIN, MAIN_ONLY, RELEASE, check_model_support, find_family
+from seqpack.config import load_config
+from seqpack.config.model_support import FAMILIES, MAIN, MAIN_ONLY, RELEASE, check_model_support, find_family
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
 INDEX = json.loads((RECIPES / "index.json").read_text(encoding="utf-8"))
@@ -266,9 +266,9 @@ def test_family_ids_and_aliases_do_not_collide():
 
 @pytest.mark.parametrize("name", PACKING_RECIPES)
 def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(name):
-    from reference_impl.config import validate_config
+    from seqpack.config import validate_config
 
-    from reference_impl.config.load import load_config_with_keys
+    from seqpack.config.load import load_config_with_keys
 
     use = next(u for u in uses() if u.name == name)
     assert use.path
@@ -284,7 +284,7 @@ def test_naming_the_family_in_a_packing_recipe_warns_only_for_opt_out_or_caveat(
 
 
 def test_the_generated_page_names_the_release_checked_here():
-    from reference_impl.docgen import model_support_document
+    from scripts.docgen import model_support_document
 
     page = model_support_document()
     assert RELEASE in page and "run in the upstream lane" in page

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from reference_impl.config import RULES, validate_config
-from reference_impl.config.rules.evidence import LANE_PACKAGES, REPOS, UpstreamCheck
-from reference_impl.versions import BRIDGE_TARGETS
+from seqpack.config import RULES, validate_config
+from seqpack.config.rules.evidence import LANE_PACKAGES, REPOS, UpstreamCheck
+from seqpack.core.versions import BRIDGE_TARGETS
 
 ERRORS = [r for r in RULES if r.severity == "error"]
 CITATIONS = [(r.id, c) for r in RULES for c in r.upstream_check]
@@ -133,8 +133,8 @@ def test_facts_of_the_version_table_hold_in_the_release(upstream):
 
 def test_the_mlp_only_cuda_graph_claim_is_what_the_release_does(upstream):
     # Bridge requires pad_cu_seqlens only when the captured graph holds attention (cuda-graphs.md)
-    from reference_impl.config.load import load_config
-    from reference_impl.upstream_lane.bridge_config import bridge_spec
+    from seqpack.config.load import load_config
+    from seqpack_lane.bridge_config import bridge_spec
 
     base = [("dataset.enable_offline_packing", True), ("dataset.offline_packing_specs.packed_sequence_size", 2048),
             ("model.seq_length", 2048), ("dataset.dataset_kwargs.pad_to_max_length", True),

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.config import load_config
-from reference_impl.verbs.validation import ValidateOptions, validate
-from reference_impl.versions import BRIDGE_PACKAGE, BRIDGE_RELEASE, MCORE_PACKAGE
+from seqpack.config import load_config
+from seqpack.verbs.validation import ValidateOptions, validate
+from seqpack.core.versions import BRIDGE_PACKAGE, BRIDGE_RELEASE, MCORE_PACKAGE
 
 HERE = Path(__file__).resolve().parent
 RECIPES = HERE / "recipes"
@@ -178,9 +178,9 @@ def test_32k_recipe_long_samples_crash_bridges_offline_fill_step(upstream):
 def test_32k_recipe_without_cp_alignment_fails_the_te_partition_rule():
     # Transformer Engine's thd_get_partitioned_indices is a CUDA kernel (not runnable in the CPU lane); seqpack's
     # reference partition applies its divisibility rule
-    from reference_impl.errors import AlignmentError
-    from reference_impl.packing.thd_compat import collate_stored_rows
-    from reference_impl.training.context_parallel import thd_partition_indices
+    from seqpack.core.errors import AlignmentError
+    from seqpack.packing.thd_compat import collate_stored_rows
+    from seqpack.training.context_parallel import thd_partition_indices
 
     cfg = load_config(RECIPES / "nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml")
     specs, cp = cfg.dataset.offline_packing_specs, cfg.model.context_parallel_size

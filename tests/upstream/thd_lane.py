@@ -1,5 +1,5 @@
 """seqpack's side of the THD, PackedSeqParams, CP and scheduler lane ops: the JSON form of tensors
-(the one ``reference_impl/upstream_lane/ops/_thd_codec.py`` reads and writes), one request per list of
+(the one ``lanes/upstream/seqpack_lane/ops/_thd_codec.py`` reads and writes), one request per list of
 cases, and comparisons of tensors that name the first difference."""
 
 from __future__ import annotations

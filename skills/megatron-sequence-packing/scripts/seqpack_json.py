@@ -23,7 +23,7 @@ def run(argv: list[str]) -> int:
         print(f"usage: seqpack_json.py {{{','.join(COMMANDS)}}} [ARGS...]", file=sys.stderr)
         return 2
     try:
-        from reference_impl.cli import main
+        from seqpack.faces.cli import main
     except ImportError:
         print(f"seqpack is not installed for this Python ({sys.executable}): pip install seqpack, "
               "or run this script with the Python that has it", file=sys.stderr)

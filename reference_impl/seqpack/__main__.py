@@ -1,0 +1,5 @@
+"""``python -m seqpack`` runs the ``seqpack`` CLI."""
+
+from seqpack.faces.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""VLM rows: the sample contract, image and video checks, the vision preprocessing, M-RoPE and the demo."""

@@ -1,0 +1,64 @@
+"""``resource_link`` content items for what a writing tool wrote (MCP ``server/tools``: resource links).
+
+A tool registered with ``links=`` (``@tool(..., links=pack_links)``) keeps returning its result
+dataclass (structured content plus its JSON text); after a successful call the server appends one
+``resource_link`` per directory, manifest and data file the result names, as ``file://`` URIs with
+a MIME type and, for a file, its size. A path that is gone, or that lies outside the allowed
+roots, gets no link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from mcp.types import CallToolResult, ResourceLink
+
+from seqpack.faces.mcp.roots import AllowedRoots
+
+#: Turns a tool's structured result into (path, name, description, MIME type) of what it wrote.
+LinkSpec = Callable[[dict[str, Any]], Iterable[tuple[str, str, str, str]]]
+DIRECTORY = "inode/directory"
+JSON = "application/json"
+PARQUET = "application/vnd.apache.parquet"
+
+__all__ = ["LinkSpec", "add_links", "energon_links", "pack_links"]
+
+
+def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
+    """pack_dataset: the pack directory, its manifest, its metadata file and the Parquet file of each split."""
+    yield data["root"], "packs", "the fingerprinted pack directory", DIRECTORY
+    yield data["manifest_path"], "manifest", "seqpack manifest: fingerprint, options, per-split accounting", JSON
+    yield data["metadata_path"], "metadata", "pack metadata entries (Megatron-Bridge form)", JSON
+    for split, path in sorted(data.get("files", {}).items()):
+        yield path, f"{split} packs", f"packed Parquet of the {split} split", PARQUET
+
+
+def energon_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
+    """prepare_energon_dataset: the dataset directory and its seqpack manifest."""
+    from seqpack.packing.energon.prepare import MANIFEST_NAME
+
+    yield data["root"], "dataset", "the prepared Energon dataset directory", DIRECTORY
+    manifest = str(Path(data["root"]) / MANIFEST_NAME)
+    yield manifest, "manifest", "seqpack manifest: source, counts, media, fingerprint", JSON
+
+
+def _link(path: Path, name: str, description: str, mime_type: str) -> ResourceLink:
+    size = path.stat().st_size if path.is_file() else None
+    return ResourceLink(type="resource_link", uri=path.as_uri(), name=name, description=description,
+                        mime_type=mime_type, size=size)
+
+
+def add_links(result: Any, spec: LinkSpec, roots: AllowedRoots) -> Any:
+    """``result`` (a successful CallToolResult with structured content) plus its resource links; else as is."""
+    if not isinstance(result, CallToolResult) or result.is_error or not isinstance(result.structured_content, dict):
+        return result
+    links = []
+    for raw, name, description, mime_type in spec(result.structured_content):
+        path = Path(raw).resolve()
+        if path.exists() and roots.contains(path):
+            links.append(_link(path, name, description, mime_type))
+    if not links:
+        return result
+    return result.model_copy(update={"content": [*result.content, *links]})

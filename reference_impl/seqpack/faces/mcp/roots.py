@@ -1,0 +1,93 @@
+"""Allowed roots: every file path a tool receives must resolve (symlinks followed) inside one.
+
+Relative paths are taken relative to the first root. This module checks the arguments a tool
+receives, naming the argument; every path the work then opens or writes, the arguments and the
+paths found inside files alike (blend sources, image paths in rows, tokenizer files, caches), is
+confined again by the file-access layer (:mod:`seqpack.io.files`), which the tool registry
+installs with these roots for every call, and checks what an opened descriptor really is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver.exceptions import ToolError
+
+from seqpack.faces.mcp.errors import tool_errors
+
+
+class AllowedRoots:
+    """The directories tools may read from and write to."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        if not roots:
+            raise ValueError("at least one root is required")
+        self.roots = roots
+
+    @classmethod
+    def from_args(cls, values: list[str] | None) -> AllowedRoots:
+        """Roots from ``--root`` values; none given means the current working directory."""
+        raw = list(values or []) or [os.getcwd()]
+        roots: list[Path] = []
+        for value in raw:
+            path = Path(os.path.realpath(Path(value).expanduser()))
+            if not path.is_dir():
+                raise NotADirectoryError(f"root is not a directory: {value}")
+            if path not in roots:
+                roots.append(path)
+        return cls(roots)
+
+    def describe(self) -> str:
+        """The roots, comma-separated, for error messages."""
+        return ", ".join(str(r) for r in self.roots)
+
+    def contains(self, path: Path) -> bool:
+        """True when an already resolved path lies inside (or is) one of the roots."""
+        return any(path == root or path.is_relative_to(root) for root in self.roots)
+
+    def resolve(self, user_path: str, *, field: str, must_exist: bool = True, kind: str | None = None) -> Path:
+        """Resolve ``user_path`` (symlinks followed) and check it lies inside a root.
+
+        ``kind`` is ``"file"`` or ``"dir"`` to require that kind of existing entry.
+        """
+        if not user_path or "\x00" in user_path:
+            raise ToolError(f"{field} must be a non-empty path without NUL bytes.")
+        candidate = Path(user_path).expanduser()
+        if not candidate.is_absolute():
+            candidate = self.roots[0] / candidate
+        resolved = Path(os.path.realpath(candidate))  # never raises: a symlink loop stays unresolved
+        if not self.contains(resolved):
+            raise ToolError(
+                f"{field} {user_path!r} resolves to {resolved}, outside the allowed roots ({self.describe()}). "
+                "Fix: use a path inside a root, or restart the server with another --root."
+            )
+        if must_exist and not resolved.exists():
+            raise ToolError(f"{field} {user_path!r} does not exist ({resolved}).")
+        if kind == "file" and must_exist and not resolved.is_file():
+            raise ToolError(f"{field} {user_path!r} is not a file ({resolved}).")
+        if kind == "dir" and resolved.exists() and not resolved.is_dir():
+            raise ToolError(f"{field} {user_path!r} is not a directory ({resolved}).")
+        return resolved
+
+    def check_resolved(self, path: str | os.PathLike[str], *, field: str) -> Path:
+        """Resolve a path the server found by itself (a blend source, a file in a directory) and confine it."""
+        resolved = Path(os.path.realpath(path))
+        if not self.contains(resolved):
+            raise ToolError(
+                f"{field} names {path}, which resolves to {resolved}, outside the allowed roots ({self.describe()})."
+            )
+        return resolved
+
+    def resolve_inputs(self, user_path: str, *, field: str) -> Path:
+        """A JSONL file, or a blend manifest whose every source must also lie inside a root."""
+        from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest
+
+        path = self.resolve(user_path, field=field, kind="file")
+        if is_blend_manifest(path):
+            with tool_errors():
+                blends = read_blend_manifest(path)
+            for split, pairs in blends.items():
+                for _, source in pairs:
+                    self.check_resolved(source, field=f"{field} (blend split {split!r})")
+        return path

@@ -1,0 +1,1 @@
+"""The packing smoke test, all of it: options, the run, the paths' adapters and the VLM pieces."""

@@ -1,0 +1,602 @@
+"""``plan``: compare pack lengths at equal token slots per step by simulating the packing of your lengths.
+
+The verb (:func:`plan`, :class:`PlanOptions`) and the library function behind it,
+:func:`plan_pack_length`, which picks a pack length by simulating packing at equal token slots per step.
+
+Every candidate pack length ``P`` gets the same number of token slots per optimizer step, so its
+global batch size is ``token_slots / P`` packed rows (micro batch size 1). For each candidate the
+plan reports:
+
+* **validity**, with reasons: ``token_slots`` divisible by ``P``; the global batch size divisible
+  by DP and at least DP (rule ``BATCH-GBS-DIVISIBLE``); ``P`` a multiple of ``pad_seq_to_mult``
+  (rule ``PACK-OFFLINE-WIDTH-ALIGNED``);
+* **simulated packing** of the lengths exactly as the offline pipeline treats them: a sample may
+  hold at most ``cap = floor(P / m) * m`` tokens (``m = pad_seq_to_mult``); a longer one is cut to
+  ``cap`` (``truncation="right"``/``"left"``) or left out (``"reject"``), and every kept length is
+  rounded up to a multiple of ``m`` before bin packing with
+  :func:`seqpack.packing.algorithms.pack_lengths`;
+* packs, the lower bound ``ceil(aligned tokens / P)``, packing efficiency (aligned tokens per
+  slot), token efficiency (real tokens kept per slot), the padding waste split into alignment
+  padding and pack-tail padding, the most and mean sequences per pack, and optimizer steps per
+  epoch (``packs / global batch size``).
+
+Lengths are *runtime* lengths: the tokens a sample occupies in a pack (for JSONL input, the
+tokenized ids minus one, counted by :func:`seqpack.packing.offline.prepare.sample_lengths`).
+
+For an MoE model (``moe_dispatcher`` set) every row also carries ``dispatch``: what the token
+dispatcher sends per rank under the width rules of :mod:`seqpack.config.dispatch`. A
+pack reaches an MoE layer as ``width / (CP * TP_sp)`` tokens per rank, and padded positions are
+dispatched like real ones. Fixed-width packs (``pad_to_max_length``, or a dispatcher that needs
+equal counts) dispatch the full width; eager HybridEP pads each micro-batch to the largest one
+of its EP group, rounded up to the 64-token chunk; alltoall and DeepEP send what the pack holds.
+EP groups are formed from the simulated packs in a seeded shuffled order, ``ep`` at a time (the
+ranks of an EP group run different packs at once). ``dispatch_padding_share`` is the share of
+dispatched tokens that are not real tokens; ``dispatcher_padding_share`` the part the dispatcher
+adds on top of the packs' own padding.
+
+The recommendation rule is :data:`RECOMMENDATION_RULE`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from seqpack.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
+from seqpack.core.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
+from seqpack.core.arguments import positive_int
+from seqpack.core.choices import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    LENGTH_MIXES,
+    SCHEMA_OPTIONS,
+    TRUNCATION_MODES,
+    VISION_OPTIONS,
+)
+from seqpack.core.errors import InputError, UsageError
+from seqpack.core.limits import (
+    MAX_CANDIDATES,
+    MAX_DATA_PARALLEL_SIZE,
+    MAX_INLINE_LENGTHS,
+    MAX_MIX_LENGTH,
+    MAX_PACK_LEN,
+    MAX_PARALLEL_SIZE,
+    MAX_PLAN_SAMPLES,
+    MAX_SAMPLE_TOKENS,
+    MAX_SEQS_PER_PACK,
+    MAX_TOKEN_SLOTS,
+)
+from seqpack.core.reports import LengthSummary, PackPlan, PlanRow
+from seqpack.verbs.common import AlignedOptions, check_choice, check_path, check_seed, int_list
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Two candidates whose token efficiencies differ by at most this much are tied.
+TIE_TOLERANCE = 0.005
+#: Per-sample cap used when tokenizing a JSONL for planning: large enough never to truncate.
+_UNBOUNDED = 1 << 40
+
+TRUNCATION_POLICIES: tuple[str, ...] = TRUNCATION_MODES
+
+RECOMMENDATION_RULE = (
+    "Among the valid candidates, those that keep every sample whole are preferred (when there is "
+    "any); the highest token efficiency (real tokens per token slot) wins, candidates within "
+    f"{TIE_TOLERANCE * 100:g} percentage points of the best count as tied, and a tie goes to the "
+    "longest pack length (the documented starting point is 8K)."
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------------
+
+
+def _int_value(value: Any) -> int | None:
+    """``value`` as an int when it is an integer (or a string of digits), else None."""
+    import numpy as np
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
+        return int(value.strip())  # longer digit strings are beyond every limit (and Python's digit cap)
+    return None
+
+
+def lengths_from_histogram(histogram: Mapping[Any, Any] | Iterable[Sequence[Any]]) -> np.ndarray:
+    """Expand ``{length: count}`` (or ``[(length, count), ...]``) into lengths, ascending.
+
+    Keys may be ints or strings of digits (JSON objects have string keys).
+    """
+    import numpy as np
+    items = list(histogram.items()) if isinstance(histogram, Mapping) else list(histogram)
+    lengths, counts = [], []
+    for k, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise InputError(f"histogram entry {k} must be a (length, count) pair, got {item!r}", field="histogram")
+        length, count = _int_value(item[0]), _int_value(item[1])
+        if length is None or not 1 <= length <= MAX_SAMPLE_TOKENS:
+            raise InputError(f"histogram length {str(item[0])[:40]!r} must be an integer from 1 to "
+                             f"{MAX_SAMPLE_TOKENS} (limit in reference_impl/seqpack/core/limits.py)",
+                             field=f"histogram[{str(item[0])[:40]!r}]")
+        if count is None or not 0 <= count <= MAX_PLAN_SAMPLES:
+            raise InputError(
+                f"histogram count for length {length} must be an integer from 0 to {MAX_PLAN_SAMPLES}, got "
+                f"{str(item[1])[:40]!r}",
+                field=f"histogram[{item[0]!r}]",
+            )
+        lengths.append(length)
+        counts.append(count)
+    if len(set(lengths)) != len(lengths):
+        raise InputError("histogram lists a length twice", field="histogram")
+    total = sum(counts)
+    if total > MAX_PLAN_SAMPLES:
+        raise UsageError(
+            f"the histogram holds {total} samples; planning supports up to {MAX_PLAN_SAMPLES}",
+            field="histogram",
+            fix="scale the counts down (the plan depends on the length distribution, not its size)",
+        )
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    values = np.asarray(lengths, dtype=np.int64)[order]
+    reps = np.asarray(counts, dtype=np.int64)[order]
+    return np.repeat(values, reps)
+
+
+def _as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    from seqpack.packing.algorithms import as_length_array
+
+    arr = as_length_array(lengths)
+    if arr.size > MAX_PLAN_SAMPLES:
+        raise UsageError(f"{arr.size} lengths given; planning supports up to {MAX_PLAN_SAMPLES}", field="lengths")
+    zero = np.flatnonzero(arr < 1)
+    if zero.size:
+        raise InputError(f"lengths[{int(zero[0])}] is 0; every sample holds at least one token", row=int(zero[0]),
+                         field="lengths")
+    return arr
+
+
+def _summary(arr: np.ndarray, source: str, details: dict[str, Any] | None) -> LengthSummary:
+    import numpy as np
+    if arr.size == 0:
+        raise InputError(f"no sample to plan with ({source} is empty)", field=source)
+
+    def q(x: float) -> int:
+        return int(np.quantile(arr, x, method="inverted_cdf"))
+
+    return LengthSummary(
+        source=source,
+        num_samples=int(arr.size),
+        total_tokens=int(arr.sum()),
+        min=int(arr.min()),
+        mean=float(arr.mean()),
+        p50=q(0.5),
+        p90=q(0.9),
+        p99=q(0.99),
+        max=int(arr.max()),
+        details=details,
+    )
+
+
+def _load_lengths(
+    lengths: Sequence[int] | np.ndarray | None,
+    histogram: Mapping[Any, Any] | Iterable[Sequence[Any]] | None,
+    jsonl: str | os.PathLike[str] | None,
+    schema: Any,
+    tokenizer: Any,
+    vision: Any = None,
+) -> tuple[np.ndarray, LengthSummary]:
+    import numpy as np
+    given = [name for name, v in (("lengths", lengths), ("histogram", histogram), ("jsonl", jsonl)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            f"give exactly one of lengths, histogram or jsonl (got {', '.join(given) or 'none'})",
+            fix="pass a list of sample lengths, a {length: count} histogram, or a JSONL path",
+        )
+    if jsonl is not None and vision is not None:
+        from seqpack.data.vlm.sample import measure_vlm_file
+
+        found = measure_vlm_file(jsonl, vision=vision, schema=schema, tokenizer=tokenizer)
+        details = {"path": str(jsonl), "vlm": {"vision": vision.name, **found.to_dict()}}
+        return found.lengths, _summary(found.lengths, "jsonl", details)
+    if jsonl is not None:
+        from seqpack.packing.offline.prepare import sample_lengths
+
+        found = sample_lengths(jsonl, max_seq_length=_UNBOUNDED, schema=schema, tokenizer=tokenizer)
+        arr = np.asarray(found.lengths, dtype=np.int64)
+        details = {"path": str(jsonl), "accounting": found.account}
+        return arr, _summary(arr, "jsonl", details)
+    if histogram is not None:
+        arr = lengths_from_histogram(histogram)
+        return arr, _summary(arr, "histogram", None)
+    arr = _as_lengths(lengths)  # type: ignore[arg-type]
+    return arr, _summary(arr, "lengths", None)
+
+
+# ------------------------------------------------------------------------------------------------
+# One candidate
+# ------------------------------------------------------------------------------------------------
+
+
+def _validity(pack_len: int, token_slots: int, dp: int, m: int) -> tuple[int | None, list[str]]:
+    slot = equal_slot_candidates(token_slots, (pack_len,), dp)[0]
+    reasons = []
+    gbs: int | None = slot.global_batch_size or None
+    if not slot.valid:
+        rule = "" if gbs is None else "[BATCH-GBS-DIVISIBLE] "
+        reasons.append(rule + slot.reason)
+    if pack_len % m:
+        reasons.append(
+            f"[PACK-OFFLINE-WIDTH-ALIGNED] pack_len {pack_len} is not a multiple of pad_seq_to_mult={m}"
+        )
+    return gbs, reasons
+
+
+def _round_up(values: np.ndarray, multiple: int) -> np.ndarray:
+    return -(-values // multiple) * multiple
+
+
+def dispatch_overhead(
+    real: np.ndarray, aligned: np.ndarray, pack_len: int, width: DispatchWidth, seed: int = 0
+) -> dict[str, Any]:
+    """Tokens dispatched per rank for packs holding ``real`` real and ``aligned`` aligned tokens (see module doc)."""
+    import numpy as np
+    div = width.tokens_divisor
+    real = np.asarray(real, dtype=np.int64)
+    fixed = width.width_rule in ("fixed", "fixed_required", "equal_required")
+    widths = np.full(real.shape, pack_len, dtype=np.int64) if fixed else np.asarray(aligned, dtype=np.int64)
+    per_rank = -(-widths // div)
+    sent = per_rank.copy()
+    if width.chunk:
+        sent = _round_up(per_rank, width.chunk)
+        if width.width_rule == "uneven_padded" and sent.size:
+            order = np.random.default_rng(seed).permutation(sent.size)
+            for start in range(0, sent.size, width.ep):
+                group = order[start : start + width.ep]
+                sent[group] = sent[group].max()
+    dispatched, packed, kept = int(sent.sum()), int(per_rank.sum()), float(real.sum()) / div
+    out: dict[str, Any] = {
+        **{k: v for k, v in width.to_dict().items() if k not in ("fixed_width", "per_rank_tokens", "chunk_padding")},
+        "micro_batches": int(sent.size),
+        "mean_dispatched_per_rank": dispatched / sent.size if sent.size else 0.0,
+        "max_dispatched_per_rank": int(sent.max()) if sent.size else 0,
+        "dispatch_padding_share": 1.0 - kept / dispatched if dispatched else 0.0,
+        "dispatcher_padding_share": (dispatched - packed) / dispatched if dispatched else 0.0,
+    }
+    if width.width_rule in ("fixed_required", "equal_required"):
+        out["notes"] = [*out["notes"], "this dispatcher needs fixed-width packs here; shown as if pad_to_max_length "
+                        "were on"]
+    return out
+
+
+def _simulate(
+    arr: np.ndarray,
+    pack_len: int,
+    token_slots: int,
+    dp: int,
+    m: int,
+    truncation: str,
+    algorithm: str,
+    seed: int,
+    max_seqs_per_pack: int | None,
+    moe: Mapping[str, Any] | None = None,
+) -> PlanRow:
+    import numpy as np
+
+    from seqpack.packing.algorithms import pack_lengths
+
+    gbs, reasons = _validity(pack_len, token_slots, dp, m)
+    cap = (pack_len // m) * m
+    over = arr > cap
+    too_long = int(over.sum())
+    if truncation == "reject":
+        kept = arr[~over]
+        rejected, truncated = too_long, 0
+        tokens_lost = int(arr[over].sum())
+    else:
+        kept = np.minimum(arr, cap)
+        rejected, truncated = 0, too_long
+        tokens_lost = int((arr[over] - cap).sum())
+    aligned = -(-kept // m) * m
+    notes: list[str] = []
+    if too_long:
+        verb = "left out" if truncation == "reject" else f"cut to {cap} tokens"
+        notes.append(f"{too_long} sample(s) longer than {cap} tokens would be {verb}")
+    dispatch = None
+    if aligned.size:
+        result = pack_lengths(aligned, pack_len, algorithm, seed=seed, max_seqs_per_pack=max_seqs_per_pack)
+        packs, lower = result.num_bins, result.lower_bound
+        max_in_pack = result.max_items_per_bin
+        if moe is not None:
+            real_per_pack = np.bincount(result.bin_ids, weights=kept, minlength=packs).astype(np.int64)
+            width = dispatch_width(
+                dispatcher=moe["dispatcher"], ep=moe["ep"], tp=moe["tp"], cp=moe["cp"], sp=moe["sp"],
+                pad_seq_to_mult=m, fixed_width=pack_len if moe["pad_to_max_length"] else None,
+            )
+            dispatch = dispatch_overhead(real_per_pack, np.asarray(result.bin_sums), pack_len, width, seed)
+    else:
+        packs = lower = max_in_pack = 0
+        notes.append("no sample fits this pack length")
+    slots = packs * pack_len
+    real, padded = int(kept.sum()), int(aligned.sum())
+    steps = full = None
+    if gbs is not None:
+        steps, full = packs / gbs, packs // gbs
+        if packs < gbs:
+            notes.append(
+                f"{packs} pack(s) fill less than one global batch of {gbs}: under one optimizer step per epoch"
+            )
+    return PlanRow(
+        pack_len=pack_len,
+        global_batch_size=gbs,
+        token_slots=token_slots,
+        valid=not reasons,
+        reasons=reasons,
+        sample_cap=cap,
+        too_long=too_long,
+        truncated=truncated,
+        rejected=rejected,
+        tokens_lost=tokens_lost,
+        packed_samples=int(kept.size),
+        packs=packs,
+        lower_bound=lower,
+        packs_over_lower_bound=packs - lower,
+        packing_efficiency=padded / slots if slots else 0.0,
+        token_efficiency=real / slots if slots else 0.0,
+        padding_waste_share=(slots - real) / slots if slots else 0.0,
+        alignment_padding_share=(padded - real) / slots if slots else 0.0,
+        tail_padding_share=(slots - padded) / slots if slots else 0.0,
+        max_seqs_in_pack=max_in_pack,
+        mean_seqs_per_pack=kept.size / packs if packs else 0.0,
+        steps_per_epoch=steps,
+        full_steps_per_epoch=full,
+        notes=notes,
+        dispatch=dispatch,
+    )
+
+
+def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
+    """Apply :data:`RECOMMENDATION_RULE`: the recommended pack length (or None) and why."""
+    valid = [r for r in rows if r.valid]
+    if not valid:
+        why = "; ".join(f"{r.pack_len}: {', '.join(r.reasons)}" for r in rows)
+        return None, f"no candidate is valid ({why})"
+    whole = [r for r in valid if r.too_long == 0]
+    pool = whole or valid
+    best = max(r.token_efficiency for r in pool)
+    tied = [r for r in pool if r.token_efficiency >= best - TIE_TOLERANCE]
+    pick = max(tied, key=lambda r: r.pack_len)
+    text = (
+        f"pack_len {pick.pack_len} (global batch size {pick.global_batch_size}): "
+        f"token efficiency {pick.token_efficiency:.1%}"
+    )
+    others = [r.pack_len for r in tied if r is not pick]
+    if others:
+        text += (
+            f", tied with {', '.join(map(str, others))} within {TIE_TOLERANCE * 100:g} points, "
+            "so the longer pack wins"
+        )
+    if not whole:
+        text += "; every valid candidate truncates or drops some samples, consider a longer pack length"
+    elif len(whole) < len(valid):
+        skipped = [r.pack_len for r in valid if r.too_long]
+        text += f"; {', '.join(map(str, skipped))} would cut or drop samples"
+    return pick.pack_len, text
+
+
+# ------------------------------------------------------------------------------------------------
+# The verb
+# ------------------------------------------------------------------------------------------------
+
+
+def plan_pack_length(
+    lengths: Sequence[int] | np.ndarray | None = None,
+    *,
+    histogram: Mapping[Any, Any] | Iterable[Sequence[Any]] | None = None,
+    jsonl: str | os.PathLike[str] | None = None,
+    candidates: Sequence[int] = DEFAULT_PACK_LENGTHS,
+    token_slots: int = 65536,
+    dp: int = 1,
+    pad_seq_to_mult: int = 1,
+    algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+    max_seqs_per_pack: int | None = None,
+    truncation: str = "right",
+    schema: Any = None,
+    tokenizer: Any = None,
+    vision: Any = None,
+    moe_dispatcher: str | None = None,
+    ep: int = 1,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    pad_to_max_length: bool = False,
+) -> PackPlan:
+    """Equal-token-slot table of candidate pack lengths with simulated packing and a recommendation.
+
+    Give exactly one of ``lengths`` (runtime lengths), ``histogram`` (``{length: count}``) or
+    ``jsonl`` (a JSONL file or blend manifest, tokenized with ``schema``/``tokenizer`` like the
+    offline pipeline). With ``vision`` (a :class:`~seqpack.data.vlm.vision.VisionSpec`) the
+    JSONL rows are VLM samples: lengths count their image tokens (``lengths.details["vlm"]`` says
+    how many), and since a VLM sample is never cut, truncation is ``reject``. See the module
+    docstring for every column and :data:`RECOMMENDATION_RULE`.
+    ``moe_dispatcher`` (one of ``alltoall``, ``allgather``, ``deepep``, ``hybridep``) with ``ep``,
+    ``tp``, ``cp``, ``sp`` and ``pad_to_max_length`` adds the MoE dispatch overhead to every row.
+
+    >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
+    8
+    """
+    token_slots = positive_int("token_slots", token_slots)
+    dp = positive_int("dp", dp)
+    m = positive_int("pad_seq_to_mult", pad_seq_to_mult)
+    if truncation not in TRUNCATION_POLICIES:
+        raise UsageError(
+            f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}", field="truncation"
+        )
+    if algorithm not in ALGORITHMS:
+        raise UsageError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
+                         field="algorithm")
+    if max_seqs_per_pack is not None:
+        max_seqs_per_pack = positive_int("max_seqs_per_pack", max_seqs_per_pack)
+    cands = [positive_int("candidates", c) for c in candidates]
+    if not cands:
+        raise UsageError("give at least one candidate pack length", field="candidates")
+    if len(set(cands)) != len(cands):
+        raise UsageError(f"candidate pack lengths repeat: {cands}", field="candidates")
+    small = [c for c in cands if c < m]
+    if small:
+        raise UsageError(
+            f"candidate pack length {small[0]} is smaller than pad_seq_to_mult={m}; no sample would fit",
+            field="candidates",
+        )
+    if vision is not None and jsonl is not None:
+        truncation = "reject"  # a VLM sample is never cut (its image tokens would lose their patches)
+    moe = None
+    if moe_dispatcher is not None:
+        if moe_dispatcher not in DISPATCHERS:
+            raise UsageError(f"unknown MoE dispatcher {moe_dispatcher!r}; choose one of {', '.join(DISPATCHERS)}",
+                             field="moe_dispatcher")
+        moe = {"dispatcher": moe_dispatcher, "ep": positive_int("ep", ep), "tp": positive_int("tp", tp),
+               "cp": positive_int("cp", cp), "sp": bool(sp), "pad_to_max_length": bool(pad_to_max_length)}
+    arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer, vision)
+    rows = [
+        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack, moe)
+        for c in sorted(cands)
+    ]
+    pick, text = recommend(rows)
+    return PackPlan(
+        rows=rows,
+        recommended_pack_len=pick,
+        recommendation=text,
+        rule=RECOMMENDATION_RULE,
+        lengths=summary,
+        token_slots=token_slots,
+        dp=dp,
+        pad_seq_to_mult=m,
+        algorithm=algorithm,
+        seed=int(seed),
+        max_seqs_per_pack=max_seqs_per_pack,
+        truncation=truncation,
+        moe=moe,
+    )
+
+
+__all__ = [
+    "DEFAULT_MIX_SAMPLES", "PlanOptions", "plan",
+    "MAX_PLAN_SAMPLES",
+    "dispatch_overhead",
+    "RECOMMENDATION_RULE",
+    "TIE_TOLERANCE",
+    "LengthSummary",
+    "alignment_multiple",
+    "PackPlan",
+    "PlanRow",
+    "lengths_from_histogram",
+    "plan_pack_length",
+    "recommend",
+]
+
+
+DEFAULT_MIX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions(AlignedOptions):
+    """The lengths (exactly one of ``lengths``, ``histogram``, ``jsonl`` or a synthetic ``mix``), the
+    candidates, token slots and DP, the topology (or an explicit ``pad_seq_to_mult``) and the packing
+    settings. ``schema``, ``tokenizer`` and ``vision`` apply to ``jsonl`` (``vision``: ``auto`` counts
+    the image tokens of rows with images with the ``qwen2_vl`` preset, ``none`` refuses such rows, or a
+    preset name); ``n``, ``max_len`` and ``seed`` to ``mix``.
+    ``moe_dispatcher`` (``alltoall``, ``allgather``, ``deepep`` or ``hybridep``) adds every row's MoE
+    dispatch overhead for expert-parallel size ``ep``, with fixed-width packs when ``pad_to_max_length``.
+    """
+
+    lengths: Sequence[int] | None = None
+    histogram: Mapping[Any, Any] | None = None
+    jsonl: str | os.PathLike[str] | None = None
+    mix: str | None = None
+    n: int = DEFAULT_MIX_SAMPLES
+    max_len: int = 4096
+    candidates: Sequence[int] = DEFAULT_PACK_LENGTHS
+    token_slots: int = 65536
+    dp: int = 1
+    algorithm: str = DEFAULT_ALGORITHM
+    seed: int = 0
+    max_seqs_per_pack: int | None = None
+    truncation: str = "right"
+    schema: str = "auto"
+    tokenizer: Any = None
+    vision: str = "auto"
+    moe_dispatcher: str | None = None
+    ep: int = 1
+    pad_to_max_length: bool = False
+
+
+def plan(options: PlanOptions) -> PackPlan:
+    """The equal-token-slot plan (:func:`seqpack.verbs.planning.plan_pack_length`) for ``options``."""
+
+    given = [n for n in ("lengths", "histogram", "jsonl", "mix") if getattr(options, n) is not None]
+    if len(given) != 1:
+        raise UsageError(
+            f"give exactly one of lengths, histogram, jsonl or mix (got {', '.join(given) or 'none'})",
+            fix="pass a list of sample lengths, a {length: count} histogram, a JSONL path or a length mix",
+        )
+    multiple = options.multiple()
+    check_choice("algorithm", options.algorithm, ALGORITHMS)
+    check_choice("truncation", options.truncation, TRUNCATION_MODES)
+    check_choice("schema", options.schema, SCHEMA_OPTIONS)
+    check_choice("vision", options.vision, VISION_OPTIONS)
+    check_choice("moe_dispatcher", options.moe_dispatcher, DISPATCHERS, allow_none=True)
+    candidates = int_list("candidates", options.candidates, maximum=MAX_PACK_LEN, most=MAX_CANDIDATES)
+    lengths = options.lengths
+    if lengths is not None and len(lengths) > MAX_INLINE_LENGTHS:
+        raise UsageError(f"{len(lengths)} lengths given; the limit is {MAX_INLINE_LENGTHS}", field="lengths",
+                         fix="pass a {length: count} histogram or a JSONL file instead")
+    if options.histogram is not None and len(options.histogram) > MAX_INLINE_LENGTHS:
+        raise UsageError(f"the histogram lists {len(options.histogram)} lengths; the limit is {MAX_INLINE_LENGTHS}",
+                         field="histogram")
+    if options.mix is not None:
+        from seqpack.data.length_mixes import sample_lengths
+
+        check_choice("length mix", options.mix, LENGTH_MIXES)
+        n = positive_int("n", options.n, maximum=MAX_PLAN_SAMPLES)
+        max_len = positive_int("max_len", options.max_len, maximum=MAX_MIX_LENGTH)
+        lengths = sample_lengths(options.mix, n, seed=check_seed(options.seed), max_len=max_len)
+    schema = None
+    vision = None
+    if options.jsonl is not None:
+        from seqpack.data.vlm.sample import resolve_vision
+
+        check_path("jsonl", options.jsonl)
+        vision = resolve_vision(options.vision, options.jsonl)
+        if options.schema != "auto":
+            from seqpack.data.schemas import default_schema
+
+            schema = default_schema(options.schema)
+    return plan_pack_length(
+        lengths,
+        histogram=options.histogram,
+        jsonl=options.jsonl,
+        candidates=candidates,
+        token_slots=positive_int("token_slots", options.token_slots, maximum=MAX_TOKEN_SLOTS),
+        dp=positive_int("dp", options.dp, maximum=MAX_DATA_PARALLEL_SIZE),
+        pad_seq_to_mult=multiple,
+        algorithm=options.algorithm,
+        seed=check_seed(options.seed),
+        max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
+                                       maximum=MAX_SEQS_PER_PACK),
+        truncation=options.truncation,
+        schema=schema,
+        tokenizer=options.tokenizer,
+        vision=vision,
+        moe_dispatcher=options.moe_dispatcher,
+        ep=positive_int("ep", options.ep, maximum=MAX_PARALLEL_SIZE),
+        tp=options.topology.tp,
+        cp=options.topology.cp,
+        sp=options.topology.sp,
+        pad_to_max_length=bool(options.pad_to_max_length),
+    )

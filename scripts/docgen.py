@@ -1,0 +1,138 @@
+"""Generated documentation: every page whose content comes from a registry or table in the code.
+
+``python -m scripts.docgen`` rewrites them; ``python -m scripts.docgen --check``
+exits 1 when one is stale (the test-suite runs the same comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from seqpack.core.textfmt import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SKILL_DIR = ROOT / "skills" / "megatron-sequence-packing"
+
+
+def model_support_markdown() -> str:
+    """The model-family support table (one row per family, one column per packing path)."""
+    from seqpack.config.model_support import FAMILIES, PATHS
+
+    rows = []
+    for entry in FAMILIES:
+        cells = []
+        for path in PATHS:
+            status = entry.paths.get(path, "unknown")
+            cells.append(status if status == "unknown" else f"**{status}**: {entry.notes[path]}")
+        aliases = f"; also {', '.join(entry.aliases)}" if entry.aliases else ""
+        rows.append([f"`{entry.family}` ({entry.name}{aliases})", *cells, entry.evidence])
+    return markdown_table(["family", *PATHS, "evidence"], rows)
+
+
+def model_support_document() -> str:
+    """docs/model-support.md and the skill's reference page."""
+    from seqpack.config.model_support import RELEASE
+
+    return (
+        "# Model-family support for packing\n\n"
+        "Generated from the model-support table in the code; do not edit by hand. `seqpack model-support NAME`\n"
+        "prints one family's row, the `check_model_support` MCP tool answers the same question, and the\n"
+        "`MODEL-FAMILY-*` validation rules read the same table.\n\n"
+        "Status: **supported** (recipes use or allow the path), **opt_out** (a recipe turns it off; validation\n"
+        "warns, because no upstream check rejects the combination), **caveat** (allowed with a documented\n"
+        "limitation; validation warns), **unknown** (nothing recorded: run the packing smoke test before\n"
+        "spending GPU hours). Names match case-insensitively, with dots dropped and dashes or spaces read as\n"
+        "underscores (`Qwen2.5` finds `qwen25`). Every record names the version it holds for in its evidence:\n"
+        f"{RELEASE} (its recipe functions run in the upstream lane, or its source file), or a Bridge main commit\n"
+        "for what no release has (said so; the lane cannot check it). A note that names a recipe states the\n"
+        "pad_seq_to_mult (offline) or micro-batch size (in-batch) and CP that recipe pins; seqpack's test suite\n"
+        f"checks each such note, and that every family whose recipes turn a path on is recorded, against the\n"
+        f"config dumps of the {RELEASE} recipe functions run in the upstream lane.\n\n"
+        f"{model_support_markdown()}\n"
+    )
+
+
+def skill_rules_document() -> str:
+    """The skill's reference page of rules (same registry, self-contained header)."""
+    from seqpack.config.rules_doc import features_section, rules_markdown
+
+    return (
+        "# Packing rules\n\n"
+        "Every rule `seqpack validate` checks, generated from the rule registry. Read this page when a validation\n"
+        "finding needs more context than its message, or to answer which settings a packing path requires.\n"
+        "Provenance: upstream (Megatron-Bridge or Megatron-Core rejects it), documented (stated by the packing docs,\n"
+        "not enforced upstream), stricter (seqpack catches a mistake upstream reports only later).\n"
+        "`seqpack validate --bridge-version 0.6.2|main` (default 0.6.2) checks the rules of that Megatron-Bridge;\n"
+        "the table says which packing feature each version has.\n\n"
+        f"{features_section()}\n"
+        f"{rules_markdown()}"
+    )
+
+
+def _rules_document() -> str:
+    from seqpack.config.rules_doc import rules_document
+
+    return rules_document()
+
+
+GUIDE_MARKER = "<!-- generated from "
+
+#: Per-path guides: written once, in the skill's references (self-contained for agents), and
+#: published under docs/ as generated copies.
+GUIDES: tuple[str, ...] = ("offline", "in-batch", "energon", "global-batch", "context-parallel", "cuda-graphs",
+                           "vlm", "moe-mtp")
+
+
+def _guide(name: str) -> Callable[[], str]:
+    def make() -> str:
+        source = SKILL_DIR / "references" / f"{name}.md"
+        rel = source.relative_to(ROOT)
+        return f"{GUIDE_MARKER}{rel}; edit that file, then run python -m scripts.docgen -->\n" + source.read_text(
+            encoding="utf-8"
+        )
+
+    return make
+
+
+#: Repository-relative path -> function producing its full text.
+GENERATED: dict[str, Callable[[], str]] = {
+    "docs/rules.md": _rules_document,
+    "docs/model-support.md": model_support_document,
+    "skills/megatron-sequence-packing/references/rules.md": skill_rules_document,
+    "skills/megatron-sequence-packing/references/model-support.md": model_support_document,
+    **{f"docs/{name}.md": _guide(name) for name in GUIDES if (SKILL_DIR / "references" / f"{name}.md").is_file()},
+}
+
+
+def stale() -> list[str]:
+    """Generated files whose committed text differs from what the code produces."""
+    out = []
+    for rel, make in GENERATED.items():
+        path = ROOT / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != make():
+            out.append(rel)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (default) or check the generated pages."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated page is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        bad = stale()
+        for rel in bad:
+            print(f"stale: {rel}", file=sys.stderr)
+        return 1 if bad else 0
+    for rel, make in GENERATED.items():
+        path = ROOT / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(make(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
