@@ -11,7 +11,7 @@ from seqpack.core.arguments import positive_int
 from seqpack.core.choices import PACKING_PATHS, SMOKE_SIZES
 from seqpack.core.errors import SeqpackError, UsageError
 from seqpack.core.limits import MAX_SMOKE_SECONDS
-from seqpack.smoke.run import SmokeReport
+from seqpack.smoke.report import SmokeReport
 from seqpack.verbs.common import check_choice, check_path, check_seed
 from seqpack.verbs.validation import check_overrides, config_source
 

@@ -11,7 +11,7 @@ from seqpack.core.choices import PACKING_PATHS, SMOKE_SIZES, literal
 from seqpack.core.limits import MAX_CONFIG_CHARS, MAX_OVERRIDE_CHARS, MAX_OVERRIDES, MAX_PATH_CHARS, MAX_SMOKE_SECONDS
 from seqpack.faces.mcp.jobs import JobControl, run_job
 from seqpack.faces.mcp.registry import roots_of, tool
-from seqpack.smoke.run import SmokeReport
+from seqpack.smoke.report import SmokeReport
 
 __all__ = ["run_packing_smoke_test"]
 
