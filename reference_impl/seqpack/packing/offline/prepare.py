@@ -211,11 +211,19 @@ def _write_split(
 
 
 def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str, Any]:
-    from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest, resolve_stream
+    from seqpack.data.rows import input_kind
+    from seqpack.packing.offline.sources import (
+        dataset_dict_inputs,
+        is_blend_manifest,
+        read_blend_manifest,
+        resolve_stream,
+    )
 
     if isinstance(inputs, (str, os.PathLike)):
         if is_blend_manifest(inputs):
             blends = read_blend_manifest(inputs)
+        elif os.path.isdir(inputs) and input_kind(inputs) == "dataset_dict":
+            blends = {split: [(1.0, str(folder))] for split, folder in dataset_dict_inputs(inputs).items()}
         else:
             blends = {"training": [(1.0, str(inputs))]}
     elif isinstance(inputs, Mapping):
@@ -254,11 +262,11 @@ def _check_distinct_splits(streams: Mapping[str, Any]) -> None:
 def _detect(stream: Any, schema: Any = None) -> Any:
     """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
     configured prompt/completion column must be in the first row (no silent fallback to another)."""
-    from seqpack.data.jsonl import JsonlFile
+    from seqpack.data.rows import open_rows
     from seqpack.data.schemas import default_schema, detect_schema
 
     first = stream.sources[int(stream.source_ids[0])].path
-    jf = JsonlFile(first)
+    jf = open_rows(first)
     try:
         row = jf.row(int(stream.row_ids[0]))
     finally:
