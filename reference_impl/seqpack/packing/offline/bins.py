@@ -16,7 +16,7 @@ from seqpack.data.ranges import concat_ranges, offsets_of
 from seqpack.packing.offline.artifact import FORMAT
 from seqpack.packing.offline.options import OfflinePackOptions
 
-__all__ = ["aligned_lengths", "bridge_metadata", "fingerprint"]
+__all__ = ["Bins", "aligned_lengths", "assign", "bridge_metadata", "fingerprint"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ def aligned_lengths(runtime: np.ndarray, options: OfflinePackOptions) -> np.ndar
 
 
 @dataclass(frozen=True)
-class _Bins:
+class Bins:
     """Packs as sample indices: pack ``p`` holds ``order[offsets[p]:offsets[p+1]]`` in placement order."""
 
     order: np.ndarray
@@ -44,15 +44,18 @@ class _Bins:
 
     @property
     def count(self) -> int:
+        """Number of packs."""
         return int(self.offsets.size - 1)
 
     @property
     def sizes(self) -> np.ndarray:
+        """Samples per pack."""
         return np.diff(self.offsets)
 
 
-def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
-    """Bins of sample indices (in placement order) and the packing stats."""
+def assign(options: OfflinePackOptions, runtime: np.ndarray) -> Bins:
+    """Stage S2: bins of sample indices (in placement order) and the packing stats, from the aligned lengths
+    of a split's samples in input order (the same array whatever executor tokenized them)."""
     from seqpack.packing import algorithms
 
     if options.bridge_compat:
@@ -71,7 +74,7 @@ def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
             "max_items_per_bin": int(sizes.max()),
             "min_bin_fill": int(sums.min()),
         }
-        return _Bins(order, offsets, stats)
+        return Bins(order, offsets, stats)
     result = algorithms.pack_lengths(
         runtime,
         options.pack_size,
@@ -86,7 +89,7 @@ def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
         sizes = np.diff(offsets)[perm]
         order = order[concat_ranges(offsets[:-1][perm], sizes)]
         offsets = offsets_of(sizes)
-    return _Bins(order, offsets, result.stats())
+    return Bins(order, offsets, result.stats())
 
 
 def bridge_metadata(runtime: np.ndarray, order: np.ndarray, offsets: np.ndarray, pack_size: int) -> dict[str, Any]:

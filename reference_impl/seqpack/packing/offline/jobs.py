@@ -142,28 +142,33 @@ class _Locations(Sequence):
 
 
 def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
-    """Tokenize one job with this process's context; spill the samples when the context says so."""
-    from seqpack.data.tokenize import tokenize_batch
-
+    """Tokenize one job with this process's context and spill writer (:func:`tokenize_job`)."""
     ctx = _STATE.context
     if ctx is None:  # pragma: no cover - map_jobs always initialises
         raise RuntimeError("tokenization worker used without a context")
-    jf = _rows(job.path)
+    return tokenize_job(job, ctx, _rows(job.path), _spill_writer(ctx) if ctx.spill_dir is not None else None)
+
+
+def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: Any = None) -> TokenizedJob:
+    """Stage S1 for one job: read its rows from ``source`` (a :mod:`seqpack.data.rows` source), tokenize
+    them and append the samples to ``writer`` (a :class:`~seqpack.packing.offline.spill.SpillWriter`;
+    None: lengths only). The result names the spill file and the offset of the job's first record."""
+    from seqpack.data.tokenize import tokenize_batch
+
     rows = job.rows.tolist()
     batch = tokenize_batch(
-        jf.rows(rows), ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
-        locations=_Locations(jf, rows),
+        source.rows(rows), ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
+        locations=_Locations(source, rows),
     )
     rejected = [
-        (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
+        (err.reason, {"file": job.path, "line": source.line_number(rows[pos]), "row": rows[pos]})
         for pos, err in batch.rejected
     ]
-    jf.release()  # unmap the file: its pages would otherwise stay in this process's resident set
+    source.release()  # unmap the file: its pages would otherwise stay in this process's resident set
     if ctx.cut_ids is not None:
         batch = cut_batch(batch, ctx.cut_ids)
     spill, start = None, 0
-    if ctx.spill_dir is not None:
-        writer = _spill_writer(ctx)
+    if writer is not None:
         spill, start = writer.name, writer.append(batch.ids, batch.loss_mask, np.diff(batch.offsets))
     return TokenizedJob(
         index=job.index,
@@ -285,5 +290,6 @@ __all__ = [
     "cut_batch",
     "map_jobs",
     "run_tokenize_job",
+    "tokenize_job",
     "tokenize_jobs",
 ]

@@ -1,0 +1,280 @@
+"""The stages of offline packing as functions of plain values, whatever runs them.
+
+Every executor (:mod:`.executors`: the local worker pool, the ranks of a ``torchrun`` job; :mod:`.ray_engine`:
+Ray tasks) runs the same stages on the same values, so the output never depends on which one ran, in
+which order work came back, or how many workers there were:
+
+====  =======================================  =============================================================
+S0    :func:`plan_run`                         inputs -> row streams, schema, fingerprint, pack directory
+                                               (driver / rank 0)
+S1    :func:`tokenize_jobs` +                  a split's rows in jobs of consecutive draws -> lengths and
+      :func:`.jobs.tokenize_job`               a spill of the samples (any process)
+S1'   :func:`gather_split`                     the jobs' results, **in job order** (the global key: a job's
+                                               index, then the position in it) -> accounting, sample index
+S2    :func:`.bins.assign`                     aligned lengths -> packs (driver / rank 0)
+S3    :func:`part_jobs`                        packs -> one fill job per row group
+S4    :func:`.fill.write_part`                 a row group filled from the spill and written as a Parquet
+                                               part (any process)
+S5    :func:`split_summary`, :func:`manifest`  parts joined byte for byte, metadata, manifest (driver)
+====  =======================================  =============================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqpack import __version__
+from seqpack.core.errors import InputError, UsageError
+from seqpack.data.ranges import offsets_of
+from seqpack.io import ownership
+from seqpack.packing.offline import artifact
+from seqpack.packing.offline.artifact import FORMAT
+from seqpack.packing.offline.bins import Bins, _tokenizer_dir_name, fingerprint
+from seqpack.packing.offline.jobs import tokenize_jobs
+from seqpack.packing.offline.options import SPLITS, OfflinePackOptions, SplitAccount
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "RunPlan",
+    "check_distinct_splits",
+    "detect_schema",
+    "gather_split",
+    "load_tokenizer_arg",
+    "manifest",
+    "part_jobs",
+    "plan_run",
+    "pre_pad_id",
+    "resolve_inputs",
+    "split_summary",
+    "tokenize_jobs",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# S0: inputs, schema, fingerprint, pack directory
+# ------------------------------------------------------------------------------------------------
+
+
+def resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str, Any]:
+    from seqpack.data.rows import input_kind
+    from seqpack.packing.offline.sources import (
+        dataset_dict_inputs,
+        is_blend_manifest,
+        read_blend_manifest,
+        resolve_stream,
+    )
+
+    if isinstance(inputs, (str, os.PathLike)):
+        if is_blend_manifest(inputs):
+            blends = read_blend_manifest(inputs)
+        elif os.path.isdir(inputs) and input_kind(inputs) == "dataset_dict":
+            blends = {split: [(1.0, str(folder))] for split, folder in dataset_dict_inputs(inputs).items()}
+        else:
+            blends = {"training": [(1.0, str(inputs))]}
+    elif isinstance(inputs, Mapping):
+        blends = {}
+        for split, spec in inputs.items():
+            if isinstance(spec, (str, os.PathLike)):
+                blends[str(split)] = [(1.0, str(spec))]
+            else:
+                from seqpack.packing.offline.sources import parse_blend
+
+                blends[str(split)] = parse_blend(list(spec), where=f"inputs[{split}]")
+    else:
+        raise UsageError("inputs must be a JSONL path, a blend manifest path, or a mapping split -> path/blend")
+    for split in blends:
+        if split not in SPLITS:
+            raise UsageError(f"unknown split {split!r}; use {', '.join(SPLITS)}", field="inputs")
+    streams = {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
+    check_distinct_splits(streams)
+    return streams
+
+
+def check_distinct_splits(streams: Mapping[str, Any]) -> None:
+    """Refuse a source whose content another split reads too (a validation split equal to training data
+    measures nothing)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for split, stream in streams.items():
+        for src in stream.sources:
+            first = seen.setdefault(src.sha256, (split, src.path))
+            if first[0] != split:
+                raise UsageError(
+                    f"the {split} split reads the same data as the {first[0]} split ({first[1]})", file=src.path,
+                    field=split, fix="give each split its own rows (for example a held-out validation file)",
+                )
+
+
+def detect_schema(stream: Any, schema: Any = None) -> Any:
+    """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
+    configured prompt/completion column must be in the first row (no silent fallback to another)."""
+    from seqpack.data.rows import open_rows
+    from seqpack.data.schemas import default_schema, detect_schema
+
+    first = stream.sources[int(stream.source_ids[0])].path
+    jf = open_rows(first)
+    try:
+        row = jf.row(int(stream.row_ids[0]))
+    finally:
+        jf.close()
+    try:
+        if schema is None:
+            return default_schema(detect_schema(row))
+        if hasattr(schema, "require_columns"):
+            schema.require_columns(row)
+        return schema
+    except InputError as err:
+        line = jf.line_number(int(stream.row_ids[0]))
+        raise InputError(err.message, file=first, line=line, field=err.field, fix=err.fix) from None
+
+
+def load_tokenizer_arg(tokenizer: Any) -> Any:
+    """A tokenizer object as given, or the one a path or name (None: the byte tokenizer) loads."""
+    from seqpack.data.tokenizers import load_tokenizer
+
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    return load_tokenizer(tokenizer)
+
+
+def pre_pad_id(tokenizer: Any) -> int:
+    """The id samples are pre-padded with: the tokenizer's end of document (``eod_id``) when it has
+    one, else its EOS, which is what Megatron's tokenizers return as EOD (see docs/compatibility.md)."""
+    eod = getattr(tokenizer, "eod_id", None)
+    value = eod if eod is not None else tokenizer.eos_id
+    if value is None:
+        raise UsageError(f"tokenizer {getattr(tokenizer, 'name', '?')} has neither an EOD nor an EOS id to pad with")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What rank 0 decides before any tokenization (and hands to every rank)."""
+
+    streams: dict[str, Any]
+    schema: Any
+    fingerprint: str
+    root: Path
+    reusable: dict[str, Any] | None  # the manifest of packs to reuse as they are
+    rebuilt: str | None  # why an own, damaged pack directory is rebuilt
+
+
+def plan_run(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tok: Any, overwrite: bool) -> RunPlan:
+    streams = resolve_inputs(inputs, options.seed, options.num_samples)
+    schema = detect_schema(next(iter(streams.values())), schema)
+    fp = fingerprint(streams, options, schema, tok)
+    root = ownership.check_output_root(out_root, owner="seqpack pack") / (
+        f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
+    rows = {split: len(stream) for split, stream in streams.items()}
+    rebuilt = None
+    if root.is_dir() and not root.is_symlink() and any(root.iterdir()):
+        state = artifact.examine(root, fp, rows)
+        if state.reusable and not overwrite:
+            return RunPlan(streams, schema, fp, root, state.manifest, None)
+        if state.owned and state.problems:
+            rebuilt = "; ".join(state.problems[:5])
+    return RunPlan(streams, schema, fp, root, None, rebuilt)
+
+
+# ------------------------------------------------------------------------------------------------
+# S1', S3: gather the tokenized jobs, cut the packs into row groups
+# ------------------------------------------------------------------------------------------------
+
+
+def gather_split(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccount, Any]:
+    """Accounting of a split's rows and the index of its spilled samples, in draw order (jobs sorted by
+    their index, so the order results arrived in never matters)."""
+    from seqpack.packing.offline.spill import SampleIndex, record_sizes
+
+    account = SplitAccount(rows_in=len(stream))
+    names: dict[str, int] = {}
+    files, offsets, lengths = [], [], []
+    for job in sorted(done, key=lambda j: j.index):  # the global key: whatever order the jobs came back in
+        account.truncated += job.truncated
+        for reason, where in job.rejected:
+            account.skip(reason, where)
+        if job.spill is not None and job.lengths.size:
+            number = names.setdefault(job.spill, len(names))
+            files.append(np.full(job.lengths.size, number, dtype=np.int32))
+            offsets.append(job.start + offsets_of(record_sizes(job.lengths, dtype))[:-1])
+        lengths.append(job.lengths)
+
+    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    length = cat(lengths, np.int32)
+    file = cat(files, np.int32) if files else np.zeros(length.size, np.int32)
+    offset = cat(offsets, np.int64) if offsets else np.zeros(length.size, np.int64)
+    account.packed = int(length.size)
+    return account, SampleIndex(tuple(names), file, offset, length)
+
+
+def part_jobs(
+    bins: Bins, aligned: np.ndarray, index: Any, rows_per_group: int, part_dir: Path, spill_dir: Path,
+    dtype: np.dtype, pad_id: int,
+) -> list[Any]:
+    from seqpack.packing.offline.fill import PartJob
+
+    jobs = []
+    sizes = bins.sizes
+    for g, first in enumerate(range(0, bins.count, rows_per_group)):
+        last = min(bins.count, first + rows_per_group)
+        samples = bins.order[bins.offsets[first] : bins.offsets[last]]
+        jobs.append(PartJob(
+            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
+            pad_id=pad_id, counts=sizes[first:last], aligned=aligned[samples], samples=index.take(samples),
+        ))
+    return jobs
+
+
+def split_summary(
+    name: str, account: SplitAccount, bins: Bins, runtime: np.ndarray, aligned: np.ndarray, pack_size: int,
+    stream: Any,
+) -> dict[str, Any]:
+    """What the manifest records of one split."""
+    return {
+        "file": name,
+        "accounting": account.to_dict(),
+        "packs": bins.count,
+        "real_tokens": int(runtime.sum()),
+        "aligned_tokens": int(aligned.sum()),
+        "token_slots": bins.count * pack_size,
+        "packing": bins.stats,
+        "sources": stream.describe(),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# S5: the manifest
+# ------------------------------------------------------------------------------------------------
+
+
+def manifest(
+    fp: str, options: OfflinePackOptions, schema: Any, tok: Any, metadata_name: str, splits: dict[str, Any]
+) -> dict[str, Any]:
+    tokenizer = {
+        "name": getattr(tok, "name", type(tok).__name__),
+        "fingerprint": tok.fingerprint(),
+        "eos_id": tok.eos_id,
+        "vocab_size": getattr(tok, "vocab_size", None),
+        "pad_id": getattr(tok, "pad_id", None),
+    }
+    if pre_pad_id(tok) != tok.eos_id:
+        tokenizer["eod_id"] = pre_pad_id(tok)
+    return {
+        "format": FORMAT,
+        "fingerprint": fp,
+        "created_by": f"seqpack {__version__}",
+        "options": options.to_dict(),
+        "schema": {"type": type(schema).__name__, **schema.to_dict()},
+        "tokenizer": tokenizer,
+        "metadata_file": metadata_name,
+        "splits": splits,
+    }
