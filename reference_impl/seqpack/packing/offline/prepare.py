@@ -73,9 +73,10 @@ from seqpack.io import atomic, ownership, reading
 from seqpack.io.temporaries import remove_path
 from seqpack.packing.offline import artifact
 from seqpack.packing.offline.artifact import MANIFEST_NAME
-from seqpack.packing.offline.bins import assign, aligned_lengths, bridge_metadata
-from seqpack.packing.offline.options import SPLITS, WORK_DIR, OfflinePackOptions
+from seqpack.packing.offline.bins import aligned_lengths, assign_scoped, bridge_metadata
+from seqpack.packing.offline.options import SPLITS, WORK_DIR, OfflinePackOptions, check_max_gap
 from seqpack.packing.offline.stages import (
+    check_gap,
     detect_schema,
     gather_split,
     load_tokenizer_arg,
@@ -84,6 +85,7 @@ from seqpack.packing.offline.stages import (
     plan_run,
     pre_pad_id,
     resolve_inputs,
+    shard_of_samples,
     split_summary,
     tokenize_jobs,
 )
@@ -100,7 +102,7 @@ __all__ = ["SampleLengths", "append_metadata", "find_manifest", "pre_pad_id", "p
 
 def _pack_split(
     ex: Any, split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, work: Path,
-    target_dir: Path, row_group_size: int | None,
+    target_dir: Path, row_group_size: int | None, max_gap: float | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tokenize (spill), pack lengths, fill and write one split; returns (Bridge metadata, summary)."""
     from seqpack.packing.offline.fill import auto_row_group_size
@@ -111,7 +113,9 @@ def _pack_split(
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
     context = TokenizeContext(schema, tokenizer, options.tokenize_budget, options.truncation, str(spill_dir),
                               dtype.str, cut_ids=options.stored_cut)
-    account, index = gather_split(stream, ex.tokenize(tokenize_jobs(stream), context), dtype)
+    jobs = tokenize_jobs(stream)
+    done = ex.tokenize(jobs, context)
+    account, index = gather_split(stream, done, dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -124,11 +128,13 @@ def _pack_split(
     aligned = aligned_lengths(runtime, options)
     if aligned.max() > options.pack_size:  # pragma: no cover - guarded by the options
         raise PackingError(f"{split}: a sample is longer than the pack size")
-    bins = ex.root(lambda: assign(options, aligned))
+    shards = shard_of_samples(jobs, done, options.rows_per_shard)
+    bins, bounds = ex.root(lambda: assign_scoped(options, aligned, shards))
+    check_gap(split, bins, aligned, options.pack_size, max_gap)
     name = f"{split}_{options.pack_size}.idx.parquet"
     rows_per_group = row_group_size or auto_row_group_size(options.pack_size)
-    jobs = part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer))
-    ex.write_parts(jobs, target_dir / name)
+    parts = part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer), bounds)
+    ex.write_parts(parts, target_dir / name)
     ex.root(lambda: remove_path(work / split))
     summary = split_summary(name, account, bins, runtime, aligned, options.pack_size, stream)
     return bridge_metadata(aligned, bins.order, bins.offsets, options.pack_size), summary
@@ -202,6 +208,9 @@ def prepare_packed_dataset(
     shuffle_packs: bool = True,
     num_samples: int | None = None,
     pad_seq_length_to_mult: int | None = None,
+    bin_scope: str = "global",
+    shard_rows: int | None = None,
+    max_gap: float | None = None,
     num_workers: int = 1,
     row_group_size: int | None = None,
     metadata_path: str | os.PathLike[str] | None = None,
@@ -209,9 +218,11 @@ def prepare_packed_dataset(
     overwrite: bool = False,
     progress: bool = False,
 ) -> PreparedPacks:
-    """Pack JSONL (or a blend) into packed Parquet; see the module docstring for every step.
+    """Pack rows (or a blend) into packed Parquet; see the module docstring for every step.
 
-    ``metadata_path``: also append this run's metadata entries to that JSON array file (created
+    ``bin_scope="shard"`` assigns bins within shards of ``shard_rows`` consecutive rows (approximate,
+    opt-in); every split's summary records the certificate ``gap`` (:func:`.bins.packing_gap`), and
+    ``max_gap`` fails a run whose gap is above it before anything is written. ``metadata_path``: also append this run's metadata entries to that JSON array file (created
     when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
     """
@@ -230,26 +241,30 @@ def prepare_packed_dataset(
         shuffle_packs=shuffle_packs and not bridge_compat,
         num_samples=num_samples,
         pad_seq_length_to_mult=pad_seq_length_to_mult,
+        bin_scope=bin_scope,
+        shard_rows=shard_rows,
     )
+    check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
     ex = PoolExecutor(resolve_collective(distributed), num_workers, progress)
     try:
         return _prepare(ex, inputs, out_root, options, schema, tokenizer, row_group_size,
-                        None if metadata_path is None else Path(metadata_path), overwrite)
+                        None if metadata_path is None else Path(metadata_path), overwrite, max_gap)
     finally:
         ex.close()
 
 
 def _prepare(
     ex: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
-    row_group_size: int | None, metadata_path: Path | None, overwrite: bool,
+    row_group_size: int | None, metadata_path: Path | None, overwrite: bool, max_gap: float | None = None,
 ) -> PreparedPacks:
     tok = load_tokenizer_arg(tokenizer)
     plan = ex.root(lambda: plan_run(inputs, out_root, options, schema, tok, overwrite))
     root, fp, streams = plan.root, plan.fingerprint, plan.streams
     if plan.reusable is not None:
         log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
+        _check_reused_gap(plan.reusable, options.pack_size, max_gap)
         return _prepared(root, plan.reusable, reused=True)
     if metadata_path is not None:
         ex.root(lambda: atomic.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
@@ -278,7 +293,7 @@ def _prepare(
             if split not in streams:
                 continue
             meta, summary = _pack_split(ex, split, streams[split], options, plan.schema, tok, work, tmp,
-                                        row_group_size)
+                                        row_group_size, max_gap)
             metadata.append(meta)
             splits[split] = summary
         record = manifest(fp, options, plan.schema, tok, metadata_name, splits)
@@ -297,6 +312,17 @@ def _prepare(
     if metadata_path is not None:
         ex.root(lambda: append_metadata(metadata_path, metadata))
     return _prepared(root, record, reused=False, rebuilt=plan.rebuilt)
+
+
+def _check_reused_gap(record: dict[str, Any], pack_size: int, max_gap: float | None) -> None:
+    """``max_gap`` holds for reused packs too (their manifest's packs and aligned tokens)."""
+    from seqpack.packing.offline.bins import packing_gap
+
+    for split, info in record["splits"].items():
+        cert = packing_gap(int(info["packs"]), int(info["aligned_tokens"]), pack_size)
+        if max_gap is not None and cert["gap"] > max_gap:
+            raise PackingError(f"{split}: the reused packs are {cert['gap']:.4%} above the lower bound, more than "
+                               f"max_gap={max_gap:g} allows", field="max_gap", fix="pack with --bin-scope global")
 
 
 def _prepared(root: Path, manifest: Any, *, reused: bool, rebuilt: str | None = None) -> PreparedPacks:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from seqpack import __version__
-from seqpack.core.errors import InputError, UsageError
+from seqpack.core.errors import InputError, PackingError, UsageError
 from seqpack.data.ranges import offsets_of
 from seqpack.io import ownership
 from seqpack.packing.offline import artifact
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "RunPlan",
     "check_distinct_splits",
+    "check_gap",
     "detect_schema",
     "gather_split",
     "load_tokenizer_arg",
@@ -53,6 +54,7 @@ __all__ = [
     "plan_run",
     "pre_pad_id",
     "resolve_inputs",
+    "shard_of_samples",
     "split_summary",
     "tokenize_jobs",
 ]
@@ -216,16 +218,25 @@ def gather_split(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAc
     return account, SampleIndex(tuple(names), file, offset, length)
 
 
+def group_starts(bounds: list[int], rows_per_group: int) -> list[int]:
+    """First pack of every row group: ``rows_per_group`` packs each, restarting at every bound (a shard's
+    packs never share a row group with another's); the last entry is the pack count."""
+    starts = [first for a, b in zip(bounds, bounds[1:]) for first in range(a, b, rows_per_group)]
+    return starts + [bounds[-1]]
+
+
 def part_jobs(
     bins: Bins, aligned: np.ndarray, index: Any, rows_per_group: int, part_dir: Path, spill_dir: Path,
-    dtype: np.dtype, pad_id: int,
+    dtype: np.dtype, pad_id: int, bounds: list[int] | None = None,
 ) -> list[Any]:
+    """Stage S3: one fill job per row group (``bounds``: pack ranges no group may cross, see
+    :func:`group_starts`); job ``g`` writes ``part_dir/part-<g>.parquet``."""
     from seqpack.packing.offline.fill import PartJob
 
     jobs = []
     sizes = bins.sizes
-    for g, first in enumerate(range(0, bins.count, rows_per_group)):
-        last = min(bins.count, first + rows_per_group)
+    starts = group_starts(bounds or [0, bins.count], rows_per_group)
+    for g, (first, last) in enumerate(zip(starts, starts[1:])):
         samples = bins.order[bins.offsets[first] : bins.offsets[last]]
         jobs.append(PartJob(
             path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
@@ -234,11 +245,23 @@ def part_jobs(
     return jobs
 
 
+def shard_of_samples(jobs: list[Any], done: list[Any], shard_rows: int | None) -> np.ndarray | None:
+    """The shard of every kept sample, in input order (shard ``k``: the jobs whose first draw lies in
+    ``[k * shard_rows, (k + 1) * shard_rows)``); None without shards."""
+    if shard_rows is None:
+        return None
+    first = offsets_of(np.asarray([len(j.rows) for j in jobs], dtype=np.int64))[:-1]
+    kept = {d.index: int(d.lengths.size) for d in done}
+    return np.repeat(first // int(shard_rows), [kept[j.index] for j in jobs])
+
+
 def split_summary(
     name: str, account: SplitAccount, bins: Bins, runtime: np.ndarray, aligned: np.ndarray, pack_size: int,
     stream: Any,
 ) -> dict[str, Any]:
-    """What the manifest records of one split."""
+    """What the manifest records of one split (``gap``: :func:`.bins.packing_gap`)."""
+    from seqpack.packing.offline.bins import packing_gap
+
     return {
         "file": name,
         "accounting": account.to_dict(),
@@ -246,9 +269,27 @@ def split_summary(
         "real_tokens": int(runtime.sum()),
         "aligned_tokens": int(aligned.sum()),
         "token_slots": bins.count * pack_size,
+        "gap": packing_gap(bins.count, int(aligned.sum()), pack_size),
         "packing": bins.stats,
         "sources": stream.describe(),
     }
+
+
+def check_gap(split: str, bins: Bins, aligned: np.ndarray, pack_size: int, max_gap: float | None) -> None:
+    """Refuse a packing whose certificate is above ``max_gap`` (before anything is written)."""
+    from seqpack.packing.offline.bins import packing_gap
+
+    if max_gap is None:
+        return
+    cert = packing_gap(bins.count, int(aligned.sum()), pack_size)
+    if cert["gap"] > max_gap:
+        scope = bins.stats.get("bin_scope", "global")
+        raise PackingError(
+            f"{split}: {cert['packs']} packs are {cert['gap']:.4%} above the lower bound {cert['lower_bound']}, more "
+            f"than max_gap={max_gap:g} allows (bin scope {scope})", field="max_gap",
+            fix="pack with --bin-scope global, or larger --shard-rows" if scope == "shard" else
+            "raise --max-gap (a packing cannot beat the lower bound; try another --algorithm)",
+        )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""The packing certificate (gap) in every summary and manifest, ``bin_scope="shard"`` and ``max_gap``."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+
+import numpy as np
+import pytest
+
+from seqpack.core.errors import PackingError, UsageError
+from seqpack.data import demo_path
+from seqpack.packing.offline.bins import assign_scoped, packing_gap
+from seqpack.packing.offline.options import OfflinePackOptions
+from seqpack.packing.offline.prepare import prepare_packed_dataset
+from seqpack.packing.parquet import read_metadata
+
+PC = demo_path("prompt_completion")
+
+
+def _pack(out, **kw):
+    kw.setdefault("pack_size", 2048)
+    kw.setdefault("pad_seq_to_mult", 8)
+    return prepare_packed_dataset(PC, out, **kw)
+
+
+def test_every_summary_and_manifest_records_the_gap(tmp_path):
+    res = _pack(tmp_path / "g")
+    info = res.splits["training"]
+    gap = info["gap"]
+    assert gap["packs"] == info["packs"] >= gap["lower_bound"] == -(-info["aligned_tokens"] // 2048)
+    assert gap["gap"] == pytest.approx(gap["packs"] / gap["lower_bound"] - 1) and gap["gap"] >= 0
+    on_disk = json.loads(res.manifest_path.read_text())["splits"]["training"]["gap"]
+    assert on_disk == gap and res.to_dict()["splits"]["training"]["gap"] == gap
+
+
+def test_packing_gap_is_a_lower_bound_certificate():
+    assert packing_gap(10, 10 * 4096, 4096) == {"packs": 10, "lower_bound": 10, "gap": 0.0}
+    assert packing_gap(11, 10 * 4096 - 5, 4096)["gap"] == pytest.approx(0.1)
+    assert packing_gap(3, 1, 4096)["lower_bound"] == 1
+
+
+def test_one_shard_is_exactly_the_global_packing(tmp_path):
+    glob = _pack(tmp_path / "g")
+    shard = _pack(tmp_path / "s", bin_scope="shard", shard_rows=10_000)
+    assert filecmp.cmp(glob.files["training"], shard.files["training"], shallow=False)
+    assert glob.root.name != shard.root.name  # the scope is part of the fingerprint
+    assert shard.manifest["options"]["bin_scope"] == "shard" and shard.manifest["options"]["shard_rows"] == 10_000
+    assert "bin_scope" not in glob.manifest["options"]  # the exact default leaves earlier fingerprints as they were
+
+
+def test_shards_pack_only_their_own_samples():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(8, 3000, size=5000) // 8 * 8 + 8
+    shard = np.repeat(np.arange(5), 1000)
+    options = OfflinePackOptions(pack_size=4096, pad_seq_to_mult=8, bin_scope="shard", shard_rows=1024)
+    bins, bounds = assign_scoped(options, lengths, shard)
+    assert len(bounds) == 6 and bounds[-1] == bins.count
+    assert sorted(bins.order.tolist()) == list(range(5000))  # every sample once
+    for k in range(5):
+        members = bins.order[bins.offsets[bounds[k]]: bins.offsets[bounds[k + 1]]]
+        assert set(shard[members].tolist()) == {k}
+    sums = np.add.reduceat(lengths[bins.order], bins.offsets[:-1])
+    assert sums.max() <= 4096
+    glob, _ = assign_scoped(OfflinePackOptions(pack_size=4096, pad_seq_to_mult=8), lengths)
+    assert bins.count >= glob.count >= bins.stats["lower_bound"]
+
+
+def test_shard_scope_with_workers_and_small_row_groups_is_deterministic(tmp_path):
+    kw = {"bin_scope": "shard", "shard_rows": 1024, "row_group_size": 7, "pack_size": 8192}
+    one = _pack(tmp_path / "a", **kw)
+    two = _pack(tmp_path / "b", num_workers=2, **kw)
+    assert filecmp.cmp(one.files["training"], two.files["training"], shallow=False)
+    packing = one.splits["training"]["packing"]
+    assert packing["bin_scope"] == "shard" and packing["shards"] == 2
+    meta = read_metadata(one.metadata_path)[0]
+    assert meta["pack_size"] == 8192
+
+
+def test_max_gap_fails_the_run_and_leaves_nothing(tmp_path):
+    kw = {"bin_scope": "shard", "shard_rows": 1024, "pack_size": 8192}
+    gap = _pack(tmp_path / "ok", **kw).splits["training"]["gap"]["gap"]
+    assert gap > 0  # two shards, two partly filled last packs
+    with pytest.raises(PackingError, match="above the lower bound") as info:
+        _pack(tmp_path / "bad", max_gap=gap / 2, **kw)
+    assert info.value.field == "max_gap" and "--shard-rows" in str(info.value)
+    assert not any((tmp_path / "bad").iterdir())
+    assert _pack(tmp_path / "ok", max_gap=gap, **kw).reused  # at the limit passes, and reuse checks it too
+    with pytest.raises(PackingError, match="reused packs"):
+        _pack(tmp_path / "ok", max_gap=gap / 2, **kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"shard_rows": 5000}, "bin_scope='shard' only"),
+    ({"bin_scope": "row"}, "unknown bin_scope"),
+    ({"bin_scope": "shard", "shard_rows": 10}, "shard_rows"),
+    ({"bin_scope": "shard", "bridge_compat": True, "algorithm": "first_fit_shuffle"}, "no shard scope"),
+    ({"max_gap": -0.1}, "max_gap must be"),
+    ({"max_gap": float("nan")}, "max_gap must be"),
+])
+def test_bad_scope_options_are_usage_errors(tmp_path, kw, match):
+    with pytest.raises(UsageError, match=match):
+        _pack(tmp_path / "o", **kw)
