@@ -101,3 +101,26 @@ def test_max_gap_fails_the_run_and_leaves_nothing(tmp_path):
 def test_bad_scope_options_are_usage_errors(tmp_path, kw, match):
     with pytest.raises(UsageError, match=match):
         _pack(tmp_path / "o", **kw)
+
+
+def test_gathering_does_not_depend_on_the_order_jobs_come_back_in(tmp_path):
+    """The global key: a job's index; any executor may return jobs in any order (Ray does)."""
+    import random
+
+    from seqpack.packing.offline.executors import PoolExecutor
+    from seqpack.packing.offline.distributed import LocalCollective
+    from seqpack.packing.offline.jobs import TokenizeContext, tokenize_jobs
+    from seqpack.packing.offline.stages import gather_split, resolve_inputs
+    from seqpack.data.schemas import PromptCompletionSchema
+    from seqpack.data.tokenizers import load_tokenizer
+
+    stream = resolve_inputs(str(PC), 0, None)["training"]
+    ctx = TokenizeContext(PromptCompletionSchema(), load_tokenizer(None), 2049, "right")
+    jobs = tokenize_jobs(stream, rows_per_job=100)
+    done = PoolExecutor(LocalCollective()).tokenize(jobs, ctx)
+    shuffled = list(done)
+    random.Random(0).shuffle(shuffled)
+    assert [d.index for d in shuffled] != [d.index for d in done]
+    a_acc, a_idx = gather_split(stream, done, np.dtype("<u2"))
+    b_acc, b_idx = gather_split(stream, shuffled, np.dtype("<u2"))
+    assert a_acc.to_dict() == b_acc.to_dict() and np.array_equal(a_idx.length, b_idx.length)

@@ -66,7 +66,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from seqpack.core.arguments import positive_int
-from seqpack.core.errors import ArtifactError, InputError, PackingError
+from seqpack.core.errors import ArtifactError, InputError, PackingError, UsageError
 from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
 from seqpack.io import atomic, ownership, reading
@@ -215,6 +215,7 @@ def prepare_packed_dataset(
     row_group_size: int | None = None,
     metadata_path: str | os.PathLike[str] | None = None,
     distributed: bool | None = None,
+    engine: str = "local",
     overwrite: bool = False,
     progress: bool = False,
 ) -> PreparedPacks:
@@ -225,10 +226,9 @@ def prepare_packed_dataset(
     ``max_gap`` fails a run whose gap is above it before anything is written. ``metadata_path``: also append this run's metadata entries to that JSON array file (created
     when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
+    ``engine="ray"`` runs the stages as Ray tasks (:mod:`.ray_engine`; ``RAY_ADDRESS`` or a local cluster
+    of ``num_workers`` CPUs) and writes the same bytes.
     """
-    from seqpack.packing.offline.distributed import resolve_collective
-    from seqpack.packing.offline.executors import PoolExecutor
-
     options = OfflinePackOptions(
         pack_size=pack_size,
         pad_seq_to_mult=pad_seq_to_mult,
@@ -247,12 +247,31 @@ def prepare_packed_dataset(
     check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
-    ex = PoolExecutor(resolve_collective(distributed), num_workers, progress)
+    ex = _executor(engine, distributed, num_workers, progress)
     try:
         return _prepare(ex, inputs, out_root, options, schema, tokenizer, row_group_size,
                         None if metadata_path is None else Path(metadata_path), overwrite, max_gap)
     finally:
         ex.close()
+
+
+def _executor(engine: str, distributed: bool | None, num_workers: int, progress: bool) -> Any:
+    """Who runs the stages: the worker pool (one process or torchrun ranks), or Ray tasks."""
+    from seqpack.core.choices import ENGINES
+
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}", field="engine")
+    if engine == "ray":
+        if distributed:
+            raise UsageError("--engine ray and --distributed (torchrun) are two ways to spread the work; pick one",
+                             field="engine")
+        from seqpack.packing.offline.ray_engine import RayExecutor
+
+        return RayExecutor(num_workers if num_workers > 1 else None, progress=progress)
+    from seqpack.packing.offline.distributed import resolve_collective
+    from seqpack.packing.offline.executors import PoolExecutor
+
+    return PoolExecutor(resolve_collective(distributed), num_workers, progress)
 
 
 def _prepare(
