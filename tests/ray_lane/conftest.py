@@ -25,7 +25,7 @@ def need(module: str):
         pytest.skip(f"{module} is not installed here: the Ray lane (scripts/setup_ray.sh, .venv-ray) runs this test")
 
 
-@pytest.fixture(name="need")
+@pytest.fixture(name="need", scope="session")
 def need_fixture():
     """:func:`need` for the tests (a conftest is not imported by name)."""
     return need

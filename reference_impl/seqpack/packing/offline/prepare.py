@@ -58,7 +58,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -66,7 +67,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from seqpack.core.arguments import positive_int
-from seqpack.core.errors import ArtifactError, InputError, PackingError, UsageError
+from seqpack.core.errors import ArtifactError, InputError, PackingError, SeqpackError, UsageError
 from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
 from seqpack.io import atomic, ownership, reading
@@ -216,6 +217,7 @@ def prepare_packed_dataset(
     metadata_path: str | os.PathLike[str] | None = None,
     distributed: bool | None = None,
     engine: str = "local",
+    work_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> PreparedPacks:
@@ -227,7 +229,9 @@ def prepare_packed_dataset(
     when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
     ``engine="ray"`` runs the stages as Ray tasks (:mod:`.ray_engine`; ``RAY_ADDRESS`` or a local cluster
-    of ``num_workers`` CPUs) and writes the same bytes.
+    of ``num_workers`` CPUs) and writes the same bytes. Inputs and ``out_root`` may be object storage URIs
+    (``s3://...``, :mod:`seqpack.io.objects`): inputs are staged into ``work_dir`` (default: the system's
+    temporary directory), a remote output is written there and then published (:mod:`.remote`).
     """
     options = OfflinePackOptions(
         pack_size=pack_size,
@@ -247,10 +251,19 @@ def prepare_packed_dataset(
     check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
+    from seqpack.io.objects import is_uri, staged_as, staging
+
     ex = _executor(engine, distributed, num_workers, progress)
+    remote = str(out_root) if is_uri(out_root) else None
     try:
-        return _prepare(ex, inputs, out_root, options, schema, tokenizer, row_group_size,
-                        None if metadata_path is None else Path(metadata_path), overwrite, max_gap)
+        with staging(work_dir) as staged, _working_root(remote, work_dir) as local_root:
+            try:
+                return _prepare(ex, inputs, local_root or out_root, options, schema, tokenizer, row_group_size,
+                                None if metadata_path is None else Path(metadata_path), overwrite, max_gap, remote)
+            except SeqpackError as err:  # name the object a staged copy came from, not the copy
+                if err.file is not None and str(err.file) in staged:
+                    err.file = staged_as(str(err.file))
+                raise
     finally:
         ex.close()
 
@@ -274,13 +287,37 @@ def _executor(engine: str, distributed: bool | None, num_workers: int, progress:
     return PoolExecutor(resolve_collective(distributed), num_workers, progress)
 
 
+@contextmanager
+def _working_root(remote: str | None, work_dir: Any) -> Iterator[Path | None]:
+    """A local directory the packs for a remote output root are written into first (None for a local root)."""
+    if remote is None:
+        yield None
+        return
+    import tempfile
+
+    local = Path(tempfile.mkdtemp(prefix=".seqpack-out-", dir=None if work_dir is None else str(work_dir)))
+    try:
+        yield local
+    finally:
+        remove_path(local)
+
+
 def _prepare(
     ex: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
     row_group_size: int | None, metadata_path: Path | None, overwrite: bool, max_gap: float | None = None,
+    remote: str | None = None,
 ) -> PreparedPacks:
     tok = load_tokenizer_arg(tokenizer)
     plan = ex.root(lambda: plan_run(inputs, out_root, options, schema, tok, overwrite))
     root, fp, streams = plan.root, plan.fingerprint, plan.streams
+    target = None if remote is None else remote.rstrip("/") + "/" + root.name
+    if target is not None and not overwrite:
+        from seqpack.packing.offline.remote import result_at, reusable
+
+        found = ex.root(lambda: reusable(target, fp))
+        if found is not None:
+            _check_reused_gap(found, options.pack_size, max_gap)
+            return result_at(target, found, reused=True)
     if plan.reusable is not None:
         log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
         _check_reused_gap(plan.reusable, options.pack_size, max_gap)
@@ -315,7 +352,7 @@ def _prepare(
                                         row_group_size, max_gap)
             metadata.append(meta)
             splits[split] = summary
-        record = manifest(fp, options, plan.schema, tok, metadata_name, splits)
+        record = _displayed(manifest(fp, options, plan.schema, tok, metadata_name, splits))
 
         def finish() -> None:
             remove_path(work)
@@ -330,7 +367,23 @@ def _prepare(
     ex.root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
     if metadata_path is not None:
         ex.root(lambda: append_metadata(metadata_path, metadata))
+    if target is not None:
+        from seqpack.packing.offline.remote import publish, result_at
+
+        ex.root(lambda: publish(root, target, record))
+        return result_at(target, record, reused=False, rebuilt=plan.rebuilt)
     return _prepared(root, record, reused=False, rebuilt=plan.rebuilt)
+
+
+def _displayed(value: Any) -> Any:
+    """``value`` (a manifest) with every staged local path replaced by the URI it was copied from."""
+    from seqpack.io.objects import staged_as
+
+    if isinstance(value, dict):
+        return {k: _displayed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_displayed(v) for v in value]
+    return staged_as(value) if isinstance(value, str) else value
 
 
 def _check_reused_gap(record: dict[str, Any], pack_size: int, max_gap: float | None) -> None:

@@ -103,6 +103,7 @@ def _looks_numeric(text: str) -> bool:
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
     from seqpack.config.yaml_bounded import load_yaml, read_text
+    from seqpack.io.objects import is_uri
 
     path = Path(path)
     text = read_text(path, what="blend manifest", error=InputError)
@@ -121,7 +122,7 @@ def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[fl
     out = {}
     for split, spec in splits.items():
         pairs = parse_blend(spec, where=f"{path} [{split}]")
-        out[str(split)] = [(w, str((path.parent / p).resolve()) if not os.path.isabs(p) else p) for w, p in pairs]
+        out[str(split)] = [(w, p if os.path.isabs(p) or is_uri(p) else str((path.parent / p).resolve())) for w, p in pairs]
     return out
 
 
@@ -180,8 +181,12 @@ def resolve_stream(
 
     if not blend:
         raise UsageError("no input sources given")
+    from seqpack.io.objects import is_uri, stage_input
+
     sources = []
     for weight, path in blend:
+        if is_uri(path):  # object storage: read from a local copy (io.objects)
+            path = stage_input(path)
         n = row_counts[path] if row_counts and path in row_counts else len(open_rows(path))
         sources.append(SourceFile(path=str(path), sha256=file_sha256(path), rows=n, weight=weight))
     sizes = np.asarray([s.rows for s in sources], dtype=np.int64)
