@@ -107,8 +107,10 @@ class PeakSampler(threading.Thread):
 
 
 CELL = """
-import json, sys, time
+import json, logging, sys, time
 t0 = time.perf_counter()
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+logging.getLogger("seqpack.packing.offline.prepare").setLevel(logging.INFO)
 from seqpack.data.schemas import PromptCompletionSchema
 from seqpack.packing.offline.prepare import prepare_packed_dataset
 spec = json.loads(sys.argv[1])
@@ -137,7 +139,12 @@ def run_cell(python: str, data: Path, out: Path, kwargs: dict[str, Any]) -> dict
     if proc.returncode:
         return {"error": err.decode()[-3000:], "wall_s": wall}
     result = json.loads(out_text.decode().strip().splitlines()[-1])
-    result.update(wall_s=round(wall, 2), memory=sampler.by_role())
+    stages: dict[str, float] = {}
+    for line in err.decode(errors="replace").splitlines():  # "stage <split> <stage>: <seconds> s"
+        if line.startswith("stage training "):
+            name, seconds = line[len("stage training "):].rsplit(": ", 1)
+            stages[name] = round(float(seconds.split()[0]), 2)
+    result.update(wall_s=round(wall, 2), memory=sampler.by_role(), stages=stages)
     return result
 
 

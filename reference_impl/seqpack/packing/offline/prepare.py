@@ -114,9 +114,12 @@ def _pack_split(
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
     context = TokenizeContext(schema, tokenizer, options.tokenize_budget, options.truncation, str(spill_dir),
                               dtype.str, cut_ids=options.stored_cut)
+    clock = _StageClock(split)
     jobs = tokenize_jobs(stream)
     done = ex.tokenize(jobs, context)
+    clock("tokenize")
     account, index = gather_split(stream, done, dtype)
+    clock("gather")
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -131,11 +134,14 @@ def _pack_split(
         raise PackingError(f"{split}: a sample is longer than the pack size")
     shards = shard_of_samples(jobs, done, options.rows_per_shard)
     bins, bounds = ex.root(lambda: assign_scoped(options, aligned, shards))
+    clock("assign")
     check_gap(split, bins, aligned, options.pack_size, max_gap)
     name = f"{split}_{options.pack_size}.idx.parquet"
     rows_per_group = row_group_size or auto_row_group_size(options.pack_size)
     parts = part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer), bounds)
+    clock("plan row groups")
     ex.write_parts(parts, target_dir / name)
+    clock("fill, write and join")
     ex.root(lambda: remove_path(work / split))
     summary = split_summary(name, account, bins, runtime, aligned, options.pack_size, stream)
     return bridge_metadata(aligned, bins.order, bins.offsets, options.pack_size), summary
@@ -266,6 +272,21 @@ def prepare_packed_dataset(
                 raise
     finally:
         ex.close()
+
+
+class _StageClock:
+    """Logs (INFO) the seconds each stage of a split took, for benchmarks and the scaling model."""
+
+    def __init__(self, split: str) -> None:
+        import time
+
+        self.split, self._now = split, time.perf_counter
+        self._last = self._now()
+
+    def __call__(self, stage: str) -> None:
+        now = self._now()
+        log.info("stage %s %s: %.3f s", self.split, stage, now - self._last)
+        self._last = now
 
 
 def _executor(engine: str, distributed: bool | None, num_workers: int, progress: bool) -> Any:
