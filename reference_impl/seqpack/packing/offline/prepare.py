@@ -186,14 +186,17 @@ def sample_lengths(
     from seqpack.packing.offline.executors import PoolExecutor
     from seqpack.packing.offline.jobs import TokenizeContext
 
+    from seqpack.io.objects import staging
+
     tok = load_tokenizer_arg(tokenizer)
-    streams = resolve_inputs(inputs, 0, None)
-    stream = streams.get("training") or next(iter(streams.values()))
-    if schema is None:
-        schema = detect_schema(stream)
-    context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
-    done = PoolExecutor(LocalCollective(), num_workers).tokenize(tokenize_jobs(stream), context)
-    account, index = gather_split(stream, done, np.dtype(context.id_dtype))
+    with staging():  # an object-storage input is read from a local copy
+        streams = resolve_inputs(inputs, 0, None)
+        stream = streams.get("training") or next(iter(streams.values()))
+        if schema is None:
+            schema = detect_schema(stream)
+        context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
+        done = PoolExecutor(LocalCollective(), num_workers).tokenize(tokenize_jobs(stream), context)
+        account, index = gather_split(stream, done, np.dtype(context.id_dtype))
     return SampleLengths(lengths=index.length.astype(np.int64) - 1, truncated=account.truncated,
                          account=account.to_dict())
 
