@@ -215,11 +215,11 @@ def _pc_texts_batch(rows: Sequence[dict[str, Any]], schema: PromptCompletionSche
     strip, sep = schema.strip_whitespace, schema.separator
     if sep.startswith(" ") and not tokenizer.space_sensitive:
         sep = sep[1:]
+    unusual = frozenset((*CHAT_KEYS, *VISUAL_FIELDS))  # a row with any of these keys takes the full path
     out: dict[int, tuple[str, str] | None] = {}
     for pos, row in enumerate(rows):
         p, c = row.get(pc), row.get(cc)
-        if (type(p) is str and type(c) is str and not any(k in row for k in CHAT_KEYS)
-                and not any(row.get(k) for k in VISUAL_FIELDS)):
+        if type(p) is str and type(c) is str and unusual.isdisjoint(row):
             if strip:
                 p, c = p.strip(" "), c.strip(" ")
             if c or schema.allow_empty_completion:
