@@ -245,13 +245,13 @@ def test_qwen3_chat_with_tools_and_reasoning_packs_identically(tmp_path):
 def test_object_storage_uris_are_refused_under_allowed_roots(tmp_path):
     """Under the MCP server's roots no URI is readable (the Ray lane tests S3 itself, against moto)."""
     from seqpack.io.confine import OutsideRootsError, confined_to
-    from seqpack.io.objects import is_uri, open_filesystem
+    from seqpack.data.objects import is_uri, open_filesystem
 
     assert is_uri("s3://bucket/key") and not is_uri("/data/x.jsonl") and not is_uri("file:///data/x")
     assert not is_uri(tmp_path)
     with confined_to([tmp_path]), pytest.raises(OutsideRootsError, match="object storage"):
         open_filesystem("s3://bucket/key")
     with pytest.raises(UsageError, match="staging area"):
-        from seqpack.io.objects import stage_input
+        from seqpack.data.objects import stage_input
 
         stage_input("s3://bucket/key")

@@ -186,7 +186,7 @@ def sample_lengths(
     from seqpack.packing.offline.executors import PoolExecutor
     from seqpack.packing.offline.jobs import TokenizeContext
 
-    from seqpack.io.objects import staging
+    from seqpack.data.objects import staging
 
     tok = load_tokenizer_arg(tokenizer)
     with staging():  # an object-storage input is read from a local copy
@@ -239,7 +239,7 @@ def prepare_packed_dataset(
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
     ``engine="ray"`` runs the stages as Ray tasks (:mod:`.ray_engine`; ``RAY_ADDRESS`` or a local cluster
     of ``num_workers`` CPUs) and writes the same bytes. Inputs and ``out_root`` may be object storage URIs
-    (``s3://...``, :mod:`seqpack.io.objects`): inputs are staged into ``work_dir`` (default: the system's
+    (``s3://...``, :mod:`seqpack.data.objects`): inputs are staged into ``work_dir`` (default: the system's
     temporary directory), a remote output is written there and then published (:mod:`.remote`).
     """
     options = OfflinePackOptions(
@@ -260,7 +260,7 @@ def prepare_packed_dataset(
     check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
-    from seqpack.io.objects import is_uri, staged_as, staging
+    from seqpack.data.objects import is_uri, staged_as, staging
 
     ex = _executor(engine, distributed, num_workers, progress)
     remote = str(out_root) if is_uri(out_root) else None
@@ -401,7 +401,7 @@ def _prepare(
 
 def _displayed(value: Any) -> Any:
     """``value`` (a manifest) with every staged local path replaced by the URI it was copied from."""
-    from seqpack.io.objects import staged_as
+    from seqpack.data.objects import staged_as
 
     if isinstance(value, dict):
         return {k: _displayed(v) for k, v in value.items()}

@@ -17,7 +17,7 @@ from typing import Any
 
 from seqpack.core.errors import UsageError
 from seqpack.core.reports import PreparedPacks
-from seqpack.io import objects
+from seqpack.data import objects
 from seqpack.packing.offline.artifact import FORMAT, MANIFEST_NAME
 
 __all__ = ["publish", "result_at", "reusable"]

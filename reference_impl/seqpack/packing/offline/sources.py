@@ -103,7 +103,7 @@ def _looks_numeric(text: str) -> bool:
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
     from seqpack.config.yaml_bounded import load_yaml, read_text
-    from seqpack.io.objects import is_uri
+    from seqpack.data.objects import is_uri
 
     path = Path(path)
     text = read_text(path, what="blend manifest", error=InputError)
@@ -181,11 +181,11 @@ def resolve_stream(
 
     if not blend:
         raise UsageError("no input sources given")
-    from seqpack.io.objects import is_uri, stage_input
+    from seqpack.data.objects import is_uri, stage_input
 
     sources = []
     for weight, path in blend:
-        if is_uri(path):  # object storage: read from a local copy (io.objects)
+        if is_uri(path):  # object storage: read from a local copy (data.objects)
             path = stage_input(path)
         n = row_counts[path] if row_counts and path in row_counts else len(open_rows(path))
         sources.append(SourceFile(path=str(path), sha256=file_sha256(path), rows=n, weight=weight))

@@ -67,7 +67,7 @@ __all__ = [
 
 def resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str, Any]:
     from seqpack.data.rows import input_kind
-    from seqpack.io.objects import is_uri, stage_input
+    from seqpack.data.objects import is_uri, stage_input
     from seqpack.packing.offline.sources import (
         dataset_dict_inputs,
         is_blend_manifest,
@@ -75,7 +75,7 @@ def resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str,
         resolve_stream,
     )
 
-    if is_uri(inputs):  # object storage: a local copy is read (io.objects)
+    if is_uri(inputs):  # object storage: a local copy is read (data.objects)
         inputs = stage_input(inputs)
     elif isinstance(inputs, Mapping):
         inputs = {split: stage_input(spec) if is_uri(spec) else spec for split, spec in inputs.items()}
