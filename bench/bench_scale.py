@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif engine == "shard":
                     kwargs.update(bin_scope="shard", shard_rows=args.shard_rows, max_gap=args.max_gap)
                 out = work / f"out-{rows}-{engine}"
+                shutil.rmtree(out, ignore_errors=True)  # never reuse packs of an earlier run
                 load = os.getloadavg()[0]
                 res = run_cell(python, data, out, kwargs)
                 res.update(rows=rows, engine=engine, load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2))
