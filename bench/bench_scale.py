@@ -12,8 +12,9 @@ packs them once per cell, each cell a fresh process:
 * ``local, shard scope``: the local pool with ``bin_scope="shard"`` (``--shard-rows`` rows per shard) and
   ``max_gap=0.001`` (the run fails if its certificate is worse).
 
-Per cell: wall time, the peak resident memory (``VmHWM``) of every process of the cell's tree, sampled
-from ``/proc`` twice a second and grouped by role (the driver, the pool's workers, Ray's workers, raylet,
+Per cell: wall time, the peak proportional set size (PSS: pages shared by several processes, such as a
+forked worker's copy of its parent's, count once, split between them) of every process of the cell's
+tree, sampled from ``/proc/<pid>/smaps_rollup`` twice a second and grouped by role (the driver, the pool's workers, Ray's workers, raylet,
 GCS, others), the packs and the gap certificate from the manifest, and whether the packs are the same
 bytes as the local pool's (the Ray cell and the local cell are compared file by file). The load average
 is recorded; run it niced on a quiet machine, once. Writes ``bench/results/scale.json``.
@@ -75,7 +76,7 @@ def _role(pid: int, root: int) -> str:
 
 
 class PeakSampler(threading.Thread):
-    """Samples VmHWM of every process in a tree until stopped; keeps the peak per pid and its role."""
+    """Samples the PSS of every process in a tree until stopped; keeps the peak per pid and its role."""
 
     def __init__(self, root: int, every: float = 0.5) -> None:
         super().__init__(daemon=True)
@@ -86,13 +87,13 @@ class PeakSampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.is_set():
             for pid in _tree(self.root):
-                try:
-                    status = open(f"/proc/{pid}/status").read()
+                try:  # PSS: a forked worker's pages shared with its parent count once, split between them
+                    rollup = open(f"/proc/{pid}/smaps_rollup").read()
                 except OSError:
                     continue
-                hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+                pss = next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
                 role = self.peaks.get(pid, (None, 0))[0] or _role(pid, self.root)
-                self.peaks[pid] = (role, max(hwm, self.peaks.get(pid, ("", 0))[1]))
+                self.peaks[pid] = (role, max(pss, self.peaks.get(pid, ("", 0))[1]))
             self.stopped.wait(self.every)
 
     def by_role(self) -> dict[str, dict[str, Any]]:
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                       {True: "yes", False: "NO"}.get(c.get("same_bytes_as_local"), "-")])
     print(f"workers={args.workers} tokenizer={args.tokenizer or 'byte'} pack={args.pack_size} "
           f"load before={[round(x, 2) for x in load_before]} after={[round(x, 2) for x in os.getloadavg()]}")
-    print(text_table(["rows", "engine", "wall", "peak RSS per process (MB)", "packs", "gap", "same bytes"], table))
+    print(text_table(["rows", "engine", "wall", "peak PSS per process (MB)", "packs", "gap", "same bytes"], table))
     path = ROOT / "bench" / "results" / "scale.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"workers": args.workers, "tokenizer": args.tokenizer or "byte",

@@ -153,7 +153,7 @@ def test_a_task_that_keeps_failing_names_its_rows(ray_cluster, tmp_path, monkeyp
     monkeypatch.setattr(executor, "_driver_versions", {"seqpack": "0.0.0"})
     ref = ray_cluster.put(([], {"seqpack": "9.9.9"}))
     with pytest.raises(UsageError, match="tokens could differ"):
-        executor._run([ref], lambda k: "shard")
+        executor._run(lambda k: ref, 1, lambda k: "shard")
 
 
 def test_engine_ray_and_torchrun_are_exclusive(tmp_path):

@@ -105,7 +105,9 @@ class PoolExecutor:
         comm.everywhere(work)
 
         def join() -> None:
-            concat_parquet_files([job.path for job in jobs], target)
+            from seqpack.packing.offline.stages import part_paths
+
+            concat_parquet_files(part_paths(jobs), target)
 
         comm.from_root(join)
 

@@ -223,15 +223,22 @@ class RayExecutor:
                 "with a local output needs an output root on a filesystem every node shares", field="out_root",
             )
 
-    def _run(self, refs: list[Any], what: Callable[[int], str]) -> list[Any]:
-        """Results of ``refs`` in their order; the first failure in that order is raised (later ones cancelled)."""
+    def _run(self, submit: Callable[[int], Any], count: int, what: Callable[[int], str],
+             window: int | None = None) -> list[Any]:
+        """Results of tasks ``submit(0) .. submit(count - 1)`` in that order, at most ``window`` in flight (the
+        next is submitted as one finishes); the first failure in that order is raised, later tasks cancelled."""
         ray = self._ray
-        pending = {ref: k for k, ref in enumerate(refs)}
+        window = count if window is None else max(1, window)
+        pending: dict[Any, int] = {}
+        submitted = 0
         results: dict[int, Any] = {}
         failures: dict[int, BaseException] = {}
-        bar = _bar(len(refs)) if self.progress else None
+        bar = _bar(count) if self.progress else None
         try:
-            while pending:
+            while submitted < count or pending:
+                while submitted < count and len(pending) < window:
+                    pending[submit(submitted)] = submitted
+                    submitted += 1
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 k = pending.pop(ready[0])
                 try:
@@ -249,7 +256,7 @@ class RayExecutor:
             if bar is not None:
                 bar.close()
         out = []
-        for k in range(len(refs)):
+        for k in range(count):
             value, versions = results[k]
             if versions != self._driver_versions:
                 raise UsageError(f"a Ray worker runs {versions}, the driver {self._driver_versions}: tokens could "
@@ -270,19 +277,27 @@ class RayExecutor:
             Path(context.spill_dir).mkdir(parents=True, exist_ok=True)
         shards = shard_jobs(jobs, self.shard_rows)
         boxed = [self._ray.put(context)]
-        refs = [self._tokenize.remote(boxed, shard, k) for k, shard in enumerate(shards)]
-        done = self._run(refs, lambda k: f"tokenizing {_rows_of(shards[k])} (shard {k})")
+        done = self._run(lambda k: self._tokenize.remote(boxed, shards[k], k), len(shards),
+                         lambda k: f"tokenizing {_rows_of(shards[k])} (shard {k})")
         return [job for per_shard in done for job in per_shard]
 
     def write_parts(self, jobs: list[Any], target: Path) -> None:
         """Stage S4 as one Ray task per row group; the driver joins the parts into ``target``."""
         from seqpack.packing.offline.parquet_concat import concat_parquet_files
 
-        if jobs:
-            Path(jobs[0].path).parent.mkdir(parents=True, exist_ok=True)
-        refs = [self._write.remote(job) for job in jobs]
-        self._run(refs, lambda k: f"writing row group {k} ({Path(jobs[k].path).name})")
-        concat_parquet_files([job.path for job in jobs], target)
+        from seqpack.packing.offline.stages import part_paths
+
+        paths = part_paths(jobs)
+        if paths:
+            Path(paths[0]).parent.mkdir(parents=True, exist_ok=True)
+        # a window of tasks in flight: a job (its samples' spill locations) is built when it is submitted
+        self._run(lambda k: self._write.remote(jobs[k]), len(paths),
+                  lambda k: f"writing row group {k} ({Path(paths[k]).name})", window=self._window())
+        concat_parquet_files(paths, target)
+
+    def _window(self) -> int:
+        """Tasks kept in flight: four per CPU of the cluster."""
+        return 4 * max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def close(self) -> None:
         """Shut down the local cluster this executor started (a cluster it connected to stays up)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ __all__ = [
     "load_tokenizer_arg",
     "manifest",
     "part_jobs",
+    "part_paths",
     "plan_run",
     "pre_pad_id",
     "resolve_inputs",
@@ -230,24 +231,73 @@ def group_starts(bounds: list[int], rows_per_group: int) -> list[int]:
     return starts + [bounds[-1]]
 
 
+class PartJobs(Sequence):
+    """Stage S3: one fill job per row group, built when asked for (so the jobs of a large split never sit
+    in memory together); job ``g`` writes ``part_dir/part-<g>.parquet``."""
+
+    def __init__(self, bins: Bins, aligned: np.ndarray, index: Any, starts: list[int], part_dir: Path,
+                 spill_dir: Path, dtype: np.dtype, pad_id: int) -> None:
+        self._bins, self._aligned, self._index, self._starts = bins, aligned, index, starts
+        self._part_dir, self._spill_dir, self._dtype, self._pad_id = part_dir, spill_dir, dtype, pad_id
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    def path(self, g: int) -> str:
+        """Where part ``g`` goes (without building its job)."""
+        return str(self._part_dir / f"part-{g:06d}.parquet")
+
+    @property
+    def paths(self) -> list[str]:
+        """Every part's path, in row group order (what the join reads)."""
+        return [self.path(g) for g in range(len(self))]
+
+    def __getitem__(self, g: Any) -> Any:
+        if isinstance(g, slice):
+            return _Every(self, range(*g.indices(len(self))))
+        from seqpack.packing.offline.fill import PartJob
+
+        if not -len(self) <= g < len(self):
+            raise IndexError(g)
+        g %= len(self)
+        first, last = self._starts[g], self._starts[g + 1]
+        bins = self._bins
+        samples = bins.order[bins.offsets[first] : bins.offsets[last]]
+        return PartJob(
+            path=self.path(g), spill_dir=str(self._spill_dir),
+            id_dtype=self._dtype.str, pad_id=self._pad_id, counts=np.diff(bins.offsets[first : last + 1]),
+            aligned=self._aligned[samples], samples=self._index.take(samples),
+        )
+
+
+class _Every(Sequence):
+    """A lazy selection of part jobs (a rank's share under torchrun)."""
+
+    def __init__(self, jobs: PartJobs, picks: range) -> None:
+        self._jobs, self._picks = jobs, picks
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return _Every(self._jobs, self._picks[k])
+        return self._jobs[self._picks[k]]
+
+
+def part_paths(jobs: Sequence[Any]) -> list[str]:
+    """The parts' paths of a sequence of part jobs, without building the jobs when it can."""
+    return list(jobs.paths) if isinstance(jobs, PartJobs) else [job.path for job in jobs]
+
+
 def part_jobs(
     bins: Bins, aligned: np.ndarray, index: Any, rows_per_group: int, part_dir: Path, spill_dir: Path,
     dtype: np.dtype, pad_id: int, bounds: list[int] | None = None,
-) -> list[Any]:
+) -> PartJobs:
     """Stage S3: one fill job per row group (``bounds``: pack ranges no group may cross, see
-    :func:`group_starts`); job ``g`` writes ``part_dir/part-<g>.parquet``."""
-    from seqpack.packing.offline.fill import PartJob
-
-    jobs = []
-    sizes = bins.sizes
-    starts = group_starts(bounds or [0, bins.count], rows_per_group)
-    for g, (first, last) in enumerate(zip(starts, starts[1:])):
-        samples = bins.order[bins.offsets[first] : bins.offsets[last]]
-        jobs.append(PartJob(
-            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
-            pad_id=pad_id, counts=sizes[first:last], aligned=aligned[samples], samples=index.take(samples),
-        ))
-    return jobs
+    :func:`group_starts`), as a sequence that builds each job when it is read."""
+    return PartJobs(bins, aligned, index, group_starts(bounds or [0, bins.count], rows_per_group), part_dir,
+                    spill_dir, dtype, pad_id)
 
 
 def shard_of_samples(jobs: list[Any], done: list[Any], shard_rows: int | None) -> np.ndarray | None:
