@@ -1,9 +1,10 @@
 """The seqpack MCP server: the library's verbs as MCP tools, the skill and rules as resources, two prompts.
 
-Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Every tool is a module-level function
-(:mod:`seqpack.faces.mcp.registry`) that calls the same verb as the CLI and the Python
-API (:mod:`seqpack.verbs`) and returns the verb's result dataclass: the SDK derives the
-output schema from it and returns its fields as structured content.
+Built on the official ``mcp`` SDK (2.x, ``MCPServer``). The verbs' tools are generated from the verbs'
+declarations (:mod:`seqpack.faces.mcp.generate`); each calls the same verb as the CLI and the Python
+API (:mod:`seqpack.verbs`) and returns the verb's result dataclass: the SDK derives the output schema
+from it and returns its fields as structured content. The registry (:mod:`seqpack.faces.mcp.registry`)
+holds them and the hand-written ``server_info``.
 
 Security model:
 
@@ -31,7 +32,7 @@ from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent
 
 from seqpack import __version__
 from seqpack.faces.mcp.content import find_skill_dir, register_prompts, register_resources
@@ -71,6 +72,25 @@ class SeqpackServer(StampedMCPServer):
         if self._prompt_manager.get_prompt(name) is None:  # noqa: SLF001 - the SDK offers no public lookup
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
         return await super().get_prompt(name, arguments, context)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # type: ignore[override]
+        """Run the tool; an argument under its old name (:attr:`ToolSpec.aliases`) is passed under the new one,
+        and the result says so in a text block (the old name goes in the next release)."""
+        spec = TOOLS.get(name)
+        notes = []
+        if spec is not None and spec.aliases and isinstance(arguments, dict):
+            arguments = dict(arguments)
+            for old, new in spec.aliases.items():
+                if old in arguments and new not in arguments:
+                    arguments[new] = arguments.pop(old)
+                    notes.append(f"warning: the argument {old!r} is deprecated; use {new!r} (the old name goes "
+                                 "in the next release)")
+                    log.warning("tool %s: argument %r is deprecated, use %r", name, old, new)
+        result = await super().call_tool(name, arguments, context)
+        if notes and isinstance(result, CallToolResult):
+            result = result.model_copy(update={"content": [*result.content,
+                                                           *(TextContent(type="text", text=n) for n in notes)]})
+        return result
 
     def finish_result(self, name: str, result: Any) -> Any:
         """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""
@@ -203,7 +223,9 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
-if __name__ == "__main__":  # python -m seqpack.faces.mcp.server [--root DIR ...]
-    from seqpack.faces.cli import main
+if __name__ == "__main__":  # python -m seqpack.faces.mcp.server [--root DIR ...]: stdio (`seqpack mcp` has the rest)
+    import argparse
 
-    raise SystemExit(main(["mcp", *sys.argv[1:]]))
+    _parser = argparse.ArgumentParser(prog="python -m seqpack.faces.mcp.server")
+    _parser.add_argument("--root", action="append", default=None, metavar="DIR")
+    serve(_parser.parse_args().root)
