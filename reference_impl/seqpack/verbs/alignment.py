@@ -24,7 +24,8 @@ DEFAULT_TOKEN_SLOTS = 65536
 
 @verb_options
 class AlignOptions:
-    """Topology, and (any of the last three set) the equal-token-slot table to add."""
+    """Topology, and (any of the last three set) the equal-token-slot table to add. ``pack_sizes`` was called
+    ``pack_lengths`` (the old name is accepted, with a deprecation warning, for one release)."""
 
     tp: int = parallel_option(1, "tensor-parallel size")
     cp: int = parallel_option(1, "context-parallel size")
@@ -32,16 +33,16 @@ class AlignOptions:
     eval_cp: int | None = parallel_option(None, "a distinct evaluation CP size")
     token_slots: int | None = option(None, help="also list pack length / global batch size pairs with this many "
                                      "token slots per step", minimum=1, maximum=MAX_TOKEN_SLOTS)
-    pack_lengths: Sequence[int] | None = option(
-        None, help="candidate pack lengths (default 2048, 4096, 8192)", item_minimum=1, item_maximum=MAX_PACK_LEN,
-        max_items=MAX_CANDIDATES)
+    pack_sizes: Sequence[int] | None = option(
+        None, help="candidate pack sizes (default 2048,4096,8192)", item_minimum=1, item_maximum=MAX_PACK_LEN,
+        max_items=MAX_CANDIDATES, renamed_from=("pack_lengths",))
     dp: int | None = option(None, help="data-parallel size for the candidate check", minimum=1,
                             maximum=MAX_DATA_PARALLEL_SIZE)
 
     @property
     def wants_candidates(self) -> bool:
         """Whether the table of pack length / global batch size pairs was asked for."""
-        return self.token_slots is not None or self.pack_lengths is not None or self.dp is not None
+        return self.token_slots is not None or self.pack_sizes is not None or self.dp is not None
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def align(options: AlignOptions) -> AlignmentReport:
     candidates = None
     if options.wants_candidates:
         candidates = equal_slot_candidates(options.token_slots or DEFAULT_TOKEN_SLOTS,
-                                           tuple(options.pack_lengths or DEFAULT_PACK_LENGTHS), options.dp)
+                                           tuple(options.pack_sizes or DEFAULT_PACK_LENGTHS), options.dp)
     return AlignmentReport(**{k: getattr(al, k) for k in al.__dataclass_fields__}, candidates=candidates)
 
 
@@ -76,8 +77,8 @@ def render_alignment(al: AlignmentReport, options: AlignOptions) -> str:
         ["seq_length_multiple", al.seq_length_multiple, "seq_length and fixed pack widths"],
     ]), al.explanation]
     if al.candidates is not None:
-        out += ["", text_table(["pack_len", "global_batch_size", "token_slots", "valid", "reason"],
-                               [[c.pack_len, c.global_batch_size, c.token_slots, "yes" if c.valid else "no", c.reason]
+        out += ["", text_table(["pack_size", "global_batch_size", "token_slots", "valid", "reason"],
+                               [[c.pack_size, c.global_batch_size, c.token_slots, "yes" if c.valid else "no", c.reason]
                                 for c in al.candidates])]
     return "\n".join(out)
 
@@ -91,7 +92,8 @@ ALIGN = Verb(
 
 pad_seq_to_mult = lcm(2*CP when CP>1, CP*TP when SP and TP>1) over the training and the
 evaluation CP size; the explanation shows each factor. Example: TP4/CP2/SP gives 8. With
-token_slots, pack_lengths or dp, candidates lists equal-token-slot pack length / global batch
-size pairs and whether DP allows them (else it is null).""",
+token_slots, pack_sizes or dp, candidates lists equal-token-slot pack size / global batch
+size pairs and whether DP allows them (else it is null). (`pack_lengths`, the old name of
+pack_sizes, is still accepted for one release.)""",
     ),),
 )

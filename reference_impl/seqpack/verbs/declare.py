@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from seqpack.core.arguments import is_int, positive_int
+from seqpack.core.arguments import is_int, positive_float, positive_int
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import DEFAULT_TOOL_SECONDS, MAX_PATH_CHARS, MAX_TOOL_SECONDS
 
@@ -322,13 +322,14 @@ def _check_number(name: str, value: Any, opt: Opt, *, integer: bool,
         positive_int(name, value, minimum=int(value if lowest is None else lowest),
                      maximum=None if highest is None else int(highest))
         return
+    if lowest == 0 and opt.exclusive_minimum and not opt.exclusive_maximum:
+        positive_float(name, value, maximum=highest)
+        return
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise UsageError(f"{name} must be a finite number, got {value!r}", field=name)
     if lowest is not None and (value <= lowest if opt.exclusive_minimum else value < lowest):
-        above = "above" if opt.exclusive_minimum else "at least"
-        if lowest == 0 and opt.exclusive_minimum:
-            raise UsageError(f"{name} must be a finite number above 0, got {value!r}", field=name)
-        raise UsageError(f"{name} must be {above} {lowest:g}, got {value!r}", field=name)
+        raise UsageError(f"{name} must be {'above' if opt.exclusive_minimum else 'at least'} {lowest:g}, got "
+                         f"{value!r}", field=name)
     if highest is not None and (value >= highest if opt.exclusive_maximum else value > highest):
         if opt.exclusive_maximum:
             raise UsageError(f"{name} must be below {highest:g}, got {value!r}", field=name)
