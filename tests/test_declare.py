@@ -126,7 +126,7 @@ def face_gaps(verb: Verb, sub: argparse.ArgumentParser, schemas: dict[str, dict[
     """Where the generated CLI or MCP schema does not say what ``verb``'s declaration says."""
     gaps = []
     for f in fields_of(verb.options):
-        if not f.opt.cli and not f.opt.mcp and (verb.cli_name, f.name) not in LIBRARY_ONLY:
+        if not f.opt.cli and not f.opt.mcp and (verb.name, f.name) not in LIBRARY_ONLY:
             gaps.append(f"{verb.name}.{f.name} reaches no face and is not listed as library-only")
         gaps += _cli_gaps(f, sub) + _mcp_gaps(f, verb, schemas)
     for tool in verb.tools:
@@ -136,8 +136,8 @@ def face_gaps(verb: Verb, sub: argparse.ArgumentParser, schemas: dict[str, dict[
 
 
 def test_every_option_reaches_both_faces_with_its_limits(subparsers, schemas):
-    found = {verb.name: face_gaps(verb, subparsers[verb.cli_name], schemas) for verb in verbs.VERBS}
-    assert found == {verb.name: [] for verb in verbs.VERBS}
+    found = {name: face_gaps(verb, subparsers[name], schemas) for name, verb in verbs.commands().items()}
+    assert found == {name: [] for name in verbs.VERB_SPECS}
     assert {t for v in verbs.VERBS for t in (x.name for x in v.tools)} == set(schemas) - {"server_info"}
 
 
@@ -256,8 +256,9 @@ def test_a_registered_verb_gets_a_subcommand_and_a_tool(monkeypatch, capsys):
 
     from seqpack.faces.mcp.generate import tool_function
 
-    known = verbs.VERBS
-    monkeypatch.setattr(verbs, "verbs", lambda: (*known, _ECHO))
+    command = verbs.command
+    monkeypatch.setitem(verbs.VERB_SPECS, "echo", "unused:_ECHO")  # one registry line (its module is this one)
+    monkeypatch.setattr(verbs, "command", lambda name: _ECHO if name == "echo" else command(name))
     assert main(["echo", "hi", "--times", "2"]) == 0 and capsys.readouterr().out == "hi hi\n"
     assert main(["echo", "hi", "--times", "4"]) == 2
     assert "times=4 is over the limit of 3" in capsys.readouterr().err

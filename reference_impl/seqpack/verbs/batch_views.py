@@ -7,7 +7,7 @@ each path with a batches view names its function here in its spec.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqpack.core.choices import BATCH_MODES, RUNTIME_DATALOADER_TYPES, SCHEDULERS, SCHEMA_KINDS
 from seqpack.core.errors import UsageError
@@ -20,8 +20,6 @@ from seqpack.core.limits import (
 )
 from seqpack.core.packing_paths import path_for_mode
 from seqpack.core.textfmt import text_table
-from seqpack.packing.global_batch.report import GlobalBatchReport
-from seqpack.packing.in_batch_report import InBatchReport
 from seqpack.verbs.common import (
     TopologyOptions,
     schema_option,
@@ -33,6 +31,10 @@ from seqpack.verbs.common import (
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["BATCHES", "BatchesOptions", "batches", "global_batch_report", "in_batch_report", "render_batches"]
+
+if TYPE_CHECKING:  # the reports' modules load when a view is built (the CLI's start stays light)
+    from seqpack.packing.global_batch.report import GlobalBatchReport
+    from seqpack.packing.in_batch_report import InBatchReport
 
 _GLOBAL = "global-batch mode"  # the CLI's argument group of the global-batch settings
 
@@ -205,14 +207,15 @@ BATCHES = Verb(
     help="build the first packed micro-batches of a JSONL file and print their layout and padding",
     tools=(
         Tool("inspect_in_batch", title="Show the first in-batch packed micro-batches of a JSONL file", job=True,
-             fixed={"mode": "in-batch"}, exclude=_GLOBAL_ONLY, result=InBatchReport,
+             fixed={"mode": "in-batch"}, exclude=_GLOBAL_ONLY,
+             result="seqpack.packing.in_batch_report:InBatchReport",
              description="""Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
 micro-batches: rows, lengths, cu_seqlens (real and padded), width, alignment and width padding
 (like `seqpack batches --mode in-batch`). Settings that break a packing rule are a tool error
 naming the rule."""),
         Tool("inspect_global_batch", job=True, fixed={"mode": "global-batch"}, exclude=_IN_BATCH_ONLY,
              title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)",
-             result=GlobalBatchReport,
+             result="seqpack.packing.global_batch.report:GlobalBatchReport",
              description="""Simulate the DP ranks of global-batch packing in one process (the training scheduler and pack
 builder, no collectives) and return every step's packs per (micro-batch, DP rank), the per-rank
 token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`)."""),

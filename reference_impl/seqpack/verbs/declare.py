@@ -393,7 +393,7 @@ class Tool:
     ``fields``: the options fields it takes (None: every field MCP sees) less ``exclude``;
     ``fixed``: values it sets itself (``list_rules``: ``detail="summary"``); ``defaults`` and
     ``required``: where it differs from the options; ``result``: its result type when narrower
-    than the verb's; ``writes``: it writes files (not read-only); ``job``: it runs as a job
+    than the verb's, or named ``"module:Class"`` where the verb's module imports it lazily; ``writes``: it writes files (not read-only); ``job``: it runs as a job
     (``time_limit_s`` with ``time_limit`` = (default, maximum), progress, cancellation);
     ``progress``: the job's progress reaches the options' ``progress`` callback; ``adjust``:
     ``(options, time_limit_s) -> options`` before the call; ``links``: what a writing tool wrote,
@@ -428,7 +428,7 @@ class Tool:
 class Verb:
     """A verb: its options class and function, and what its faces need beyond the field metadata.
 
-    ``cli``: the subcommand (default: the name with ``-``; ``""``: none); ``render(result, options)``:
+    Its CLI subcommand is its key in :data:`seqpack.verbs.VERB_SPECS`. ``render(result, options)``:
     the CLI's text (a ``str``; anything else is printed as JSON); ``to_json(result, options)``: what
     ``--json`` prints (default ``result.to_dict()``); ``exit_code(result, options)`` (default 0);
     ``cli_function``: what the CLI calls instead of ``function``; ``violations_exit``: the CLI's exit
@@ -441,7 +441,6 @@ class Verb:
     options: type
     function: Callable[[Any], Any]
     help: str
-    cli: str | None = None
     render: Callable[[Any, Any], Any] | None = None
     to_json: Callable[[Any, Any], Any] | None = None
     exit_code: Callable[[Any, Any], int] | None = None
@@ -450,11 +449,6 @@ class Verb:
     extra: str | None = None
     required_groups: tuple[str, ...] = ()
     tools: tuple[Tool, ...] = ()
-
-    @property
-    def cli_name(self) -> str:
-        """The CLI subcommand."""
-        return self.name.replace("_", "-") if self.cli is None else self.cli
 
     def resolved(self, fn: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
         """``fn`` (default: the verb's function) as its module holds it now (a test may replace it there)."""

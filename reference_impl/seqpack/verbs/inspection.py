@@ -480,7 +480,7 @@ def _render_energon(report: InspectReport, failed: int) -> str:
 
 
 INSPECT = Verb(
-    name="inspect_packs", cli="inspect", options=InspectOptions, function=inspect_packs, render=render_inspection,
+    name="inspect_packs", options=InspectOptions, function=inspect_packs, render=render_inspection,
     exit_code=_inspect_failed,
     help="check a packed Parquet artifact (ours or Megatron-Bridge's) or a prepared Energon dataset, and whether "
          "it fits a TP/CP/SP topology",

@@ -106,8 +106,13 @@ def render_rules(result: RuleQuery, options: RulesOptions) -> Any:
         return _rules_json(result, options)
     if result.matched_by == "id":
         d = result.rules[0]
-        return "\n".join(f"{key:16} {('; ' if key == 'holds_for' else ', ').join(d[key]) if isinstance(d[key], list) else d[key]}"
-                         for key in _RULE_KEYS if d[key] not in ("", [], {}))
+        lines = []
+        for key in _RULE_KEYS:
+            value = d[key]
+            if value not in ("", [], {}):
+                text = ("; " if key == "holds_for" else ", ").join(value) if isinstance(value, list) else value
+                lines.append(f"{key:16} {text}")
+        return "\n".join(lines)
     if options.format == "markdown":
         from seqpack.config.rules import RULES_BY_ID
         from seqpack.config.rules_doc import rules_markdown
@@ -118,7 +123,7 @@ def render_rules(result: RuleQuery, options: RulesOptions) -> Any:
 
 
 RULES = Verb(
-    name="query_rules", cli="rules", options=RulesOptions, function=query_rules, render=render_rules,
+    name="query_rules", options=RulesOptions, function=query_rules, render=render_rules,
     to_json=_rules_json,
     help="list the packing rules (all, by family, by keyword), explain one rule id, or look up a model family",
     tools=(

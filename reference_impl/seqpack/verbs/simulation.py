@@ -133,7 +133,7 @@ def render_simulation(sim: PackingSimulation, options: SimulateOptions) -> str:
 
 
 SIMULATE = Verb(
-    name="simulate_packing", cli="simulate", options=SimulateOptions, function=simulate_packing,
+    name="simulate_packing", options=SimulateOptions, function=simulate_packing,
     render=render_simulation,
     help="bin-pack a list of lengths into packs of a pack size and show the statistics and the bins",
     tools=(Tool(

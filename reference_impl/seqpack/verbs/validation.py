@@ -215,8 +215,8 @@ def render_validation(report: ValidationReport | ExampleList, options: ValidateO
     if r.get("unchecked_rules"):
         out.append(f"  not checked (they depend on an unset value): "
                    f"{', '.join(u['rule_id'] for u in r['unchecked_rules'])}")
-    out.append(f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} pad_seq_to_mult={r['pad_seq_to_mult']} "
-               f"seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
+    out.append(f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} "
+               f"pad_seq_to_mult={r['pad_seq_to_mult']} seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
                f"token_slots_per_step={r['token_slots_per_step']}")
     moe = r.get("moe_dispatch")
     if moe:

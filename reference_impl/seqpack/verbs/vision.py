@@ -215,7 +215,7 @@ vision start and end tokens in a sample). Packed VLM samples align these tokens 
 )
 
 MROPE = Verb(
-    name="mrope_positions", cli="mrope", options=MRopeOptions, function=mrope_positions, render=render_mrope,
+    name="mrope_positions", options=MRopeOptions, function=mrope_positions, render=render_mrope,
     help="M-RoPE position ids of a layout of text, images and videos (sequences separated by |, packed into one row)",
     tools=(Tool(
         "mrope_position_ids", title="Multimodal RoPE position ids of a Qwen-VL layout",

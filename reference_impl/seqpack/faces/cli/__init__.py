@@ -45,19 +45,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser: every verb's generated subcommand, then the hand-written commands and the plugins
-    (imports the verbs' declarations, no numpy, torch or pyarrow)."""
+    (imports the verbs' declarations, no numpy, torch or pyarrow). ``only``: a verb's subcommand alone
+    (what running it needs; ``main`` builds that when the command line starts with a verb's name)."""
     from seqpack import __version__
+    from seqpack import verbs
     from seqpack.faces.cli.generate import add_verb
-    from seqpack.verbs import verbs
 
     parser = _Parser(prog="seqpack", description="Sequence packing for Megatron-style fine-tuning.")
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for verb in verbs():
-        if verb.cli_name:
-            add_verb(sub, verb)
+    for name in [only] if only is not None else list(verbs.VERB_SPECS):
+        add_verb(sub, name, verbs.command(name))
+    if only is not None:
+        return parser
     for module in [*map(importlib.import_module, COMMANDS), *_plugins()]:
         extra = getattr(module, "EXTRA", None)
         text = module.HELP if extra is None else f"{module.HELP} (needs seqpack[{extra}])"
@@ -88,8 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Megatron-Core warns at import that TE/Apex are missing; on CPU that is expected noise.
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
     _tolerant_streams()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from seqpack.verbs import VERB_SPECS
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=words[0] if words and words[0] in VERB_SPECS else None)
+    args = parser.parse_args(words)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return EXIT_ERROR

@@ -94,10 +94,10 @@ def _display(f: OptionField) -> str:
     return f.cli_flag
 
 
-def add_verb(sub: Any, verb: Verb) -> argparse.ArgumentParser:
-    """Add ``verb``'s subcommand to the subparsers ``sub``; returns its parser."""
+def add_verb(sub: Any, name: str, verb: Verb) -> argparse.ArgumentParser:
+    """Add ``verb``'s subcommand ``name`` to the subparsers ``sub``; returns its parser."""
     text = verb.help if verb.extra is None else f"{verb.help} (needs seqpack[{verb.extra}])"
-    parser = sub.add_parser(verb.cli_name, help=text, description=text)
+    parser = sub.add_parser(name, help=text, description=text)
     fields = [f for f in fields_of(verb.options) if f.opt.cli]
     groups: dict[str, Any] = {}
     for f in fields:
@@ -114,12 +114,12 @@ def add_verb(sub: Any, verb: Verb) -> argparse.ArgumentParser:
         names, kwargs = argument(f)
         target.add_argument(*names, **kwargs)
     add_json_flag(parser)
-    parser.set_defaults(_run=functools.partial(run_verb, verb), _extra=verb.extra,
+    parser.set_defaults(_run=functools.partial(run_verb, verb, name), _extra=verb.extra,
                         _names={f.name: _display(f) for f in fields})
     return parser
 
 
-def run_verb(verb: Verb, args: argparse.Namespace) -> int:
+def run_verb(verb: Verb, name: str, args: argparse.Namespace) -> int:
     """Build the options from ``args``, run the verb, print its text or JSON; the exit code."""
     from seqpack.core.errors import ConfigViolationError
 
@@ -137,7 +137,7 @@ def run_verb(verb: Verb, args: argparse.Namespace) -> int:
     except ConfigViolationError as exc:
         if verb.violations_exit is None:
             raise
-        print(f"seqpack {verb.cli_name}: error: {exc.message}", file=sys.stderr)
+        print(f"seqpack {name}: error: {exc.message}", file=sys.stderr)
         return verb.violations_exit
     if args.json:
         print_json(verb.to_json(result, options) if verb.to_json is not None else result.to_dict())

@@ -17,6 +17,7 @@ Importing this module registers the tools (:func:`seqpack.faces.mcp.registry.reg
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -66,10 +67,12 @@ def _value_type(f: OptionField) -> Any:
         return Annotated[str, Field(min_length=opt.min_length, max_length=opt.max_length)]
     if f.kind == "int_list":
         item = Annotated[int, Field(**_bounds(opt.item_minimum, opt.item_maximum))]
-        return Annotated[list[item], Field(min_length=opt.min_items, max_length=opt.max_items)]  # type: ignore[valid-type]
+        return Annotated[list[item], Field(min_length=opt.min_items,  # type: ignore[valid-type]
+                                           max_length=opt.max_items)]
     if f.kind == "str_list":
         item = Annotated[str, Field(min_length=opt.min_length, max_length=opt.max_length, pattern=opt.pattern)]
-        return Annotated[list[item], Field(min_length=opt.min_items, max_length=opt.max_items)]  # type: ignore[valid-type]
+        return Annotated[list[item], Field(min_length=opt.min_items,  # type: ignore[valid-type]
+                                           max_length=opt.max_items)]
     if f.kind == "mapping":
         key = Annotated[int, Field(**_bounds(opt.key_minimum, opt.key_maximum))]
         value = Annotated[int, Field(**_bounds(opt.item_minimum, opt.item_maximum))]
@@ -124,6 +127,9 @@ def tool_function(verb: Verb, tool: Tool) -> Callable[..., Any]:
         params.append(inspect.Parameter("time_limit_s", inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=limit))
     result = tool.result or typing.get_type_hints(verb.function)["return"]
+    if isinstance(result, str):  # "module:Class", imported lazily by the verb's module
+        module, _, name = result.partition(":")
+        result = getattr(importlib.import_module(module), name)
 
     if tool.job:
 

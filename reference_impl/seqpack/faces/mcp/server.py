@@ -73,7 +73,8 @@ class SeqpackServer(StampedMCPServer):
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
         return await super().get_prompt(name, arguments, context)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # type: ignore[override]
+    async def call_tool(  # type: ignore[override]
+            self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """Run the tool; an argument under its old name (:attr:`ToolSpec.aliases`) is passed under the new one,
         and the result says so in a text block (the old name goes in the next release)."""
         spec = TOOLS.get(name)
