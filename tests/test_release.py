@@ -67,7 +67,7 @@ def test_wheel_declares_a_light_core_and_the_extras(built_dists):
     assert "<!-- mcp-name: io.github." in meta.get_payload()  # the PyPI page proves the registry name
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-    assert "reference_impl/seqpack/skill_assets/megatron-sequence-packing/SKILL.md" in names
+    assert "seqpack/skill_assets/megatron-sequence-packing/SKILL.md" in names
     with tarfile.open(sdist) as tf:
         assert any(n.endswith("skills/megatron-sequence-packing/SKILL.md") for n in tf.getnames())
 

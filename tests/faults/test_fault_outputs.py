@@ -204,7 +204,7 @@ def test_kill_9_during_an_energon_swap_then_another_write(energon_dataset, tmp_p
     old = read_manifest(out).fingerprint
     smaller = tmp_path / "smaller.jsonl"
     smaller.write_text("".join(src.read_text().splitlines(keepends=True)[:10]))
-    code = ("import os, signal, sys\nfrom seqpack import files\n"
+    code = ("import os, signal, sys\nfrom seqpack.io import files\n"
             "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == 'aside' else None\n"
             "from seqpack.faces.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.run([sys.executable, "-c", code, "energon-prepare", str(smaller), "--out", str(out),
