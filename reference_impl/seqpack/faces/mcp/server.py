@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +55,8 @@ INSTRUCTIONS = (
     "lists them)."
 )
 _AUTO = object()
+#: The deprecation notes of the tool call in progress (read by :meth:`SeqpackServer.finish_result`).
+_NOTES: ContextVar[list[str]] = ContextVar("seqpack_mcp_notes", default=[])
 
 
 class SeqpackServer(StampedMCPServer):
@@ -78,7 +81,7 @@ class SeqpackServer(StampedMCPServer):
         """Run the tool; an argument under its old name (:attr:`ToolSpec.aliases`) is passed under the new one,
         and the result says so in a text block (the old name goes in the next release)."""
         spec = TOOLS.get(name)
-        notes = []
+        notes: list[str] = []
         if spec is not None and spec.aliases and isinstance(arguments, dict):
             arguments = dict(arguments)
             for old, new in spec.aliases.items():
@@ -87,16 +90,23 @@ class SeqpackServer(StampedMCPServer):
                     notes.append(f"warning: the argument {old!r} is deprecated; use {new!r} (the old name goes "
                                  "in the next release)")
                     log.warning("tool %s: argument %r is deprecated, use %r", name, old, new)
-        result = await super().call_tool(name, arguments, context)
+        token = _NOTES.set(notes)
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            _NOTES.reset(token)
+
+    def finish_result(self, name: str, result: Any) -> Any:
+        """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots), and the
+        deprecation notes of the call."""
+        spec = TOOLS.get(name)
+        if spec is not None and spec.links:
+            result = add_links(result, spec.links, self.seqpack_roots)
+        notes = _NOTES.get()
         if notes and isinstance(result, CallToolResult):
             result = result.model_copy(update={"content": [*result.content,
                                                            *(TextContent(type="text", text=n) for n in notes)]})
         return result
-
-    def finish_result(self, name: str, result: Any) -> Any:
-        """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""
-        spec = TOOLS.get(name)
-        return add_links(result, spec.links, self.seqpack_roots) if spec is not None and spec.links else result
 
 
 @dataclass(frozen=True)
