@@ -265,3 +265,23 @@ def test_a_registered_verb_gets_a_subcommand_and_a_tool(monkeypatch, capsys):
     schema = SdkTool.from_function(tool_function(_ECHO, _ECHO.tools[0]), name="echo_text").parameters
     assert schema["properties"]["times"]["maximum"] == 3 and schema["required"] == ["text"]
     assert schema["properties"]["text"]["maxLength"] == 20
+
+
+def test_a_verb_command_loads_its_own_verb_only():
+    """``seqpack align`` builds and imports the align verb alone; the full parser (``--help``) loads every verb."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from seqpack.faces.cli import main; main({argv}); "
+            "print(sorted(m for m in ('seqpack.verbs.alignment', 'seqpack.verbs.planning', 'seqpack.verbs.smoke_test') "
+            "if m in sys.modules))")
+
+    def loaded(argv: list[str]) -> str:
+        proc = subprocess.run([sys.executable, "-c", code.format(argv=argv)], capture_output=True, text=True)
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert loaded(["align", "--cp", "2"]) == "['seqpack.verbs.alignment']"
+    assert loaded(["plan", "--lengths", "5,3", "--candidates", "8", "--token-slots", "16"]) == \
+        "['seqpack.verbs.planning']"
+    # negative control: a command line that does not start with a verb's name builds the full parser
+    assert loaded(["demo-data"]) == "['seqpack.verbs.alignment', 'seqpack.verbs.planning', 'seqpack.verbs.smoke_test']"

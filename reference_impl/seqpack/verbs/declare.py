@@ -299,10 +299,9 @@ def _check_value(f: OptionField, value: Any) -> None:
         if value not in choices:
             raise UsageError(f"unknown {f.label} {value!r}; choose one of {', '.join(choices)}", field=f.name)
         return
-    if f.kind == "int":
-        _check_number(f.name, value, opt, integer=True)
-    elif f.kind == "float":
-        _check_number(f.name, value, opt, integer=False)
+    if f.kind in ("int", "float"):
+        _check_number(f.name, value, integer=f.kind == "int", lowest=opt.minimum, highest=opt.maximum,
+                      above=opt.exclusive_minimum, below=opt.exclusive_maximum)
     elif f.kind == "bool" and not isinstance(value, bool):
         raise UsageError(f"{f.name} must be true or false, got {value!r}", field=f.name)
     elif f.kind == "str":
@@ -311,27 +310,25 @@ def _check_value(f: OptionField, value: Any) -> None:
         _check_items(f, value)
 
 
-def _check_number(name: str, value: Any, opt: Opt, *, integer: bool,
-                  lowest: float | None = None, highest: float | None = None) -> None:
-    """An integer (or a finite number) within the declared bounds, with :func:`positive_int`'s messages."""
-    lowest = opt.minimum if lowest is None else lowest
-    highest = opt.maximum if highest is None else highest
+def _check_number(name: str, value: Any, *, integer: bool, lowest: float | None, highest: float | None,
+                  above: bool = False, below: bool = False) -> None:
+    """An integer (or a finite number) in ``[lowest, highest]`` (``above``/``below``: the bound excluded), with
+    the messages of :func:`positive_int` and :func:`positive_float`."""
     if integer:
         if lowest is None and not is_int(value):
             raise UsageError(f"{name} must be an integer, got {value!r}", field=name)
         positive_int(name, value, minimum=int(value if lowest is None else lowest),
                      maximum=None if highest is None else int(highest))
         return
-    if lowest == 0 and opt.exclusive_minimum and not opt.exclusive_maximum:
+    if lowest == 0 and above and not below:
         positive_float(name, value, maximum=highest)
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise UsageError(f"{name} must be a finite number, got {value!r}", field=name)
-    if lowest is not None and (value <= lowest if opt.exclusive_minimum else value < lowest):
-        raise UsageError(f"{name} must be {'above' if opt.exclusive_minimum else 'at least'} {lowest:g}, got "
-                         f"{value!r}", field=name)
-    if highest is not None and (value >= highest if opt.exclusive_maximum else value > highest):
-        if opt.exclusive_maximum:
+    if lowest is not None and (value <= lowest if above else value < lowest):
+        raise UsageError(f"{name} must be {'above' if above else 'at least'} {lowest:g}, got {value!r}", field=name)
+    if highest is not None and (value >= highest if below else value > highest):
+        if below:
             raise UsageError(f"{name} must be below {highest:g}, got {value!r}", field=name)
         raise UsageError(f"{name}={value:g} is over the limit of {highest:g}", field=name,
                          fix=f"use at most {highest:g} (limits live in reference_impl/seqpack/core/limits.py)")
@@ -376,7 +373,7 @@ def _check_items(f: OptionField, value: Any) -> None:
         if f.kind == "int_list":
             if not is_int(item):
                 raise UsageError(f"{f.name} must be a list of integers, got {item!r}", field=f.name)
-            _check_number(f.name, item, opt, integer=True, lowest=opt.item_minimum, highest=opt.item_maximum)
+            _check_number(f.name, item, integer=True, lowest=opt.item_minimum, highest=opt.item_maximum)
         elif not isinstance(item, str) or (opt.max_length is not None and len(item) > opt.max_length):
             raise UsageError(f"each of {f.name} must be text of at most {opt.max_length} characters", field=f.name)
 

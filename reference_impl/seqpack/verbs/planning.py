@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from seqpack.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
@@ -58,7 +57,6 @@ from seqpack.core.limits import (
     MAX_PARALLEL_SIZE,
     MAX_PLAN_SAMPLES,
     MAX_SAMPLE_TOKENS,
-    MAX_SEQS_PER_PACK,
     MAX_TOKEN_SLOTS,
 )
 from seqpack.core.reports import LengthSummary, PackPlan, PlanRow

@@ -91,7 +91,7 @@ def _parameter(f: OptionField, tool: Tool) -> inspect.Parameter:
     value = _value_type(f)
     default = tool.defaults.get(f.name, f.default)
     required = f.name in tool.required or default is dataclasses.MISSING or f.opt.required
-    if f.optional and not required:
+    if f.optional and not required and default is None:  # null where null is the default (explain_rule: limit 10)
         value = value | None
     annotation = Annotated[value, Field(description=description)]
     if required:
