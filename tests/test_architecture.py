@@ -308,7 +308,7 @@ def test_positive_int():
 
 
 def test_atomic_directory(tmp_path):
-    from seqpack.io.files import atomic_directory
+    from seqpack.io.atomic import atomic_directory
 
     target = tmp_path / "out"
     with atomic_directory(target) as tmp:

@@ -559,7 +559,7 @@ _PATH_SWITCH: dict[str, list[str]] = {
 
 
 def _smoke_task(ctx: GenContext) -> None:
-    from seqpack.smoke.run import CHECK_NAMES
+    from seqpack.smoke.report import CHECK_NAMES
 
     command = choice_field("command", "seqpack smoke", {
         "seqpack smoke": (r"seqpack smoke", r"run_packing_smoke_test"),

@@ -36,6 +36,7 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from seqpack.core.alignment import Alignment, Topology
@@ -110,14 +111,72 @@ def inspect_packed_dataset(
     if eos_id is None and manifest is not None:
         eos_id = tok.get("eos_id")
     vocab = tok.get("vocab_size") if isinstance(tok.get("vocab_size"), int) else None
-    seg_counts, phys_all, logical_all, row_runtime, row_ids = [], [], [], [], []
-    loss_on_end = 0
-    per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
+    scan = _scan_rows(reader, vocab, eos_id, issues)
+    row_runtime, row_ids, per_file, shape = scan.row_runtime, scan.row_ids, scan.per_file, scan.shape
+    if pack_size is None:
+        pack_size = max(row_runtime) if row_runtime else 0
+    runtime = np.asarray(row_runtime, dtype=np.int64)
+    for k in np.flatnonzero(runtime > pack_size).tolist():
+        issues.add("over_capacity", row_ids[k], f"{int(runtime[k])} runtime tokens exceed pack_size={pack_size}")
+
+    stats, phys, counts = _statistics(scan, runtime, len(reader), int(pack_size))
+    fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
+    settings = {
+        "pack_size": int(pack_size),
+        "pad_seq_to_mult": opts.get("pad_seq_to_mult"),
+        "eos_id": eos_id,
+        "vocab_size": vocab,
+        "from_manifest": manifest is not None,
+        "fingerprint": (manifest or {}).get("fingerprint"),
+    }
+    if manifest is not None:
+        _check_manifest(manifest, reader.paths, per_file, shape, issues)
+    topo_out = None
+    if topo is not None:
+        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
+    report = InspectReport(
+        path=str(path),
+        files=[str(p) for p in reader.paths],
+        ok=issues.count == 0,
+        issues=issues.items,
+        issue_count=issues.count,
+        stats=stats,
+        settings=settings,
+        topology=topo_out,
+    )
+    return report.attach(manifest=manifest)
+
+
+@dataclass
+class _Scan:
+    """What one pass over the rows collects: per-row fill and segments, per-file shape, token range."""
+
+    files: int
+    seg_counts: list[int] = field(default_factory=list)
+    phys_all: list[Any] = field(default_factory=list)
+    logical_all: list[Any] = field(default_factory=list)
+    row_runtime: list[int] = field(default_factory=list)
+    row_ids: list[int] = field(default_factory=list)
+    loss_on_end: int = 0
+    lowest: int | None = None
+    highest: int | None = None
+    per_file: Any = None
+    shape: dict[str, Any] = field(default_factory=dict)
+
+
+def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issues) -> _Scan:
+    """Read every row once: token range, structure, segments, loss on positions without a label, fill."""
+    import numpy as np
+
+    scan = _Scan(files=len(reader.paths))
+    seg_counts, phys_all, logical_all, row_runtime, row_ids = (scan.seg_counts, scan.phys_all, scan.logical_all,
+                                                               scan.row_runtime, scan.row_ids)
+    scan.per_file = per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
     # per file: most segments in a row, longest physical segment, least-filled row (Bridge's metadata keys)
-    shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
-             "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
-             "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
-    lowest, highest = None, None
+    scan.shape = shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
+                          "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
+                          "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
+    lowest, highest, loss_on_end = None, None, 0
     try:
         for r, row in reader.iter_rows():
             ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
@@ -156,19 +215,21 @@ def inspect_packed_dataset(
             logical_all.append(_logical(ids, bounds, eos_id))
     finally:
         reader.close()
-    if pack_size is None:
-        pack_size = max(row_runtime) if row_runtime else 0
-    runtime = np.asarray(row_runtime, dtype=np.int64)
-    for k in np.flatnonzero(runtime > pack_size).tolist():
-        issues.add("over_capacity", row_ids[k], f"{int(runtime[k])} runtime tokens exceed pack_size={pack_size}")
+    scan.lowest, scan.highest, scan.loss_on_end = lowest, highest, loss_on_end
+    return scan
 
+
+def _statistics(scan: _Scan, runtime: Any, rows: int, pack_size: int) -> tuple[dict[str, Any], Any, Any]:
+    """The report's statistics of a scan (and the physical segment lengths and per-row counts)."""
+    import numpy as np
+
+    phys_all, logical_all, seg_counts = scan.phys_all, scan.logical_all, scan.seg_counts
+    lowest, highest, loss_on_end = scan.lowest, scan.highest, scan.loss_on_end
     phys = np.concatenate(phys_all) if phys_all else np.zeros(0, np.int64)
     logical = np.concatenate(logical_all) if logical_all else np.zeros(0, np.int64)
     counts = np.asarray(seg_counts, dtype=np.int64)
-    rows = len(reader)
     slots = rows * pack_size
     inferred = int(np.gcd.reduce(phys)) if phys.size else 0
-    fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
     hist = {int(k): int(v) for k, v in zip(*np.unique(counts, return_counts=True))} if counts.size else {}
     stats = {
         "rows": rows,
@@ -193,32 +254,9 @@ def inspect_packed_dataset(
         "loss_on_segment_end": loss_on_end,
         "segment_length": {"max": int(phys.max()) if phys.size else 0,
                            "sum_of_squares": int(np.square(phys).sum()) if phys.size else 0},
-        "bridge_metadata": _bridge_metadata(runtime, counts, int(pack_size), phys),
+        "bridge_metadata": _bridge_metadata(runtime, counts, pack_size, phys),
     }
-    settings = {
-        "pack_size": int(pack_size),
-        "pad_seq_to_mult": opts.get("pad_seq_to_mult"),
-        "eos_id": eos_id,
-        "vocab_size": vocab,
-        "from_manifest": manifest is not None,
-        "fingerprint": (manifest or {}).get("fingerprint"),
-    }
-    if manifest is not None:
-        _check_manifest(manifest, reader.paths, per_file, shape, issues)
-    topo_out = None
-    if topo is not None:
-        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
-    report = InspectReport(
-        path=str(path),
-        files=[str(p) for p in reader.paths],
-        ok=issues.count == 0,
-        issues=issues.items,
-        issue_count=issues.count,
-        stats=stats,
-        settings=settings,
-        topology=topo_out,
-    )
-    return report.attach(manifest=manifest)
+    return stats, phys, counts
 
 
 def _bridge_metadata(row_fill: np.ndarray, counts: np.ndarray, pack_size: int, phys: np.ndarray) -> dict[str, Any] | None:
@@ -268,7 +306,7 @@ def _check_manifest(
 ) -> None:
     """Every split whose file was read: row and sample counts, the accounting, size and SHA-256; the metadata
     file against the packs."""
-    from seqpack.io.files import file_record
+    from seqpack.io.ownership import file_record
 
     by_name = {os.path.basename(str(p)): k for k, p in enumerate(paths)}
     records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}

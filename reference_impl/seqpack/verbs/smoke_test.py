@@ -17,7 +17,7 @@ from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_option
 from seqpack.verbs.validation import config_source, config_text_option, overrides_option
 
 if TYPE_CHECKING:  # the smoke test's modules load when it runs (the CLI's start stays light)
-    from seqpack.smoke.run import SmokeReport
+    from seqpack.smoke.report import SmokeReport
 
 __all__ = ["SMOKE", "SmokeOptions", "SmokeRun", "render_smoke", "smoke", "smoke_cli", "smoke_paths"]
 
@@ -185,7 +185,7 @@ SMOKE = Verb(
     help="run the packing smoke test on the embedded demo data (or your config/data) and report each check",
     tools=(Tool(
         "run_packing_smoke_test", title="Run the packing smoke test (packed == unpacked, CP=2 == CP=1)", job=True,
-        time_limit=(300.0, MAX_SMOKE_SECONDS), progress=True, adjust=_cp_timeout, result="seqpack.smoke.run:SmokeReport",
+        time_limit=(300.0, MAX_SMOKE_SECONDS), progress=True, adjust=_cp_timeout, result="seqpack.smoke.report:SmokeReport",
         description="""Build real batches through a packing path, read their boundaries as Megatron-Core PackedSeqParams
 fields, run a tiny float64 GPT forward and backward, and report each check as passed, failed or
 skipped (with the reason), with numbers: packed outputs, losses and gradients equal the unpacked

@@ -40,7 +40,7 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     391
     """
     from seqpack.data.vlm.vision import smart_resize, vision_spec
-    from seqpack.data.vlm.inputs import check_image_size
+    from seqpack.data.vlm.images import check_image_size
 
     check_options(options)
     h, w, frames = options.height, options.width, options.frames

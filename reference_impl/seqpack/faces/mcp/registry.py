@@ -33,7 +33,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
-from seqpack.io import files
+from seqpack.io import confine
 from seqpack.core.errors import SeqpackError, is_foreign_panic
 from seqpack.core.extras import install_hint, missing_extra_error, require_extra
 from seqpack.faces.mcp.errors import error_result, log
@@ -149,7 +149,7 @@ def _confinement(args: tuple[Any, ...], kwargs: dict[str, Any]) -> contextlib.Ab
         if isinstance(value, Context):
             roots = getattr(getattr(value, "mcp_server", None), "seqpack_roots", None)
             if isinstance(roots, AllowedRoots):
-                return files.confined_to(roots.roots)
+                return confine.confined_to(roots.roots)
     return contextlib.nullcontext()
 
 

@@ -3,7 +3,7 @@
 Relative paths are taken relative to the first root. This module checks the arguments a tool
 receives, naming the argument; every path the work then opens or writes, the arguments and the
 paths found inside files alike (blend sources, image paths in rows, tokenizer files, caches), is
-confined again by the file-access layer (:mod:`seqpack.io.files`), which the tool registry
+confined again by the file-access layer (:mod:`seqpack.io`), which the tool registry
 installs with these roots for every call, and checks what an opened descriptor really is.
 """
 
