@@ -124,3 +124,60 @@ def test_gathering_does_not_depend_on_the_order_jobs_come_back_in(tmp_path):
     a_acc, a_idx = gather_split(stream, done, np.dtype("<u2"))
     b_acc, b_idx = gather_split(stream, shuffled, np.dtype("<u2"))
     assert a_acc.to_dict() == b_acc.to_dict() and np.array_equal(a_idx.length, b_idx.length)
+
+
+# ------------------------------------------------------------------------------------------------
+# The faces: the CLI and the MCP tool carry the declared options
+# ------------------------------------------------------------------------------------------------
+
+
+def test_cli_shard_scope_gap_column_and_max_gap(tmp_path, capsys):
+    import importlib.util
+
+    from seqpack.faces.cli import main
+
+    base = ["pack", str(PC), "--pack-size", "8192", "--pad-seq-to-mult", "8", "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--bin-scope", "shard", "--shard-rows", "1024"]) == 0
+    text = capsys.readouterr().out
+    assert "gap" in text.splitlines()[1] and "%" in text.splitlines()[3]
+    assert main([*base, "--out", str(tmp_path / "b"), "--bin-scope", "shard", "--shard-rows", "1024",
+                 "--max-gap", "0.00001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "above the lower bound" in err and "--shard-rows" in err
+    assert not any((tmp_path / "b").iterdir())
+    assert main([*base, "--out", str(tmp_path / "c"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["splits"]["training"]["gap"]["gap"] >= 0
+    if importlib.util.find_spec("ray") is None:  # this venv: the ray extra is named, nothing is written
+        assert main([*base, "--out", str(tmp_path / "d"), "--engine", "ray"]) == 2
+        assert "pip install 'seqpack[ray]'" in capsys.readouterr().err
+        assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_mcp_pack_dataset_takes_the_scope_and_a_datasets_folder(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from mcp import Client
+
+    from seqpack.faces.mcp.server import build_server
+
+    rows = [json.loads(line) for line in PC.read_text().splitlines()]
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
+    async with Client(build_server([tmp_path])) as client:
+        result = await client.call_tool("pack_dataset", {
+            "input_path": "ds", "output_dir": "packs", "pack_size": 8192, "pad_seq_to_mult": 8,
+            "bin_scope": "shard", "shard_rows": 1024, "max_gap": 0.05})
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content or json.loads(result.content[0].text)
+        assert data["splits"]["training"]["gap"]["packs"] == data["splits"]["training"]["packs"]
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        refused = await client.call_tool("pack_dataset", {"input_path": "plain", "output_dir": "packs2",
+                                                          "pack_size": 8192})
+        assert refused.is_error and "datasets folder" in refused.content[0].text
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

@@ -161,3 +161,14 @@ def test_engine_ray_and_torchrun_are_exclusive(tmp_path):
         _pack(demo_path("prompt_completion"), tmp_path / "o", "ray", distributed=True)
     with pytest.raises(UsageError, match="unknown engine"):
         _pack(demo_path("prompt_completion"), tmp_path / "o", "spark")
+
+
+def test_the_cli_packs_with_ray(ray_cluster, tmp_path, capsys):
+    from seqpack.faces.cli import main
+
+    base = ["pack", str(demo_path("chat")), "--pack-size", "2048", "--cp", "2", "--no-progress", "--json"]
+    assert main([*base, "--out", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main([*base, "--out", str(tmp_path / "ray"), "--engine", "ray"]) == 0
+    ray = json.loads(capsys.readouterr().out)
+    _same_dir(Path(local["root"]), Path(ray["root"]))
