@@ -17,33 +17,11 @@ from seqpack_evals import claims
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for, facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, yes_no_field
-from seqpack_evals.tasks import Forbidden
 from seqpack_evals.vocab import rule_ids_field
 
 #: The max_pixels the screenshot task states (seqpack's qwen2_5_vl preset: 1280 x 28 x 28).
 MAX_PIXELS_STATED = 1280 * 28 * 28
 TOKENS_ALIASES = (r"(?:image|visual|vision) tokens?", r"\btokens? (?:per|for each|for the) (?:image|screenshot|picture)")
-
-
-def continues_across_samples() -> Forbidden:
-    """The claim that position ids keep counting from the previous packed sample."""
-    return Forbidden(
-        r"re:(?:position[ _]ids?|M-?RoPE(?: ids?)?|rope (?:index|ids?))[^.\n]{0,40}?(?:continue|carry over|keep "
-        r"counting|run on) (?:from|across|over) (?:the )?(?:previous|first|earlier|preceding) (?:sample|sequence)",
-        "says M-RoPE position ids continue from the previous sample of the packed row",
-        "In the packed row the M-RoPE position ids continue from the previous sample, so the second image starts "
-        "at 40.",
-    )
-
-
-def truncate_images() -> Forbidden:
-    """Advice to cut a VLM sample to fit (its image tokens would lose their patches)."""
-    return Forbidden(
-        r"re:(?:truncate|cut|trim)\s+(?:the\s+)?(?:sample|sequence|row|prompt)s?[^.\n]{0,40}?(?:to fit|so (?:it|they) "
-        r"fits?)|(?:truncation|truncate)\s*(?:=|:|to)?\s*['\"]?(?:right|left)\b",
-        "recommends truncating VLM samples to fit (image tokens would be separated from their patches)",
-        "Set truncation to right so the samples fit the sequence length.",
-    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -92,7 +70,7 @@ def _token_tasks(ctx: GenContext) -> None:
                       [r"(?:does ?n[o']t|won'?t|will not|cannot|can't) (?:fit|hold)", r"\btoo (?:long|many)\b",
                        r"\bexceeds?\b"],
                       anywhere=True, says=f"a conversation fits {seq} tokens")],
-        [truncate_images(), claims.skip_verification()],
+        [claims.claim("truncate_images"), claims.skip_verification()],
         assertions=["Counts the screenshots after the processor's max_pixels downscale, not at full resolution"],
         script="seqpack image-tokens",
         command=["image-tokens", "--height", "1080", "--width", "1920", "--vision", "qwen2_5_vl"],
@@ -203,7 +181,7 @@ def _packed_task(ctx: GenContext) -> None:
          yes_no_field("restart", True, [r"\brestart", r"\b(?:start|begin)s? (?:again )?at \(?0"],
                       [r"(?:do(?:es)?n[o']t|never) restart", r"continue from"], anywhere=True,
                       says="sample B's M-RoPE ids restart")],
-        [continues_across_samples()] + claims.path_claims(["in_batch", "context_parallel"]),
+        [claims.claim("continues_across_samples")] + claims.path_claims(["in_batch", "context_parallel"]),
         assertions=["Pads each sample (image tokens included) to 2*CP before placing the next"],
         script="seqpack mrope", command=["mrope", layout, "--pad-seq-to-mult", str(al.pad_seq_to_mult)],
         paths=["in_batch", "context_parallel"], topics=["vlm", "alignment"], truth=r.to_dict(),
@@ -305,7 +283,7 @@ def _context_tasks(ctx: GenContext) -> None:
         [int_field("image_tokens", first.vision_tokens, r"image tokens?", r"visual tokens?", says="image tokens"),
          int_field("visual_items", first.images + first.videos, r"images and videos", says="images + videos"),
          int_field("row_width", first.width, r"\bwidth\b", r"\bwide\b", says="THD row width")],
-        [truncate_images()] + claims.path_claims(["in_batch", "context_parallel"]),
+        [claims.claim("truncate_images")] + claims.path_claims(["in_batch", "context_parallel"]),
         script="seqpack batches",
         command=["batches", "vlm.jsonl", "--seq-length", "1024", "--cp", "2", "--num-batches", "1", "--vision",
                  "qwen2_vl"],
@@ -329,7 +307,7 @@ def _context_tasks(ctx: GenContext) -> None:
          choice_field("pack_length", str(p.recommended_pack_len),
                       {"256": (r"(?<!\d)256(?!\d)",), "512": (r"(?<!\d)512(?!\d)",)},
                       r"pack[_ ]len(?:gth)?", r"recommend(?:ed|s)?", says="recommended pack length")],
-        [truncate_images()] + claims.path_claims(["context_parallel"]),
+        [claims.claim("truncate_images")] + claims.path_claims(["context_parallel"]),
         script="seqpack plan",
         command=["plan", "--jsonl", "vlm.jsonl", "--candidates", "256,512", "--token-slots", "2048", "--cp", "2",
                  "--vision", "qwen2_vl"],
