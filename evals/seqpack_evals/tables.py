@@ -87,6 +87,8 @@ def entry(data: Any, where: str, required: tuple[str, ...], optional: tuple[str,
     if missing or unknown:
         parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"unknown {', '.join(map(str, unknown))}"] if unknown else [])
+        if any(isinstance(k, bool) for k in unknown):
+            parts.append("quote yes/no/on/off/true/false used as names")
         raise UsageError(f"{where}: {'; '.join(parts)} (allowed: {', '.join(required + optional)})", field=where)
     return data
 
@@ -142,7 +144,8 @@ _KINDS: dict[str, tuple[tuple[str, ...], Callable[..., AnswerField]]] = {
 
 
 def field_from_spec(spec: Any, where: str, **given: Any) -> AnswerField:
-    """The answer field a spec describes; ``given`` supplies what the code computes (``value``, ``says``)."""
+    """The answer field a spec describes; ``given`` supplies what the code computes (``value``; for a reusable
+    field also its ``name``, ``aliases`` or ``says``) and overrides the spec."""
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: a field spec must be a mapping, got {type(spec).__name__}", field=where)
     kinds = [k for k in spec if k in _KINDS]
@@ -151,8 +154,8 @@ def field_from_spec(spec: Any, where: str, **given: Any) -> AnswerField:
                          f"{', '.join(kinds) or 'none'})", field=where)
     kind = kinds[0]
     extra, build = _KINDS[kind]
+    name = given.pop("name", spec[kind])
     spec = {**entry(spec, where, (kind,), _COMMON + extra), **given}
-    name = spec[kind]
     where = f"{where}: field {name}"
     if "value" not in spec:
         raise UsageError(f"{where}: no value (the table or the code must give one)", field=where)
@@ -166,12 +169,12 @@ def field_from_spec(spec: Any, where: str, **given: Any) -> AnswerField:
     return build(name, spec["value"], *aliases, **args)
 
 
-def named_field(name: str, **given: Any) -> AnswerField:
-    """The reusable answer field ``name`` of ``vocabulary.yaml`` (``fields``), with the code's ``value``."""
+def named_field(key: str, /, **given: Any) -> AnswerField:
+    """The reusable answer field ``key`` of ``vocabulary.yaml`` (``fields``), with the code's ``value``."""
     specs = table("vocabulary", "fields")
-    if name not in specs:
-        raise UsageError(f"vocabulary.yaml: no field {name!r} in fields", field=name)
-    return field_from_spec(specs[name], f"vocabulary.yaml: fields: {name}", **given)
+    if key not in specs:
+        raise UsageError(f"vocabulary.yaml: no field {key!r} in fields", field=key)
+    return field_from_spec(specs[key], f"vocabulary.yaml: fields: {key}", **given)
 
 
 __all__ = ["data_dir", "entry", "field_from_spec", "fill", "named_field", "patterns", "strings", "table"]

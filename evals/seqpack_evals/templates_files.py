@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from seqpack.core.alignment import derive_alignment, round_up
 from seqpack.core.errors import SeqpackError, UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, paths_of
 from seqpack_evals.capture import capture_cli
 from seqpack_evals.facts import facts_for, merge
@@ -88,16 +88,12 @@ def _workdir_with(ctx: GenContext, name: str, files: dict[str, Path | str]) -> P
 
 def dp_field(dp: int) -> AnswerField:
     """The data-parallel size."""
-    return int_field("data_parallel_size", dp, r"\bDP\b", r"data[- ]parallel(?: size)?", says="data-parallel size")
+    return tables.named_field("data_parallel_size", value=dp)
 
 
 def valid_field(ok: bool) -> AnswerField:
     """Whether the validator accepts the config."""
-    return yes_no_field(
-        "valid", ok,
-        [r"(?<!not )(?<!in)\bvalid\b(?! only)", r"\bpasses\b", r"\bno violations\b", r"\bis accepted\b"],
-        [r"\binvalid\b", r"\bnot valid\b", r"\brejected\b", r"\bwill fail\b", r"\bfails validation\b"],
-        anywhere=True, says="the config is valid")
+    return tables.named_field("valid", value=ok)
 
 
 def pad_field(value: int, name: str = "pad_seq_to_mult") -> AnswerField:
@@ -107,11 +103,8 @@ def pad_field(value: int, name: str = "pad_seq_to_mult") -> AnswerField:
 
 def usable_field(name: str, usable: bool, *aliases: str, says: str = "") -> AnswerField:
     """Whether packs can be used as they are (``usable`` / ``not usable``)."""
-    return choice_field(name, "usable" if usable else "not usable", {
-        "usable": (r"(?<!not )(?<!un)\busable\b", r"\bcan be used\b", r"\bworks?\b(?! only)"),
-        "not usable": (r"\bnot usable\b", r"\bunusable\b", r"\bcannot be used\b", r"\bcan't be used\b",
-                       r"\bnot compatible\b", r"\bincompatible\b"),
-    }, *aliases, says=says or name, hint="<usable | not usable>")
+    return tables.named_field("usable", name=name, value="usable" if usable else "not usable", aliases=list(aliases),
+                              says=says or name)
 
 
 def count_field(name: str, value: int, *nouns: str, says: str = "") -> AnswerField:
@@ -365,7 +358,7 @@ def _error_of(fn: Any) -> SeqpackError:
 
 def line_field(line: int) -> AnswerField:
     """The 1-based line of a data file."""
-    return int_field("line", line, r"\bline\b(?: number)?", r"train\.jsonl:", says="line of train.jsonl")
+    return tables.named_field("line", value=line)
 
 
 def _log_tasks(ctx: GenContext) -> None:
@@ -564,10 +557,7 @@ def _log_tasks(ctx: GenContext) -> None:
 
 def rebuild_field() -> AnswerField:
     """Whether the packs have to be rebuilt."""
-    return yes_no_field("rebuild_packs", True,
-                        [r"\bre-?pack", r"\brebuild", r"\bre-?build", r"\bregenerate", r"pack (?:it|them|the data) again"],
-                        [r"(?:keep|reuse) (?:the|these|your) packs", r"no need to re-?(?:pack|build)"],
-                        anywhere=True, says="the packs must be rebuilt")
+    return tables.named_field("rebuild_packs", value=True)
 
 
 def _cp_partition_task(ctx: GenContext, packs: Path) -> None:
@@ -627,10 +617,7 @@ def stats_fields(s: dict[str, Any], *, intact: bool | None = None) -> list[Answe
                   says="most sequences in one pack"),
     ]
     if intact is not None:
-        out.append(yes_no_field("intact", intact,
-                                [r"\bintact\b", r"no integrity (?:issues|problems|errors)", r"found nothing wrong"],
-                                [r"\bcorrupt\w*", r"\bdamaged\b", r"integrity (?:issues|problems|errors) found"],
-                                anywhere=True, says="the data is intact"))
+        out.append(tables.named_field("intact", value=intact))
     return out
 
 

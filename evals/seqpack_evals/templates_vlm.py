@@ -17,11 +17,11 @@ from seqpack_evals import claims
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for, facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, yes_no_field
-from seqpack_evals.vocab import rule_ids_field
+from seqpack_evals.vocab import quantity_aliases, rule_ids_field
 
 #: The max_pixels the screenshot task states (seqpack's qwen2_5_vl preset: 1280 x 28 x 28).
 MAX_PIXELS_STATED = 1280 * 28 * 28
-TOKENS_ALIASES = (r"(?:image|visual|vision) tokens?", r"\btokens? (?:per|for each|for the) (?:image|screenshot|picture)")
+TOKENS_ALIASES = quantity_aliases("image_tokens")
 
 
 # ------------------------------------------------------------------------------------------------
