@@ -2,8 +2,8 @@
 
 Every value comes from the code: ``validate_config`` (the ``moe`` rule family and the report's
 ``moe_dispatch``), ``plan`` with an MoE dispatcher, the reference model's MTP roll
-(:mod:`seqpack.training.mtp`). Two near-miss negatives ask MoE
-questions that have nothing to do with packing.
+(:mod:`seqpack.training.mtp`). Two near-miss negatives ask MoE questions that have nothing to do
+with packing (``evals/data/near_miss.yaml``, section ``moe``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, literal, percent_field, yes_no_field
 from seqpack_evals.render import config_yaml
-from seqpack_evals.templates_near_miss import NOT_TRIGGERED, pick
+from seqpack_evals.templates_near_miss import add_table
 from seqpack_evals.vocab import rule_ids_field
 
 TOPIC = "moe_mtp"
@@ -283,33 +283,6 @@ def _energon_mtp_task(ctx: GenContext) -> None:
     ))
 
 
-#: MoE questions that share words with this skill but are not about sequence packing.
-NEAR_MISSES: tuple[tuple[str, str, str, Any], ...] = (
-    ("nm-moe-topk-routing",
-     "In a Mixtral-style mixture-of-experts layer, how many experts does each token's output combine, and how are "
-     "their outputs weighted?",
-     "Mixtral routes each token to its top 2 of 8 experts and sums their outputs weighted by the softmax of the two "
-     "selected router logits.",
-     (pick("weighting", "softmax over the selected experts", {
-         "softmax over the selected experts": (r"softmax (?:of|over) (?:the )?(?:two |2 |top[- ]?(?:2|k) )?"
-                                               r"(?:selected|chosen|top)",),
-         "equal weights": (r"equal(?:ly)? weight",),
-         "sum without weights": (r"plain sum|unweighted",)}, says="how the expert outputs are weighted"),
-      int_field("experts_per_token", 2, r"top[- ]?", r"experts per token", says="experts each token uses"))),
-    ("nm-moe-ep-memory",
-     "We train a 64-expert MoE on 8 GPUs with expert parallelism 8. How many experts' weights does each GPU hold?",
-     "With EP=8 the 64 experts are split evenly: each GPU holds 64 / 8 = 8 experts.",
-     (int_field("experts_per_gpu", 8, r"experts per (?:GPU|rank)", r"each (?:GPU|rank) holds", says="experts per GPU"),)),
-)
-
-
-def _near_miss_tasks(ctx: GenContext) -> None:
-    for task_id, prompt, answer, fields in NEAR_MISSES:
-        ctx.add(make_task(task_id, "near_miss", prompt, answer, fields, claims.skill_only(),
-                          assertions=[NOT_TRIGGERED], topics=["negative"],
-                          source={"kind": "general", "library": "mixture of experts"}))
-
-
 def build(ctx: GenContext) -> None:
     """Add the MoE / MTP tasks to ``ctx``."""
     _dispatch_width_task(ctx)
@@ -318,7 +291,7 @@ def build(ctx: GenContext) -> None:
     _mtp_alignment_roll_task(ctx)
     _plan_task(ctx)
     _energon_mtp_task(ctx)
-    _near_miss_tasks(ctx)
+    add_table(ctx, "moe")  # near misses: MoE questions that are not about packing
 
 
-__all__ = ["NEAR_MISSES", "SCENARIOS", "build", "mtp_target_counts"]
+__all__ = ["SCENARIOS", "build", "mtp_target_counts"]
