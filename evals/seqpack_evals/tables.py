@@ -78,8 +78,10 @@ def table(name: str, key: str, kind: type = dict, *, folder: Path | None = None)
     return value
 
 
-def entry(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``data`` as a mapping with every ``required`` key and no key outside ``required + optional``."""
+def entry(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = (),
+          types: Mapping[str, type | tuple[type, ...]] | None = None) -> dict[str, Any]:
+    """``data`` as a mapping with every ``required`` key, no key outside ``required + optional``, and the values
+    ``types`` names of those types (an ``int`` is never a ``bool``)."""
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a mapping, got {type(data).__name__}", field=where)
     missing = [k for k in required if k not in data]
@@ -90,7 +92,23 @@ def entry(data: Any, where: str, required: tuple[str, ...], optional: tuple[str,
         if any(isinstance(k, bool) for k in unknown):
             parts.append("quote yes/no/on/off/true/false used as names")
         raise UsageError(f"{where}: {'; '.join(parts)} (allowed: {', '.join(required + optional)})", field=where)
+    for key, kind in (types or {}).items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind))):
+            names = ", ".join(k.__name__ for k in _tuple(kind))
+            raise UsageError(f"{where}: {key} must be {names}, got {value!r}", field=key)
     return data
+
+
+def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def rows(name: str, key: str, required: tuple[str, ...], optional: tuple[str, ...] = (),
+         types: Mapping[str, type | tuple[type, ...]] | None = None) -> list[dict[str, Any]]:
+    """The entries of list table ``key`` of ``<name>.yaml``, each checked with :func:`entry`."""
+    return [entry(item, f"{name}.yaml: {key}[{i}]", required, optional, types)
+            for i, item in enumerate(table(name, key, list))]
 
 
 def strings(data: Any, where: str) -> tuple[str, ...]:
@@ -177,4 +195,4 @@ def named_field(key: str, /, **given: Any) -> AnswerField:
     return field_from_spec(specs[key], f"vocabulary.yaml: fields: {key}", **given)
 
 
-__all__ = ["data_dir", "entry", "field_from_spec", "fill", "named_field", "patterns", "strings", "table"]
+__all__ = ["data_dir", "entry", "field_from_spec", "fill", "named_field", "patterns", "rows", "strings", "table"]

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from seqpack.config.rules import RULES_BY_ID
 from seqpack.core.errors import UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, literal, percent_field, yes_no_field
@@ -64,46 +64,6 @@ def _dispatch_width_task(ctx: GenContext) -> None:
     ))
 
 
-#: (slug, story, overrides, rules the task grades)
-SCENARIOS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("moe-chunk-width-8100",
-     "Our MoE recipe concatenates SFT samples ahead of time into fixed 8100-token rows (pad_to_max_length on) and "
-     "dispatches with HybridEP on 8 expert-parallel ranks. Is that row width a problem, and what should we change?",
-     (*_offline(8100), *HYBRIDEP, "model.expert_model_parallel_size=8", "dist.world_size=8"),
-     ("MOE-HYBRIDEP-CHUNK-WIDTH",)),
-    ("moe-allgather-ep4-in-batch",
-     "We concatenate 4 SFT samples per micro-batch into one row at collate time (single dataloader) for a "
-     "64-expert model with the allgather token dispatcher on 4 expert-parallel ranks. Will the dispatcher cope "
-     "with rows whose width changes from batch to batch?",
-     ("dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single", "train.micro_batch_size=4",
-      "model.num_moe_experts=64", "model.moe_token_dispatcher_type=allgather", "model.expert_model_parallel_size=4",
-      "dist.world_size=4"),
-     ("MOE-ALLGATHER-EQUAL-WIDTH",)),
-    ("moe-capacity-offline",
-     "A DeepSeek-style MoE fine-tune concatenates SFT samples offline into 4096-token rows and sets "
-     "moe_expert_capacity_factor 1.25 (token dropping). Anything we should know before launching?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
-      "model.seq_length=4096", "model.num_moe_experts=64", "model.moe_expert_capacity_factor=1.25"),
-     ("MOE-CAPACITY-PACKING",)),
-    ("mtp-offline-cp2",
-     "We fine-tune a model with one multi-token-prediction layer on SFT samples concatenated offline into "
-     "8192-token rows, with context parallelism 2 (pad_seq_to_mult 4, per-token loss). Does the MTP loss come "
-     "out right?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=8192",
-      "model.seq_length=8192", "model.mtp_num_layers=1", "model.context_parallel_size=2",
-      "model.calculate_per_token_loss=true", "dataset.offline_packing_specs.pad_seq_to_mult=4", "dist.world_size=2"),
-     ("MTP-PACKED-ALIGNMENT-ROLL",)),
-    ("offline-pp2-variable-width",
-     "We concatenate SFT samples offline into rows of at most 4096 tokens, load them one micro-batch at a time "
-     "(single dataloader), train with pipeline parallelism 2 and left pad_to_max_length off so every row stays "
-     "as short as its contents. What breaks?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
-      "model.seq_length=4096", "model.pipeline_model_parallel_size=2", "dist.world_size=2",
-      "dataset.dataloader_type=single"),
-     ("PACK-PP-VARIABLE-SHAPES",)),
-)
-
-
 def _as_mapping(overrides: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` overrides as the dotted mapping ``config_yaml`` takes (values read as YAML scalars)."""
     import yaml
@@ -112,7 +72,10 @@ def _as_mapping(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def _scenario_tasks(ctx: GenContext) -> None:
-    for slug, story, overrides, graded in SCENARIOS:
+    for r in tables.rows("moe", "scenarios", ("slug", "story", "overrides", "graded")):
+        slug, story = r["slug"], r["story"]
+        overrides = tables.strings(r["overrides"], f"moe.yaml: scenarios: {slug}: overrides")
+        graded = tables.strings(r["graded"], f"moe.yaml: scenarios: {slug}: graded")
         text = config_yaml(_as_mapping(overrides))
         report = ctx.validate(text)
         fired = report.rule_ids
@@ -294,4 +257,4 @@ def build(ctx: GenContext) -> None:
     add_table(ctx, "moe")  # near misses: MoE questions that are not about packing
 
 
-__all__ = ["SCENARIOS", "build", "mtp_target_counts"]
+__all__ = ["build", "mtp_target_counts"]

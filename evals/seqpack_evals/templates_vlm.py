@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for, facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, yes_no_field
@@ -192,31 +192,10 @@ def _packed_task(ctx: GenContext) -> None:
 # Rules
 # ------------------------------------------------------------------------------------------------
 
-RULE_RUNS: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
-    ("explicit-vlm-energon-vision-graphs", "explicit",
-     "Run the seqpack validator on this Qwen-VL Energon online packing setup and list the rules that fire: "
-     "dataset.kind=energon, packing_buffer_size=16, per-token loss on, and model.vision_cuda_graph_impl="
-     "transformer_engine to speed up the vision tower.",
-     ("dataset.kind=energon", "dataset.packing_buffer_size=16", "model.calculate_per_token_loss=true",
-      "model.vision_cuda_graph_impl=transformer_engine"), "PACK-ENERGON-NO-CUDA-GRAPHS"),
-    ("implicit-vlm-ep-overlap", "implicit",
-     "Our collator concatenates the 4 VLM conversations of each micro-batch into one row (mock VLM data, "
-     "dataset.enable_in_batch_packing on, single dataloader), and we turned on MoE expert-parallel communication "
-     "overlap for speed. Anything wrong with that combination?",
-     ("dataset.kind=mock_vlm", "dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single",
-      "train.micro_batch_size=4", "model.overlap_moe_expert_parallel_comm=true"), "VLM-IN-BATCH-EP-OVERLAP"),
-    ("implicit-vlm-vision-graph-budget", "implicit",
-     "Qwen-VL style SFT that concatenates each micro-batch's 4 conversations into one row (mock VLM data, "
-     "dataset.enable_in_batch_packing on, single dataloader) with Transformer Engine CUDA graphs on the vision "
-     "tower. We left max_vision_cuda_graph_seq_length unset. Is there a risk?",
-     ("dataset.kind=mock_vlm", "dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single",
-      "train.micro_batch_size=4", "model.vision_cuda_graph_impl=transformer_engine"),
-     "VLM-VISION-GRAPH-PATCH-BUDGET"),
-)
-
-
 def _rule_tasks(ctx: GenContext) -> None:
-    for task_id, bucket, prompt, overrides, rule_id in RULE_RUNS:
+    for r in tables.rows("vlm", "rule_runs", ("id", "bucket", "prompt", "overrides", "rule")):
+        task_id, bucket, prompt, rule_id = r["id"], r["bucket"], r["prompt"], r["rule"]
+        overrides = tables.strings(r["overrides"], f"vlm.yaml: rule_runs: {task_id}: overrides")
         report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id) + facts_for(report))
         paths = paths_of(report)
