@@ -6,7 +6,8 @@ report's resolved values (DP, alignment, ...) into :class:`Fact` objects: answer
 to set, the multiple to respect, ...), the sentence of the reference answer that gives them, and
 the dangerous advice to forbid. Values come from the report, never from this file; the rule's own
 ``fixed`` example is used only where it is the one correct value (``micro_batch_size=1``, a
-boolean, an enum).
+boolean, an enum). Those one-key fixes are a table (``evals/data/facts.yaml``); the rules whose facts
+need the report's numbers are functions here.
 
 :func:`facts_for` raises when a task's config fires a rule without an entry here, so adding a
 task can never silently skip grading one of its findings.
@@ -21,7 +22,7 @@ from typing import Any, Callable
 from seqpack.config.rules import RULES_BY_ID
 from seqpack.config.validate import Finding, ValidationReport
 from seqpack.core.errors import UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.fields import AnswerField, choice_field, int_field, literal, yes_no_field
 from seqpack_evals.tasks import Forbidden
 from seqpack_evals.vocab import config_field, multiple_field, supported_field, words
@@ -335,21 +336,19 @@ def _mtp_roll(f: Finding, r: ValidationReport) -> list[Fact]:
         "alignment at 1, use a Megatron-Core with the fix, or turn MTP off.")]
 
 
-FACTS: dict[str, FactFn] = {
+#: Rules whose facts need the report's numbers or words of their own (the one-key fixes are in facts.yaml).
+_CODE_FACTS: dict[str, FactFn] = {
     "TOPO-WORLD-DIVISIBLE": _world,
     "BATCH-GBS-DIVISIBLE": _gbs,
     "BATCH-EVAL-GBS-DIVISIBLE": _gbs_eval,
     "SEQ-LENGTH-MATCH": _seq_match,
     "CP-SEQ-DIVISIBLE": _cp_seq,
-    "CP-FT-PER-TOKEN-LOSS": _set("CP-FT-PER-TOKEN-LOSS", "model.calculate_per_token_loss", (False,)),
-    "CP-FT-AVG-COLLECTIVE": _set("CP-FT-AVG-COLLECTIVE", "ddp.average_in_collective", (True,)),
     "ALIGN-SEQ-LENGTH": _align_seq,
     "CP-EVAL-DECENTRALIZED": _eval_cp,
     "PACK-OFFLINE-SPECS-REQUIRED": lambda f, r: [Fact(
         (int_field("dataset.offline_packing_specs.packed_sequence_size", r.resolved["seq_length"],
                    says="packed_sequence_size to set"),),
         f"Set dataset.offline_packing_specs.packed_sequence_size={r.resolved['seq_length']} (the seq_length).")],
-    "PACK-OFFLINE-ENABLE-REQUIRED": _set("PACK-OFFLINE-ENABLE-REQUIRED", "dataset.enable_offline_packing"),
     "PACK-OFFLINE-PAD-MULT-POSITIVE": lambda f, r: [Fact(
         (config_field(PAD, r.resolved["pad_seq_to_mult"], says="pad_seq_to_mult to set"),),
         f"Set {PAD}={r.resolved['pad_seq_to_mult']} (a positive multiple derived from the topology).")],
@@ -381,46 +380,19 @@ FACTS: dict[str, FactFn] = {
     "PACK-OFFLINE-WIDTH-ALIGNED": lambda f, r: [_multiple(
         "pack_size_multiple", r"(?:packed[_ ]sequence[_ ]size|pack[_ ]size)", "packed_sequence_size",
         r.resolved["pad_seq_to_mult"])],
-    "PACK-OFFLINE-WIDTH-ROUNDING": _set("PACK-OFFLINE-WIDTH-ROUNDING", "dataset.dataset_kwargs.pad_to_max_length"),
-    "PACK-OFFLINE-PAD-CU-FIXED-WIDTH": _set("PACK-OFFLINE-PAD-CU-FIXED-WIDTH",
-                                            "dataset.dataset_kwargs.pad_to_max_length", (False,)),
     "PACK-OFFLINE-PAD-CU-METADATA": _pad_cu_metadata,
-    "PACK-CUDA-GRAPH-FIXED-WIDTH": _set("PACK-CUDA-GRAPH-FIXED-WIDTH", "dataset.dataset_kwargs.pad_to_max_length",
-                                        (False,)),
-    "PACK-CUDA-GRAPH-PAD-CU": _set("PACK-CUDA-GRAPH-PAD-CU", "dataset.offline_packing_specs.pad_cu_seqlens", (False,)),
-    "CUDA-GRAPH-NAN-CHECK": _set("CUDA-GRAPH-NAN-CHECK", "rerun_state_machine.check_for_nan_in_loss", (True,)),
     "PACK-EXCLUSIVE-OFFLINE-IN-BATCH": _exclusive,
     "PACK-EXCLUSIVE-ENERGON-IN-BATCH": _exclusive,
     "PACK-EXCLUSIVE-GLOBAL-BATCH": _exclusive,
-    "PACK-ENERGON-DEFER": _set("PACK-ENERGON-DEFER", "dataset.defer_in_batch_packing_to_step"),
     "PACK-IN-BATCH-MBS": _in_batch_mbs,
     "PACK-IN-BATCH-DATALOADER": _in_batch_loader,
     "PACK-IN-BATCH-DATASET-KIND": _in_batch_kind,
     "PACK-IN-BATCH-MULTIPLE-OVERRIDDEN": _overridden,
-    "PACK-IN-BATCH-DEFERRED": _set("PACK-IN-BATCH-DEFERRED", "dataset.defer_in_batch_packing_to_step"),
-    "PACK-ENERGON-MBS1": _set("PACK-ENERGON-MBS1", "train.micro_batch_size", (2, 4)),
-    "PACK-ENERGON-DATASET-MBS": _set("PACK-ENERGON-DATASET-MBS", "dataset.micro_batch_size"),
-    "PACK-ENERGON-PER-TOKEN-LOSS": _set("PACK-ENERGON-PER-TOKEN-LOSS", "model.calculate_per_token_loss", (False,)),
-    "PACK-ENERGON-AVG-COLLECTIVE": _set("PACK-ENERGON-AVG-COLLECTIVE", "ddp.average_in_collective", (True,)),
-    "PACK-ENERGON-NO-MTP": _set("PACK-ENERGON-NO-MTP", "model.mtp_num_layers"),
-    "PACK-ENERGON-NO-CUDA-GRAPHS": _set("PACK-ENERGON-NO-CUDA-GRAPHS", "model.vision_cuda_graph_impl"),
-    "PACK-ENERGON-NO-DISTTRAIN": _set("PACK-ENERGON-NO-DISTTRAIN", "model.qwen3_vl_disttrain"),
     "PACK-ENERGON-NO-PP": _pp1("PACK-ENERGON-NO-PP"),
-    "PACK-ENERGON-EP-OVERLAP": _set("PACK-ENERGON-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm"),
-    "MOE-EP-OVERLAP": _value("model.overlap_moe_expert_parallel_comm", False),
-    "VLM-IN-BATCH-EP-OVERLAP": _set("VLM-IN-BATCH-EP-OVERLAP", "model.overlap_moe_expert_parallel_comm", (True,)),
     "VLM-VISION-GRAPH-PATCH-BUDGET": _vision_graph_budget,
     "PACK-ENERGON-TASK-ENCODER": _energon_encoder,
-    "PACK-ENERGON-DATALOADER": _set("PACK-ENERGON-DATALOADER", "dataset.dataloader_type", ("single", "batch")),
     "PACK-FIXED-WIDTH-FORCED": _fixed_width_forced,
-    "PACK-GLOBAL-MBS1": _set("PACK-GLOBAL-MBS1", "train.micro_batch_size", (2, 4)),
-    "PACK-GLOBAL-PER-TOKEN-LOSS": _set("PACK-GLOBAL-PER-TOKEN-LOSS", "model.calculate_per_token_loss", (False,)),
-    "PACK-GLOBAL-AVG-COLLECTIVE": _set("PACK-GLOBAL-AVG-COLLECTIVE", "ddp.average_in_collective", (True,)),
-    "PACK-GLOBAL-NO-CUDA-GRAPHS": _set("PACK-GLOBAL-NO-CUDA-GRAPHS", "model.cuda_graph_impl"),
     "PACK-GLOBAL-NO-PP": _pp1("PACK-GLOBAL-NO-PP"),
-    "PACK-GLOBAL-NO-HYBRID": _set("PACK-GLOBAL-NO-HYBRID", "model.is_hybrid_model"),
-    "PACK-GLOBAL-NO-FSDP": _set("PACK-GLOBAL-NO-FSDP", "ddp.use_megatron_fsdp"),
-    "PACK-GLOBAL-UNPACKED-SAMPLES": _set("PACK-GLOBAL-UNPACKED-SAMPLES", "dataset.kind"),
     "PACK-GLOBAL-DATALOADER": _in_batch_loader,
     "PACK-GLOBAL-MAX-SEQLEN-REQUIRED": _global_capacity,
     "PACK-GLOBAL-CAPACITY": _global_capacity,
@@ -432,19 +404,31 @@ FACTS: dict[str, FactFn] = {
     "DATALOADER-NUM-EPOCHS": _num_epochs,
     "DATASET-KWARGS-MAX-NUM-SAMPLES": _kwargs_max,
     "HF-REWRITE-EXPLICIT-PATHS": _hf_rewrite,
-    "MOE-ALLGATHER-EQUAL-WIDTH": _set("MOE-ALLGATHER-EQUAL-WIDTH", "dataset.dataset_kwargs.pad_to_max_length", (False,)),
-    "MOE-HYBRIDEP-GRAPHS-FIXED-WIDTH": _set("MOE-HYBRIDEP-GRAPHS-FIXED-WIDTH",
-                                            "dataset.dataset_kwargs.pad_to_max_length", (False,)),
-    "MOE-HYBRIDEP-GRAPHS-PADDING": _set("MOE-HYBRIDEP-GRAPHS-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
-                                        (True,)),
-    "MOE-HYBRIDEP-UNEVEN-PADDING": _set("MOE-HYBRIDEP-UNEVEN-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
-                                        (False,)),
     "MOE-HYBRIDEP-CHUNK-WIDTH": _chunk_width,
     "MOE-CAPACITY-PACKING": _capacity,
     "MTP-PACKED-ALIGNMENT-ROLL": _mtp_roll,
-    "PACK-PP-VARIABLE-SHAPES": _set("PACK-PP-VARIABLE-SHAPES", "dataset.dataset_kwargs.pad_to_max_length", (False,)),
-    "MOE-ALLGATHER-PP-VARIABLE": _set("MOE-ALLGATHER-PP-VARIABLE", "model.moe_token_dispatcher_type", ("allgather",)),
 }
+
+
+def _table_facts() -> dict[str, FactFn]:
+    """The one-key fixes of ``facts.yaml``: the rule's own ``fixed`` value, or the value its message names."""
+    out: dict[str, FactFn] = {}
+    for rule_id, item in tables.table("facts", "fixed_value").items():
+        d = tables.entry(item, f"facts.yaml: fixed_value: {rule_id}", ("key",), ("wrong",), {"wrong": list})
+        if rule_id not in RULES_BY_ID or d["key"] not in RULES_BY_ID[rule_id].fixed:
+            raise UsageError(f"facts.yaml: fixed_value: {rule_id}: not a rule whose fixed example sets {d['key']}",
+                             field=rule_id)
+        out[rule_id] = _set(rule_id, d["key"], tuple(d.get("wrong", ())))
+    for rule_id, item in tables.table("facts", "stated_value").items():
+        d = tables.entry(item, f"facts.yaml: stated_value: {rule_id}", ("key", "value"))
+        out[rule_id] = _value(d["key"], d["value"])
+    both = sorted(set(out) & set(_CODE_FACTS))
+    if both:
+        raise UsageError(f"facts.yaml and facts.py both give facts for {', '.join(both)}", field=both[0])
+    return out
+
+
+FACTS: dict[str, FactFn] = {**_table_facts(), **_CODE_FACTS}
 
 
 def _finding_facts(finding: Finding, report: ValidationReport) -> list[Fact]:
