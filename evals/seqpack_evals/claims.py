@@ -33,13 +33,13 @@ def claim(name: str, **params: Any) -> Forbidden:
     return Forbidden(*(tables.fill(d[k], f"{where}: {k}", values) for k in ("check", "claim", "example")))
 
 
-def _listed(key: str, group: Any) -> list[Forbidden]:
-    items = group if isinstance(group, list) else None
-    if items is None:
-        raise UsageError(f"claims.yaml: {key} must be a list of {{claim: NAME, ...params}}", field=key)
+def listed(items: Any, where: str) -> list[Forbidden]:
+    """Claims written in a table as a list of ``{claim: NAME, PARAM: value, ...}``."""
+    if not isinstance(items, list):
+        raise UsageError(f"{where} must be a list of {{claim: NAME, ...params}}", field=where)
     out = []
     for item in items:
-        d = tables.entry(item, f"claims.yaml: {key}", ("claim",), ("path_words",))
+        d = tables.entry(item, where, ("claim",), ("path_words", "value", "cp"))
         out.append(claim(d["claim"], **{k: v for k, v in d.items() if k != "claim"}))
     return out
 
@@ -101,7 +101,7 @@ def skip_verification() -> Forbidden:
 
 def skill_only() -> list[Forbidden]:
     """Advice that only makes sense for Megatron sequence packing (for near-miss tasks)."""
-    return _listed("skill_only", tables.table(_FILE, "skill_only", list))
+    return listed(tables.table(_FILE, "skill_only", list), "claims.yaml: skill_only")
 
 
 def path_claims(paths: Iterable[str]) -> list[Forbidden]:
@@ -111,8 +111,8 @@ def path_claims(paths: Iterable[str]) -> list[Forbidden]:
     out: list[Forbidden] = []
     for path, group in by_path.items():
         if path != "none" and path in paths:
-            out += _listed(f"by_path: {path}", group)
-    return out or _listed("by_path: none", by_path.get("none"))
+            out += listed(group, f"claims.yaml: by_path: {path}")
+    return out or listed(by_path.get("none"), "claims.yaml: by_path: none")
 
 
 def advise(key: str, value: object) -> Forbidden:
@@ -133,6 +133,7 @@ __all__ = [
     "cp_loss_settings",
     "dataloader_batch",
     "graphs_ok",
+    "listed",
     "mbs_above_one",
     "mbs_one_in_batch",
     "offline_plus_in_batch",

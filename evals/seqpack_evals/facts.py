@@ -6,8 +6,8 @@ report's resolved values (DP, alignment, ...) into :class:`Fact` objects: answer
 to set, the multiple to respect, ...), the sentence of the reference answer that gives them, and
 the dangerous advice to forbid. Values come from the report, never from this file; the rule's own
 ``fixed`` example is used only where it is the one correct value (``micro_batch_size=1``, a
-boolean, an enum). Those one-key fixes are a table (``evals/data/facts.yaml``); the rules whose facts
-need the report's numbers are functions here.
+boolean, an enum). Those one-key fixes and the facts that need no number from the report are a table
+(``evals/data/facts.yaml``); the rules whose facts need the report's numbers are functions here.
 
 :func:`facts_for` raises when a task's config fires a rule without an entry here, so adding a
 task can never silently skip grading one of its findings.
@@ -140,40 +140,6 @@ def _offline_mbs1(f: Finding, r: ValidationReport) -> list[Fact]:
                  (claims.mbs_above_one("offline packing"),))]
 
 
-def _in_batch_mbs(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((yes_no_field(
-        "micro_batch_size_above_one", True,
-        [r"(?:micro[_ -]?batch[_ -]?size|\bMBS\b)[^.\n]{0,40}?(?:(?<!-)>\s?1\b|(?<!-)>=\s?2\b|at least (?:2|two)|2 or more|"
-         r"greater than (?:1|one)|more than (?:1|one)|larger than (?:1|one)|above (?:1|one))"],
-        [r"(?:micro[_ -]?batch[_ -]?size|\bMBS\b)[^.\n]{0,30}?(?:=|:|of|to|at)\s*(?:1|one)\b(?!\s*[.,]?\d)"
-         r"(?![^.\n]{0,12}(?:is|are) (?:rejected|refused|wrong|invalid))"],
-        anywhere=True, says="micro_batch_size must be above 1"),),
-        "In-batch packing needs train.micro_batch_size > 1 (for example 4): the rows of one micro-batch become "
-        "one packed row.", (claims.mbs_one_in_batch(),))]
-
-
-def _in_batch_loader(f: Finding, r: ValidationReport) -> list[Fact]:
-    field_ = choice_field("dataset.dataloader_type", "single or cyclic",
-                          {"single or cyclic": (literal("single"), literal("cyclic")), "batch": (literal("batch"),),
-                           "external": (literal("external"),)},
-                          r"data ?loader(?:[_ ]type)?", says="dataloader type to use", hint="<single | cyclic | batch | external>")
-    return [Fact((field_,), "Set dataset.dataloader_type=single (or cyclic); the batch loader would pack a whole "
-                            "global batch into one row.", (claims.dataloader_batch(),))]
-
-
-def _in_batch_kind(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("dataset.kind", "gpt_sft", says="dataset kind that supports it"),),
-                 "In-batch packing is for fine-tuning (SFT) datasets such as dataset.kind=gpt_sft; pretraining data "
-                 "is not packed this way.")]
-
-
-def _exclusive(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((int_field("packing_paths_enabled", 1, r"(?:enable|keep|use|turn on)\s+(?:only\s+)?",
-                            r"packing paths? (?:can|may) be (?:enabled|on)(?: at (?:a|one) time)?",
-                            r"(?:at most|only)", says="how many packing paths may be enabled at once"),),
-                 "The packing paths are mutually exclusive: keep only one packing path enabled.")]
-
-
 def _global_capacity(f: Finding, r: ValidationReport) -> list[Fact]:
     cp = r.resolved["alignment"]["cp"]
     need = math.ceil(r.resolved["seq_length"] / cp)
@@ -189,11 +155,6 @@ def _family_opt_out(f: Finding, r: ValidationReport) -> list[Fact]:
                  "train unpacked or use a path the family supports.")]
 
 
-def _family_caveat(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((supported_field("caveat"),), "This family has a documented caveat: verify with seqpack smoke "
-                                                "first.")]
-
-
 def _pp1(rule_id: str) -> FactFn:
     def fn(f: Finding, r: ValidationReport) -> list[Fact]:
         key = "model.pipeline_model_parallel_size"
@@ -204,69 +165,16 @@ def _pp1(rule_id: str) -> FactFn:
     return fn
 
 
-def _eval_cp(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("dist.use_decentralized_pg", True),),
-                 "A distinct eval CP only takes effect with dist.use_decentralized_pg=true (decentralized process "
-                 "groups).")]
-
-
 def _kwargs_max(f: Finding, r: ValidationReport) -> list[Fact]:
     value = f.fields.get("dataset.dataset_kwargs.max_num_samples")
     return [Fact((int_field("dataset.max_train_samples", value, says="max_train_samples to set"),),
                  f"Move the cap from dataset_kwargs.max_num_samples to dataset.max_train_samples={value}.")]
 
 
-def _hf_rewrite(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("dataset.hf_rewrite", False),),
-                 "Drop hf_rewrite (set dataset.hf_rewrite=false) when you give explicit packed data paths.")]
-
-
-def _pad_cu_metadata(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((choice_field("missing_setting", "packed_metadata_path", {
-        "packed_metadata_path": (literal("packed_metadata_path"),),
-        "pad_to_max_length": (literal("pad_to_max_length"),),
-        "pad_cu_seqlens": (literal("pad_cu_seqlens"),),
-        "packed_sequence_size": (literal("packed_sequence_size"),),
-    }, r"(?:missing|add|set|provide|needs?|requires?)(?: the)?", says="setting to add"),),
-                 "What is missing is offline_packing_specs.packed_metadata_path, pointing at the metadata JSON "
-                 "written with the packs.")]
-
-
 def _warning_word(f: Finding, r: ValidationReport) -> list[Fact]:
     return [Fact((choice_field(f"severity_{f.rule_id.lower()}", "warning", {
         "warning": (r"\bwarning\b", r"\bwarns\b"), "error": (r"\berror\b", r"\bfails?\b", r"\brejects?\b")},
         literal(f.rule_id), says=f"severity of {f.rule_id}"),), f"{f.rule_id} is a warning, not an error.")]
-
-
-def _mtp(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("model.mtp_num_layers", 0),),
-                 "Set model.mtp_num_layers=0 (the packing docs describe MTP fine-tuning as incompatible with packed "
-                 "sequences), or verify the packed MTP run with seqpack smoke and a loss sentinel.")]
-
-
-def _energon_encoder(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((choice_field("dataset.task_encoder", "qwen_vl", {
-        "qwen_vl": (r"qwen[_ -]?vl",), "nemotron_omni": (r"nemotron[_ -]?omni",), "llava": (literal("llava"),)},
-        r"task[_ ]encoder", says="the task encoder that implements native packing"),),
-        "Only the qwen_vl task encoder implements Energon native packing; use it, or collator in-batch packing "
-        "for other encoders.")]
-
-
-def _vision_graph_budget(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((choice_field("setting", "model.max_vision_cuda_graph_seq_length", {
-        "model.max_vision_cuda_graph_seq_length": (r"max[_ ]vision[_ ]cuda[_ ]graph[_ ]seq[_ ]length",),
-        "model.max_seqlen_per_dp_cp_rank": (r"max[_ ]seqlen[_ ]per[_ ]dp[_ ]cp[_ ]rank",),
-        "dataset.pad_to_max_length": (r"pad[_ ]to[_ ]max[_ ]length",),
-    }, anywhere=True, says="the setting that bounds a packed micro-batch's patch rows"),),
-        "A captured vision graph holds a fixed number of patch rows and in-batch packing sends every image of the "
-        "micro-batch through it at once: set model.max_vision_cuda_graph_seq_length to at least the largest "
-        "patch_rows seqpack batches reports, or turn vision CUDA graphs off.",
-        (claims.graphs_ok("packed VLM micro-batches without a patch budget"),))]
-
-
-def _fixed_width_forced(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("dataset.pad_to_max_length", True, says="pad_to_max_length is forced to"),),
-                 "With PP>1 or EP>1 the fixed width is forced on: dataset.pad_to_max_length=true.")]
 
 
 def _num_epochs(f: Finding, r: ValidationReport) -> list[Fact]:
@@ -290,12 +198,6 @@ def _num_epochs_action(value: str) -> AnswerField:
     return choice_field("fix", value, options, anywhere=True, says="the fix for num_epochs")
 
 
-def _global_scheduler(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((choice_field("model.sequence_packing_scheduler", "dp_balanced", {
-        "dp_balanced": (literal("dp_balanced"),), "default_dynamic_cp": (literal("default_dynamic_cp"),)},
-        r"scheduler", says="the scheduler to use"),), "Use the dp_balanced scheduler.")]
-
-
 def _overridden(f: Finding, r: ValidationReport) -> list[Fact]:
     mult = r.resolved["pad_seq_to_mult"]
     return [Fact((int_field("effective_multiple", mult, r"(?:derived|effective|actual|used) (?:multiple|value)",
@@ -312,31 +214,7 @@ def _chunk_width(f: Finding, r: ValidationReport) -> list[Fact]:
                       moe["width_multiple"])]
 
 
-def _capacity(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((yes_no_field(
-        "upstream_runtime_coverage", False,
-        [r"(?<!no )(?<!without )runtime coverage\b(?! is missing)", r"\bis (?:covered|tested)\b"],
-        [r"\bno (?:upstream )?runtime coverage", r"(?:lacks?|without|missing) (?:upstream )?runtime coverage",
-         r"not (?:covered|tested)"],
-        anywhere=True, says="upstream has runtime coverage of token dropping with packing"),),
-        "Upstream has no runtime coverage of expert capacity / token dropping with packed sequences: capacity "
-        "counts each pack's padding, padding competes for it, and the dropped tokens depend on what shares the "
-        "pack. Prefer dropless MoE (moe_expert_capacity_factor=null) or verify the run.")]
-
-
-def _mtp_roll(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((yes_no_field(
-        "mtp_targets_correct", False,
-        [r"MTP (?:loss|targets?) (?:is|are) (?:right|correct|fine)"],
-        [r"(?:wrong|misplaced|incorrect|shifted) (?:MTP )?(?:targets?|loss)", r"MTP (?:loss|targets?) (?:is|are) wrong",
-         r"silently wrong"],
-        anywhere=True, says="the MTP targets are correct"),),
-        "Megatron-Core's packed MTP roll takes its windows from cu_seqlens_q (the real boundaries) while the row is "
-        "laid out by the padded ones, so every sequence after the first gets wrong MTP targets, silently. Keep the "
-        "alignment at 1, use a Megatron-Core with the fix, or turn MTP off.")]
-
-
-#: Rules whose facts need the report's numbers or words of their own (the one-key fixes are in facts.yaml).
+#: Rules whose facts need the report's numbers (the one-key fixes and the static facts are in facts.yaml).
 _CODE_FACTS: dict[str, FactFn] = {
     "TOPO-WORLD-DIVISIBLE": _world,
     "BATCH-GBS-DIVISIBLE": _gbs,
@@ -344,7 +222,6 @@ _CODE_FACTS: dict[str, FactFn] = {
     "SEQ-LENGTH-MATCH": _seq_match,
     "CP-SEQ-DIVISIBLE": _cp_seq,
     "ALIGN-SEQ-LENGTH": _align_seq,
-    "CP-EVAL-DECENTRALIZED": _eval_cp,
     "PACK-OFFLINE-SPECS-REQUIRED": lambda f, r: [Fact(
         (int_field("dataset.offline_packing_specs.packed_sequence_size", r.resolved["seq_length"],
                    says="packed_sequence_size to set"),),
@@ -373,45 +250,44 @@ _CODE_FACTS: dict[str, FactFn] = {
         "packed_sequence_size to seq_length.")],
     "PACK-OFFLINE-SIZE-EQ-SEQ": _size_eq_seq,
     "PACK-OFFLINE-MBS1": _offline_mbs1,
-    "PACK-OFFLINE-DATASET-KIND": lambda f, r: [Fact((config_field("dataset.kind", "gpt_sft",
-                                                                  says="dataset kind offline packing needs"),),
-                                                    "Offline packing needs dataset.kind=gpt_sft.")],
     "PACK-OFFLINE-PAD-MULT-TOPOLOGY": _pad_topology,
     "PACK-OFFLINE-WIDTH-ALIGNED": lambda f, r: [_multiple(
         "pack_size_multiple", r"(?:packed[_ ]sequence[_ ]size|pack[_ ]size)", "packed_sequence_size",
         r.resolved["pad_seq_to_mult"])],
-    "PACK-OFFLINE-PAD-CU-METADATA": _pad_cu_metadata,
-    "PACK-EXCLUSIVE-OFFLINE-IN-BATCH": _exclusive,
-    "PACK-EXCLUSIVE-ENERGON-IN-BATCH": _exclusive,
-    "PACK-EXCLUSIVE-GLOBAL-BATCH": _exclusive,
-    "PACK-IN-BATCH-MBS": _in_batch_mbs,
-    "PACK-IN-BATCH-DATALOADER": _in_batch_loader,
-    "PACK-IN-BATCH-DATASET-KIND": _in_batch_kind,
     "PACK-IN-BATCH-MULTIPLE-OVERRIDDEN": _overridden,
     "PACK-ENERGON-NO-PP": _pp1("PACK-ENERGON-NO-PP"),
-    "VLM-VISION-GRAPH-PATCH-BUDGET": _vision_graph_budget,
-    "PACK-ENERGON-TASK-ENCODER": _energon_encoder,
-    "PACK-FIXED-WIDTH-FORCED": _fixed_width_forced,
     "PACK-GLOBAL-NO-PP": _pp1("PACK-GLOBAL-NO-PP"),
-    "PACK-GLOBAL-DATALOADER": _in_batch_loader,
     "PACK-GLOBAL-MAX-SEQLEN-REQUIRED": _global_capacity,
     "PACK-GLOBAL-CAPACITY": _global_capacity,
-    "PACK-GLOBAL-SCHEDULER": _global_scheduler,
-    "PACK-MTP-DOCUMENTED": _mtp,
     "MODEL-FAMILY-OPT-OUT": _family_opt_out,
-    "MODEL-FAMILY-CAVEAT": _family_caveat,
     "PACK-LLAVA-PP-CP": _pp1("PACK-LLAVA-PP-CP"),
     "DATALOADER-NUM-EPOCHS": _num_epochs,
     "DATASET-KWARGS-MAX-NUM-SAMPLES": _kwargs_max,
-    "HF-REWRITE-EXPLICIT-PATHS": _hf_rewrite,
     "MOE-HYBRIDEP-CHUNK-WIDTH": _chunk_width,
-    "MOE-CAPACITY-PACKING": _capacity,
-    "MTP-PACKED-ALIGNMENT-ROLL": _mtp_roll,
 }
 
 
+def _fact_field(spec: Any, where: str) -> AnswerField:
+    """An answer-field spec of ``facts.yaml``; ``config: KEY`` is a config key with its usual spellings."""
+    if isinstance(spec, dict) and "config" in spec:
+        d = tables.entry(spec, where, ("config", "value"), ("says",))
+        return config_field(d["config"], d["value"], says=d.get("says", ""))
+    return tables.field_from_spec(spec, where)
+
+
+def _static_fact(item: Any, where: str) -> Fact:
+    d = tables.entry(item, where, ("fields", "sentence"), ("forbidden",), {"fields": list, "sentence": str})
+    return Fact(tuple(_fact_field(spec, where) for spec in d["fields"]), d["sentence"],
+                tuple(claims.listed(d.get("forbidden", []), f"{where}: forbidden")))
+
+
+def _static(fact: Fact) -> FactFn:
+    return lambda f, r: [fact]
+
+
 def _table_facts() -> dict[str, FactFn]:
-    """The one-key fixes of ``facts.yaml``: the rule's own ``fixed`` value, or the value its message names."""
+    """The facts of ``facts.yaml``: one-key fixes (the rule's own ``fixed`` value, or the value its message names)
+    and static facts (fields, sentence and claims that need no number from the report)."""
     out: dict[str, FactFn] = {}
     for rule_id, item in tables.table("facts", "fixed_value").items():
         d = tables.entry(item, f"facts.yaml: fixed_value: {rule_id}", ("key",), ("wrong",), {"wrong": list})
@@ -422,6 +298,13 @@ def _table_facts() -> dict[str, FactFn]:
     for rule_id, item in tables.table("facts", "stated_value").items():
         d = tables.entry(item, f"facts.yaml: stated_value: {rule_id}", ("key", "value"))
         out[rule_id] = _value(d["key"], d["value"])
+    static = tables.table("facts", "static")
+    for rule_id, item in static.items():
+        where = f"facts.yaml: static: {rule_id}"
+        if isinstance(item, dict) and "same_as" in item:
+            tables.entry(item, where, ("same_as",))
+            item = static.get(item["same_as"])
+        out[rule_id] = _static(_static_fact(item, where))
     both = sorted(set(out) & set(_CODE_FACTS))
     if both:
         raise UsageError(f"facts.yaml and facts.py both give facts for {', '.join(both)}", field=both[0])

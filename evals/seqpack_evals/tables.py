@@ -9,7 +9,9 @@ the build with one clear line instead of producing a different task set.
 
 Answer fields are written as specs (:func:`field_from_spec`): one kind key naming the field
 (``int``, ``percent``, ``choice``, ``pick``, ``yes_no``, ``set``) plus the builder's arguments, for
-example ``{yes_no: padding_needed, value: false, yes: [...], no: [...], anywhere: true}``.
+example ``{yes_no: padding_needed, value: false, yes: [...], no: [...], anywhere: true}``, or
+``{named: FIELD, value: ...}`` for a reusable field of ``vocabulary.yaml``. A pattern list may hold
+``{literal: TEXT}`` for a word-bounded literal spelling.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from seqpack_evals.fields import (
     AnswerField,
     choice_field,
     int_field,
+    literal,
     percent_field,
     pick_field,
     set_field,
@@ -119,7 +122,11 @@ def strings(data: Any, where: str) -> tuple[str, ...]:
 
 
 def patterns(data: Any, where: str) -> tuple[str, ...]:
-    """A list of regular expressions, each checked to compile."""
+    """A list of regular expressions, each checked to compile; an item ``{literal: TEXT}`` is TEXT as a
+    word-bounded literal (:func:`~seqpack_evals.fields.literal`)."""
+    if isinstance(data, list):
+        data = [literal(item["literal"]) if isinstance(item, dict) and list(item) == ["literal"]
+                and isinstance(item["literal"], str) else item for item in data]
     out = strings(data, where)
     for p in out:
         try:
@@ -166,6 +173,8 @@ def field_from_spec(spec: Any, where: str, **given: Any) -> AnswerField:
     field also its ``name``, ``aliases`` or ``says``) and overrides the spec."""
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: a field spec must be a mapping, got {type(spec).__name__}", field=where)
+    if "named" in spec:  # a reusable field of vocabulary.yaml, with this spec's value (and name, says, ...)
+        return named_field(spec["named"], **{**{k: v for k, v in spec.items() if k != "named"}, **given})
     kinds = [k for k in spec if k in _KINDS]
     if len(kinds) != 1:
         raise UsageError(f"{where}: a field spec names exactly one kind of {', '.join(_KINDS)} (got "
