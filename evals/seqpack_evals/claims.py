@@ -26,7 +26,7 @@ def claim(name: str, **params: Any) -> Forbidden:
     """Claim ``name`` of ``claims.yaml`` with its ``{placeholders}`` filled from the fragments and ``params``."""
     defs = tables.table(_FILE, "claims")
     if name not in defs:
-        raise UsageError(f"claims.yaml: no claim {name!r}", field=name)
+        raise UsageError(f"claims.yaml: no claim {name!r}")
     where = f"claims.yaml: {name}"
     d = tables.entry(defs[name], where, ("check", "claim", "example"))
     values = {**tables.table(_FILE, "fragments"), **params}
@@ -36,7 +36,7 @@ def claim(name: str, **params: Any) -> Forbidden:
 def listed(items: Any, where: str) -> list[Forbidden]:
     """Claims written in a table as a list of ``{claim: NAME, PARAM: value, ...}``."""
     if not isinstance(items, list):
-        raise UsageError(f"{where} must be a list of {{claim: NAME, ...params}}", field=where)
+        raise UsageError(f"{where} must be a list of {{claim: NAME, ...params}}")
     out = []
     for item in items:
         d = tables.entry(item, where, ("claim",), ("path_words", "value", "cp"))

@@ -292,8 +292,7 @@ def _table_facts() -> dict[str, FactFn]:
     for rule_id, item in tables.table("facts", "fixed_value").items():
         d = tables.entry(item, f"facts.yaml: fixed_value: {rule_id}", ("key",), ("wrong",), {"wrong": list})
         if rule_id not in RULES_BY_ID or d["key"] not in RULES_BY_ID[rule_id].fixed:
-            raise UsageError(f"facts.yaml: fixed_value: {rule_id}: not a rule whose fixed example sets {d['key']}",
-                             field=rule_id)
+            raise UsageError(f"facts.yaml: fixed_value: {rule_id}: not a rule whose fixed example sets {d['key']}")
         out[rule_id] = _set(rule_id, d["key"], tuple(d.get("wrong", ())))
     for rule_id, item in tables.table("facts", "stated_value").items():
         d = tables.entry(item, f"facts.yaml: stated_value: {rule_id}", ("key", "value"))
@@ -307,7 +306,7 @@ def _table_facts() -> dict[str, FactFn]:
         out[rule_id] = _static(_static_fact(item, where))
     both = sorted(set(out) & set(_CODE_FACTS))
     if both:
-        raise UsageError(f"facts.yaml and facts.py both give facts for {', '.join(both)}", field=both[0])
+        raise UsageError(f"facts.yaml and facts.py both give facts for {', '.join(both)}")
     return out
 
 

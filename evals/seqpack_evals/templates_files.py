@@ -165,8 +165,7 @@ def _config_tasks(ctx: GenContext) -> None:
     for r in tables.rows("contextual", "reviews", ("id", "prompt"), ("example", "config", "overrides", "warnings"),
                          {"example": str, "config": dict, "warnings": bool}):
         if ("example" in r) == ("config" in r):
-            raise UsageError(f"contextual.yaml: reviews: {r['id']}: give exactly one of example and config",
-                             field=r["id"])
+            raise UsageError(f"contextual.yaml: reviews: {r['id']}: give exactly one of example and config")
         text = _example_text(r["example"]) if "example" in r else config_yaml(r["config"])
         overrides = tables.strings(r.get("overrides", []), f"contextual.yaml: reviews: {r['id']}: overrides")
         _review_task(ctx, r["id"], r["prompt"], text, overrides=overrides, warnings=r.get("warnings", False))

@@ -203,7 +203,7 @@ def _explain_tasks(ctx: GenContext) -> None:
     for rule_id in tables.strings(tables.table(_FILE, "explain_rules", list), "knowledge.yaml: explain_rules"):
         rule = get_rule(rule_id)
         if rule is None:
-            raise UsageError(f"knowledge.yaml: explain_rules names unknown rule {rule_id}", field=rule_id)
+            raise UsageError(f"knowledge.yaml: explain_rules names unknown rule {rule_id}")
         report = ctx.validate(None, list(rule.trigger.items()))
         finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id))

@@ -38,7 +38,7 @@ def add_table(ctx: GenContext, section: str) -> None:
         d = tables.entry(item, where, ("id", "library", "prompt", "answer", "fields"))
         where = f"near_miss.yaml: {d['id']}"
         if not isinstance(d["fields"], list) or not d["fields"]:
-            raise UsageError(f"{where}: fields must be a non-empty list of field specs", field=where)
+            raise UsageError(f"{where}: fields must be a non-empty list of field specs")
         fields = [tables.field_from_spec(f, where) for f in d["fields"]]
         add_near_miss(ctx, d["id"], d["prompt"], d["answer"], fields, d["library"])
 

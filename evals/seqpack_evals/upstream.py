@@ -95,11 +95,10 @@ def _anchor(data: Any, where: str) -> Anchor:
     where = f"upstream_anchors.yaml: {d['id']}"
     convert = d.get("convert", "str")
     if d["kind"] not in ("upstream", "seed") or convert not in CONVERTERS:
-        raise UsageError(f"{where}: kind must be upstream or seed and convert one of {', '.join(CONVERTERS)}",
-                         field=where)
+        raise UsageError(f"{where}: kind must be upstream or seed and convert one of {', '.join(CONVERTERS)}")
     value = d["value"]
     if not isinstance(value, _VALUE_TYPES[convert]) or (convert == "int" and isinstance(value, bool)):
-        raise UsageError(f"{where}: value {value!r} is not what convert {convert} yields", field=where)
+        raise UsageError(f"{where}: value {value!r} is not what convert {convert} yields")
     tables.patterns([d["pattern"]], where)
     return Anchor(d["id"], d["kind"], d["path"], d["pattern"], value, convert, d.get("line"), d.get("release", True),
                   d["note"])
