@@ -322,14 +322,14 @@ def _family_listing_task(ctx: GenContext) -> None:
 
 def _model_support_tasks(ctx: GenContext) -> None:
     path_words, switches = tables.table(_FILE, "path_words"), tables.table(_FILE, "path_switch")
+    verdicts = tables.table(_FILE, "support_verdicts")
     for r in tables.rows(_FILE, "model_support", ("bucket", "family", "path", "prompt")):
         bucket, family, path, prompt = r["bucket"], r["family"], r["path"], r["prompt"]
         switch = tables.strings(switches.get(path), f"knowledge.yaml: path_switch: {path}")
         (ms,) = check_model_support(family, path)
         entry = find_family(family)
         name = entry.name if entry else family
-        verdict = {"opt_out": "is not supported (the recipes opt out)", "supported": "is supported",
-                   "caveat": "has a documented caveat"}[ms.status]
+        verdict = verdicts[ms.status]
         main_only = "not in megatron-bridge 0.6.2" in ms.note  # a record that holds for Bridge main only
         if main_only:
             prompt = MAIN_NOTE + prompt
