@@ -65,7 +65,8 @@ def _read(path: Path) -> Mapping[str, Any]:
 
 
 def table(name: str, key: str, kind: type = dict, *, folder: Path | None = None) -> Any:
-    """Table ``key`` of ``evals/data/<name>.yaml`` (a ``dict`` or a ``list``, as ``kind`` says)."""
+    """Table ``key`` of ``evals/data/<name>.yaml`` (a ``dict`` or a ``list``, as ``kind`` says; shared between
+    callers, so read it, never change it)."""
     path = (folder or data_dir()) / f"{name}.yaml"
     doc = _read(path)
     READ.add((name, key))
