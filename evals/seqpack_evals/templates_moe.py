@@ -3,7 +3,7 @@
 Every value comes from the code: ``validate_config`` (the ``moe`` rule family and the report's
 ``moe_dispatch``), ``plan`` with an MoE dispatcher, the reference model's MTP roll
 (:mod:`seqpack.training.mtp`). Two near-miss negatives ask MoE questions that have nothing to do
-with packing (``evals/data/near_miss.yaml``, section ``moe``).
+with packing (one from ``evals/data/near_miss.yaml``, section ``moe``; the one with arithmetic here).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, literal, percent_field, yes_no_field
 from seqpack_evals.render import config_yaml
-from seqpack_evals.templates_near_miss import add_table
+from seqpack_evals.templates_near_miss import add_near_miss, add_table
 from seqpack_evals.vocab import rule_ids_field
 
 TOPIC = "moe_mtp"
@@ -246,6 +246,19 @@ def _energon_mtp_task(ctx: GenContext) -> None:
     ))
 
 
+def _ep_memory_near_miss(ctx: GenContext) -> None:
+    experts, ep = 64, 8
+    add_near_miss(
+        ctx, "nm-moe-ep-memory",
+        f"We train a {experts}-expert MoE on {ep} GPUs with expert parallelism {ep}. How many experts' weights does "
+        "each GPU hold?",
+        f"With EP={ep} the {experts} experts are split evenly: each GPU holds {experts} / {ep} = {experts // ep} "
+        "experts.",
+        [int_field("experts_per_gpu", experts // ep, r"experts per (?:GPU|rank)", r"each (?:GPU|rank) holds",
+                   says="experts per GPU")],
+        "mixture of experts")
+
+
 def build(ctx: GenContext) -> None:
     """Add the MoE / MTP tasks to ``ctx``."""
     _dispatch_width_task(ctx)
@@ -255,6 +268,7 @@ def build(ctx: GenContext) -> None:
     _plan_task(ctx)
     _energon_mtp_task(ctx)
     add_table(ctx, "moe")  # near misses: MoE questions that are not about packing
+    _ep_memory_near_miss(ctx)
 
 
 __all__ = ["build", "mtp_target_counts"]
