@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # run from anywhere in the repo
 
 from seqpack.data.length_mixes import sample_lengths  # noqa: E402
 from seqpack.packing.thd import build_thd_batch  # noqa: E402
-from seqpack.packing.thd_compat import collate_stored_row_canonical  # noqa: E402
+from seqpack.packing.thd_collate import collate_stored_row_canonical  # noqa: E402
 
 log = logging.getLogger("bench_thd")
 

@@ -169,7 +169,8 @@ def smoke_cp_reports():
     ``calculate_per_token_loss=false``.
     """
     from seqpack.core.packing_paths import path_names
-    from seqpack.smoke.run import SmokeRequest, default_config, run_packing_smoke_tests
+    from seqpack.smoke.report import default_config
+    from seqpack.smoke.run import SmokeRequest, run_packing_smoke_tests
 
     pad1 = default_config("offline")
     pad1["dataset"]["offline_packing_specs"]["pad_seq_to_mult"] = 1

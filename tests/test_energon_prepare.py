@@ -12,7 +12,7 @@ from seqpack.data import demo_path
 from seqpack.core.errors import ArtifactError, InputError, UsageError
 from seqpack.packing.energon import prepare as prep
 from seqpack.data.vlm.demo import vlm_demo_path
-from seqpack.data.vlm.vision import load_image
+from seqpack.data.vlm.images import load_image
 from seqpack.data.vlm.sample import find_subsequence
 from seqpack.packing.energon.media import MediaSpec, insert_marker, synthetic_image
 from seqpack.packing.energon.prepare import (

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from seqpack.core.errors import PackingError, UsageError
 from seqpack.packing.global_batch import get_scheduler, schedule_global_batch, scheduler_names
 from seqpack.data.length_mixes import sample_lengths
-from seqpack.packing.algorithms import first_fit_in_order
+from seqpack.packing.fit import first_fit_in_order
 from seqpack.packing.global_batch.balanced import (
     BalancedScheduler,
     LPTScheduler,

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from seqpack.core.errors import ConfigViolationError
-from seqpack.smoke.run import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
+from seqpack.smoke.report import CHECK_NAMES, DEFAULT_CONFIGS
+from seqpack.smoke.run import run_packing_smoke_test
 
 
 def _status(report):

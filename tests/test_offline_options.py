@@ -11,13 +11,9 @@ import pytest
 from seqpack.faces.cli import main
 from seqpack.data import ByteTokenizer
 from seqpack.core.errors import ArtifactError, UsageError
-from seqpack.packing.offline.prepare import (
-    MANIFEST_NAME,
-    OfflinePackOptions,
-    aligned_lengths,
-    append_metadata,
-    prepare_packed_dataset,
-)
+from seqpack.packing.offline.bins import aligned_lengths
+from seqpack.packing.offline.options import OfflinePackOptions
+from seqpack.packing.offline.prepare import MANIFEST_NAME, append_metadata, prepare_packed_dataset
 from seqpack.packing.parquet import PackedParquetReader
 
 

@@ -13,7 +13,8 @@ from seqpack.data import ByteTokenizer, PromptCompletionSchema, tokenize_row
 from seqpack.data.ranges import alternating_runs, concat_ranges, offsets_of
 from seqpack.core.errors import PackingError
 from seqpack.packing import algorithms
-from seqpack.packing.offline.prepare import WORK_DIR, prepare_packed_dataset
+from seqpack.packing.offline.options import WORK_DIR
+from seqpack.packing.offline.prepare import prepare_packed_dataset
 from seqpack.packing.offline.fill import PartJob, auto_row_group_size, fill_group
 from seqpack.packing.parquet import PackedParquetReader
 from seqpack.packing.offline.spill import SampleIndex, SpillReader, SpillWriter, id_dtype, record_sizes

@@ -17,15 +17,9 @@ from hypothesis import strategies as st
 
 from seqpack.data.length_mixes import sample_lengths
 from seqpack.core.errors import InputError, PackingError, UsageError
-from seqpack.packing import algorithms
-from seqpack.packing.algorithms import (
-    ALGORITHMS,
-    MAX_BFD_CAPACITY,
-    PackResult,
-    decreasing_order,
-    first_fit_in_order,
-    pack_lengths,
-)
+from seqpack.packing import fit
+from seqpack.packing.algorithms import ALGORITHMS, PackResult, pack_lengths
+from seqpack.packing.fit import MAX_BFD_CAPACITY, decreasing_order, first_fit_in_order
 
 
 def slow_pack(lengths, capacity, algorithm, *, seed=0, max_seqs=None, oversize="error"):
@@ -68,12 +62,12 @@ def slow_pack(lengths, capacity, algorithm, *, seed=0, max_seqs=None, oversize="
 @contextlib.contextmanager
 def ffd_path(path: str):
     """Force first_fit_decreasing onto its vectorised or its per-item path."""
-    saved = algorithms._FFD_ITEMS_PER_LENGTH
-    algorithms._FFD_ITEMS_PER_LENGTH = 0 if path == "vectorised" else 10**9
+    saved = fit._FFD_ITEMS_PER_LENGTH
+    fit._FFD_ITEMS_PER_LENGTH = 0 if path == "vectorised" else 10**9
     try:
         yield
     finally:
-        algorithms._FFD_ITEMS_PER_LENGTH = saved
+        fit._FFD_ITEMS_PER_LENGTH = saved
 
 
 FFD_PATHS = ("vectorised", "per_item")
@@ -258,7 +252,7 @@ def _bins_of(bins: np.ndarray, ranks: np.ndarray, nbins: int) -> list[list[int]]
 @pytest.mark.parametrize("max_seqs", [None, 1, 3])
 def test_first_fit_in_order_matches_a_linear_scan_on_both_of_its_searches(monkeypatch, steps, max_seqs):
     # steps 0: the segment tree takes over after the first repair; 8: the prefix maximum does (nearly) all
-    monkeypatch.setattr(algorithms, "_PREFIX_STEPS_PER_ITEM", steps)
+    monkeypatch.setattr(fit, "_PREFIX_STEPS_PER_ITEM", steps)
     rng = np.random.default_rng(steps * 10 + (max_seqs or 0))
     for _ in range(40):
         lengths = rng.integers(0, 65, int(rng.integers(1, 400)))
@@ -272,8 +266,8 @@ def test_first_fit_in_order_moves_to_the_tree_when_repairs_run_long(monkeypatch)
     capacity, m = 10_000, 2_000
     lengths = np.array([capacity - (m - i) for i in range(m)] + [m - i for i in range(m)], dtype=np.int64)
     calls = []
-    tree = algorithms._first_fit_tree
-    monkeypatch.setattr(algorithms, "_first_fit_tree", lambda *a: (calls.append(a[1]), tree(*a))[1])
+    tree = fit._first_fit_tree
+    monkeypatch.setattr(fit, "_first_fit_tree", lambda *a: (calls.append(a[1]), tree(*a))[1])
     bins, ranks, nbins = first_fit_in_order(lengths, capacity)
     assert len(calls) == 1 and m < calls[0] < m + 20  # soon after the long repairs start
     assert _bins_of(bins, ranks, nbins) == slow_pack(lengths, capacity, "first_fit")

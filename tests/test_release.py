@@ -72,6 +72,53 @@ def test_wheel_declares_a_light_core_and_the_extras(built_dists):
         assert any(n.endswith("skills/megatron-sequence-packing/SKILL.md") for n in tf.getnames())
 
 
+#: Module folders that must never ship: the eval harness, the upstream lane, and their old names inside the package.
+NOT_SHIPPED = ("seqpack_evals/", "seqpack_lane/", "seqpack/evaluation/", "seqpack/upstream_lane/",
+               "reference_impl/evaluation/", "reference_impl/upstream_lane/", "docgen.py")
+
+
+def _prompt_probes(min_chars: int = 60) -> list[str]:
+    """A distinctive line of every task prompt in evals/tasks.json (the answer key's questions)."""
+    root = Path(__file__).resolve().parents[1]
+    tasks = json.loads((root / "evals" / "tasks.json").read_text(encoding="utf-8"))
+    tasks = tasks["evals"] if isinstance(tasks, dict) else tasks
+    probes = []
+    for task in tasks:
+        lines = [ln.strip() for ln in str(task["prompt"]).splitlines() if len(ln.strip()) >= min_chars]
+        if lines:
+            probes.append(max(lines, key=len)[:200])
+    return probes
+
+
+def _leaks(names_and_texts: list[tuple[str, str]], probes: list[str]) -> list[str]:
+    """Files of a distribution that are harness or lane modules, or that hold a task's prompt text."""
+    found = [name for name, _ in names_and_texts if any(part in name for part in NOT_SHIPPED)]
+    for name, text in names_and_texts:
+        hit = next((p for p in probes if p in text), None)
+        if hit is not None:
+            found.append(f"{name}: holds the prompt text {hit[:60]!r}")
+    return found
+
+
+def _wheel_texts(wheel: Path) -> list[tuple[str, str]]:
+    with zipfile.ZipFile(wheel) as zf:
+        return [(n, zf.read(n).decode("utf-8", "replace")) for n in zf.namelist() if not n.endswith(".png")]
+
+
+def test_the_wheel_ships_only_the_product(built_dists):
+    _, wheel = built_dists
+    texts = _wheel_texts(wheel)
+    probes = _prompt_probes()
+    assert len(probes) > 150  # every task is probed, not a handful
+    assert _leaks(texts, probes) == []
+    names = [n for n, _ in texts]
+    assert "seqpack/__init__.py" in names and "seqpack/verbs/planning.py" in names
+    # negative controls: a harness module, a lane module and a prompt copied into a shipped file are caught
+    planted = [("seqpack_evals/runner.py", ""), ("seqpack_lane/client.py", ""),
+               ("seqpack/data/notes.txt", "intro\n" + probes[7] + "\n")]
+    assert len(_leaks(texts + planted, probes)) == 3
+
+
 def test_light_install_has_no_heavy_package(light_install):
     listed = run([light_install / "python", "-m", "pip", "list", "--format", "json"]).stdout
     names = {p["name"].lower() for p in json.loads(listed)}
@@ -93,7 +140,7 @@ def test_light_install_runs_the_light_verbs(light_install, tmp_path):
     bad = run([seqpack, "validate", "--example", "broken_offline_cp2"], env=env, cwd=tmp_path, check=False)
     assert bad.returncode == 1 and "[PACK-OFFLINE-MBS1]" in bad.stdout
     plan = run([seqpack, "plan", "--lengths", "900,300,1500", "--json"], env=env, cwd=tmp_path)
-    assert json.loads(plan.stdout)["recommended_pack_len"] > 0
+    assert json.loads(plan.stdout)["recommended_pack_size"] > 0
     demo = run([seqpack, "demo-data"], env=env, cwd=tmp_path).stdout.strip()
     packed = run([seqpack, "pack", demo, "--out", tmp_path / "packs", "--pack-size", "4096", "--cp", "2", "--json"],
                  env=env, cwd=tmp_path)

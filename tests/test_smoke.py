@@ -9,7 +9,8 @@ import pytest
 from seqpack.faces.cli import main
 from seqpack.core.errors import UsageError
 from seqpack.core.packing_paths import path_names
-from seqpack.smoke.run import CHECK_NAMES, DEFAULT_CONFIGS, run_packing_smoke_test
+from seqpack.smoke.report import CHECK_NAMES, DEFAULT_CONFIGS
+from seqpack.smoke.run import run_packing_smoke_test
 
 
 def _status(report):

@@ -1,4 +1,4 @@
-"""Tests of the THD compatibility adapters (reference_impl/seqpack/packing/thd_compat.py).
+"""Tests of the THD compatibility adapters (reference_impl/seqpack/packing/thd_compat.py and thd_collate.py).
 
 Expected values are Bridge's worked examples E1-E5 (bridge_contracts.md section 1.12), the packed
 collate items 42-46 and the legacy-key items 72-76 (section 6), the in-batch items 48, 52, 53,
@@ -17,16 +17,9 @@ from hypothesis import strategies as st
 
 from seqpack.core.errors import AlignmentError, ArtifactError, PackingError, UsageError
 from seqpack.packing.thd import build_thd_batch, validate_thd_batch
-from seqpack.packing import thd_compat
-from seqpack.packing.thd_compat import (
-    collate_stored_row_canonical,
-    from_bridge_offline_batch,
-    from_legacy_batch,
-    right_padded_to_thd,
-    static_shape_from_metadata,
-    stored_row_segments,
-    to_legacy_batch,
-)
+from seqpack.packing import thd_collate, thd_compat
+from seqpack.packing.thd_compat import from_bridge_offline_batch, from_legacy_batch, to_legacy_batch
+from seqpack.packing.thd_collate import collate_stored_row_canonical, right_padded_to_thd, static_shape_from_metadata, stored_row_segments
 
 F, T = False, True
 
@@ -34,7 +27,7 @@ F, T = False, True
 def collate_stored_rows(rows, **kwargs):
     """The worked examples keep the ``padding_mask`` key of Bridge main's batch form (read at 067f987);
     megatron-bridge 0.6.2's has none, which is the default (``test_default_bridge_form_is_the_releases``)."""
-    return thd_compat.collate_stored_rows(rows, emit_padding_mask=True, **kwargs)
+    return thd_collate.collate_stored_rows(rows, emit_padding_mask=True, **kwargs)
 
 
 def to_bridge_offline_batch(batches, **kwargs):
@@ -768,7 +761,7 @@ def test_return_cu_seqlen_false_gives_bridges_causal_mask_and_no_boundaries():
 def test_default_bridge_form_is_the_releases_without_padding_mask():
     """megatron-bridge 0.6.2's collate has no padding_mask (tests/upstream/test_diff_readers.py compares the
     whole batch with it); the canonical batch comes back from that form when the padded keys are there."""
-    release = thd_compat.collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0,
+    release = thd_collate.collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0,
                                              pad_to_max_length=True)
     main = collate_stored_rows([E1_ROW], pack_size=16, pad_seq_to_mult=4, eos_id=0, pad_to_max_length=True)
     assert "padding_mask" not in release and "padding_mask" in main

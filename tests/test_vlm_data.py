@@ -11,14 +11,9 @@ from seqpack.data import ByteTokenizer, JsonlFile, default_schema
 from seqpack.data.vlm.demo import DEMO_DIR, demo_images, image_path, vlm_demo_path, vlm_rows
 from seqpack.data.vlm.mrope import MRopeSpec, rope_index
 from seqpack.data.rejections import SampleRejected
-from seqpack.data.vlm.vision import VISION_PRESETS, encode_frames, encode_image, load_image, smart_resize
-from seqpack.data.vlm.sample import (
-    VisionTokens,
-    mrope_spec,
-    normalize_visual_row,
-    row_has_visuals,
-    tokenize_vlm_row,
-)
+from seqpack.data.vlm.vision import VISION_PRESETS, encode_frames, encode_image, smart_resize
+from seqpack.data.vlm.images import load_image
+from seqpack.data.vlm.sample import VisionTokens, mrope_spec, normalize_visual_row, row_has_visuals, tokenize_vlm_row
 from seqpack.core.errors import InputError, UsageError
 
 TINY = VISION_PRESETS["tiny"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqpack.core.errors import InputError, UsageError
-from seqpack.training.model import apply_rope
+from seqpack.training.rope import apply_rope
 from seqpack.training.mrope import apply_mrope, check_section, section_axes
 from seqpack.training.vision import VisionInputs, VisionStem, VisionStemConfig, embed_with_vision
 

@@ -300,9 +300,9 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
     """
     skill = read_scores(run_dir)
     baseline = read_scores(baseline_dir) if baseline_dir is not None else None
-    from seqpack.io import files  # atomic; never onto a symlink, a device or a FIFO
+    from seqpack.io import atomic  # atomic; never onto a symlink, a device or a FIFO
 
-    files.write_text(out, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
+    atomic.write_text(out, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
                      field="out")
     skill_tasks, base_tasks = _common(skill, baseline)
     return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)

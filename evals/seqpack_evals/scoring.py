@@ -360,9 +360,9 @@ def score_run(
         scores.append(score)
     result = RunScores(run=run, tasks=scores, summary=summarise(scores), judge_cmd=judge_cmd)
     if write:
-        from seqpack.io import files  # never through a symlink, atomically
+        from seqpack.io import atomic  # never through a symlink, atomically
 
-        files.write_text(run_dir / "scores.json", json.dumps(result.to_dict(), indent=2) + "\n", what="scores.json")
+        atomic.write_text(run_dir / "scores.json", json.dumps(result.to_dict(), indent=2) + "\n", what="scores.json")
     return result
 
 

@@ -400,17 +400,17 @@ def export_agentskills(dataset: Dataset, out_dir: str | os.PathLike[str], tasks:
     answers. Tasks whose files are binary (packed Parquet, images) are left out, so the bundle holds
     text only; they stay in ``evals/`` beside the dataset, outside the bundle.
     """
-    from seqpack.io import files  # not into /, $HOME or a system directory; never through a symlink
+    from seqpack.io import atomic, ownership, reading  # not into /, $HOME or a system directory; never through a symlink
 
-    out = files.check_output_root(out_dir, owner="seqpack eval export")
+    out = ownership.check_output_root(out_dir, owner="seqpack eval export")
     chosen = dataset.tasks if tasks is None else tasks
     chosen = [t for t in chosen if all(is_text_file(dataset.root / rel) for rel in t.files)]
     out.mkdir(parents=True, exist_ok=True)
     for t in chosen:
         for rel in t.files:
-            with files.atomic_output(out / rel, what="an exported task file") as fh:
-                fh.write(files.read_bytes(dataset.root / rel, what="a task file"))
-    return files.write_text(out / "evals.json", public_dumps(dataset, chosen), what="evals.json")
+            with atomic.atomic_output(out / rel, what="an exported task file") as fh:
+                fh.write(reading.read_bytes(dataset.root / rel, what="a task file"))
+    return atomic.write_text(out / "evals.json", public_dumps(dataset, chosen), what="evals.json")
 
 
 __all__ = [

@@ -30,7 +30,7 @@ MOVED: dict[str, str] = {
     "evaluation": "seqpack_evals",
     "examples": "seqpack.config.examples",
     "extras": "seqpack.core.extras",
-    "files": "seqpack.io.files",
+    "files": "seqpack.io",
     "inspect": "seqpack.verbs.inspect_lib",
     "lazy": "seqpack.core.lazy",
     "limits": "seqpack.core.limits",

@@ -379,8 +379,8 @@ def run_swaps():
     src.write_text(rows(30))
     small = base / "b.jsonl"
     small.write_text(rows(8, "b"))
-    code = ("import os, signal, sys\nfrom seqpack.io import files\nstep = sys.argv[1]\n"
-            "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None\n"
+    code = ("import os, signal, sys\nfrom seqpack.io import atomic\nstep = sys.argv[1]\n"
+            "atomic._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None\n"
             "from seqpack.faces.cli import main\nsys.exit(main(sys.argv[2:]))\n")
     for step in ("start", "aside", "in", "done"):
         for follow in ("energon-prepare", "energon-prepare --overwrite"):

@@ -137,7 +137,7 @@ async def test_a_symlink_loop_is_a_tool_error(place):
 
 def test_the_policy_confines_every_layer_call(tmp_path):
     """The library face: inside ``confined_to`` the layer refuses reads and writes that resolve outside."""
-    from seqpack.io import files
+    from seqpack.io import atomic, confine, reading
     from seqpack.core.errors import SeqpackError
 
     root, outside = tmp_path / "r", tmp_path / "o"
@@ -146,13 +146,13 @@ def test_the_policy_confines_every_layer_call(tmp_path):
     (outside / "f.txt").write_text("x")
     (root / "link.txt").symlink_to(outside / "f.txt")
     (root / "ok.txt").write_text("y")
-    with files.confined_to([root]):
-        for call in (lambda: files.read_text(root / "link.txt"), lambda: files.read_text(root / ".." / "o" / "f.txt"),
-                     lambda: files.write_text(outside / "new.txt", "z"), lambda: files.atomic_directory(outside / "d").__enter__()):
+    with confine.confined_to([root]):
+        for call in (lambda: reading.read_text(root / "link.txt"), lambda: reading.read_text(root / ".." / "o" / "f.txt"),
+                     lambda: atomic.write_text(outside / "new.txt", "z"), lambda: atomic.atomic_directory(outside / "d").__enter__()):
             with pytest.raises(SeqpackError, match="outside the allowed roots"):
                 call()
-        assert files.read_text(root / "ok.txt") == "y"
-        with files.scratch_directory() as scratch:  # a private temporary directory counts as a root
-            files.write_text(scratch / "w.txt", "w")
-    assert files.read_text(root / "link.txt") == "x"  # no policy: nothing confined
+        assert reading.read_text(root / "ok.txt") == "y"
+        with confine.scratch_directory() as scratch:  # a private temporary directory counts as a root
+            atomic.write_text(scratch / "w.txt", "w")
+    assert reading.read_text(root / "link.txt") == "x"  # no policy: nothing confined
     assert not (outside / "new.txt").exists() and not (outside / "d").exists()

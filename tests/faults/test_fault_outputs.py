@@ -24,7 +24,8 @@ import pytest
 from faults_helpers import digest, temporaries
 
 from seqpack.core.errors import ArtifactError
-from seqpack.io.files import atomic_directory, recover_temporaries
+from seqpack.io.atomic import atomic_directory
+from seqpack.io.temporaries import recover_temporaries
 from seqpack.verbs import PackOptions, pack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,10 +153,10 @@ def test_user_entries_in_an_energon_dataset_survive_overwrite(cli, energon_datas
 _SWAP = """
 import os, signal, sys
 from pathlib import Path
-from seqpack.io import files
+from seqpack.io import atomic
 step = sys.argv[2]
-files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None
-with files.atomic_directory(Path(sys.argv[1]), replace=True) as tmp:
+atomic._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None
+with atomic.atomic_directory(Path(sys.argv[1]), replace=True) as tmp:
     (tmp / "version").write_text("new")
 """
 
@@ -204,8 +205,8 @@ def test_kill_9_during_an_energon_swap_then_another_write(energon_dataset, tmp_p
     old = read_manifest(out).fingerprint
     smaller = tmp_path / "smaller.jsonl"
     smaller.write_text("".join(src.read_text().splitlines(keepends=True)[:10]))
-    code = ("import os, signal, sys\nfrom seqpack.io import files\n"
-            "files._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == 'aside' else None\n"
+    code = ("import os, signal, sys\nfrom seqpack.io import atomic\n"
+            "atomic._step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == 'aside' else None\n"
             "from seqpack.faces.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.run([sys.executable, "-c", code, "energon-prepare", str(smaller), "--out", str(out),
                            "--overwrite"], cwd=REPO, env=ENV, timeout=300, capture_output=True)
@@ -230,7 +231,7 @@ def test_a_live_temporary_survives_a_writer_in_another_pid_namespace(tmp_path):
         pytest.skip(f"cannot create a PID namespace here ({probe.stderr.decode().strip()})")
     out = tmp_path / "out"
     out.mkdir()
-    code = "import sys; from seqpack.io.files import atomic_directory\nwith atomic_directory(sys.argv[1]): pass\n"
+    code = "import sys; from seqpack.io.atomic import atomic_directory\nwith atomic_directory(sys.argv[1]): pass\n"
     with atomic_directory(out / "a") as mine:  # live, in this namespace; the other one cannot see our pid
         (mine / "half.bin").write_bytes(b"x" * 100)
         other = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", code, str(out / "b")],

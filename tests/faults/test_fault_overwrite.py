@@ -184,7 +184,7 @@ def test_install_skill_force_replaces_only_its_own_installation(cli, tmp_path):
 
 
 def test_overwrite_places_are_refused_by_the_library_too(tmp_path, monkeypatch):
-    from seqpack.io.files import check_replace_target
+    from seqpack.io.ownership import check_replace_target
 
     monkeypatch.chdir(tmp_path)
     inp = tmp_path / "sub" / "in.jsonl"

@@ -214,14 +214,14 @@ def test_eval_score_never_writes_scores_through_a_symlink(bounded, tmp_path):
 
 def test_the_layer_refuses_without_opening(tmp_path):
     """The library face: a FIFO is refused by stat, so even a reader with no writer never blocks."""
-    from seqpack.io import files
+    from seqpack.io import atomic, reading
     from seqpack.core.errors import InputError
 
     path = tmp_path / "p"
     os.mkfifo(path)
-    for call in (files.open_regular, files.read_bytes, files.read_text, files.regular_file):
+    for call in (reading.open_regular, reading.read_bytes, reading.read_text, reading.regular_file):
         with pytest.raises(InputError, match="is a FIFO"):
             call(path, what="input")
-    assert files.read_bytes(os.devnull) == b""  # the null device reads as an empty file
+    assert reading.read_bytes(os.devnull) == b""  # the null device reads as an empty file
     with pytest.raises(Exception, match="is a character device"):
-        files.check_write_target(os.devnull)  # and is never replaced by a write
+        atomic.check_write_target(os.devnull)  # and is never replaced by a write

@@ -19,14 +19,15 @@ import pytest
 
 from faults_helpers import assert_accounted, digest, temporaries
 
-from seqpack.io.files import atomic_directory, stale_temporaries
+from seqpack.io.atomic import atomic_directory
+from seqpack.io.temporaries import stale_temporaries
 from seqpack.core.errors import ArtifactError
 from seqpack.verbs import EnergonPrepareOptions, PackOptions, energon_prepare, pack
 
 REPO = Path(__file__).resolve().parents[2]
 _HOLD = """
 import sys, time
-from seqpack.io.files import atomic_directory
+from seqpack.io.atomic import atomic_directory
 with atomic_directory(sys.argv[1]) as tmp:
     (tmp / "half.bin").write_bytes(b"x" * 1000)
     print("writing", flush=True)
@@ -163,7 +164,7 @@ def test_a_really_read_only_mount(cli, data, tiny_tmpfs):
 
 def test_a_gone_writers_temporary_is_removed_at_once(tmp_path):
     """The cleanup asks the kernel whether a writer holds the temporary's lock; it goes by neither age nor pid."""
-    from seqpack.io.files import temporary_name
+    from seqpack.io.temporaries import temporary_name
 
     out = tmp_path / "o"
     out.mkdir()

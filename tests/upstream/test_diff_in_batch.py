@@ -2,7 +2,7 @@
 
 Compared functions: ``build_mcore_thd_sequence_batch_from_rows`` and
 ``pack_right_padded_sequence_batch_to_mcore_thd`` (``megatron.bridge.data.packing.in_batch``) vs
-``packing.thd.build_thd_batch`` and ``packing.thd_compat.right_padded_to_thd``, over every option
+``packing.thd.build_thd_batch`` and ``packing.thd_collate.right_padded_to_thd``, over every option
 they share (alignment multiple, per-row length cap, pad token and label, extra per-token keys with
 their pad values, given position ids, attention masks, error inputs); and
 ``text_prompt_completion_collate_fn(..., enable_in_batch_packing=True)`` vs seqpack's
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from seqpack.core.errors import SeqpackError
 from seqpack.packing.in_batch import InBatchPackingCollator
 from seqpack.packing.thd import build_thd_batch, padding_mask_from_lengths
-from seqpack.packing.thd_compat import right_padded_to_thd
+from seqpack.packing.thd_collate import right_padded_to_thd
 from seqpack_lane.differences import BRIDGE_PC_COLLATE, BRIDGE_RIGHT_PADDED, BRIDGE_ROWS
 from tests.upstream.thd_lane import as_int, ask, same_tensor, upstream_raised
 

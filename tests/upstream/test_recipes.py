@@ -179,7 +179,7 @@ def test_32k_recipe_without_cp_alignment_fails_the_te_partition_rule():
     # Transformer Engine's thd_get_partitioned_indices is a CUDA kernel (not runnable in the CPU lane); seqpack's
     # reference partition applies its divisibility rule
     from seqpack.core.errors import AlignmentError
-    from seqpack.packing.thd_compat import collate_stored_rows
+    from seqpack.packing.thd_collate import collate_stored_rows
     from seqpack.training.context_parallel import thd_partition_indices
 
     cfg = load_config(RECIPES / "nemotron_3_super_sft_16gpu_h100_bf16_32k_config.yaml")

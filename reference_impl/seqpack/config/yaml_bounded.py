@@ -115,8 +115,8 @@ def read_bytes(path: Path, *, what: str, error: type[SeqpackError] = ConfigError
     """The bytes of a file a user gave, refused when it holds more than ``max_bytes`` (a sparse file of
     many GB by its size, before reading; ``/dev/zero`` after ``max_bytes + 1`` bytes). Opened through the
     file-access layer: regular files only, inside the allowed roots."""
-    from seqpack.io import files
-    with files.open_regular(path, what=what, error=error) as fh:
+    from seqpack.io import reading
+    with reading.open_regular(path, what=what, error=error) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > max_bytes:
             raise error(f"{what} is larger than {max_bytes:,} bytes ({size:,})", file=str(path))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.io.files import atomic_output
+from seqpack.io.atomic import atomic_output
 from seqpack.data.length_mixes import sample_lengths
 from seqpack.core.errors import UsageError
 

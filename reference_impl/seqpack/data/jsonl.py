@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.io import files
+from seqpack.io import atomic, confine, reading
 from seqpack.data import jsontext
 from seqpack.data.interrupt import checkpoint
 from seqpack.data.location import RowLocation
@@ -93,7 +93,7 @@ class FileFingerprint:
 
 def file_fingerprint(path: str | os.PathLike[str]) -> FileFingerprint:
     """Fingerprint ``path`` from its stat and a blake2b hash of its first and last 4 KiB."""
-    with files.open_regular(path, what="JSONL file") as fh:
+    with reading.open_regular(path, what="JSONL file") as fh:
         st = os.fstat(fh.fileno())
         h = hashlib.blake2b(digest_size=16)
         h.update(str(st.st_size).encode())
@@ -145,7 +145,7 @@ def build_line_index(path: str | os.PathLike[str], *, chunk_size: int = DEFAULT_
     newlines = 0  # newlines seen so far; the current line's number is newlines + 1
     pos = 0  # absolute offset of the current chunk
     buf = bytearray(chunk_size)
-    with files.open_regular(path, what="JSONL file") as fh:
+    with reading.open_regular(path, what="JSONL file") as fh:
         while True:
             n = fh.readinto(buf)
             if not n:
@@ -223,7 +223,7 @@ def _racy(identity: dict[str, int], built_ns: int) -> bool:
 
 def _content_hash(path: str | os.PathLike[str]) -> str:
     h = hashlib.blake2b(digest_size=16)
-    with files.open_regular(path, what="JSONL file") as fh:
+    with reading.open_regular(path, what="JSONL file") as fh:
         while block := fh.read(DEFAULT_CHUNK_SIZE):
             h.update(block)
     return h.hexdigest()
@@ -236,16 +236,16 @@ def _save_index(index: LineIndex, target: Path, path: Path, identity: dict[str, 
                             "built_ns": built}
     if _racy(identity, built):
         meta["content"] = _content_hash(path)
-    with files.atomic_output(target, what="the line index cache") as fh:
+    with atomic.atomic_output(target, what="the line index cache") as fh:
         np.savez(fh, starts=index.starts, ends=index.ends, lines=index.lines, meta=np.array(json.dumps(meta)))
 
 
 def _load_index(target: Path, path: Path, expected: FileFingerprint, identity: dict[str, int]) -> LineIndex | None:
     """Read a cached index; ``None`` when absent, unreadable, of another format, or stale (module docstring)."""
-    if not files.is_regular_file(target):
+    if not reading.is_regular_file(target):
         return None
     try:
-        with files.open_regular(target, what="the line index cache") as fh, np.load(fh, allow_pickle=False) as npz:
+        with reading.open_regular(target, what="the line index cache") as fh, np.load(fh, allow_pickle=False) as npz:
             meta = json.loads(str(npz["meta"]))
             if meta.get("format") != INDEX_FORMAT:
                 return None
@@ -286,7 +286,7 @@ def index_matches(index: LineIndex, path: str | os.PathLike[str]) -> bool:
     starts, ends, lines = index.starts, index.ends, index.lines
     if not (starts.shape == ends.shape == lines.shape) or n == 0:
         return False
-    with files.open_regular(path, what="JSONL file") as fh:
+    with reading.open_regular(path, what="JSONL file") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0 or size != index.fingerprint.size:
             return False
@@ -353,7 +353,7 @@ class JsonlFile:
         use_cache: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> None:
-        self.path = files.regular_file(path, what="JSONL file")
+        self.path = reading.regular_file(path, what="JSONL file")
         self.cache_path: Path | None = None
         self.index_source = "memory"
         self._index = self._obtain_index(cache_dir, use_cache, chunk_size)
@@ -370,7 +370,7 @@ class JsonlFile:
         targets = cache_paths(self.path, cache_dir)
         for target in targets:
             try:
-                files.confine(target, what="the line index cache")
+                confine.confine(target, what="the line index cache")
             except SeqpackError:
                 continue  # outside the allowed roots: neither read nor written
             found = _load_index(target, self.path, fp, identity)
@@ -416,7 +416,7 @@ class JsonlFile:
 
     def _map(self) -> mmap.mmap:
         if self._mm is None:
-            with files.open_regular(self.path, what="JSONL file") as fh:
+            with reading.open_regular(self.path, what="JSONL file") as fh:
                 st = os.fstat(fh.fileno())
                 fp = self._index.fingerprint
                 if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seqpack.io import files
+from seqpack.io import ownership
 from seqpack.core.errors import UsageError
 
 SKILL_NAME = "megatron-sequence-packing"
@@ -31,7 +31,7 @@ MARKER_FORMAT = "seqpack-skill-install/1"
 
 
 #: How the file-access layer recognises an installation this command made.
-SKILL_OWNER = files.Owner("seqpack install-skill", MARKER_NAME, MARKER_FORMAT, "--force")
+SKILL_OWNER = ownership.Owner("seqpack install-skill", MARKER_NAME, MARKER_FORMAT, "--force")
 
 
 def skill_files(directory: str | os.PathLike[str]) -> list[str]:
@@ -147,7 +147,7 @@ def install_skill(
             fix="reinstall seqpack from a wheel built with its build hook (pip install .) or from a source checkout",
         )
     base = Path.home() if user else Path(os.path.realpath(project or "."))
-    files.check_output_root(base, owner="seqpack install-skill", field="project", allow_home=True)
+    ownership.check_output_root(base, owner="seqpack install-skill", field="project", allow_home=True)
     base.mkdir(parents=True, exist_ok=True)  # --project DIR may name a project that does not exist yet
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
     if os.path.realpath(dest) == os.path.realpath(src):
@@ -155,10 +155,10 @@ def install_skill(
     replaced = (dest.exists() or dest.is_symlink()) and not (dest.is_dir() and not any(dest.iterdir()))
     if replaced and not force:
         raise UsageError("the skill is already installed there", file=str(dest), fix="pass --force to replace it")
-    with files.output_directory(dest, SKILL_OWNER, inputs=[src], replace_own=force) as tmp:
+    with ownership.output_directory(dest, SKILL_OWNER, inputs=[src], replace_own=force) as tmp:
         shutil.copytree(src, tmp, symlinks=False, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        marker = {"format": MARKER_FORMAT, "skill": SKILL_NAME, "source": str(src), "files": files.record_files(tmp)}
+        marker = {"format": MARKER_FORMAT, "skill": SKILL_NAME, "source": str(src), "files": ownership.record_files(tmp)}
         (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     count = sum(1 for p in dest.rglob("*") if p.is_file())
     command, note = _registration(client, base if not user else Path.cwd())

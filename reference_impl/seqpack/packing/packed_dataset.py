@@ -34,7 +34,7 @@ import torch
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
 from seqpack.packing.parquet import PackedParquetReader, read_metadata, resolve_parquet_paths
-from seqpack.packing.thd_compat import collate_stored_row_canonical, collate_stored_rows
+from seqpack.packing.thd_collate import collate_stored_row_canonical, collate_stored_rows
 
 
 class PackedParquetDataset(torch.utils.data.Dataset):

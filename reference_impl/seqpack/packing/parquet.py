@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from seqpack.io import files
+from seqpack.io import reading
 from seqpack.core.arguments import positive_int
 from seqpack.data.interrupt import checkpoint
 from seqpack.core.errors import ArtifactError
@@ -44,7 +44,7 @@ def resolve_parquet_paths(spec: str | os.PathLike[str]) -> list[Path]:
     text = os.fspath(spec)
     path = Path(text)
     if os.path.lexists(path) and not path.is_dir():
-        return [files.regular_file(path, what="packed Parquet file", error=ArtifactError)]
+        return [reading.regular_file(path, what="packed Parquet file", error=ArtifactError)]
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
         if not found:
@@ -106,7 +106,7 @@ def write_packed_parquet(
     """Write packed rows to ``path`` atomically (temporary file in the same directory, then rename)."""
     import pyarrow.parquet as pq
 
-    from seqpack.io.files import atomic_output
+    from seqpack.io.atomic import atomic_output
 
     positive_int("row_group_size", row_group_size)
     target = Path(path)
@@ -135,7 +135,7 @@ class PackedParquetReader:
         group_file: list[int] = []
         group_index: list[int] = []
         for f, path in enumerate(self.paths):
-            files.regular_file(path, what="packed Parquet file", error=ArtifactError)
+            reading.regular_file(path, what="packed Parquet file", error=ArtifactError)
             try:
                 pf = pq.ParquetFile(path)
                 meta = pf.metadata
@@ -188,7 +188,7 @@ class PackedParquetReader:
             checkpoint()  # a cancelled MCP job stops here
             f = int(self._group_file[group])
             if f not in self._files:
-                files.regular_file(self.paths[f], what="packed Parquet file", error=ArtifactError)
+                reading.regular_file(self.paths[f], what="packed Parquet file", error=ArtifactError)
             try:
                 if f not in self._files:
                     self._files[f] = pq.ParquetFile(self.paths[f])
@@ -265,7 +265,7 @@ def read_metadata(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The pack metadata file: a JSON array of per-split dicts (despite the ``.jsonl`` name)."""
     if not os.path.lexists(path):
         raise ArtifactError("pack metadata file not found", file=str(path))
-    data = files.read_json(path, what="pack metadata", error=ArtifactError)
+    data = reading.read_json(path, what="pack metadata", error=ArtifactError)
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):

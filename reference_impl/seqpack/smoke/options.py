@@ -45,7 +45,7 @@ def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], ma
     batches whose ``padding_mask`` field (what Megatron-Core's router reads) disagrees with them, and
     fails the MoE check unless it is 0.
     """
-    from seqpack.smoke.run import Check
+    from seqpack.smoke.report import Check
     from seqpack.training.moe_mtp_step import compare_router_rows
 
     cfg = model.config

@@ -62,396 +62,50 @@ own check (:mod:`seqpack.smoke.options`: ``moe_router_statistics``,
 ``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
 ``mtp_cross_boundary``. The router check also needs every batch's ``padding_mask`` to agree with
 its boundaries (negative control ``wrong_padding_mask``).
+
+
+Results and names live in :mod:`.report`, the checks in :mod:`.checks`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from seqpack.io import files
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
-from seqpack.core.limits import SMOKE_ROWS
-from seqpack.core.packing_paths import PathBatches, get_path, path_names
-from seqpack.core.results import Result
+from seqpack.core.packing_paths import PathBatches, get_path
+from seqpack.io import confine
+from seqpack.smoke.checks import (
+    apply_faults,
+    attention_budget,
+    batch_sequences,
+    compared_rows,
+    config_check,
+    count_padding_mask_mismatches,
+    cp_job,
+    cp_verdict,
+    equivalence_checks,
+    exactly_once_check,
+    loss_tokens_check,
+    positions_check,
+)
+from seqpack.smoke.report import FAULTS, SIZES, TOLERANCE, Check, SmokeReport, default_config, model_config
 from seqpack.smoke.vlm import (
-    VISUAL_KEYS,
-    apply_vlm_faults,
-    leak_inputs,
     model_options,
-    mrope_check,
     report_details,
-    sample_inputs,
 )
 
-log = logging.getLogger(__name__)
-
-TOLERANCE = 1e-9
-SIZES = SMOKE_ROWS
-FAULTS = ("no_boundaries", "shift_loss_mask", "drop_sample", "no_position_reset", "misaligned_image_tokens",
-          "mrope_no_restart", "router_counts_padding", "mtp_cross_boundary", "wrong_padding_mask")
-CHECK_NAMES = (
-    "config_valid",
-    "samples_exactly_once",
-    "loss_tokens_preserved",
-    "position_ids_restart",
-    "packed_equals_unpacked",
-    "no_cross_sequence_leakage",
-    "cp_matches_cp1",
-)
-#: Outcomes of one check, and of a whole report.
-CHECK_STATUSES = ("passed", "failed", "skipped")
-RESULTS = ("pass", "fail", "incomplete")
-
-
-def model_config(**options: Any) -> Any:
-    """The reference model of the smoke test: the byte tokenizer's vocabulary, two heads (multi-head
-    attention at half the attention work of the default four), and ``options`` (fields of
-    :class:`~seqpack.training.model.TinyGPTConfig`, e.g. a model option's flag)."""
-    from seqpack.data import ByteTokenizer
-    from seqpack.training.model import TinyGPTConfig
-
-    return TinyGPTConfig(**{"vocab_size": ByteTokenizer().vocab_size, "num_heads": 2, **options})
-
-
-def default_config(path: str) -> dict[str, Any]:
-    """The default smoke config of a registered path (CP=2, per-token loss): a fresh copy."""
-    import copy
-
-    return copy.deepcopy(dict(get_path(path).smoke_config))
-
-
-def __getattr__(name: str) -> Any:
-    # the path registry is the source; these names stay for callers of the first version
-    if name == "PATHS":
-        return path_names()
-    if name == "DEFAULT_CONFIGS":
-        return {p: default_config(p) for p in path_names()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["PSP_FIELDS_ONLY", "SmokeRequest", "run_packing_smoke_test", "run_packing_smoke_tests"]
 
 
 # ------------------------------------------------------------------------------------------------
-# Results
+# Entry points
 # ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Check(Result):
-    """One check: passed, failed or skipped (``passed`` True/False/None), with numbers.
-
-    ``status`` spells the outcome out; a skipped check carries the ``reason`` it did not run.
-    """
-
-    name: str
-    passed: bool | None
-    value: Any
-    threshold: Any
-    message: str
-    fix: str | None = None
-    rule_id: str | None = None
-    reason: str | None = None
-    status: str = field(init=False, default="")
-
-    def __post_init__(self) -> None:
-        self.status = {True: "passed", False: "failed", None: "skipped"}[self.passed]
-        if self.passed is None and not self.reason:
-            self.reason = self.message
-
-
-@dataclass
-class SmokeReport(Result):
-    """Result of :func:`run_packing_smoke_test`.
-
-    ``result`` is ``pass`` only when every check ran and passed, ``fail`` when one failed, and
-    ``incomplete`` when none failed but some were skipped (``skipped`` names them); ``ok`` is
-    ``result == "pass"``.
-    """
-
-    path: str
-    ok: bool
-    checks: list[Check]
-    config: dict[str, Any]
-    data: dict[str, Any]
-    timings: dict[str, float]
-    faults: list[str] = field(default_factory=list)
-    result: str = field(init=False, default="")
-    skipped: list[str] = field(init=False, default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.skipped = [c.name for c in self.checks if c.passed is None]
-        failed = any(c.passed is False for c in self.checks)
-        self.result = "fail" if failed else ("incomplete" if self.skipped else "pass")
-        self.ok = self.result == "pass"
-
-    def check(self, name: str) -> Check:
-        """The check with this name."""
-        return next(c for c in self.checks if c.name == name)
-
-
-# ------------------------------------------------------------------------------------------------
-# Checks
-# ------------------------------------------------------------------------------------------------
-
-
-def _key(tokens: Any, labels: Any, loss: Any) -> tuple:
-    import numpy as np
-
-    return (
-        np.asarray(tokens, dtype=np.int64).tobytes(),
-        np.asarray(labels, dtype=np.int64).tobytes(),
-        np.asarray(loss, dtype=np.float32).tobytes(),
-    )
-
-
-def _sequences(batch: Mapping[str, Any]) -> list[tuple[int, int, int]]:
-    """(physical start, physical length, real length) of every sequence of a canonical batch."""
-    import numpy as np
-
-    logical = np.asarray(batch["cu_seqlens_q"], dtype=np.int64)
-    physical = np.asarray(batch.get("cu_seqlens_q_padded", batch["cu_seqlens_q"]), dtype=np.int64)
-    return [
-        (int(physical[i]), int(physical[i + 1] - physical[i]), int(logical[i + 1] - logical[i]))
-        for i in range(logical.size - 1)
-    ]
-
-
-def _apply_faults(batches: list[dict[str, Any]], faults: Sequence[str], vlm: Any = None) -> list[dict[str, Any]]:
-    import torch
-
-    out = [dict(b) for b in batches]
-    if "drop_sample" in faults and out:
-        out = out[:-1] if len(out) > 1 else out
-        if len(batches) == 1:
-            raise UsageError("drop_sample needs at least two batches")
-    for b in out:
-        if "shift_loss_mask" in faults:
-            b["loss_mask"] = torch.roll(b["loss_mask"], 1, dims=1)
-        if "no_position_reset" in faults:
-            b["position_ids"] = torch.arange(b["tokens"].shape[1], dtype=torch.int64)[None]
-        if "wrong_padding_mask" in faults and "padding_mask" in b:  # padding handed to the router as real tokens
-            b["padding_mask"] = torch.zeros_like(b["padding_mask"])
-    return apply_vlm_faults(out, faults, vlm)
-
-
-def _padding_mask_mismatches(batches: list[dict[str, Any]]) -> int:
-    """Batches whose ``padding_mask`` (what Megatron-Core's MoE router reads) is not "outside every
-    sequence's real tokens" by the boundaries; the reference router derives padding from those."""
-    import numpy as np
-
-    from seqpack.packing.thd import padding_mask_from_lengths
-
-    bad = 0
-    for b in batches:
-        if "padding_mask" not in b:
-            continue
-        seqs = _sequences(b)
-        expected = padding_mask_from_lengths(np.array([s for s, _, _ in seqs]), np.array([r for _, _, r in seqs]),
-                                             int(b["tokens"].shape[1]))
-        bad += not np.array_equal(b["padding_mask"][0].cpu().numpy().astype(bool), expected)
-    return bad
-
-
-def _config_check(cfg: Any) -> Check:
-    from seqpack.config import validate_config
-    from seqpack.config.validate import version_target
-
-    target, lacking = version_target(cfg)  # the Bridge whose path this one follows
-    report = validate_config(cfg, bridge_version=target)
-    if report.ok:
-        where = f"for Megatron-Bridge {target}" + (f" ({', '.join(lacking)} under the release)" if lacking else "")
-        return Check("config_valid", True, f"{report.rules_checked} rules", "no error",
-                     f"config passes every rule {where}")
-    first = report.violations[0]
-    return Check(
-        "config_valid", False, [f.rule_id for f in report.violations], "no error",
-        "; ".join(f.one_line() for f in report.violations), first.fix, first.rule_id,
-    )
-
-
-def _exactly_once(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
-    expected = Counter(_key(s["tokens"], s["labels"], s["loss_mask"]) for s in pb.samples)
-    seen: Counter = Counter()
-    for b in batches:
-        for start, _, real in _sequences(b):
-            if real == 0:
-                continue
-            sl = slice(start, start + real)
-            seen[_key(b["tokens"][0, sl], b["labels"][0, sl], b["loss_mask"][0, sl])] += 1
-    missing = sum((expected - seen).values())
-    extra = sum((seen - expected).values())
-    ok = missing == 0 and extra == 0
-    return Check(
-        "samples_exactly_once", ok, {"samples": sum(expected.values()), "missing": missing, "unexpected": extra},
-        "missing = unexpected = 0",
-        f"{sum(seen.values())} packed sequences vs {sum(expected.values())} samples "
-        f"({pb.rows_skipped} of {pb.rows_in} rows rejected by tokenization, accounted)",
-        None if ok else "a sample was dropped, duplicated or altered between tokenization and the packed batch",
-    )
-
-
-def _loss_tokens(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
-    expected = float(sum(float(s["loss_mask"].sum()) for s in pb.samples))
-    got = float(sum(float(b["loss_mask"].sum()) for b in batches))
-    ok = expected == got
-    return Check("loss_tokens_preserved", ok, {"samples": expected, "batches": got}, "equal",
-                 f"supervised tokens: {got:.0f} in batches, {expected:.0f} in samples",
-                 None if ok else "the loss mask changed between the rows and the batches (shifted or dropped)")
-
-
-def _positions(batches: list[dict[str, Any]], pb: PathBatches | None = None) -> Check:
-    import torch
-
-    bad = []
-    for n, b in enumerate(batches):
-        pos = b["position_ids"][0]
-        for k, (start, length, real) in enumerate(_sequences(b)):
-            # a sequence's real tokens and its alignment gap count 0, 1, ...; width padding (no real token) is free
-            if real and not torch.equal(pos[start : start + length], torch.arange(length, dtype=pos.dtype)):
-                bad.append((n, k))
-    mrope_bad, mrope_checked = mrope_check(batches, _sequences, _key, pb.samples if pb is not None else [])
-    ok = not bad and not mrope_bad
-    value = {"bad_sequences": len(bad), "first": bad[:3]}
-    if mrope_checked:
-        value.update(mrope_sequences=mrope_checked, mrope_bad_sequences=len(mrope_bad), mrope_first=mrope_bad[:3])
-    axes = " and the M-RoPE ids on all three axes" if mrope_checked else ""
-    return Check("position_ids_restart", ok, value, 0,
-                 f"position ids{axes} restart at 0 in every sequence" if ok
-                 else f"{len(bad) + len(mrope_bad)} sequence(s) do not restart at 0{axes and ' (1-D or M-RoPE)'}",
-                 None if ok else "reset position ids (and M-RoPE ids) at every cu_seqlens boundary (the THD builder "
-                 "and attach_visual_inputs do)")
-
-
-def _compared_rows(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
-                   extra_keys: tuple[str, ...] = ()) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
-    """The packed rows (boundaries read through the ``PackedSeqParams`` field mapping, as Megatron-Core's
-    attention would receive them), the unpacked rows of the samples they hold, the unpacked row of
-    every packed sequence (-1: no sample), and every batch with the model's per-token inputs."""
-    from seqpack.training.equivalence import packed_row, unpacked_row
-    from seqpack.training.packed_seq_params import batch_with_params, packed_seq_params_kwargs
-
-    index: dict[tuple, int] = {}
-    for j, s in enumerate(pb.samples):
-        index.setdefault(_key(s["tokens"], s["labels"], s["loss_mask"]), j)
-    rows, match, full = [], [], []
-    for batch in batches:
-        batch = {**batch, **model.batch_inputs(batch)}  # the model's per-token inputs (images, M-RoPE ids)
-        full.append(batch)
-        view = batch_with_params(batch, packed_seq_params_kwargs(batch), extra_keys)
-        row = packed_row(view, mode=mode, first_segment=len(match), extra_keys=extra_keys)
-        for start, _, real in row.sequences:
-            sl = slice(start, start + real)
-            match.append(index.get(_key(row.tokens[sl], row.labels[sl], row.loss_mask[sl]), -1))
-        rows.append(row)
-    used = sorted({m for m in match if m >= 0})
-    slot = {j: n for n, j in enumerate(used)}
-    unpacked = [unpacked_row(sample_inputs(model, pb.samples[j]), n, extra_keys=extra_keys) for n, j in enumerate(used)]
-    return rows, unpacked, [slot.get(m, -1) for m in match], full
-
-
-def _budget(model: Any) -> int:
-    """Query-key pairs per stack of rows: one row a stack when the MoE router drops tokens (its capacity
-    counts every position of the micro-batch, so a stack's right padding would change it)."""
-    from seqpack.training.equivalence import DEFAULT_BUDGET
-
-    moe = model.config.moe
-    return 1 if moe is not None and moe.capacity_factor is not None else DEFAULT_BUDGET
-
-
-def _equivalence(model: Any, rows: list[Any], unpacked: list[Any], match: list[int], full: list[dict[str, Any]],
-                 seed: int) -> tuple[Check, Check, Any]:
-    """Packed against unpacked in one batched computation per side, and the leakage probe
-    (:mod:`seqpack.training.equivalence`); the comparison's result comes last."""
-    from seqpack.training.equivalence import compare_packed_unpacked, perturbation_leak
-
-    budget = _budget(model)
-    res = compare_packed_unpacked(model, rows, unpacked, match, seed=seed, budget=budget)
-    ok = res.ok(TOLERANCE)
-    eq = Check(
-        "packed_equals_unpacked", ok,
-        {"sequences": res.sequences, "unmatched": res.unmatched, "max_loss_diff": res.max_loss_diff,
-         "max_grad_diff": res.max_grad_diff, "max_output_diff": res.max_output_diff,
-         "max_count_diff": res.max_count_diff, "outside_loss_tokens": res.outside_loss_tokens,
-         "outputs": list(res.outputs), "losses": list(res.losses)},
-        TOLERANCE,
-        f"{res.sequences} sequences: max |loss diff| {res.max_loss_diff:.2e}, max |grad diff| {res.max_grad_diff:.2e}, "
-        f"max |output diff| {res.max_output_diff:.2e} (float64; {'/'.join(res.losses)} loss)",
-        None if ok else "attention must stay inside each sequence (pass cu_seqlens / PackedSeqParams to attention) "
-        "and the loss mask must stay aligned to the labels",
-    )
-    probe = [i for i, r in enumerate(rows) if len(r.sequences) >= 2][:4]
-    if not probe:
-        return eq, Check("no_cross_sequence_leakage", None, None, 0.0,
-                         "no batch holds two sequences; nothing to test"), res
-    # a VLM row perturbs the first sequence with images, images included (smoke_vlm.leak_inputs)
-    targets, poked = zip(*(leak_inputs(model, full[i], [s[0] for s in _sequences(full[i])],
-                                       [s[0] for s in rows[i].sequences]) for i in probe))
-    leak = perturbation_leak(model, [rows[i] for i in probe], model.config.vocab_size, targets=targets,
-                             perturbed_extras=poked, budget=budget)
-    leak_ok = leak.max_other_change <= TOLERANCE and leak.min_own_change > 0
-    return eq, Check(
-        "no_cross_sequence_leakage", leak_ok,
-        {"batches": leak.rows, "max_other_output_change": leak.max_other_change,
-         "min_own_output_change": leak.min_own_change},
-        TOLERANCE,
-        f"perturbing one sequence moved other sequences' outputs by at most {leak.max_other_change:.2e}",
-        None if leak_ok else "tokens attend across sequence boundaries: use THD attention with cu_seqlens",
-    ), res
-
-
-def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-_CP_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
-            "cu_seqlens_kv_padded", "max_seqlen_q", "max_seqlen_kv", "padding_mask", *VISUAL_KEYS)
-
-
-def _cp_job(model: Any, cfg: Any, batches: list[dict[str, Any]], seed: int, max_batches: int) -> dict[str, Any]:
-    """The CP worker's job for one path: the batches with the most sequences (the most boundaries)."""
-    ranked = sorted(range(len(batches)), key=lambda i: (-len(_sequences(batches[i])), i))
-    return {
-        "batches": [{k: batches[i][k] for k in _CP_KEYS if k in batches[i]} for i in sorted(ranked[:max_batches])],
-        "model_config": model.config.to_dict(),
-        "seed": seed,
-        "dtype": "float64",
-        "calculate_per_token_loss": cfg.model.calculate_per_token_loss,
-        "average_in_collective": cfg.ddp.average_in_collective,
-    }
-
-
-def _cp_verdict(model: Any, cp: int, job: dict[str, Any], results: list[dict[str, Any]], shared: dict[str, Any]) -> Check:
-    """Compare one path's CP results with the same batches at CP=1 in this process."""
-    from seqpack.training.step import reference_step
-
-    loss_diff, grad_diff, errors = 0.0, 0.0, []
-    for batch, res in zip(job["batches"], results):
-        if "error" in res:
-            errors.append(res["error"])
-            continue
-        # at CP=1 one micro-batch's per-token loss and its mean loss coincide: sum / supervised tokens
-        ref = reference_step(model, batch)
-        loss_diff = max(loss_diff, abs(res["objective"] - ref.loss_sum / ref.token_count))
-        grad_diff = max(grad_diff, _max_diff(res["grads"], {k: g / ref.token_count for k, g in ref.grads.items()}))
-        seq = [s.loss_sum for s in ref.sequences]
-        loss_diff = max(loss_diff, max((abs(a - b) for a, b in zip(res["sequence_sums"], seq)), default=0.0))
-    if errors:
-        return Check("cp_matches_cp1", False, {"errors": len(errors)}, TOLERANCE,
-                     f"CP={cp} could not split the batches: {errors[0]}",
-                     "pad every sequence to the alignment `seqpack align` derives (pad_seq_to_mult)",
-                     "PACK-OFFLINE-PAD-MULT-TOPOLOGY")
-    ok = loss_diff <= TOLERANCE and grad_diff <= TOLERANCE
-    return Check("cp_matches_cp1", ok, {"cp": cp, "batches": len(job["batches"]), "max_loss_diff": loss_diff,
-                                        "max_grad_diff": grad_diff, **shared}, TOLERANCE,
-                 f"CP={cp} on {cp} gloo processes vs CP=1: max |loss diff| {loss_diff:.2e}, max |grad diff| {grad_diff:.2e}",
-                 None if ok else "use calculate_per_token_loss=true and average_in_collective=false with CP",
-                 None if ok else "CP-FT-PER-TOKEN-LOSS")
 
 
 def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = None) -> None:
@@ -481,17 +135,12 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = No
                 run.cp = Check("cp_matches_cp1", False, None, TOLERANCE,
                                f"the CP={cp} run failed: {' | '.join(outcome.tail)}")
             else:
-                run.cp = _cp_verdict(run.model, cp, run.cp_job, result["jobs"][i], shared)
+                run.cp = cp_verdict(run.model, cp, run.cp_job, result["jobs"][i], shared)
                 run.timings["megatron_core_import_s"] = float(result["megatron_core_import_s"])
                 run.packed_seq_params = str(result["packed_seq_params"])
         elapsed = time.perf_counter() - started
         for run in group:
             run.timings["cp_check_s"] = elapsed
-
-
-# ------------------------------------------------------------------------------------------------
-# Entry points
-# ------------------------------------------------------------------------------------------------
 
 
 def _subset(data: Path, n: int, workdir: Path) -> Path:
@@ -632,14 +281,14 @@ def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str
     data = run.request.data
     run.source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
     jsonl = _subset(run.source, SIZES[size], scratch)
-    run.checks.append(_config_check(run.cfg))
+    run.checks.append(config_check(run.cfg))
     notify("build batches", 0.1)
     run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
     run.timings["build_batches_s"] = time.perf_counter() - started
-    run.batches = _apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
-    run.checks.append(_exactly_once(run.pb, run.batches))
-    run.checks.append(_loss_tokens(run.pb, run.batches))
-    run.checks.append(_positions(run.batches, run.pb))
+    run.batches = apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
+    run.checks.append(exactly_once_check(run.pb, run.batches))
+    run.checks.append(loss_tokens_check(run.pb, run.batches))
+    run.checks.append(positions_check(run.batches, run.pb))
     run.timings["in_process_s"] = time.perf_counter() - started
 
 
@@ -647,8 +296,8 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
     """Run the reference model on the built batches: every check but the CP one (prepared as a job)."""
     import torch
 
-    from seqpack.training.model import TinyGPT
     from seqpack.smoke.options import option_checks
+    from seqpack.training.model import TinyGPT
 
     assert run.pb is not None
     faults = run.request.faults
@@ -659,14 +308,14 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
     vlm = model_options(run.pb, model_config(**run.request.model))
     run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
-    rows, unpacked, match, full = _compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs)
+    rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs)
     if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
         run.model.mtp_roll = "row"
-    eq, leak, res = _equivalence(run.model, rows, unpacked, match, full, seed)
+    eq, leak, res = equivalence_checks(run.model, rows, unpacked, match, full, seed)
     run.model.mtp_roll = "sequence"
     run.checks.extend((eq, leak))
-    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, _budget(run.model),
-                                    padding_mask_mismatches=_padding_mask_mismatches(run.batches)))
+    run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, attention_budget(run.model),
+                                    padding_mask_mismatches=count_padding_mask_mismatches(run.batches)))
     run.timings["equivalence_s"] = time.perf_counter() - t0
     cp = run.cfg.model.context_parallel_size
     if not cp_check:
@@ -676,7 +325,7 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
         run.cp = Check("cp_matches_cp1", None, None, TOLERANCE,
                        "skipped: context_parallel_size=1 (set it to 2+ to check the CP split)")
     else:
-        run.cp_job = _cp_job(run.model, run.cfg, run.batches, seed, cp_max_batches)
+        run.cp_job = cp_job(run.model, run.cfg, run.batches, seed, cp_max_batches)
     run.timings["in_process_s"] += time.perf_counter() - t0
 
 
@@ -685,7 +334,7 @@ def _report(run: _Run) -> SmokeReport:
     assert pb is not None and run.cp is not None
     run.timings["total_s"] = run.timings["in_process_s"] + run.timings.get("cp_check_s", 0.0)
     tokens = sum(int(b["tokens"].shape[1]) for b in batches)
-    real = sum(sum(r for _, _, r in _sequences(b)) for b in batches)
+    real = sum(sum(r for _, _, r in batch_sequences(b)) for b in batches)
     path = run.request.path
     return SmokeReport(
         path=path,
@@ -759,7 +408,7 @@ def run_packing_smoke_tests(
                 progress(stage, fraction)
 
     share = 0.7 / max(len(runs), 1)
-    with files.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
+    with confine.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
         server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
         try:
             for r in reqs:
@@ -809,7 +458,3 @@ def run_packing_smoke_test(
     request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}))
     return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
                                    cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]
-
-
-__all__ = ["CHECK_NAMES", "CHECK_STATUSES", "FAULTS", "RESULTS", "Check", "SmokeReport", "SmokeRequest",
-           "default_config", "model_config", "run_packing_smoke_test", "run_packing_smoke_tests"]

@@ -45,8 +45,11 @@ from torch import nn
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
 from seqpack.training.attention import masked_attention
+from seqpack.training.moe import MoEConfig, MoEMLP, Routing
 from seqpack.training.mrope import TOKEN_INPUT as MROPE_INPUT
 from seqpack.training.mrope import check_section, mrope_tables, token_positions
+from seqpack.training.mtp import MTPConfig, MTPHead
+from seqpack.training.rope import apply_rope, rope_tables, rotate
 from seqpack.training.vision import TOKEN_INPUTS as VISION_INPUTS
 from seqpack.training.vision import (
     VisionInputs,
@@ -56,13 +59,11 @@ from seqpack.training.vision import (
     token_windows,
     vision_inputs,
 )
-from seqpack.training.moe import MoEConfig, MoEMLP, Routing
-from seqpack.training.mtp import MTPConfig, MTPHead
 
 if TYPE_CHECKING:
     from seqpack.training.equivalence import TokenLoss, TokenRows
 
-__all__ = ["TinyGPT", "TinyGPTConfig", "apply_rope", "rope_tables", "rotate"]
+__all__ = ["TinyGPT", "TinyGPTConfig"]
 
 KVExchangeFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -120,27 +121,6 @@ class TinyGPTConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return asdict(self)
-
-
-def rope_tables(position_ids: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the rotary angles of ``position_ids`` ``[..., T]``."""
-    half = head_dim // 2
-    inv_freq = base ** (-torch.arange(half, dtype=dtype, device=position_ids.device) / half)
-    angles = position_ids.to(dtype)[..., None] * inv_freq
-    return angles.cos().unsqueeze(-2), angles.sin().unsqueeze(-2)
-
-
-def rotate(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Rotate ``x`` ``[..., T, heads, d]`` by :func:`rope_tables` (rotate-half convention)."""
-    cos, sin = tables
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, position_ids: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate ``x`` ``[..., T, heads, d]`` by the angles of ``position_ids`` ``[..., T]`` (rotate-half convention)."""
-    return rotate(x, rope_tables(position_ids, x.shape[-1], base, x.dtype))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

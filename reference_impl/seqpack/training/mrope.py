@@ -4,7 +4,7 @@ The head dimension's ``d/2`` rotary frequencies are split into three consecutive
 ``(temporal, height, width)`` (``mrope_section``, summing to ``d/2``); frequency ``j`` rotates by
 the position id of its section's axis. Qwen2-VL splits ``d/2 = 64`` as ``(16, 24, 24)``; the
 reference model uses a small split of its own head size. With the three axes equal (text), the
-rotation equals plain RoPE (:func:`seqpack.training.model.apply_rope`), which is why a text
+rotation equals plain RoPE (:func:`seqpack.training.rope.apply_rope`), which is why a text
 batch gives the same numbers with either option.
 
 Position ids come from :mod:`seqpack.data.vlm.mrope` (per sequence, restarting at 0) through the
@@ -22,6 +22,7 @@ import torch
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import InputError, UsageError
+from seqpack.training.rope import rope_tables, rotate
 
 __all__ = ["TOKEN_INPUT", "apply_mrope", "check_section", "mrope_tables", "section_axes", "token_positions"]
 
@@ -51,9 +52,7 @@ def mrope_tables(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``cos`` and ``sin`` ``[..., T, 1, head_dim / 2]`` of the M-RoPE angles of ``position_ids``
     ``[3, ..., T]``: frequency ``j`` takes the angle of its section's axis (tables for
-    :func:`~seqpack.training.model.rotate`)."""
-    from seqpack.training.model import rope_tables
-
+    :func:`~seqpack.training.rope.rotate`)."""
     half = head_dim // 2
     axes = section_axes(section, position_ids.device)
     freq = torch.arange(half, device=position_ids.device)
@@ -63,9 +62,7 @@ def mrope_tables(
 
 def apply_mrope(x: torch.Tensor, position_ids: torch.Tensor, base: float, section: Sequence[int]) -> torch.Tensor:
     """Rotate ``x`` ``[..., T, heads, d]`` by M-RoPE angles of ``position_ids`` ``[3, ..., T]``
-    (rotate-half convention, as :func:`~seqpack.training.model.apply_rope`)."""
-    from seqpack.training.model import rotate
-
+    (rotate-half convention, as :func:`~seqpack.training.rope.apply_rope`)."""
     if position_ids.shape[0] != 3 or position_ids.shape[1:] != x.shape[:-2]:
         raise UsageError(f"M-RoPE position ids must have shape [3, {', '.join(map(str, x.shape[:-2]))}], got "
                          f"{list(position_ids.shape)}", field="mrope_position_ids")

@@ -36,18 +36,17 @@ width, else the width rounding multiple).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from seqpack.core.alignment import Alignment, Topology
-from seqpack.core.arguments import non_negative_int, positive_int
-from seqpack.core.choices import VISION_OPTIONS
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from seqpack.core.reports import InspectReport
-from seqpack.verbs.common import TopologyOptions, check_path
+from seqpack.verbs.common import TopologyOptions, vision_option
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["InspectOptions", "inspect_packed_dataset", "inspect_packs"]
+__all__ = ["INSPECT", "InspectOptions", "Topology", "inspect_packed_dataset", "inspect_packs", "render_inspection"]
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,14 +111,72 @@ def inspect_packed_dataset(
     if eos_id is None and manifest is not None:
         eos_id = tok.get("eos_id")
     vocab = tok.get("vocab_size") if isinstance(tok.get("vocab_size"), int) else None
-    seg_counts, phys_all, logical_all, row_runtime, row_ids = [], [], [], [], []
-    loss_on_end = 0
-    per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
+    scan = _scan_rows(reader, vocab, eos_id, issues)
+    row_runtime, row_ids, per_file, shape = scan.row_runtime, scan.row_ids, scan.per_file, scan.shape
+    if pack_size is None:
+        pack_size = max(row_runtime) if row_runtime else 0
+    runtime = np.asarray(row_runtime, dtype=np.int64)
+    for k in np.flatnonzero(runtime > pack_size).tolist():
+        issues.add("over_capacity", row_ids[k], f"{int(runtime[k])} runtime tokens exceed pack_size={pack_size}")
+
+    stats, phys, counts = _statistics(scan, runtime, len(reader), int(pack_size))
+    fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
+    settings = {
+        "pack_size": int(pack_size),
+        "pad_seq_to_mult": opts.get("pad_seq_to_mult"),
+        "eos_id": eos_id,
+        "vocab_size": vocab,
+        "from_manifest": manifest is not None,
+        "fingerprint": (manifest or {}).get("fingerprint"),
+    }
+    if manifest is not None:
+        _check_manifest(manifest, reader.paths, per_file, shape, issues)
+    topo_out = None
+    if topo is not None:
+        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
+    report = InspectReport(
+        path=str(path),
+        files=[str(p) for p in reader.paths],
+        ok=issues.count == 0,
+        issues=issues.items,
+        issue_count=issues.count,
+        stats=stats,
+        settings=settings,
+        topology=topo_out,
+    )
+    return report.attach(manifest=manifest)
+
+
+@dataclass
+class _Scan:
+    """What one pass over the rows collects: per-row fill and segments, per-file shape, token range."""
+
+    files: int
+    seg_counts: list[int] = field(default_factory=list)
+    phys_all: list[Any] = field(default_factory=list)
+    logical_all: list[Any] = field(default_factory=list)
+    row_runtime: list[int] = field(default_factory=list)
+    row_ids: list[int] = field(default_factory=list)
+    loss_on_end: int = 0
+    lowest: int | None = None
+    highest: int | None = None
+    per_file: Any = None
+    shape: dict[str, Any] = field(default_factory=dict)
+
+
+def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issues) -> _Scan:
+    """Read every row once: token range, structure, segments, loss on positions without a label, fill."""
+    import numpy as np
+
+    scan = _Scan(files=len(reader.paths))
+    seg_counts, phys_all, logical_all, row_runtime, row_ids = (scan.seg_counts, scan.phys_all, scan.logical_all,
+                                                               scan.row_runtime, scan.row_ids)
+    scan.per_file = per_file = np.zeros((len(reader.paths), 2), dtype=np.int64)  # rows and segments per file
     # per file: most segments in a row, longest physical segment, least-filled row (Bridge's metadata keys)
-    shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
-             "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
-             "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
-    lowest, highest = None, None
+    scan.shape = shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
+                          "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
+                          "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
+    lowest, highest, loss_on_end = None, None, 0
     try:
         for r, row in reader.iter_rows():
             ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
@@ -158,19 +215,21 @@ def inspect_packed_dataset(
             logical_all.append(_logical(ids, bounds, eos_id))
     finally:
         reader.close()
-    if pack_size is None:
-        pack_size = max(row_runtime) if row_runtime else 0
-    runtime = np.asarray(row_runtime, dtype=np.int64)
-    for k in np.flatnonzero(runtime > pack_size).tolist():
-        issues.add("over_capacity", row_ids[k], f"{int(runtime[k])} runtime tokens exceed pack_size={pack_size}")
+    scan.lowest, scan.highest, scan.loss_on_end = lowest, highest, loss_on_end
+    return scan
 
+
+def _statistics(scan: _Scan, runtime: Any, rows: int, pack_size: int) -> tuple[dict[str, Any], Any, Any]:
+    """The report's statistics of a scan (and the physical segment lengths and per-row counts)."""
+    import numpy as np
+
+    phys_all, logical_all, seg_counts = scan.phys_all, scan.logical_all, scan.seg_counts
+    lowest, highest, loss_on_end = scan.lowest, scan.highest, scan.loss_on_end
     phys = np.concatenate(phys_all) if phys_all else np.zeros(0, np.int64)
     logical = np.concatenate(logical_all) if logical_all else np.zeros(0, np.int64)
     counts = np.asarray(seg_counts, dtype=np.int64)
-    rows = len(reader)
     slots = rows * pack_size
     inferred = int(np.gcd.reduce(phys)) if phys.size else 0
-    fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
     hist = {int(k): int(v) for k, v in zip(*np.unique(counts, return_counts=True))} if counts.size else {}
     stats = {
         "rows": rows,
@@ -195,32 +254,9 @@ def inspect_packed_dataset(
         "loss_on_segment_end": loss_on_end,
         "segment_length": {"max": int(phys.max()) if phys.size else 0,
                            "sum_of_squares": int(np.square(phys).sum()) if phys.size else 0},
-        "bridge_metadata": _bridge_metadata(runtime, counts, int(pack_size), phys),
+        "bridge_metadata": _bridge_metadata(runtime, counts, pack_size, phys),
     }
-    settings = {
-        "pack_size": int(pack_size),
-        "pad_seq_to_mult": opts.get("pad_seq_to_mult"),
-        "eos_id": eos_id,
-        "vocab_size": vocab,
-        "from_manifest": manifest is not None,
-        "fingerprint": (manifest or {}).get("fingerprint"),
-    }
-    if manifest is not None:
-        _check_manifest(manifest, reader.paths, per_file, shape, issues)
-    topo_out = None
-    if topo is not None:
-        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
-    report = InspectReport(
-        path=str(path),
-        files=[str(p) for p in reader.paths],
-        ok=issues.count == 0,
-        issues=issues.items,
-        issue_count=issues.count,
-        stats=stats,
-        settings=settings,
-        topology=topo_out,
-    )
-    return report.attach(manifest=manifest)
+    return stats, phys, counts
 
 
 def _bridge_metadata(row_fill: np.ndarray, counts: np.ndarray, pack_size: int, phys: np.ndarray) -> dict[str, Any] | None:
@@ -270,7 +306,7 @@ def _check_manifest(
 ) -> None:
     """Every split whose file was read: row and sample counts, the accounting, size and SHA-256; the metadata
     file against the packs."""
-    from seqpack.io.files import file_record
+    from seqpack.io.ownership import file_record
 
     by_name = {os.path.basename(str(p)): k for k, p in enumerate(paths)}
     records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
@@ -391,7 +427,7 @@ def _check_topology(
 
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class InspectOptions(TopologyOptions):
     """The artifact (file, glob or directory), an optional topology to check it against, and what a
     foreign artifact cannot tell (``pack_size``, ``eos_id``); ``fixed_width``: the run pads rows to
@@ -399,24 +435,103 @@ class InspectOptions(TopologyOptions):
     too: ``vision`` (``auto``: ``qwen2_vl`` when it holds images) measures its image tokens and
     ``pack_size`` is the ``seq_length`` every sample must fit."""
 
-    path: str | os.PathLike[str]
-    pack_size: int | None = None
-    eos_id: int | None = None
-    fixed_width: bool | None = None
-    vision: str = "auto"
+    path: str | os.PathLike[str] = option(
+        help="packed Parquet file, glob or directory (MCP: no glob), or a prepared Energon dataset directory",
+        positional=True, path="artifact")
+    pack_size: int | None = option(None, help="needed for artifacts without a seqpack manifest; for an Energon "
+                                   "dataset: the seq_length every sample must fit", minimum=1, maximum=MAX_PACK_LEN)
+    eos_id: int | None = option(None, help="EOS id (real-token counts of foreign packs)", minimum=0,
+                                maximum=MAX_TOKEN_ID)
+    fixed_width: bool | None = option(None, help="the run pads rows to pack_size (pad_to_max_length)")
+    vision: str = vision_option("Energon datasets: the vision preset that counts image tokens (auto: qwen2_vl when "
+                                "the dataset holds images)")
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
     """Inspect the packs (:func:`seqpack.verbs.inspection.inspect_packed_dataset`); the topology check
     runs when any topology field is set."""
-    from seqpack.verbs.common import check_choice
-
-    check_choice("vision", options.vision, VISION_OPTIONS)
+    check_options(options)
     return inspect_packed_dataset(
-        check_path("path", options.path),
+        options.path,
         options.topology if options.topology_given else None,
-        pack_size=positive_int("pack_size", options.pack_size, allow_none=True, maximum=MAX_PACK_LEN),
-        eos_id=non_negative_int("eos_id", options.eos_id, allow_none=True, maximum=MAX_TOKEN_ID),
+        pack_size=options.pack_size,
+        eos_id=options.eos_id,
         pad_to_max_length=options.fixed_width,
         vision=options.vision,
     )
+
+
+def _inspect_failed(report: InspectReport, options: InspectOptions) -> int:
+    """1 when integrity issues were found or the topology does not fit, else 0."""
+    return 1 if not report.ok or (report.topology is not None and not report.topology["usable"]) else 0
+
+
+def render_inspection(report: InspectReport, options: InspectOptions) -> str:
+    """The CLI's text: integrity, statistics, issues, the topology verdict and the result."""
+    failed = _inspect_failed(report, options)
+    s = report.stats
+    if s.get("kind") == "energon":
+        return _render_energon(report, failed)
+    spp = s["sequences_per_pack"]
+    out = [f"integrity {'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in "
+           f"{len(report.files)} file(s)",
+           f"  packing efficiency {s['packing_efficiency']:.2%} (real tokens {s['real_token_efficiency']:.2%}), "
+           f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}",
+           f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
+           f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}"]
+    out += _issue_lines(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
+    if report.topology is not None:
+        t = report.topology
+        al = t["alignment"]
+        out.append(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: "
+                   f"{'usable' if t['usable'] else 'NOT usable'} (needs multiples of {al['pad_seq_to_mult']})")
+        out += [f"    - {reason}" for reason in t["reasons"]]
+    out.append("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
+    return "\n".join(out)
+
+
+def _issue_lines(report: InspectReport, where: Any) -> list[str]:
+    out = [f"  issue [{issue['check']}]{where(issue)}: {issue['message']}" for issue in report.issues]
+    if report.issue_count > len(report.issues):
+        out.append(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+    return out
+
+
+def _render_energon(report: InspectReport, failed: int) -> str:
+    s, st = report.stats, report.settings
+    counts = ", ".join(f"{split} {n}" for split, n in s["samples"].items())
+    ln = s["length"]
+    out = [f"Energon dataset {'OK' if report.ok else 'ISSUES'}: {sum(s['samples'].values())} samples ({counts}) in "
+           f"{len(report.files)} shard(s), schema {st['schema']}, vision {st['vision'] or 'none'}",
+           f"  {s['rows_with_visuals']} samples carry {s['images']} image(s) and {s['videos']} video(s): "
+           f"{s['vision_tokens']} image tokens, {s['text_tokens']} text tokens ({s['vision_token_share']:.1%} image)",
+           f"  sample length min {ln['min']} / p50 {ln['p50']} / max {ln['max']} tokens; aligned to "
+           f"{st['pad_seq_to_mult']}: {s['aligned_tokens']} tokens"]
+    out += _issue_lines(report, lambda issue: f" {issue['sample']}")
+    if report.topology is not None:
+        t = report.topology
+        out.append(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "
+                   f"{t['alignment']['pad_seq_to_mult']})")
+        out += [f"    - {reason}" for reason in t["reasons"]]
+    out.append("RESULT: " + ("usable" if not failed else "NOT usable"))
+    return "\n".join(out)
+
+
+INSPECT = Verb(
+    name="inspect_packs", options=InspectOptions, function=inspect_packs, render=render_inspection,
+    exit_code=_inspect_failed,
+    help="check a packed Parquet artifact (ours or Megatron-Bridge's) or a prepared Energon dataset, and whether "
+         "it fits a TP/CP/SP topology",
+    tools=(Tool(
+        "inspect_packed_dataset", job=True,
+        title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)",
+        description="""Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
+
+Reports integrity issues (segment structure, loss on positions without a label, rows over
+capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
+pack, inferred alignment), and with a topology whether every physical segment is a
+multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
+and with pack_size (its seq_length) the samples that would not fit.""",
+    ),),
+)

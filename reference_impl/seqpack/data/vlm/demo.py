@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.io.files import atomic_output
+from seqpack.io.atomic import atomic_output
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 IMAGE_DIR = "images"

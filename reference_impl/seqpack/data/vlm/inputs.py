@@ -24,7 +24,6 @@ and tokens, so callers count tokens without decoding and decode only rows that p
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -34,20 +33,20 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.core.errors import InputError, SeqpackError
+from seqpack.core.errors import InputError
 from seqpack.core.limits import (
-    MAX_ASPECT_RATIO,
-    MAX_IMAGE_PIXELS,
     MAX_ROW_PATCH_BYTES,
     MAX_ROW_PIXELS,
     MAX_VIDEO_FRAMES,
 )
+from seqpack.data.vlm.images import DEFAULT_FPS, check_fps, check_image_size, header_size
 
-__all__ = ["DEFAULT_FPS", "CheckedVisual", "check_fps", "check_image_size", "check_visual_row", "header_size",
-           "image_source"]
+#: The placeholders of an image and a video in a row's text.
+IMAGE_MARKER = "<image>"
+VIDEO_MARKER = "<video>"
 
-#: Frames per second of a video that does not say.
-DEFAULT_FPS = 2.0
+__all__ = ["IMAGE_MARKER", "VIDEO_MARKER", "CheckedVisual", "check_visual_row", "image_source"]
+
 
 
 @dataclass(frozen=True)
@@ -66,26 +65,8 @@ class CheckedVisual:
     tokens: int | None = None
 
 
-def check_image_size(height: int, width: int, *, what: str, field: str,
-                     error: type[SeqpackError] = InputError) -> None:
-    """Refuse an image (or frame) of ``height x width`` with no area, too many pixels or too extreme a shape."""
-    if height < 1 or width < 1:
-        raise error(f"{what} of {height}x{width} pixels has no area", field=field)
-    if height * width > MAX_IMAGE_PIXELS:
-        raise error(f"{what} has {width}x{height} pixels, over the limit of {MAX_IMAGE_PIXELS}", field=field,
-                    fix="downscale the image (limits live in reference_impl/seqpack/core/limits.py)")
-    ratio = max(height, width) / min(height, width)
-    if ratio > MAX_ASPECT_RATIO:
-        raise error(f"aspect ratio {ratio:.1f} of a {height}x{width} {what} is over {MAX_ASPECT_RATIO}", field=field)
 
 
-def check_fps(value: Any, field: str) -> float:
-    """``fps`` of a video as a float: absent (None) is :data:`DEFAULT_FPS`; anything but a finite positive number is refused."""
-    if value is None:
-        return DEFAULT_FPS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"fps must be a positive number, got {value!r}", field=field)
-    return float(value)
 
 
 def image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
@@ -110,39 +91,9 @@ def image_source(ref: Any, base_dir: Path | None, field: str) -> Any:
     return path
 
 
-def header_size(source: Any, field: str) -> tuple[int, int]:
-    """``(height, width)`` of an image from its header (files and bytes are not decoded) or its array's
-    shape, checked with :func:`check_image_size`."""
-    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        from PIL import Image
-
-        encoded = isinstance(source, (bytes, bytearray, memoryview))
-        what = "image bytes" if encoded else str(Path(source))
-        try:
-            from seqpack.data.vlm.vision import open_image_file  # regular files inside the allowed roots
-
-            with (io.BytesIO(bytes(source)) if encoded else open_image_file(source, field)) as fh, Image.open(fh) as img:
-                height, width = int(img.height), int(img.width)
-        except FileNotFoundError:
-            raise InputError(f"image file not found: {what}", field=field) from None
-        except Image.DecompressionBombError as exc:
-            raise InputError(f"{what} is refused unread: {exc}", field=field) from None
-        except (OSError, ValueError, SyntaxError) as exc:
-            raise InputError(f"cannot decode {what}: {exc}", field=field) from None
-        check_image_size(height, width, what=what, field=field)
-        return height, width
-    from seqpack.data.vlm.vision import load_image  # an inline array is small: checked in full
-
-    try:
-        rgb = load_image(source)
-    except InputError as err:
-        raise InputError(err.message, field=field, fix=err.fix) from None
-    return int(rgb.shape[0]), int(rgb.shape[1])
 
 
 def _marker_counts(texts: Sequence[str]) -> tuple[int, int]:
-    from seqpack.data.vlm.sample import IMAGE_MARKER, VIDEO_MARKER
-
     return sum(t.count(IMAGE_MARKER) for t in texts), sum(t.count(VIDEO_MARKER) for t in texts)
 
 

@@ -37,17 +37,17 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.core.errors import InputError, UsageError
+from seqpack.core.limits import MAX_VISUALS_PER_ROW
 from seqpack.data import rejections as rj
 from seqpack.data.location import RowLocation, at_row
-from seqpack.data.vlm.mrope import MRopeSpec, rope_index
 from seqpack.data.rejections import SampleRejected
 from seqpack.data.schemas import CHAT_KEYS, Schema
 from seqpack.data.tokenize import VISUAL_FIELDS, TokenizedSample, to_training_example, tokenize_row
 from seqpack.data.tokenizers import Tokenizer
+from seqpack.data.vlm.inputs import IMAGE_MARKER, VIDEO_MARKER, CheckedVisual, check_visual_row, image_source
+from seqpack.data.vlm.mrope import MRopeSpec, rope_index
 from seqpack.data.vlm.vision import VisionSpec, VisualItem, encode_frames, encode_image
-from seqpack.data.vlm.inputs import CheckedVisual, check_visual_row, image_source
-from seqpack.core.errors import InputError, UsageError
-from seqpack.core.limits import MAX_VISUALS_PER_ROW
 
 __all__ = [
     "IMAGE_MARKER",
@@ -71,8 +71,6 @@ __all__ = [
     "with_absolute_paths",
 ]
 
-IMAGE_MARKER = "<image>"
-VIDEO_MARKER = "<video>"
 #: Qwen's special-token texts, in the order image pad, video pad, vision start, vision end.
 QWEN_VISION_TOKENS: tuple[str, ...] = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 

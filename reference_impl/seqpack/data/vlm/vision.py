@@ -25,20 +25,24 @@ smoke test small. numpy, plus Pillow when an image is decoded or resized.
 
 from __future__ import annotations
 
-import io
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seqpack.core.arguments import positive_float, positive_int
 from seqpack.core.errors import InputError, UsageError
-from seqpack.data.vlm.inputs import DEFAULT_FPS, check_fps, check_image_size, header_size
 from seqpack.core.limits import MAX_ASPECT_RATIO, MAX_TOKENS_PER_SECOND, MAX_VIDEO_FRAMES
+from seqpack.data.vlm.images import (
+    DEFAULT_FPS,
+    check_fps,
+    check_image_size,
+    image_size,
+    load_image,
+    pil,
+)
 
 __all__ = [
     "CLIP_MEAN",
@@ -187,90 +191,22 @@ class VisualItem:
         return t * h * w // merge_size ** 2
 
 
-def _pil() -> Any:
-    try:
-        from PIL import Image
-    except ImportError as exc:  # the 'vlm' extra is not installed
-        from seqpack.core.extras import MissingExtraError
-
-        raise MissingExtraError("vlm", "PIL") from exc
-    return Image
 
 
-def open_image_file(path: str | os.PathLike[str], field: str = "image") -> Any:
-    """An image file opened through the file-access layer (regular files only, inside the allowed roots);
-    a refusal names ``field`` (the row's field that named the file)."""
-    from seqpack.io import files
-    from seqpack.core.errors import SeqpackError
-
-    try:
-        return files.open_regular(path, what=f"image file {path}", field=field)
-    except SeqpackError as err:  # the row's file and line name where it came from, the message the image
-        err.file = None
-        raise
 
 
-def load_image(source: str | os.PathLike[str] | bytes | np.ndarray | Any) -> np.ndarray:
-    """An image as uint8 RGB ``[H, W, 3]``: from a file or its bytes (any format Pillow reads), a
-    Pillow image, or an array (``[H, W]`` grey, ``[H, W, 3]`` RGB, ``[H, W, 4]`` RGBA; uint8, or
-    floats in [0, 1]).
-
-    Refuses images over :data:`~seqpack.core.limits.MAX_IMAGE_PIXELS` pixels before decoding them.
-    """
-    Image = _pil()
-    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        encoded = isinstance(source, (bytes, bytearray, memoryview))
-        what = "image bytes" if encoded else str(Path(source))
-        try:
-            with (io.BytesIO(bytes(source)) if encoded else open_image_file(source)) as fh, Image.open(fh) as img:
-                _check_pixels(img.width, img.height, what)
-                img.load()
-                return np.asarray(img.convert("RGB"), dtype=np.uint8)
-        except FileNotFoundError:
-            raise InputError(f"image file not found: {what}", field="image") from None
-        except (OSError, Image.DecompressionBombError, ValueError, SyntaxError) as exc:
-            raise InputError(f"cannot decode {what}: {exc}", field="image") from None
-    if isinstance(source, Image.Image):
-        _check_pixels(source.width, source.height, "image")
-        return np.asarray(source.convert("RGB"), dtype=np.uint8)
-    return _array_image(source)
 
 
-def image_size(source: Any) -> tuple[int, int]:
-    """``(height, width)`` of an image from its header (files and bytes are not decoded) or its array
-    (:func:`seqpack.data.vlm.inputs.header_size`)."""
-    return header_size(source, "image")
 
 
-def _check_pixels(width: int, height: int, what: str) -> None:
-    check_image_size(height, width, what=what, field="image")
 
 
-def _array_image(value: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"an inline image must be an array of numbers ({exc})", field="image") from None
-    if arr.ndim == 2:
-        arr = np.repeat(arr[:, :, None], 3, axis=2)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise InputError(f"an inline image must have shape [H, W], [H, W, 3] or [H, W, 4], got {list(arr.shape)}",
-                         field="image")
-    _check_pixels(int(arr.shape[1]), int(arr.shape[0]), "inline image")
-    arr = arr[:, :, :3]
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 1:
-            raise InputError("a float inline image must hold finite values in [0, 1]", field="image")
-        arr = np.rint(arr * 255.0)
-    elif arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() > 255:
-        raise InputError("an integer inline image must hold values in [0, 255]", field="image")
-    return arr.astype(np.uint8)
 
 
 def _resize(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
     if rgb.shape[0] == height and rgb.shape[1] == width:
         return rgb
-    Image = _pil()
+    Image = pil()
     img = Image.fromarray(np.ascontiguousarray(rgb))
     return np.asarray(img.resize((width, height), resample=Image.Resampling.BICUBIC), dtype=np.uint8)
 

@@ -21,10 +21,10 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
 
 def _reader(path: Path, uri: str):  # noqa: ANN202 - a resource function
     def read() -> str:
-        from seqpack.io import files
+        from seqpack.io import reading
         if not path.exists():
             raise ResourceNotFoundError(f"{uri} is no longer on disk ({path})")
-        return files.read_text(path, what=uri)
+        return reading.read_text(path, what=uri)
 
     return read
 

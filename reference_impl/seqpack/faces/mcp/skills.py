@@ -26,7 +26,8 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, PaginatedRequestParams, RequestParams
 
-from seqpack.io.files import file_record, read_bytes
+from seqpack.io.ownership import file_record
+from seqpack.io.reading import read_bytes
 from seqpack.faces.install_skill import read_frontmatter, skill_files
 
 log = logging.getLogger("seqpack.mcp")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from seqpack.io.files import atomic_output
+from seqpack.io.atomic import atomic_output
 from seqpack.core.errors import ArtifactError, PackingError
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import numpy as np
 
 from seqpack.core.alignment import Topology, round_up
 from seqpack.data.rejections import SampleRejected
-from seqpack.io import files
+from seqpack.io import reading
 from seqpack.core.errors import ArtifactError, InputError
 from seqpack.core.reports import InspectReport
 
@@ -116,7 +116,7 @@ def inspect_energon_dataset(
             shard = root / name
             if name in reported:
                 continue
-            data = files.read_bytes(shard, what="shard", error=ArtifactError) if files.is_regular_file(shard) else None
+            data = reading.read_bytes(shard, what="shard", error=ArtifactError) if reading.is_regular_file(shard) else None
             want = manifest.get("shard_sha256", {}).get(name)
             if data is None or hashlib.sha256(data).hexdigest() != want:
                 issue("shard_checksum", name, "shard is missing or differs from the sha256 in the manifest")

@@ -36,7 +36,7 @@ from seqpack.config.resolve import resolve
 from seqpack.config.schema import TrainingConfig
 from seqpack.config.validate import check_rules
 from seqpack.core.arguments import is_int, non_negative_int, positive_int
-from seqpack.io import files
+from seqpack.io import confine
 from seqpack.core.errors import ArtifactError, PackingError, UsageError
 from seqpack.packing.energon.checkpoint import LoaderCheckpoint, check_resume_settings, check_save_window
 from seqpack.packing.energon.encoder import BOOKKEEPING_KEYS, PackingTaskEncoder
@@ -508,7 +508,7 @@ def iter_energon_batches(
     try:
         if root.is_file():
             if work_dir is None:
-                work_dir = tmp.enter_context(files.scratch_directory("seqpack-energon-"))
+                work_dir = tmp.enter_context(confine.scratch_directory("seqpack-energon-"))
             root = Path(work_dir) / "energon"
             prepare_energon_dataset(data, root, overwrite=True)
         kwargs = dict(

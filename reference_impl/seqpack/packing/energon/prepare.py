@@ -57,11 +57,11 @@ import numpy as np
 from seqpack import __version__
 from seqpack.core.arguments import positive_int
 from seqpack.core.limits import MAX_SHARD_SIZE
-from seqpack.io import files
+from seqpack.io import atomic, ownership, reading
 from seqpack.data.location import at_row
 from seqpack.core.errors import InputError, UsageError
 from seqpack.core.reports import PreparedEnergonDataset
-from seqpack.data.vlm.vision import load_image
+from seqpack.data.vlm.images import load_image
 from seqpack.data.vlm.inputs import check_visual_row
 from seqpack.data.vlm.sample import normalize_visual_row, row_has_visuals
 from seqpack.packing.energon.media import MediaSpec, insert_marker, member_name, png_bytes, synthetic_image
@@ -155,7 +155,7 @@ def _media_members(
             pixels = load_image(source)  # checks the file decodes (and its size) now, with file and line
         except InputError as err:
             raise InputError(err.message, field=field, fix=err.fix) from None
-        payload = files.read_bytes(source, what="image file", field=field) if isinstance(source, Path) else png_bytes(pixels)
+        payload = reading.read_bytes(source, what="image file", field=field) if isinstance(source, Path) else png_bytes(pixels)
         name = member_name(len(members))
         members.append((name, payload))
         return {"member": name}
@@ -212,7 +212,7 @@ def _legacy_names(manifest: dict[str, Any]) -> list[str]:
 
 
 #: How the file-access layer recognises a dataset this command wrote.
-ENERGON_OWNER = files.Owner("seqpack energon-prepare", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names)
+ENERGON_OWNER = ownership.Owner("seqpack energon-prepare", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names)
 
 
 def dataset_fingerprint(manifest: dict[str, Any]) -> str:
@@ -249,7 +249,7 @@ def prepare_energon_dataset(
     src = Path(input_path)
     out = Path(out_dir)
     # ``out`` is replaced only with overwrite=True and only when seqpack wrote it (checked now and at the swap)
-    with files.output_directory(out, ENERGON_OWNER, inputs=[src], replace_own=overwrite) as tmp:
+    with ownership.output_directory(out, ENERGON_OWNER, inputs=[src], replace_own=overwrite) as tmp:
         jf = JsonlFile(src, use_cache=False)
         n = len(jf)
         val_rows = set(_val_rows(n, float(val_fraction), split_seed).tolist())
@@ -315,8 +315,8 @@ def prepare_energon_dataset(
         if not sum(counts.values()):
             raise InputError(f"no usable row ({n} of {n} skipped: {', '.join(skipped)})", file=str(src))
         manifest["fingerprint"] = dataset_fingerprint(manifest)
-        manifest["files"] = files.record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
-        files.write_text(tmp / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+        manifest["files"] = ownership.record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
+        atomic.write_text(tmp / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
     result = _result(out, manifest, time.perf_counter() - started)
     log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
     return result
@@ -371,19 +371,19 @@ def file_problems(root: Path, manifest: dict[str, Any], *, strays: bool = True) 
     """``(check, name, message)`` for energon's index missing (``energon_index``), a recorded file missing or of
     another size (``missing_file``, ``file_size``) and, with ``strays``, a file nobody recorded (``stray_file``)."""
     out = []
-    if not files.is_regular_file(root / ".nv-meta" / "split.yaml"):
+    if not reading.is_regular_file(root / ".nv-meta" / "split.yaml"):
         out.append(("energon_index", ".nv-meta/split.yaml", "energon metadata (.nv-meta/split.yaml) is missing"))
     records = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
     for name, record in records.items():
         target = root / name
-        if not files.is_regular_file(target):
+        if not reading.is_regular_file(target):
             check = "energon_index" if name.startswith(".nv-meta/") else "missing_file"
             out.append((check, name, f"{name} is missing (the manifest records it); the dataset is damaged"))
         elif target.stat().st_size != record.get("size"):
             out.append(("file_size", name, f"{name} is not the size the manifest recorded ({record.get('size')} "
                         f"bytes, found {target.stat().st_size}); the dataset is damaged"))
     if strays and records:
-        for name in files.stray_files(root, [*records, MANIFEST_NAME]):
+        for name in ownership.stray_files(root, [*records, MANIFEST_NAME]):
             kind = "a shard" if name.startswith(f"{SHARD_DIR}/") and name.endswith(".tar") else "a file"
             out.append(("stray_file", name, f"{name}: {kind} the manifest does not record (not read by the loader)"))
     return out
@@ -436,7 +436,7 @@ def write_synthetic_vlm_jsonl(
 ) -> Path:
     """Write :func:`synthetic_vlm_rows` as JSONL (atomically) and return the path."""
     rows = synthetic_vlm_rows(n, seed=seed, media=media)
-    with files.atomic_output(path) as fh:
+    with atomic.atomic_output(path) as fh:
         for row in rows:
             fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
     return Path(path)

@@ -23,7 +23,7 @@ loaded rank, and every rank must run the same number of micro-batches ``M``. The
    grows. If the result would need more than ``M`` packs on some rank, it is dropped.
 4. **Pack** each rank's samples with first fit decreasing, capacity ``C``
    (:func:`first_fit_decreasing`: the bins of
-   :func:`seqpack.packing.algorithms.first_fit_in_order` over the lengths sorted longest
+   :func:`seqpack.packing.fit.first_fit_in_order` over the lengths sorted longest
    first, computed in plain Python because a rank holds only tens to hundreds of samples).
 5. **Equal micro-batch counts.** A rank with fewer than ``M`` packs splits its pack with the most
    samples into two halves of similar size until it has ``M`` (its load does not change); a rank

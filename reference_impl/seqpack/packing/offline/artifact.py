@@ -3,7 +3,7 @@
 A pack directory ``<out_root>/<tokenizer>_pad_seq_to_mult<m>_<fingerprint12>/`` holds the split
 Parquet files, the metadata JSON and ``seqpack_manifest.json``. The manifest records, besides the
 options and the accounting, every other file's size and SHA-256 (``files``) and each split's row
-count (``packs``). The file-access layer (:mod:`seqpack.io.files`) decides what may be
+count (``packs``). The file-access layer (:mod:`seqpack.io`) decides what may be
 reused, replaced or must be left alone; this module tells it what a pack's manifest is
 (:data:`PACK_OWNER`) and what a reusable pack must also satisfy (:func:`examine`):
 
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seqpack.io import files
+from seqpack.io import ownership, reading
 from seqpack.core.errors import ArtifactError
 
 __all__ = ["FORMAT", "MANIFEST_NAME", "PACK_OWNER", "examine", "read_manifest", "record_pack_files"]
@@ -57,7 +57,7 @@ def _validate(manifest: dict[str, Any]) -> None:
 
 
 #: How the file-access layer recognises a pack directory seqpack wrote.
-PACK_OWNER = files.Owner("seqpack pack", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names,
+PACK_OWNER = ownership.Owner("seqpack pack", MANIFEST_NAME, FORMAT, "--overwrite", legacy=_legacy_names,
                          validate=_validate)
 
 
@@ -70,7 +70,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def record_pack_files(directory: Path, manifest: dict[str, Any]) -> None:
     """Put the size and SHA-256 of every file in ``directory`` (but the manifest) into ``manifest["files"]``."""
-    manifest["files"] = files.record_files(directory, exclude=(MANIFEST_NAME,))
+    manifest["files"] = ownership.record_files(directory, exclude=(MANIFEST_NAME,))
 
 
 def _sequences(path: Path) -> int:
@@ -93,7 +93,7 @@ def _split_problems(root: Path, manifest: dict[str, Any], rows: Mapping[str, int
             continue
         name = str(info.get("file"))
         try:
-            packs = pq.ParquetFile(files.regular_file(root / name, error=ArtifactError)).metadata.num_rows
+            packs = pq.ParquetFile(reading.regular_file(root / name, error=ArtifactError)).metadata.num_rows
             sequences = _sequences(root / name)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
             problems.append(f"{name}: not a readable Parquet file ({type(exc).__name__})")
@@ -118,7 +118,7 @@ def _split_problems(root: Path, manifest: dict[str, Any], rows: Mapping[str, int
     return problems
 
 
-def examine(root: Path, fingerprint: str, rows: Mapping[str, int] | None = None) -> files.DirectoryState:
+def examine(root: Path, fingerprint: str, rows: Mapping[str, int] | None = None) -> ownership.DirectoryState:
     """Check an existing pack directory against its manifest, the expected ``fingerprint`` and, when
     given, the number of input rows of each split (``rows``)."""
 
@@ -127,4 +127,4 @@ def examine(root: Path, fingerprint: str, rows: Mapping[str, int] | None = None)
             return [f"the manifest's fingerprint {manifest['fingerprint'][:12]} is not {fingerprint[:12]}"]
         return _split_problems(path, manifest, rows)
 
-    return files.examine_directory(root, PACK_OWNER, verify=verify)
+    return ownership.examine_directory(root, PACK_OWNER, verify=verify)

@@ -33,7 +33,8 @@ import numpy as np
 
 from seqpack.core.arguments import is_int, non_negative_int, positive_int
 from seqpack.core.errors import PackingError, UsageError
-from seqpack.packing.algorithms import as_length_array, first_fit_in_order, pack_lengths
+from seqpack.packing.algorithms import as_length_array, pack_lengths
+from seqpack.packing.fit import first_fit_in_order
 
 logger = logging.getLogger(__name__)
 

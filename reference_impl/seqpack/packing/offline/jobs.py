@@ -179,7 +179,7 @@ def cut_batch(batch: Any, keep: int) -> Any:
     """``batch`` with every sample cut to its first ``keep`` stored ids (and mask), flagged truncated.
 
     Megatron-Bridge's pre-padding step does this after tokenizing with a budget above the runtime cap
-    (``--bridge-compat``, :attr:`seqpack.packing.offline.prepare.OfflinePackOptions.stored_cut`).
+    (``--bridge-compat``, :attr:`seqpack.packing.offline.options.OfflinePackOptions.stored_cut`).
     """
     from dataclasses import replace
 

@@ -319,7 +319,7 @@ def concat_parquet(parts: Sequence[str | os.PathLike[str]], out: BinaryIO) -> in
 
 def concat_parquet_files(parts: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str]) -> Path:
     """:func:`concat_parquet` into ``target``, written atomically."""
-    from seqpack.io.files import atomic_output
+    from seqpack.io.atomic import atomic_output
 
     path = Path(target)
     with atomic_output(path) as fh:

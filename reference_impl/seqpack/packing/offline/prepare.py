@@ -44,17 +44,18 @@ single-process run (and to any number of workers) with the same inputs and optio
 
 Accounting: for every split, ``rows_in == packed + skipped`` (``truncated`` counts packed samples
 that lost tokens); skipped rows are grouped by reason with their first file/line locations.
+
+
+Options and accounting live in :mod:`.options`, bin assignment and the fingerprint in :mod:`.bins`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -62,176 +63,27 @@ import numpy as np
 
 from seqpack import __version__
 from seqpack.core.arguments import positive_int
-from seqpack.io import files
-from seqpack.io.files import remove_path
-from seqpack.data.ranges import concat_ranges, offsets_of
 from seqpack.core.errors import ArtifactError, InputError, PackingError, UsageError
-from seqpack.core.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_ROW_GROUP_SIZE, MAX_SEQS_PER_PACK, MAX_WORKERS
+from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
+from seqpack.core.reports import PreparedPacks
+from seqpack.data.ranges import offsets_of
+from seqpack.io import atomic, ownership, reading
+from seqpack.io.temporaries import remove_path
 from seqpack.packing.offline import artifact
 from seqpack.packing.offline.artifact import FORMAT, MANIFEST_NAME
-from seqpack.core.reports import PreparedPacks
+from seqpack.packing.offline.bins import (
+    _assign,
+    _Bins,
+    _tokenizer_dir_name,
+    aligned_lengths,
+    bridge_metadata,
+    fingerprint,
+)
+from seqpack.packing.offline.options import PROBE_NAME, SPLITS, WORK_DIR, OfflinePackOptions, SplitAccount
 
 log = logging.getLogger(__name__)
-EXAMPLES_PER_REASON = 5
-SPLITS = ("training", "validation", "test")
-#: Scratch directory inside the temporary output directory: spill files and Parquet parts.
-WORK_DIR = ".seqpack-work"
-PROBE_NAME = ".shared-probe"
-#: Options added after the first format: fingerprinted and recorded only when set, so packs
-#: written before they existed keep their fingerprint.
-LATER_OPTIONS = ("pad_seq_length_to_mult",)
 
-
-# ------------------------------------------------------------------------------------------------
-# Options and results
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OfflinePackOptions:
-    """Every option that changes which samples land in which pack (all are fingerprinted)."""
-
-    pack_size: int
-    pad_seq_to_mult: int = 1
-    max_seq_length: int | None = None
-    truncation: str = "right"
-    algorithm: str = "best_fit_decreasing"
-    seed: int = 1234
-    max_seqs_per_pack: int | None = None
-    bridge_compat: bool = False
-    shuffle_packs: bool = True
-    num_samples: int | None = None
-    pad_seq_length_to_mult: int | None = None
-
-    def __post_init__(self) -> None:
-        positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
-        positive_int("pad_seq_to_mult", self.pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
-        positive_int("max_seqs_per_pack", self.max_seqs_per_pack, allow_none=True, maximum=MAX_SEQS_PER_PACK)
-        positive_int("pad_seq_length_to_mult", self.pad_seq_length_to_mult, allow_none=True,
-                     maximum=MAX_PAD_SEQ_TO_MULT)
-        if self.max_seq_length is not None and not 1 <= self.max_seq_length <= self.pack_size:
-            raise UsageError(
-                f"max_seq_length={self.max_seq_length} must be between 1 and pack_size={self.pack_size}",
-                rule_id="PACK-OFFLINE-MAX-SINGLE-LE-PACK",
-                field="max_seq_length",
-                fix="lower max_seq_length (the per-sample cap) or raise pack_size",
-            )
-        if self.cap < 1:
-            raise UsageError(
-                f"max_seq_length={self.seq_cap} is smaller than pad_seq_to_mult={self.pad_seq_to_mult}",
-                field="max_seq_length",
-                fix="the per-sample cap must be at least the alignment multiple",
-            )
-        if self.pack_size % self.pad_seq_to_mult:
-            raise UsageError(
-                f"pack_size={self.pack_size} is not a multiple of pad_seq_to_mult={self.pad_seq_to_mult}",
-                rule_id="PACK-OFFLINE-WIDTH-ALIGNED",
-                field="pack_size",
-                fix="use a pack size that is a multiple of the alignment",
-            )
-        if self.bridge_compat and self.algorithm not in ("first_fit_shuffle", "first_fit_decreasing"):
-            raise UsageError(
-                "bridge_compat reproduces Bridge's first_fit_shuffle or first_fit_decreasing only",
-                field="algorithm",
-            )
-        self._check_override()
-
-    def _check_override(self) -> None:
-        override = self.pad_seq_length_to_mult
-        if override is None:
-            return
-        if override % self.pad_seq_to_mult:
-            raise UsageError(
-                f"pad_seq_length_to_mult={override} is not a multiple of pad_seq_to_mult={self.pad_seq_to_mult}: "
-                "pre-padded segments would break the alignment the topology needs",
-                rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
-                field="pad_seq_length_to_mult",
-                fix=f"use a multiple of {self.pad_seq_to_mult}",
-            )
-        if self.bridge_compat and self.pad_seq_to_mult == 1:
-            raise UsageError(
-                "with pad_seq_to_mult=1 Megatron-Bridge does not pre-pad at all and ignores pad_seq_length_to_mult, "
-                "so bridge_compat cannot honour it",
-                field="pad_seq_length_to_mult",
-                fix="drop pad_seq_length_to_mult, or set pad_seq_to_mult > 1",
-            )
-
-    @property
-    def seq_cap(self) -> int:
-        """The per-sample budget in runtime tokens before alignment (``max_seq_length`` or ``pack_size``)."""
-        return self.max_seq_length or self.pack_size
-
-    @property
-    def cap(self) -> int:
-        """Largest runtime length a sample may have: ``floor(seq_cap / m) * m``."""
-        return (self.seq_cap // self.pad_seq_to_mult) * self.pad_seq_to_mult
-
-    @property
-    def tokenize_budget(self) -> int:
-        """Stored ids the tokenizer may produce for one sample: ``cap + 1``.
-
-        With ``bridge_compat`` Megatron-Bridge's budget instead (``tokenize_dataset`` in
-        megatron-bridge 0.6.2): ``seq_cap`` when ``m == 1`` (so a sample keeps at most ``seq_cap - 1``
-        runtime tokens), else ``seq_cap + 1``, after which :attr:`stored_cut` cuts the sample.
-        """
-        if not self.bridge_compat:
-            return self.cap + 1
-        return self.seq_cap if self.pad_seq_to_mult == 1 else self.seq_cap + 1
-
-    @property
-    def stored_cut(self) -> int | None:
-        """With ``bridge_compat`` and ``m > 1``: the stored length (``cap + 1``) a tokenized sample is cut
-        to, keeping its head, as Bridge's pre-padding step does (the cut loses the EOS and the end of
-        the completion; it only bites when ``seq_cap`` is not a multiple of ``m``). Otherwise None."""
-        if self.bridge_compat and self.pad_seq_to_mult > 1 and self.tokenize_budget > self.cap + 1:
-            return self.cap + 1
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (options in :data:`LATER_OPTIONS` only when set). With ``bridge_compat`` it also
-        names the Megatron-Bridge release whose preparation is reproduced (``bridge_release``), so packs
-        made for another release's rules never share a fingerprint with these."""
-        data = asdict(self)
-        for key in LATER_OPTIONS:
-            if data[key] is None:
-                del data[key]
-        if self.bridge_compat:
-            from seqpack.core.versions import BRIDGE_RELEASE
-
-            data["bridge_release"] = BRIDGE_RELEASE
-        return data
-
-
-@dataclass
-class SplitAccount:
-    """Where every input row of one split went."""
-
-    rows_in: int = 0
-    packed: int = 0
-    truncated: int = 0
-    skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def skipped_total(self) -> int:
-        """Rows skipped, all reasons together."""
-        return sum(v["count"] for v in self.skipped.values())
-
-    def skip(self, reason: str, where: dict[str, Any]) -> None:
-        """Count one skipped row under ``reason`` (keeping the first few locations)."""
-        entry = self.skipped.setdefault(reason, {"count": 0, "examples": []})
-        entry["count"] += 1
-        if len(entry["examples"]) < EXAMPLES_PER_REASON:
-            entry["examples"].append(where)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (with the total)."""
-        return {
-            "rows_in": self.rows_in,
-            "packed": self.packed,
-            "truncated": self.truncated,
-            "skipped_total": self.skipped_total,
-            "skipped": self.skipped,
-        }
+__all__ = ["SampleLengths", "append_metadata", "find_manifest", "pre_pad_id", "prepare_packed_dataset", "sample_lengths"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,88 +154,6 @@ def _account(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccoun
     account.packed = int(length.size)
     return account, SampleIndex(tuple(names), file, offset, length)
 
-
-# ------------------------------------------------------------------------------------------------
-# Alignment and bin packing (lengths only)
-# ------------------------------------------------------------------------------------------------
-
-
-def aligned_lengths(runtime: np.ndarray, options: OfflinePackOptions) -> np.ndarray:
-    """Runtime lengths after pre-padding: rounded up to ``pad_seq_to_mult`` (or to the
-    ``pad_seq_length_to_mult`` override, capped at the per-sample cap, as Bridge does)."""
-    runtime = np.asarray(runtime, dtype=np.int64)
-    override = options.pad_seq_length_to_mult
-    multiple = override or options.pad_seq_to_mult
-    aligned = -(-runtime // multiple) * multiple
-    return np.minimum(aligned, options.cap) if override else aligned
-
-
-@dataclass(frozen=True)
-class _Bins:
-    """Packs as sample indices: pack ``p`` holds ``order[offsets[p]:offsets[p+1]]`` in placement order."""
-
-    order: np.ndarray
-    offsets: np.ndarray
-    stats: dict[str, Any]
-
-    @property
-    def count(self) -> int:
-        return int(self.offsets.size - 1)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-
-def _assign(options: OfflinePackOptions, runtime: np.ndarray) -> _Bins:
-    """Bins of sample indices (in placement order) and the packing stats."""
-    from seqpack.packing import algorithms
-
-    if options.bridge_compat:
-        from seqpack.packing.offline.bridge_compat import bridge_pack_csr
-
-        pack = bridge_pack_csr(runtime, options.pack_size, seed=options.seed, algorithm=options.algorithm)
-        order, offsets = pack.order, pack.offsets
-        sizes = np.diff(offsets)
-        sums = np.add.reduceat(runtime[order], offsets[:-1]) if order.size else np.zeros(0, np.int64)
-        stats = {
-            "algorithm": options.algorithm,
-            "bridge_compat": True,
-            "num_bins": int(sizes.size),
-            "lower_bound": int(-(-int(runtime.sum()) // options.pack_size)),
-            "efficiency": float(sums.sum() / (sizes.size * options.pack_size)),
-            "max_items_per_bin": int(sizes.max()),
-            "min_bin_fill": int(sums.min()),
-        }
-        return _Bins(order, offsets, stats)
-    result = algorithms.pack_lengths(
-        runtime,
-        options.pack_size,
-        options.algorithm,
-        seed=options.seed,
-        max_seqs_per_pack=options.max_seqs_per_pack,
-        oversize="error",
-    )
-    order, offsets = np.asarray(result.order, dtype=np.int64), np.asarray(result.offsets, dtype=np.int64)
-    if options.shuffle_packs and offsets.size > 1:
-        perm = np.random.default_rng(options.seed).permutation(offsets.size - 1)
-        sizes = np.diff(offsets)[perm]
-        order = order[concat_ranges(offsets[:-1][perm], sizes)]
-        offsets = offsets_of(sizes)
-    return _Bins(order, offsets, result.stats())
-
-
-def bridge_metadata(runtime: np.ndarray, order: np.ndarray, offsets: np.ndarray, pack_size: int) -> dict[str, Any]:
-    """Megatron-Bridge's pack metadata for one split (six keys, its order and rounding);
-    pack ``p`` holds samples ``order[offsets[p]:offsets[p+1]]``."""
-    from seqpack.packing.offline.bridge_compat import bridge_pack_metadata
-
-    runtime = np.asarray(runtime, dtype=np.int64)
-    sums = np.add.reduceat(runtime[order], offsets[:-1]).tolist() if order.size else []
-    counts = np.diff(offsets).tolist()
-    return bridge_pack_metadata(sums, counts, pack_size, int(runtime.max()) if runtime.size else 0)
-
-
 # ------------------------------------------------------------------------------------------------
 # Filling and writing (one part per row group)
 # ------------------------------------------------------------------------------------------------
@@ -411,8 +181,8 @@ def _write_split(
     comm: Any, jobs: list[Any], target: Path, num_workers: int, progress: bool
 ) -> None:
     """Every rank writes the parts ``g`` with ``g % world_size == rank``; rank 0 joins them into ``target``."""
-    from seqpack.packing.offline.jobs import map_jobs
     from seqpack.packing.offline.fill import write_part
+    from seqpack.packing.offline.jobs import map_jobs
     from seqpack.packing.offline.parquet_concat import concat_parquet_files
 
     mine = jobs[comm.rank :: comm.world_size]
@@ -434,41 +204,6 @@ def _write_split(
         concat_parquet_files([job.path for job in jobs], target)
 
     comm.from_root(join)
-
-
-# ------------------------------------------------------------------------------------------------
-# Fingerprint and layout
-# ------------------------------------------------------------------------------------------------
-
-
-def _canonical_json(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _tokenizer_dir_name(tokenizer: Any) -> str:
-    name = getattr(tokenizer, "name", None) or type(tokenizer).__name__
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(name)).strip("-") or "tokenizer"
-
-
-def fingerprint(
-    streams: Mapping[str, Any], options: OfflinePackOptions, schema: Any, tokenizer: Any
-) -> str:
-    """SHA-256 over everything that changes pack membership (inputs by content, not by path)."""
-    payload = {
-        "format": FORMAT,
-        "inputs": {
-            split: {
-                "sources": [{"sha256": s.sha256, "weight": s.weight, "rows": s.rows} for s in stream.sources],
-                "draws": hashlib.sha256(stream.source_ids.tobytes() + stream.row_ids.tobytes()).hexdigest(),
-            }
-            for split, stream in streams.items()
-        },
-        "options": options.to_dict(),
-        "schema": {"type": type(schema).__name__, **schema.to_dict()},
-        "tokenizer": tokenizer.fingerprint(),
-    }
-    return hashlib.sha256(_canonical_json(payload).encode()).hexdigest()
-
 
 # ------------------------------------------------------------------------------------------------
 # The pipeline
@@ -544,8 +279,8 @@ def _pack_split(
     target_dir: Path, num_workers: int, row_group_size: int | None, progress: bool,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tokenize (spill), pack lengths, fill and write one split; returns (Bridge metadata, summary)."""
-    from seqpack.packing.offline.jobs import TokenizeContext
     from seqpack.packing.offline.fill import auto_row_group_size
+    from seqpack.packing.offline.jobs import TokenizeContext
     from seqpack.packing.offline.spill import id_dtype
 
     dtype = id_dtype(int(tokenizer.vocab_size))
@@ -715,7 +450,7 @@ def _plan(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, 
     streams = _resolve_inputs(inputs, options.seed, options.num_samples)
     schema = _detect(next(iter(streams.values())), schema)
     fp = fingerprint(streams, options, schema, tok)
-    root = files.check_output_root(out_root, owner="seqpack pack") / (
+    root = ownership.check_output_root(out_root, owner="seqpack pack") / (
         f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
     rows = {split: len(stream) for split, stream in streams.items()}
     rebuilt = None
@@ -739,7 +474,7 @@ def _prepare(
         log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
         return _prepared(root, plan.reusable, reused=True)
     if metadata_path is not None:
-        comm.from_root(lambda: files.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
+        comm.from_root(lambda: atomic.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
     metadata_name = f"{options.pack_size}_metadata.jsonl"
     rows = {split: len(stream) for split, stream in streams.items()}
     sources = [src.path for stream in streams.values() for src in stream.sources]
@@ -748,7 +483,7 @@ def _prepare(
         # ``root`` carries this run's fingerprint in its name; it is replaced only when seqpack wrote it
         # (refused now, before any work, when it holds anything else), and a concurrent run that wrote
         # the same packs first wins when they verify
-        directory = files.output_directory(root, artifact.PACK_OWNER, inputs=sources, replace_own=True,
+        directory = ownership.output_directory(root, artifact.PACK_OWNER, inputs=sources, replace_own=True,
                                            keep_existing=lambda path: artifact.examine(path, fp, rows).reusable)
         tmp = stack.enter_context(directory)
         if plan.rebuilt is not None:
@@ -860,12 +595,12 @@ def append_metadata(path: str | os.PathLike[str], entries: list[dict[str, Any]])
     """
     from seqpack.packing.parquet import read_metadata
 
-    target = files.check_write_target(path, what="the metadata path", field="metadata_path")
-    raw = files.read_text(target, what="the metadata file", error=ArtifactError).strip() if target.exists() else ""
+    target = atomic.check_write_target(path, what="the metadata path", field="metadata_path")
+    raw = reading.read_text(target, what="the metadata file", error=ArtifactError).strip() if target.exists() else ""
     if raw and not raw.startswith("["):
         raise ArtifactError("the metadata file to append to is not a JSON array", file=str(target))
     existing = read_metadata(target) if raw else []
-    files.write_text(target, json.dumps(existing + list(entries)), what="the metadata path", field="metadata_path")
+    atomic.write_text(target, json.dumps(existing + list(entries)), what="the metadata path", field="metadata_path")
     return target
 
 
@@ -878,21 +613,3 @@ def find_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     p = Path(path)
     directory = p if p.is_dir() else p.parent
     return artifact.read_manifest(directory / MANIFEST_NAME)
-
-
-__all__ = [
-    "MANIFEST_NAME",
-    "OfflinePackOptions",
-    "PreparedPacks",
-    "SplitAccount",
-    "aligned_lengths",
-    "append_metadata",
-    "bridge_metadata",
-    "find_manifest",
-    "fingerprint",
-    "pre_pad_id",
-    "SampleLengths",
-    "prepare_packed_dataset",
-    "sample_lengths",
-]
-

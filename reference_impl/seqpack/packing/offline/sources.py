@@ -63,9 +63,9 @@ class RowStream:
 
 def file_sha256(path: str | os.PathLike[str], chunk: int = 8 << 20) -> str:
     """SHA-256 of a file's content (streamed)."""
-    from seqpack.io import files
+    from seqpack.io import reading
     h = hashlib.sha256()
-    with files.open_regular(path, what="JSONL file") as fh:
+    with reading.open_regular(path, what="JSONL file") as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
