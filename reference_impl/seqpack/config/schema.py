@@ -71,6 +71,9 @@ class ModelConfig:
     sequence_packing_scheduler: str | None = _f(
         None, "Global-batch packing scheduler: 'dp_balanced' (Megatron-Core) or 'balanced' (seqpack)."
     )
+    dynamic_context_parallel: bool = _f(
+        False, "Dynamic context parallelism (global-batch packing, Megatron-Bridge PR #6127; provisional)."
+    )
     mtp_num_layers: int | None = _f(None, "Multi-token-prediction layers (null or 0 = off).", minimum=0)
     cuda_graph_impl: CudaGraphImpl = _f("none", "CUDA graph implementation: none, local or transformer_engine.")
     cuda_graph_scope: list[str] = _f(
