@@ -52,7 +52,7 @@ from seqpack.core.versions import (
     BRIDGE_RELEASE,
     DEFAULT_BRIDGE_TARGET,
     MCORE_PACKAGE,
-    check_target,
+    resolve_target,
 )
 
 
@@ -359,10 +359,7 @@ def alignment_requirement(
     """
     if path not in ALIGNMENT_PATHS:
         raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(ALIGNMENT_PATHS)}", field="path")
-    try:
-        bridge_version = check_target(bridge_version)
-    except ValueError as err:
-        raise UsageError(str(err), field="bridge_version") from None
+    bridge_version = resolve_target(bridge_version)
     al = derive_alignment(tp, cp, sp, eval_cp)
     tp, cp, sp, eval_cp = al.tp, al.cp, al.sp, al.eval_cp
     if dp is not None:

@@ -57,3 +57,13 @@ def check_target(target: str) -> str:
     if target not in BRIDGE_TARGETS:
         raise ValueError(f"unknown Megatron-Bridge version {target!r}; choose one of {', '.join(BRIDGE_TARGETS)}")
     return target
+
+
+def resolve_target(target: str | None) -> str:
+    """``target`` checked (None: :data:`DEFAULT_BRIDGE_TARGET`); a UsageError naming the choices otherwise."""
+    from seqpack.core.errors import UsageError
+
+    try:
+        return check_target(DEFAULT_BRIDGE_TARGET if target is None else target)
+    except ValueError as err:
+        raise UsageError(str(err), field="bridge_version") from None

@@ -155,7 +155,8 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         locations=_Locations(jf, rows),
     )
     rejected = [
-        (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
+        (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos],
+                      **({"completion_nonempty": True} if getattr(err, "completion_nonempty", False) else {})})
         for pos, err in batch.rejected
     ]
     jf.close()  # unmap the file: its pages would otherwise stay in this process's resident set

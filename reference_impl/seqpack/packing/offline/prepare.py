@@ -63,6 +63,7 @@ import numpy as np
 
 from seqpack import __version__
 from seqpack.core.arguments import positive_int
+from seqpack.core.versions import BRIDGE_MAIN
 from seqpack.core.errors import ArtifactError, InputError, PackingError, UsageError
 from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
@@ -126,6 +127,23 @@ def _tokenize(
                 bar.close()
 
     return [done for per_rank in comm.everywhere(work) for done in per_rank]
+
+
+def _refuse_truncated_completions(done: list[Any]) -> None:
+    """Megatron-Bridge main (PR #5737) refuses a prompt/completion sample whose non-empty completion keeps no
+    supervised token after truncation; megatron-bridge 0.6.2 packs it with an all-zero loss mask (seqpack
+    skips it and counts it). Raises InputError naming the first such row."""
+    from seqpack.data.rejections import NO_SUPERVISED_TOKENS
+
+    for job in done:
+        for reason, where in job.rejected:
+            if reason == NO_SUPERVISED_TOKENS and where.get("completion_nonempty"):
+                raise InputError(
+                    "a non-empty completion keeps no supervised token (truncated away, or it encodes to no token, "
+                    "with no EOS); Megatron-Bridge main refuses such a sample (PR #5737)",
+                    file=where["file"], line=where["line"], field="completion",
+                    fix="raise max_seq_length, shorten the prompt, or drop the row (megatron-bridge 0.6.2 packs it "
+                    "with no trained label; seqpack's default skips and counts it)")
 
 
 def _account(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccount, Any]:
@@ -287,7 +305,10 @@ def _pack_split(
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
     context = TokenizeContext(schema, tokenizer, options.tokenize_budget, options.truncation, str(spill_dir),
                               dtype.str, f"rank{comm.rank}", cut_ids=options.stored_cut)
-    account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
+    done = _tokenize(comm, stream, context, num_workers, progress)
+    if options.bridge_version == BRIDGE_MAIN:
+        _refuse_truncated_completions(done)
+    account, index = _account(stream, done, dtype)
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -396,6 +417,7 @@ def prepare_packed_dataset(
     shuffle_packs: bool = True,
     num_samples: int | None = None,
     pad_seq_length_to_mult: int | None = None,
+    bridge_version: str | None = None,
     num_workers: int = 1,
     row_group_size: int | None = None,
     metadata_path: str | os.PathLike[str] | None = None,
@@ -406,7 +428,9 @@ def prepare_packed_dataset(
     """Pack JSONL (or a blend) into packed Parquet; see the module docstring for every step.
 
     ``metadata_path``: also append this run's metadata entries to that JSON array file (created
-    when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
+    when absent), as Megatron-Bridge's preparation does. ``bridge_version`` (default megatron-bridge
+    0.6.2): with ``main``, a prompt/completion row whose non-empty completion keeps no supervised token
+    after truncation is refused (InputError naming the row, Megatron-Bridge PR #5737) instead of skipped. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
     """
     from seqpack.packing.offline.distributed import resolve_collective
@@ -423,6 +447,7 @@ def prepare_packed_dataset(
         shuffle_packs=shuffle_packs and not bridge_compat,
         num_samples=num_samples,
         pad_seq_length_to_mult=pad_seq_length_to_mult,
+        bridge_version=bridge_version,
     )
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
