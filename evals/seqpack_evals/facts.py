@@ -437,8 +437,6 @@ FACTS: dict[str, FactFn] = {
                                             "dataset.dataset_kwargs.pad_to_max_length", (False,)),
     "MOE-HYBRIDEP-GRAPHS-PADDING": _set("MOE-HYBRIDEP-GRAPHS-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
                                         (True,)),
-    "MOE-HYBRIDEP-UNEVEN-PADDING": _set("MOE-HYBRIDEP-UNEVEN-PADDING", "model.moe_hybridep_pad_uneven_dispatch_inputs",
-                                        (False,)),
     "MOE-HYBRIDEP-CHUNK-WIDTH": _chunk_width,
     "MOE-CAPACITY-PACKING": _capacity,
     "MTP-PACKED-ALIGNMENT-ROLL": _mtp_roll,

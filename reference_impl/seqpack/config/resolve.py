@@ -68,8 +68,18 @@ class Resolved:
             dispatcher=dispatcher_name(m.moe_token_dispatcher_type, m.moe_flex_dispatcher_backend),
             ep=self.ep, tp=self.tp, cp=self.cp, sp=self.sp, pad_seq_to_mult=multiple,
             fixed_width=self.fixed_pack_width(), cuda_graphs=m.cuda_graph_impl != "none",
-            hybridep_padding=m.moe_hybridep_pad_uneven_dispatch_inputs,
+            hybridep_padding=self.hybridep_padding(),
         )
+
+    def hybridep_padding(self) -> bool | None:
+        """``moe_hybridep_pad_uneven_dispatch_inputs`` as Megatron-Bridge leaves it after validating the config:
+        a packed (THD) eager config gets True whatever it set (megatron-bridge 0.6.2 ``training/config.py``
+        1249 -> ``models/transformer_config.py`` 91-134, the backport PR #5931 of #5915; Bridge main at 067f987
+        turns it on for every eager HybridEP config); under CUDA graphs the configured value stays."""
+        m = self.cfg.model
+        if self.packed and m.cuda_graph_impl == "none":
+            return True
+        return m.moe_hybridep_pad_uneven_dispatch_inputs
 
     def configured_pad_seq_to_mult(self) -> int | None:
         """The per-sequence multiple the config itself pins (offline ``pad_seq_to_mult``), else None: the other
