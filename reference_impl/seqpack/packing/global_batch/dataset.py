@@ -77,6 +77,7 @@ class GlobalBatchSettings:
     global_batch_size: int
     dataloader_type: str
     seed: int
+    fold_alignment_padding: bool = False
 
     @property
     def micro_batches_per_rank(self) -> int:
@@ -115,6 +116,7 @@ def settings_from_config(cfg: TrainingConfig | Mapping[str, Any] | str | os.Path
         global_batch_size=cfg.train.global_batch_size,
         dataloader_type=cfg.dataloader_type,
         seed=cfg.dataset.seed,
+        fold_alignment_padding=cfg.dataset.fold_alignment_padding,
     )
 
 

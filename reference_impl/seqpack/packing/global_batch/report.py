@@ -115,6 +115,7 @@ def simulate_steps(
         steps.append(simulate_step(
             per_rank, max_seqlen_per_dp_cp_rank=settings.max_seqlen_per_dp_cp_rank, cp_size=settings.cp_size,
             scheduler=settings.scheduler, pad_seq_to_mult=settings.pad_seq_to_mult, pad_token_id=pad_token_id,
+            fold_alignment_padding=settings.fold_alignment_padding,
         ))
     return settings, steps
 
