@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import platform
 import statistics
 import sys
