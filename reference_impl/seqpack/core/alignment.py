@@ -17,7 +17,7 @@ Two numbers, per packing path and per Megatron-Bridge version (:func:`alignment_
 
 * **required**: the per-sequence multiple that version needs to train correctly (what it derives and
   checks, or what fails later on the GPU when it is missing), with the upstream citation;
-* **recommended**: the skill's formula, :func:`derive_alignment` (``lcm(2*CP, CP*TP under SP)`` over
+* **recommended**: the skill's formula, :func:`derive_alignment` (``lcm(2*CP or 1, CP*TP under SP)`` over
   the train and eval CP sizes), or the path's own formula where upstream derives a different one
   (global-batch packing under Bridge main follows PR #6127's product ``2*CP*TP``).
 
@@ -219,7 +219,7 @@ _OFFLINE_ONLY_POSITIVE = bridge(
     "offline packing checks only pad_seq_to_mult > 0: the CP and SP multiples are never derived or checked there")
 _COLLATE_MULTIPLE = bridge(
     "training/config.py", 1220, "collate_padding_multiple",
-    "ConfigContainer.validate derives lcm(2*CP, CP*TP under SP) over the train and eval CP sizes and rejects a "
+    "ConfigContainer.validate derives lcm(2*CP or 1, CP*TP under SP) over the train and eval CP sizes and rejects a "
     "Direct-HF/Energon/MockVLM seq_length that is not a multiple of it")
 _COLLATE_ASSIGNED = bridge(
     "training/config.py", 1239, "in_batch_packing_pad_to_multiple_of",
@@ -346,7 +346,7 @@ def alignment_requirement(
     * offline (both versions): required = ``lcm(2*CP)`` over the train and eval CP sizes (Transformer
       Engine's THD partition; Bridge never checks it), width multiple = ``lcm(required, CP*TP under
       SP)`` (the SP scatter splits the row); recommended = :func:`derive_alignment`.
-    * in-batch (both) and Energon native packing (main only): Bridge derives ``lcm(2*CP, CP*TP under
+    * in-batch (both) and Energon native packing (main only): Bridge derives ``lcm(2*CP or 1, CP*TP under
       SP)`` itself and pads to it: required = recommended.
     * global-batch (main only, PR #6127): the product :func:`global_batch_multiple` (with an eval CP:
       the lcm of the product over both sizes; #6127 has no eval-CP notion). Dynamic CP is provisional.
@@ -381,7 +381,7 @@ def alignment_requirement(
         width = math.lcm(required, *(sp_multiple(tp, c, sp) for c in sizes))
         where = "megatron-bridge " + (BRIDGE_RELEASE if bridge_version == BRIDGE_RELEASE else
                                       f"main {BRIDGE_MAIN_COMMIT[:7]}")
-        why = (f"lcm(2*CP over train/eval CP) = {required}: Transformer Engine's THD CP partition needs every "
+        why = (f"2*CP over train/eval CP = {required} (their lcm): Transformer Engine's THD CP partition needs every "
                f"physical sequence divisible by 2*CP; {where} never checks it; the SP term is a row-width "
                f"constraint (width multiple {width})" if required > 1 else
                f"1: no context parallelism, nothing upstream needs a per-sequence multiple (width multiple {width})")
@@ -393,7 +393,7 @@ def alignment_requirement(
     if path in ("in_batch", "energon"):
         cites = (_COLLATE_MULTIPLE, _COLLATE_ASSIGNED) if bridge_version == BRIDGE_RELEASE else (_COLLATE_MAIN,)
         version = BRIDGE_RELEASE if bridge_version == BRIDGE_RELEASE else f"main {BRIDGE_MAIN_COMMIT[:7]}"
-        why = (f"{al.pad_seq_to_mult}: megatron-bridge {version} derives lcm(2*CP, CP*TP under SP) over train/eval "
+        why = (f"{al.pad_seq_to_mult}: megatron-bridge {version} derives lcm(2*CP or 1, CP*TP under SP) over train/eval "
                "CP itself, pads every in-batch sequence to it and checks seq_length against it")
         return AlignmentRequirement(
             **base, available=True, required=al.pad_seq_to_mult, required_width=al.pad_seq_to_mult,

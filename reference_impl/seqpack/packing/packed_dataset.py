@@ -165,10 +165,9 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         batch = collate_stored_row_canonical(item, row_index=int(item.get("index", 0)), **self._collate_kwargs())
         batch["row_index"] = int(item.get("index", 0))
         batch["is_padding"] = bool(item.get("is_padding", False))
-        if self.bridge_version == BRIDGE_MAIN:  # PR #5610's explicit key (the tail-only case included)
-            from seqpack.training.packed_seq_params import pad_between_seqs
-
-            batch["pad_between_seqs"] = int(self.pad_seq_to_mult) > 1 and pad_between_seqs(batch)
+        if self.bridge_version == BRIDGE_MAIN:  # PR #5610's explicit key (the tail-only case included): the canonical
+            # batch carries padded boundaries exactly when some entry, the last included, differs from the logical one
+            batch["pad_between_seqs"] = int(self.pad_seq_to_mult) > 1 and "cu_seqlens_q_padded" in batch
         return batch
 
     def collate_bridge(self, items: Sequence[Mapping[str, Any]], *,

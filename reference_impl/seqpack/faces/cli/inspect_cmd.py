@@ -58,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
         t = report.topology
         al = t["alignment"]
         verdict = "usable" if t["usable"] else "NOT usable"
+        req = t["requirement"]
+        met = "met" if t["recommended_met"] else "not met"
         print(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: {verdict} "
-              f"(needs multiples of {al['pad_seq_to_mult']})")
+              f"(megatron-bridge {req['bridge_version']} requires multiples of {t['required']}, width of "
+              f"{t['required_width']}; recommended {t['recommended']}: {met})")
         for reason in t["reasons"]:
             print(f"    - {reason}")
     print("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
