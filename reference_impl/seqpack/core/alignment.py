@@ -145,34 +145,34 @@ def derive_alignment(tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | 
 def alignment_multiple(
     pad_seq_to_mult: int | None = None, tp: int = 1, cp: int = 1, sp: bool = False, eval_cp: int | None = None
 ) -> int:
-    """The per-sequence multiple to use: ``pad_seq_to_mult`` when given, else derived from TP/CP/SP.
+    """The per-sequence multiple to use for offline packs: ``pad_seq_to_mult`` when given, else the recommended one.
 
-    Every verb that takes both resolves them here, so no face can write packs the topology breaks.
-    As in the rule registry, an explicit value must be a multiple of what context parallelism
-    enforces (2*CP over train and eval CP; rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``); a value that
-    only misses the recommended sequence-parallel term is used with a logged warning
-    (``PACK-OFFLINE-PAD-MULT-RECOMMENDED``).
+    Every verb that takes both resolves them here, so no face can write packs the topology breaks. An
+    explicit value must be a multiple of the *required* minimum (:func:`alignment_requirement`, offline:
+    2*CP over train and eval CP; rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``); a value that only misses the
+    *recommended* sequence-parallel term is used with a logged warning (``PACK-OFFLINE-PAD-MULT-RECOMMENDED``).
 
     >>> alignment_multiple(None, tp=4, cp=2, sp=True), alignment_multiple(16, tp=4, cp=2, sp=True)
     (8, 16)
     """
-    derived = derive_alignment(tp, cp, sp, eval_cp)
+    req = alignment_requirement("offline", tp, cp, sp, eval_cp)
+    recommended, required = int(req.recommended), int(req.required)
     if pad_seq_to_mult is None:
-        return derived.pad_seq_to_mult
+        return recommended
     pad = positive_int("pad_seq_to_mult", pad_seq_to_mult, maximum=MAX_PAD_SEQ_TO_MULT)
-    required = derive_alignment(1, cp, False, eval_cp).pad_seq_to_mult
     if pad % required:
         raise UsageError(
-            f"pad_seq_to_mult={pad} is not a multiple of {required}, which context parallelism needs "
-            f"({derived.explanation})",
+            f"pad_seq_to_mult={pad} is not a multiple of {required}, which context parallelism requires "
+            f"({req.required_reason})",
             rule_id="PACK-OFFLINE-PAD-MULT-TOPOLOGY",
             field="pad_seq_to_mult",
-            fix=f"use pad_seq_to_mult={derived.pad_seq_to_mult} (or a multiple of it), or leave it out to derive it",
+            fix=f"use pad_seq_to_mult={recommended} (the recommended value, or another multiple of {required}), or "
+                "leave it out to derive it",
         )
-    if pad % derived.pad_seq_to_mult:
+    if pad % recommended:
         logging.getLogger(__name__).warning(
-            "[PACK-OFFLINE-PAD-MULT-RECOMMENDED] pad_seq_to_mult=%d is not a multiple of the recommended %d (%s)",
-            pad, derived.pad_seq_to_mult, derived.explanation,
+            "[PACK-OFFLINE-PAD-MULT-RECOMMENDED] pad_seq_to_mult=%d meets the required %d but not the recommended %d "
+            "(%s)", pad, required, recommended, req.recommended_reason,
         )
     return pad
 
