@@ -47,7 +47,7 @@ from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from seqpack.core.reports import InspectReport
 from seqpack.core.versions import DEFAULT_BRIDGE_TARGET, resolve_target
-from seqpack.verbs.common import TopologyOptions, vision_option
+from seqpack.verbs.common import TopologyOptions, bridge_version_option, vision_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["INSPECT", "InspectOptions", "Topology", "inspect_packed_dataset", "inspect_packs", "render_inspection"]
@@ -497,6 +497,13 @@ class InspectOptions(TopologyOptions):
     fixed_width: bool | None = option(None, help="the run pads rows to pack_size (pad_to_max_length)")
     vision: str = vision_option("Energon datasets: the vision preset that counts image tokens (auto: qwen2_vl when "
                                 "the dataset holds images)")
+    pad_id: int | None = option(None, help="the id samples were pre-padded with (Bridge's tokenizer eod; default: "
+                                "the manifest's, else the EOS id)", minimum=0, maximum=MAX_TOKEN_ID)
+    bridge_version: str = bridge_version_option("whose packed reader trains the packs")
+    answer_only_loss: bool = option(True, help="the reader trains the stored loss mask (false: every label whose "
+                                    "input is not EOS)", flag="--no-answer-only-loss", inverse=True,
+                                    cli_help="the reader trains every label whose input is not EOS (Bridge's "
+                                    "answer_only_loss=False)")
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
@@ -510,6 +517,9 @@ def inspect_packs(options: InspectOptions) -> InspectReport:
         eos_id=options.eos_id,
         pad_to_max_length=options.fixed_width,
         vision=options.vision,
+        pad_id=options.pad_id,
+        bridge_version=options.bridge_version,
+        answer_only_loss=options.answer_only_loss,
     )
 
 
@@ -531,12 +541,20 @@ def render_inspection(report: InspectReport, options: InspectOptions) -> str:
            f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}",
            f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
            f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}"]
+    rd = s["reader"]
+    trained = "" if rd["trained_labels"] is None else f"{rd['trained_labels']} trained labels, "
+    out.append(f"  megatron-bridge {rd['bridge_version']}'s packed reader: {trained}"
+               f"{s['loss_on_segment_end']} segment(s) store loss on their last token (never read); "
+               f"padding check {rd['padding_check']}")
     out += _issue_lines(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
     if report.topology is not None:
         t = report.topology
         al = t["alignment"]
+        met = "met" if t["recommended_met"] else "not met"
         out.append(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: "
-                   f"{'usable' if t['usable'] else 'NOT usable'} (needs multiples of {al['pad_seq_to_mult']})")
+                   f"{'usable' if t['usable'] else 'NOT usable'} (megatron-bridge {t['requirement']['bridge_version']} "
+                   f"requires multiples of {t['required']}, width of {t['required_width']}; recommended "
+                   f"{t['recommended']}: {met})")
         out += [f"    - {reason}" for reason in t["reasons"]]
     out.append("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
     return "\n".join(out)
@@ -563,7 +581,7 @@ def _render_energon(report: InspectReport, failed: int) -> str:
     if report.topology is not None:
         t = report.topology
         out.append(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "
-                   f"{t['alignment']['pad_seq_to_mult']})")
+                   f"{t['required']}: Bridge derives and pads to it on the in-batch path)")
         out += [f"    - {reason}" for reason in t["reasons"]]
     out.append("RESULT: " + ("usable" if not failed else "NOT usable"))
     return "\n".join(out)
@@ -579,10 +597,14 @@ INSPECT = Verb(
         title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)",
         description="""Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
 
-Reports integrity issues (segment structure, loss on positions without a label, rows over
-capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
-pack, inferred alignment), and with a topology whether every physical segment is a
-multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+Reports integrity issues (segment structure, labels the packed reader trains that are
+alignment padding (loss_on_padding: bridge_version picks the reader; pad_id the pre-padding
+id), rows over capacity, manifest mismatches), statistics (efficiency, padding shares,
+sequences per pack, inferred alignment; loss_on_segment_end counts a stored mask of 1 on a
+segment's last token, which the reader never reads), and with a topology whether every
+physical segment is a multiple of what that Megatron-Bridge version requires
+(topology.usable, required, required_width, reasons) and of the recommended value
+(topology.recommended_met). For a prepared
 Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
 and with pack_size (its seq_length) the samples that would not fit.""",
     ),),

@@ -577,14 +577,22 @@ def plan(options: PlanOptions) -> PackPlan:
             from seqpack.data.schemas import default_schema
 
             schema = default_schema(options.schema)
-    return plan_pack_length(
+    from dataclasses import replace
+
+    from seqpack.core.alignment import alignment_requirement
+
+    topo = options.topology
+    req = alignment_requirement("offline", topo.tp, topo.cp, topo.sp, topo.eval_cp)
+    words = {"reports": "given" if options.pad_seq_to_mult is not None else "recommended",
+             "required": req.required, "required_width": req.required_width, "recommended": req.recommended}
+    return replace(plan_pack_length(
         lengths, histogram=options.histogram, jsonl=options.jsonl, candidates=tuple(options.candidates),
         token_slots=options.token_slots, dp=options.dp, pad_seq_to_mult=multiple, algorithm=options.algorithm,
         seed=options.seed, max_seqs_per_pack=options.max_seqs_per_pack, truncation=options.truncation,
         schema=schema, tokenizer=options.tokenizer, vision=vision, moe_dispatcher=options.moe_dispatcher,
         ep=options.ep, tp=options.topology.tp, cp=options.topology.cp, sp=options.topology.sp,
         pad_to_max_length=bool(options.pad_to_max_length),
-    )
+    ), alignment=words)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -592,13 +600,22 @@ def plan(options: PlanOptions) -> PackPlan:
 # ------------------------------------------------------------------------------------------------
 
 
+def _alignment_note(plan: PackPlan) -> str:
+    a = plan.alignment
+    if not a:
+        return ""
+    if a["reports"] == "given":
+        return f" (given; required {a['required']}, recommended {a['recommended']})"
+    return f" (recommended; required {a['required']})"
+
+
 def render_plan(plan: PackPlan, options: PlanOptions) -> str:
     """The CLI's text: the lengths, the table (the recommended size starred), reasons, notes and the verdict."""
     s = plan.lengths
     origin = f"--mix {options.mix} (seed {options.seed})" if options.mix else s.source
     out = [f"{s.num_samples} samples from {origin}, {s.total_tokens} tokens; length min {s.min} / p50 {s.p50} / "
-           f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}, token slots {plan.token_slots}, "
-           f"DP={plan.dp}"]
+           f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}{_alignment_note(plan)}, token slots "
+           f"{plan.token_slots}, DP={plan.dp}"]
     vlm = (s.details or {}).get("vlm")
     if vlm:
         out.append(f"VLM rows ({vlm['vision']} preset): {vlm['rows_with_visuals']} of {vlm['samples']} samples carry "
@@ -653,6 +670,7 @@ lengths: packs, lower bound, token efficiency, padding waste, sequences per pack
 too long, optimizer steps per epoch. The rule behind the recommendation is returned too.
 With moe_dispatcher, each row also gives the MoE dispatch width rule and the share of
 dispatched tokens that are padding. recommended_pack_size is the pick (recommended_pack_len,
-the same value under its old name, is deprecated).""",
+the same value under its old name, is deprecated). pad_seq_to_mult is the recommended value of
+tp/cp/sp unless given; alignment says which, beside the required minimum of the offline path.""",
     ),),
 )
