@@ -2,9 +2,10 @@
 
 For every topology of the generated table (TP 1-8, CP 1-8, SP off/on), every packing path and both
 Megatron-Bridge targets, the required minimum and the recommended value the alignment module states are the
-ones ``validate`` resolves for a config on that path; ``inspect`` calls packs usable exactly at the required
-multiple (and ``recommended_met`` exactly at the recommended one); the generated table shows the same
-numbers. Negative control: a face that reported the skill's lcm for global-batch packing under Bridge main
+ones ``align`` reports (library and CLI; the MCP tool on TP 1/2/4/8 x CP 1-4), the ones ``validate``
+resolves for a config on that path; ``inspect`` calls packs usable exactly at the required multiple (and
+``recommended_met`` exactly at the recommended one); ``validate``'s text, ``plan`` and ``pack`` say which
+value they use; the generated table shows the same numbers. Negative control: a face that reported the skill's lcm for global-batch packing under Bridge main
 (the bug PR #6127's product fixes) disagrees on the cells where SP, CP > 1 and TP > 1 meet.
 """
 
@@ -105,3 +106,81 @@ def test_a_face_using_the_lcm_for_global_batch_would_disagree():
                and derive_alignment(r.tp, r.cp, r.sp).pad_seq_to_mult != r.recommended]
     assert differs and all(r.sp and r.cp > 1 and r.tp > 1 for r in differs)
     assert {(r.tp, r.cp) for r in differs} >= {(2, 2), (4, 2)}
+
+
+# ------------------------------------------------------------------------------------------------
+# the faces: align (library, CLI, MCP), validate's text, pack and plan
+
+
+def _align_args(r) -> list[str]:
+    return ["align", "--tp", str(r.tp), "--cp", str(r.cp), *(["--sp"] if r.sp else []), "--path", r.path,
+            "--bridge-version", r.bridge_version, "--json"]
+
+
+@pytest.mark.slow  # 1024 cells through the library and the CLI
+def test_align_reports_the_modules_numbers_on_every_cell(capsys):
+    import json
+
+    from seqpack.faces.cli import main
+    from seqpack.verbs.alignment import AlignOptions, align
+
+    for r in TABLE:
+        rep = align(AlignOptions(tp=r.tp, cp=r.cp, sp=r.sp, path=r.path, bridge_version=r.bridge_version))
+        assert (rep.required, rep.required_width, rep.recommended) == (r.required, r.required_width, r.recommended)
+        assert rep.requirement == r.to_dict()
+        if r.available:
+            assert rep.pad_seq_to_mult == r.recommended and rep.reports == "recommended"
+        assert main(_align_args(r)) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert (out["required"], out["recommended"], out["pad_seq_to_mult"]) == (
+            r.required, r.recommended, rep.pad_seq_to_mult), (r.path, r.bridge_version, r.tp, r.cp, r.sp)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.slow  # an in-memory MCP server, 256 calls
+@pytest.mark.anyio
+async def test_the_mcp_tool_reports_the_modules_numbers(tmp_path):
+    import json
+
+    from mcp import Client
+
+    from seqpack.faces.mcp.server import build_server
+
+    cells = [r for r in TABLE if r.tp in (1, 2, 4, 8) and r.cp in (1, 2, 3, 4)]
+    async with Client(build_server([tmp_path]), raise_exceptions=True) as client:
+        for r in cells:
+            result = await client.call_tool("derive_alignment", {"tp": r.tp, "cp": r.cp, "sp": r.sp, "path": r.path,
+                                                                 "bridge_version": r.bridge_version})
+            assert result.is_error is False, result.content[0].text
+            out = result.structured_content
+            assert json.loads(result.content[0].text) == out
+            assert (out["required"], out["recommended"]) == (r.required, r.recommended), (r.path, r.tp, r.cp, r.sp)
+            assert out["requirement"]["citations"] == [str(c) for c in r.citations]
+
+
+def test_validate_text_pack_and_plan_say_which_value_they_report(capsys, tmp_path):
+    from seqpack.data import demo_path
+    from seqpack.faces.cli import main
+
+    example = ROOT / "reference_impl" / "seqpack" / "config" / "examples" / "offline_8k_tp4_cp2_sp.yaml"
+    assert main(["validate", str(example), "--set", "dataset.offline_packing_specs.pad_seq_to_mult=4"]) == 0
+    assert "pad_seq_to_mult=4 (set in the config; required 4, recommended 8)" in capsys.readouterr().out
+    gb = ["--set", "model.tensor_model_parallel_size=2", "--set", "model.sequence_parallel=true",
+          "--set", "dist.world_size=16"]
+    main(["validate", "--example", "global_batch_cp2", "--bridge-version", "main", *gb])
+    text = capsys.readouterr().out
+    assert "path=global_batch" in text and "pad_seq_to_mult=8 (recommended; required 8)" in text
+    assert main(["plan", "--lengths", "900,300,1500,700", "--candidates", "2048,4096", "--token-slots", "8192",
+                 "--tp", "4", "--cp", "2", "--sp"]) == 0
+    assert "pad_seq_to_mult=8 (recommended; required 4)" in capsys.readouterr().out
+    assert main(["pack", str(demo_path("prompt_completion")), "--out", str(tmp_path / "p"), "--pack-size", "4096",
+                 "--tp", "4", "--cp", "2", "--sp", "--pad-seq-to-mult", "4", "--no-progress"]) == 0
+    assert "pad_seq_to_mult=4 (given; required 4, recommended 8)" in capsys.readouterr().out
+    # negative control: a value below the required minimum is refused by pack, as by the module
+    assert main(["pack", str(demo_path("prompt_completion")), "--out", str(tmp_path / "q"), "--pack-size", "4096",
+                 "--cp", "2", "--pad-seq-to-mult", "2", "--no-progress"]) == 2
+    assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in capsys.readouterr().err
