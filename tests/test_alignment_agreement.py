@@ -162,6 +162,7 @@ async def test_the_mcp_tool_reports_the_modules_numbers(tmp_path):
             assert out["requirement"]["citations"] == [str(c) for c in r.citations]
 
 
+@pytest.mark.slow  # packs the demo data
 def test_validate_text_pack_and_plan_say_which_value_they_report(capsys, tmp_path):
     from seqpack.data import demo_path
     from seqpack.faces.cli import main
@@ -184,3 +185,21 @@ def test_validate_text_pack_and_plan_say_which_value_they_report(capsys, tmp_pat
     assert main(["pack", str(demo_path("prompt_completion")), "--out", str(tmp_path / "q"), "--pack-size", "4096",
                  "--cp", "2", "--pad-seq-to-mult", "2", "--no-progress"]) == 2
     assert "PACK-OFFLINE-PAD-MULT-TOPOLOGY" in capsys.readouterr().err
+
+
+def test_pack_and_plan_use_the_recommended_value_on_every_offline_cell():
+    from seqpack.verbs.packing import PackOptions
+    from seqpack.verbs.planning import PlanOptions
+
+    for r in (r for r in TABLE if r.path == "offline" and r.bridge_version == "0.6.2"):
+        topo = dict(tp=r.tp, cp=r.cp, sp=r.sp)
+        assert PackOptions(input="x.jsonl", out="o", pack_size=4096, **topo).multiple() == r.recommended
+        assert PlanOptions(lengths=[1], **topo).multiple() == r.recommended
+        # the required minimum is accepted as an explicit value; half of it (when CP > 1) is refused
+        given = PackOptions(input="x.jsonl", out="o", pack_size=4096, pad_seq_to_mult=r.required, **topo)
+        assert given.multiple() == r.required
+        if r.cp > 1:
+            from seqpack.core.errors import UsageError
+
+            with pytest.raises(UsageError, match="PACK-OFFLINE-PAD-MULT-TOPOLOGY|required"):
+                PackOptions(input="x.jsonl", out="o", pack_size=4096, pad_seq_to_mult=r.required // 2, **topo).multiple()
