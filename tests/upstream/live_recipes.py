@@ -40,7 +40,7 @@ def _build(functions: dict, qualname: str):
     notes: list[str] = []
     cwd = os.getcwd()
     with lane_recipes._stand_in_gpu(qualname, notes):
-        os.chdir(tempfile.mkdtemp(prefix="live-recipe-"))
+        os.chdir(tempfile.mkdtemp(prefix="live-recipe-", dir=cwd))  # inside the test's work folder
         try:
             return functions[qualname]()
         finally:
