@@ -72,6 +72,56 @@ def skill_rules_document() -> str:
     )
 
 
+def alignment_document() -> str:
+    """docs/alignment.md: required minimum and recommended per-sequence multiple, every path and Bridge version,
+    TP 1-8 x CP 1-8 x SP off/on (from :func:`seqpack.core.alignment.alignment_table`)."""
+    from seqpack.core.alignment import ALIGNMENT_PATHS, alignment_requirement, alignment_table
+    from seqpack.core.versions import BRIDGE_TARGETS, TARGET_MEANING
+
+    table = alignment_table()
+    cells = {(r.bridge_version, r.path, r.sp, r.tp, r.cp): r for r in table}
+    out = [
+        "# Alignment: required minimum and recommended value\n",
+        "Generated from `seqpack.core.alignment` (`alignment_requirement`); do not edit by hand. Every face reads",
+        "the same module: `seqpack align --path P --bridge-version V`, the resolved values of `seqpack validate`",
+        "(`pad_seq_to_mult` recommended, `pad_seq_to_mult_required`), `plan`, `pack`, `inspect` (usable against",
+        "the required value, `recommended_met` beside it), the MCP tools, the skill and the eval ground truth;",
+        "a test holds them equal on every cell below.\n",
+        "- **required**: the per-sequence multiple the Megatron-Bridge version needs to train correctly: what it",
+        "  derives and checks at start-up, or what a kernel rejects later on the GPU (each cell's citations:",
+        "  `seqpack align --path P --bridge-version V --json`).",
+        "- **recommended**: the value to pack with: the skill's formula lcm(2*CP or 1, CP*TP under SP) (over the",
+        "  train and evaluation CP sizes), or the path's upstream formula where it differs (global-batch",
+        "  packing on Bridge main: PR #6127's product 2*CP*TP under SP).",
+        "- A cell shows `required / recommended`, or one number when they are equal. The row width (a fixed",
+        "  pack width, `seq_length`) must be a multiple of the recommended value on every path: sequence",
+        "  parallelism splits the tokens a CP rank holds over TP (offline: `required_width`).",
+        "- Not shown: an evaluation CP size (the lcm over both sizes), and dynamic CP on global-batch packing",
+        "  (2*DP*CP times TP under SP; provisional, two competing upstream designs).\n",
+    ]
+    for version in BRIDGE_TARGETS:
+        out.append(f"## Megatron-Bridge {version}\n\n{TARGET_MEANING[version]}.\n")
+        for path in ALIGNMENT_PATHS:
+            first = cells[(version, path, False, 1, 1)]
+            out.append(f"### {path} ({version})\n")
+            if not first.available:
+                out.append(f"Not available: {first.required_reason}.\n")
+                continue
+            example = alignment_requirement(path, 4, 2, True, bridge_version=version)
+            out.append(f"Enforced: {first.enforced}. TP4/CP2/SP: {example.summary()}; required because "
+                       f"{example.required_reason}.\n")
+            rows = []
+            for sp in (False, True):
+                for tp in range(1, 9):
+                    row = [f"TP{tp}", "on" if sp else "off"]
+                    for cp in range(1, 9):
+                        r = cells[(version, path, sp, tp, cp)]
+                        row.append(str(r.required) if r.required == r.recommended else f"{r.required} / {r.recommended}")
+                    rows.append(row)
+            out.append(markdown_table(["TP", "SP", *(f"CP{cp}" for cp in range(1, 9))], rows) + "\n")
+    return "\n".join(out)
+
+
 def _rules_document() -> str:
     from seqpack.config.rules_doc import rules_document
 
@@ -100,6 +150,8 @@ def _guide(name: str) -> Callable[[], str]:
 #: Repository-relative path -> function producing its full text.
 GENERATED: dict[str, Callable[[], str]] = {
     "docs/rules.md": _rules_document,
+    "docs/alignment.md": alignment_document,
+    "skills/megatron-sequence-packing/references/alignment.md": alignment_document,
     "docs/model-support.md": model_support_document,
     "skills/megatron-sequence-packing/references/rules.md": skill_rules_document,
     "skills/megatron-sequence-packing/references/model-support.md": model_support_document,

@@ -119,10 +119,29 @@ def test_stated_cp_and_sp_terms_combine_by_lcm(page, match, around):
         assert int(stated.group(1)) == derive_alignment(tp, cp, True).pad_seq_to_mult, (_rel(page), match.group(0))
 
 
+#: Where a product is the rule: global-batch packing under Megatron-Bridge PR #6127 (2*CP*TP under SP).
+PRODUCT_CONTEXT = re.compile(r"6127|global-batch|global_batch", re.I)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_rel)
 def test_no_page_multiplies_where_the_lcm_belongs(page):
-    hits = PRODUCTS.findall(page.read_text(encoding="utf-8"))
+    text = page.read_text(encoding="utf-8")
+    hits = [m.group(0) for m in PRODUCTS.finditer(text)
+            if not PRODUCT_CONTEXT.search(text[max(0, m.start() - 160) : m.end() + 40])]
     assert hits == [], f"{_rel(page)} states the alignment as a product: {hits}"
+
+
+def test_the_product_is_stated_only_for_global_batch_packing():
+    from seqpack.core.alignment import alignment_requirement
+
+    # the one place a product holds: PR #6127's global-batch rule, which the alignment module states
+    for tp, cp, sp in GRID:
+        req = alignment_requirement("global_batch", tp, cp, sp, bridge_version="main")
+        assert req.required == (2 * cp if cp > 1 else 1) * (tp if sp and tp > 1 else 1)
+    # negative control: a product in an offline sentence is still refused
+    text = "offline packing pads every sequence to 2*CP*TP under SP"
+    assert [m.group(0) for m in PRODUCTS.finditer(text)
+            if not PRODUCT_CONTEXT.search(text[max(0, m.start() - 160) : m.end() + 40])]
 
 
 def test_the_scanner_finds_formulas_and_rejects_wrong_ones():

@@ -193,8 +193,10 @@ def test_hand_checked_ground_truth(dataset):
     launch = tasks["ctx-offline-8k-launch"].ground_truth["resolved"]
     assert (launch["data_parallel_size"], launch["token_slots_per_step"]) == (2, 8192 * 8)
     topo = tasks["ctx-packs-topologies"].ground_truth["verdicts"]
-    # packs built with pad_seq_to_mult=4 fit CP2 and TP2/CP2/SP (both need 4), not CP4 (8) or TP4/CP2/SP (8)
-    assert {k: v["usable"] for k, v in topo.items()} == {"A": True, "B": True, "C": False, "D": False}
+    # packs built with pad_seq_to_mult=4 fit CP2 and TP2/CP2/SP (both need 4) and TP4/CP2/SP (0.6.2 requires 2*CP = 4
+    # per sequence and a width multiple of 8; 8 is only recommended), not CP4 (requires 8)
+    assert {k: v["usable"] for k, v in topo.items()} == {"A": True, "B": True, "C": False, "D": True}
+    assert (topo["D"]["required"], topo["D"]["recommended"], topo["D"]["recommended_met"]) == (4, 8, False)
 
 
 def _replayable_logs(dataset):

@@ -131,7 +131,12 @@ def test_settings_resolve_the_topology():
     s = settings_from_config(gb_config(model__context_parallel_size=2, model__tensor_model_parallel_size=4,
                                        model__sequence_parallel=True, model__max_seqlen_per_dp_cp_rank=32,
                                        dist__world_size=16, train__global_batch_size=8))
-    assert (s.dp_size, s.cp_size, s.capacity, s.pad_seq_to_mult) == (2, 2, 64, 8)
+    # Megatron-Bridge PR #6127's product 2*CP*TP under SP (16), not the other paths' lcm(2*CP, CP*TP) (8)
+    assert (s.dp_size, s.cp_size, s.capacity, s.pad_seq_to_mult) == (2, 2, 64, 16)
+    s2 = settings_from_config(gb_config(model__context_parallel_size=2, model__tensor_model_parallel_size=2,
+                                        model__sequence_parallel=True, model__max_seqlen_per_dp_cp_rank=32,
+                                        dist__world_size=16, train__global_batch_size=8))
+    assert s2.pad_seq_to_mult == 8  # the lcm would be 4
     assert s.scheduler == "dp_balanced" and s.micro_batches_per_rank == 4
     assert s.to_dict()["micro_batches_per_rank"] == 4
     assert settings_from_config(gb_config(model__sequence_packing_scheduler="balanced")).scheduler == "balanced"

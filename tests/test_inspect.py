@@ -42,13 +42,18 @@ def test_topology_fitness(packs):
     m1, m4 = packs
     bad = inspect_packed_dataset(m1.files["training"], Topology(cp=2))
     assert bad.topology["usable"] is False and bad.topology["misaligned_segments"] > 0
-    assert "pad_seq_to_mult=4" in bad.topology["reasons"][0]
+    assert "pad_seq_to_mult=4" in bad.topology["reasons"][0] and "needs" in bad.topology["reasons"][0]
     ex = bad.topology["examples"][0]
     assert ex["length"] % 4 != 0
     good = inspect_packed_dataset(m4.files["training"], {"cp": 2})
     assert good.topology["usable"] is True
     sp = inspect_packed_dataset(m4.files["training"], Topology(tp=4, cp=2, sp=True))
-    assert sp.topology["usable"] is False  # needs 8
+    # 0.6.2 needs 2*CP = 4 per sequence and a width of a multiple of 8: usable; the recommended 8 is not met
+    assert sp.topology["usable"] is True and sp.topology["recommended_met"] is False
+    assert (sp.topology["required"], sp.topology["required_width"], sp.topology["recommended"]) == (4, 8, 8)
+    assert sp.topology["segments_off_recommended"] > 0
+    narrow = inspect_packed_dataset(m4.files["training"], Topology(tp=3, cp=2, sp=True))
+    assert narrow.topology["usable"] is False  # width 256 is no multiple of CP*TP = 6
 
 
 def _bridge_row():
@@ -70,17 +75,81 @@ def test_foreign_bridge_artifact(tmp_path):
 def test_integrity_issues_are_found(tmp_path):
     loss_on_last = _bridge_row()
     loss_on_last["loss_mask"] = list(loss_on_last["loss_mask"])
-    loss_on_last["loss_mask"][8] = 1
+    loss_on_last["loss_mask"][8] = 1  # never read by the packed reader: counted, no issue
     bad_starts = {**_bridge_row(), "seq_start_id": [0, 14]}
     over = {"input_ids": list(range(1, 30)), "loss_mask": [1] * 28 + [0], "seq_start_id": [0]}
-    path = write_packed_parquet([_bridge_row(), loss_on_last, bad_starts, over], tmp_path / "x.idx.parquet")
-    report = inspect_packed_dataset(path, pack_size=16, eos_id=0)
+    # a packer that pre-pads with id 99 (EOS is 0) and keeps the loss on the padding: labels 99 are trained
+    on_pads = {"input_ids": [8, 9, 10, 0, 99, 99, 99, 99], "loss_mask": [0, 1, 1, 1, 1, 1, 1, 1],
+               "seq_start_id": [0]}
+    path = write_packed_parquet([_bridge_row(), loss_on_last, bad_starts, over, on_pads], tmp_path / "x.idx.parquet")
+    report = inspect_packed_dataset(path, pack_size=16, eos_id=0, pad_id=99)
     assert not report.ok
     checks = {(i["check"], i["row"]) for i in report.issues}
-    assert ("loss_without_label", 1) in checks
     assert ("structure", 2) in checks
     assert ("over_capacity", 3) in checks
+    assert ("loss_on_padding", 4) in checks
     assert report.issue_count == 3
+    assert report.stats["loss_on_segment_end"] == 2  # row 1's segment 0 and row 4's only segment
+    # the labels 99, 99, 99 after the EOS input (0.6.2 zeroes the EOS input's loss, so not the first pad label)
+    assert report.stats["reader"]["loss_on_padding"] == 3 and report.stats["reader"]["padding_check"] == "ran"
+    # without the pad id the padding cannot be told from content: the row passes (pass pad_id for such packers)
+    assert inspect_packed_dataset(path, pack_size=16, eos_id=0).issue_count == 2
+
+
+def _legacy_row():
+    # Bridge's legacy prompt-template segment (eos = eod = 2, m = 4): mask 1 from the answer on, pads included
+    return {"input_ids": [50, 51, 52, 2, 2, 2, 2, 2, 2], "loss_mask": [0, 1, 1, 1, 1, 1, 1, 1, 1], "seq_start_id": [0]}
+
+
+def test_reader_rule_per_bridge_version(tmp_path):
+    path = write_packed_parquet([_legacy_row()] * 2, tmp_path / "legacy.idx.parquet")
+    release = inspect_packed_dataset(path, pack_size=8, eos_id=2)
+    assert release.ok and release.stats["loss_on_segment_end"] == 2  # 0.6.2 trains no EOS input: nothing padded
+    assert release.stats["reader"]["trained_labels"] == 4 and release.stats["reader"]["bridge_version"] == "0.6.2"
+    main = inspect_packed_dataset(path, pack_size=8, eos_id=2, bridge_version="main")
+    # Bridge main (PR #5213) trains the stored mask as is: the five labels after the sample's EOS are padding
+    assert not main.ok and {i["check"] for i in main.issues} == {"loss_on_padding"}
+    assert main.stats["reader"]["loss_on_padding"] == 2 * 5
+    # a rolled mask (a typed EOS, then the sample's EOS, then padding: PR #5610's vector) is fine under main
+    rolled = {"input_ids": [30, 31, 2, 2, 2], "loss_mask": [1, 1, 1, 0, 0], "seq_start_id": [0]}
+    ok = inspect_packed_dataset(write_packed_parquet([rolled], tmp_path / "r.idx.parquet"), pack_size=4, eos_id=2,
+                                bridge_version="main")
+    assert ok.ok, ok.issues
+    # answer_only_loss=False trains every label whose input is not EOS: never padding when pad == EOS
+    assert inspect_packed_dataset(path, pack_size=8, eos_id=2, bridge_version="main", answer_only_loss=False).ok
+    # no EOS id: the padding check is skipped (reported), not passed
+    skipped = inspect_packed_dataset(path, pack_size=8)
+    assert skipped.stats["reader"]["padding_check"].startswith("skipped")
+    assert skipped.stats["reader"]["loss_on_padding"] is None
+
+
+def test_reader_rule_equals_the_collates_loss_mask(tmp_path):
+    """The trained positions inspect counts are the ones seqpack's collate (the lane holds it equal to Bridge's)
+    trains, for both readers."""
+    from seqpack.packing.reader_loss import reader_loss
+    from seqpack.packing.thd_collate import stored_row_segments
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        segs, mask = [], []
+        for _ in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(2, 9))
+            body = rng.integers(3, 9, n).tolist()
+            body[int(rng.integers(0, n))] = 2 if rng.random() < 0.3 else body[0]
+            pads = int(rng.integers(0, 4))
+            segs.append(body + [2] * (1 + pads))
+            mask.append(rng.integers(0, 2, len(segs[-1])).tolist())
+        ids = np.array(sum(segs, []))
+        m = np.array(sum(mask, []))
+        starts = np.cumsum([0] + [len(s) for s in segs[:-1]])
+        bounds = np.append(starts, ids.size)
+        for version in ("0.6.2", "main"):
+            for answer_only in (True, False):
+                got = reader_loss(ids, m, bounds, eos_id=2, bridge_version=version, answer_only_loss=answer_only)
+                row = {"input_ids": ids, "loss_mask": m, "seq_start_id": starts}
+                pieces = stored_row_segments(row, eos_id=2, pad_seq_to_mult=1, answer_only_loss=answer_only,
+                                             bridge_version=version)
+                assert got.trained == int(sum(np.count_nonzero(p["loss_mask"]) for p in pieces))
 
 
 def test_manifest_mismatch_is_reported(packs, tmp_path):

@@ -181,7 +181,7 @@ def test_registry_order_is_family_order_then_definition_order():
     assert keys == sorted(keys)
     # a snapshot of the head and tail of the order, so a silent reshuffle shows up in review
     assert IDS[:4] == ["TOPO-WORLD-DIVISIBLE", "BATCH-GBS-DIVISIBLE", "BATCH-EVAL-GBS-DIVISIBLE", "SEQ-LENGTH-MATCH"]
-    assert IDS[-3:] == ["DATASET-KWARGS-MAX-NUM-SAMPLES", "HF-REWRITE-EXPLICIT-PATHS", "DATASET-FIELD-KIND"]
+    assert IDS[-3:] == ["PACK-FOLD-ALIGNMENT-BRIDGE-VERSION", "PACK-FOLD-ALIGNMENT-PATH", "PACK-FOLD-ALIGNMENT-MCORE"]
 
 
 def test_assemble_does_not_depend_on_registration_order(monkeypatch):

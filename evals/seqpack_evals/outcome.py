@@ -31,7 +31,6 @@ import copy
 import hashlib
 import json
 import logging
-import math
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -630,10 +629,13 @@ def pack_multiple(spec: Mapping[str, Any]) -> int:
     Transformer Engine's THD CP partition cuts each sequence into 2*CP chunks. Sequence parallelism splits the
     whole row over TP*CP ranks, so it constrains the pack width (which Bridge's reader pads to), not each
     sequence: ``seqpack align`` recommends lcm(2*CP, TP*CP) per sequence, but megatron-bridge 0.6.2 needs only
-    the CP multiple (checked in the lane by the validator's differential tests).
+    the CP multiple: the ``required`` value of :func:`seqpack.core.alignment.alignment_requirement` (offline).
     """
-    cps = [int(spec.get("cp", 1))] + ([int(spec["eval_cp"])] if spec.get("eval_cp") else [])
-    return math.lcm(*[2 * c if c > 1 else 1 for c in cps])
+    from seqpack.core.alignment import alignment_requirement
+
+    req = alignment_requirement("offline", int(spec.get("tp", 1)), int(spec.get("cp", 1)), bool(spec.get("sp", False)),
+                                int(spec["eval_cp"]) if spec.get("eval_cp") else None)
+    return int(req.required)
 
 
 def _flat(value: Any) -> list[Any]:

@@ -26,7 +26,6 @@ from seqpack_evals.fields import (
     choice_field,
     int_field,
     percent_field,
-    set_field,
     yes_no_field,
 )
 from seqpack_evals.render import config_yaml, without_comments
@@ -576,12 +575,14 @@ def _artifact_tasks(ctx: GenContext) -> None:
         rep = inspect_packed_dataset(packs4, Topology(**topo))
         t = rep.topology or {}
         usable = bool(t["usable"])
-        verdicts[label] = {"topology": topo, "usable": usable, "reasons": t["reasons"]}
+        verdicts[label] = {"topology": topo, "usable": usable, "reasons": t["reasons"], "required": t["required"],
+                           "recommended": t["recommended"], "recommended_met": t["recommended_met"]}
         fields.append(usable_field(label, usable, rf"(?<![\w]){label}\s*[:)\-]", says=f"option {label} ({words})"))
         if not usable and topo["tp"] == 1:
             forbidden.append(claims.usable_with_cp(topo["cp"]))
-        lines.append(f"{label}: {'usable' if usable else 'not usable'} ({words}; needs multiples of "
-                     f"{t['alignment']['pad_seq_to_mult']})")
+        lines.append(f"{label}: {'usable' if usable else 'not usable'} ({words}; megatron-bridge 0.6.2 needs "
+                     f"multiples of {t['required']} per sequence and a width multiple of {t['required_width']}; "
+                     f"recommended {t['recommended']})")
     ctx.add(make_task(
         task_id, "contextual",
         "packs/ holds pre-built packed Parquet data. Which of these topologies can train on it as it is? "
@@ -646,6 +647,9 @@ def _artifact_tasks(ctx: GenContext) -> None:
 
 
 def _corrupt_artifact_task(ctx: GenContext) -> None:
+    """Packs whose stored loss mask is 1 on some segments' last token, as Megatron-Bridge's legacy prompt-template
+    preparation writes them: Bridge's packed reader never reads that position (inspect counts it, no issue), so
+    the packs are safe; an agent that calls them broken throws good packs away (issue 32, item 1)."""
     import numpy as np
 
     from seqpack.verbs.inspection import inspect_packed_dataset
@@ -656,7 +660,7 @@ def _corrupt_artifact_task(ctx: GenContext) -> None:
     try:
         for index, row in reader.iter_rows():
             row = {k: np.array(v) for k, v in row.items()}
-            if index in (2, 5):  # a buggy packer keeps loss on the last token of the first segment
+            if index in (2, 5):  # the packer keeps a 1 on the last stored token of the first segment
                 end = int(row["seq_start_id"][1]) - 1 if row["seq_start_id"].size > 1 else row["input_ids"].size - 1
                 row["loss_mask"][end] = 1
             rows.append(row)
@@ -665,29 +669,30 @@ def _corrupt_artifact_task(ctx: GenContext) -> None:
     work = ctx.work("custom-packs")
     write_packed_parquet(rows, work / "training.parquet")
     rep = inspect_packed_dataset(work / "training.parquet", pack_size=PACK_SIZE)
-    bad = sorted({i["row"] for i in rep.issues})
-    if rep.ok or not bad:
-        raise UsageError("the corrupted artifact was not detected")
+    marked = int(rep.stats["loss_on_segment_end"])
+    if not rep.ok or marked != 2:
+        raise UsageError("the packs with a stored 1 on two segments' last token must inspect clean, counting both")
     task_id = "ctx-packs-loss-mask"
     files = [ctx.put_file(task_id, "packs/training.parquet", work / "training.parquet")]
-    row_options = {str(i): (rf"(?<![\w.]){i}(?![\w.])",) for i in range(len(rows))}
     ctx.add(make_task(
         task_id, "contextual",
         f"A colleague's custom packer wrote packs/training.parquet (Megatron-Bridge packed Parquet layout, pack size "
-        f"{PACK_SIZE}, no seqpack manifest). Is it safe to train on? If not, which rows (0-based) are affected and "
-        "why?",
-        f"Not safe: rows {', '.join(str(r) for r in bad)} have loss_mask = 1 on the last stored token of a "
-        "segment; that token has no label inside its segment (the mask is rolled), so the loss would train on a "
-        "target outside its own sequence. Fix the packer and rewrite the file.",
-        [yes_no_field("safe_to_train", False, [r"(?<!not )(?<!un)\bsafe to train\b", r"\bfine to train\b"],
+        f"{PACK_SIZE}, no seqpack manifest). Some segments store loss_mask = 1 on their last token. Is it safe to "
+        "train on with Megatron-Bridge's packed reader? How many segments store a 1 there?",
+        f"Safe: {marked} segments store loss_mask = 1 on their last stored token, but Megatron-Bridge's packed "
+        "reader cuts every segment at its last token (inputs ids[s:e-1], labels ids[s+1:e]) and never reads the "
+        "mask there, so nothing outside a sequence is trained (Bridge's own legacy prompt-template packs look like "
+        "this). `seqpack inspect` counts them in loss_on_segment_end and reports no issue.",
+        [yes_no_field("safe_to_train", True, [r"(?<!not )(?<!un)\bsafe to train\b", r"\bfine to train\b", r"\bis safe\b"],
                       [r"\bnot safe\b", r"\bunsafe\b", r"\bnot fine\b", r"\bdo not train\b"], anywhere=True,
                       says="safe to train on"),
-         set_field("affected_rows", [str(r) for r in bad], row_options, r"\brows?\b", anywhere=False,
-                   says="affected rows", hint="<row numbers, comma-separated>")],
-        [claims.claim("damaged_packs_safe")] + claims.path_claims(["offline"]),
+         int_field("segments_with_loss_on_last_token", marked, r"segments?", says="segments that store a 1 on their "
+                   "last token")],
+        [claims.claim("usable_packs_rebuilt"), claims.claim("usable_packs_unsafe")] + claims.path_claims(["offline"]),
         script="seqpack inspect", command=["inspect", "packs/training.parquet", "--pack-size", str(PACK_SIZE)],
         files=files, paths=["offline"], topics=["inspection", "diagnosis"],
-        truth={"issues": rep.issues, "issue_count": rep.issue_count},
+        truth={"issues": rep.issues, "issue_count": rep.issue_count, "loss_on_segment_end": marked,
+               "reader": rep.stats["reader"]},
     ))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from seqpack.core.alignment import derive_alignment, equal_slot_candidates, token_slots_per_step
+from seqpack.core.alignment import alignment_requirement, derive_alignment, equal_slot_candidates, token_slots_per_step
 from seqpack.config import get_rule
 from seqpack.config.model_support import check_model_support, find_family
 from seqpack.config.rules import FAMILIES, RULES, RULES_BY_ID
@@ -51,9 +51,19 @@ def alignment_fields(al: Any, *, parts: bool) -> list[AnswerField]:
 
 
 def alignment_claims(al: Any, tp: int, cp: int) -> list:
-    """Wrong values of pad_seq_to_mult people give for this topology, as forbidden advice."""
-    wrong = sorted({al.cp_multiple, al.sp_multiple, tp, cp, 2 * tp * cp, 1} - {al.pad_seq_to_mult})
+    """Wrong values of pad_seq_to_mult people give for this topology, as forbidden advice. The minimum the
+    release requires (``alignment_requirement``, offline) is no wrong value: packs made with it train correctly."""
+    required = alignment_requirement("offline", al.tp, al.cp, al.sp, al.eval_cp).required
+    wrong = sorted({al.cp_multiple, al.sp_multiple, tp, cp, 2 * tp * cp, 1} - {al.pad_seq_to_mult, required})
     return [claims.pad_mult(w) for w in wrong]
+
+
+def alignment_truth(al: Any) -> dict[str, Any]:
+    """The ground truth of an alignment task: the derivation, and which value it reports (the recommended one)
+    beside the required minimum of megatron-bridge 0.6.2's offline path (``seqpack.core.alignment``)."""
+    req = alignment_requirement("offline", al.tp, al.cp, al.sp, al.eval_cp)
+    return {**al.to_dict(), "reports": "recommended", "required": req.required,
+            "required_width": req.required_width, "recommended": req.recommended}
 
 
 def _align_command(tp: int, cp: int, sp: bool, eval_cp: int | None) -> list[str]:
@@ -86,7 +96,7 @@ def _alignment_tasks(ctx: GenContext) -> None:
             command=_align_command(tp, cp, sp, eval_cp),
             paths=paths,
             topics=["alignment"],
-            truth=al.to_dict(),
+            truth=alignment_truth(al),
         ))
     for tp, cp, sp, eval_cp, seq in _topologies("alignment_implicit"):
         al = derive_alignment(tp, cp, sp, eval_cp)
@@ -106,7 +116,7 @@ def _alignment_tasks(ctx: GenContext) -> None:
             command=_align_command(tp, cp, sp, eval_cp),
             paths=paths,
             topics=["alignment"],
-            truth=al.to_dict(),
+            truth=alignment_truth(al),
         ))
 
 

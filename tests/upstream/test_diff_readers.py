@@ -12,7 +12,7 @@ Packs written by seqpack (``--bridge-compat`` and its own best-fit packs) and by
   ``PackedSeqParams`` fields against Bridge's batch and ``get_packed_seq_params``;
 * the data order with ``max_num_samples`` (Bridge's samples mapping);
 * ``seqpack inspect`` of Bridge's packs against the metadata Bridge wrote and its
-  ``calculate_avg_seqlen``.
+  ``calculate_avg_seqlen`` (its verdict on what the reader trains: ``test_diff_inspect.py``).
 
 What megatron-bridge 0.6.2's collate does, as these cases check: a segment's logical length ends at its
 last input token that is not EOS (the rule before Bridge PR #5610, which keeps a supervised trailing
@@ -324,8 +324,9 @@ def test_inspect_reports_bridges_metadata_and_averages_of_its_packs(upstream, co
         assert not theirs["raises"], theirs
         report = inspect_packed_dataset(pack["path"], pack_size=pack["pack"], eos_id=tok.eos_id)
         s = report.stats
-        if pack.get("legacy"):  # Bridge's legacy template mode stores loss on every segment's last token (Q3)
-            assert {i["check"] for i in report.issues} == {"loss_without_label"}, report.issues
+        if pack.get("legacy"):  # Bridge's legacy template mode stores loss on every segment's last token (Q3),
+            # which its reader never reads: usable (the count stays in the statistics)
+            assert report.ok, report.issues
             assert s["loss_on_segment_end"] == s["segments"]
         else:
             assert report.ok and s["loss_on_segment_end"] == 0, report.issues

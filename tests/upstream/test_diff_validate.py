@@ -58,12 +58,28 @@ def _derived_problem(report, answer) -> str | None:
         if want["in_batch_packing_pad_to_multiple_of"] != got["dataset.in_batch_packing_pad_to_multiple_of"]:
             return (f"in-batch collate multiple: seqpack {want['in_batch_packing_pad_to_multiple_of']}, Bridge "
                     f"{got['dataset.in_batch_packing_pad_to_multiple_of']}")
+    problem = _hybridep_problem(report, got)
+    if problem:
+        return problem
     if kind in ("direct_hf", "energon", "mock_vlm"):
         forced = bool(got["dataset.pad_to_max_length"]) and not report.config["dataset"]["pad_to_max_length"]
         warned = "PACK-FIXED-WIDTH-FORCED" in report.rule_ids
         if forced != warned:
             return f"Bridge forced pad_to_max_length={forced}, seqpack's PACK-FIXED-WIDTH-FORCED fired={warned}"
     return None
+
+
+def _hybridep_problem(report, got: dict) -> str | None:
+    """HybridEP's uneven-input padding as Bridge leaves it after validation vs seqpack's resolved value."""
+    from seqpack.config.resolve import resolve
+
+    cfg = load_config(report.config)
+    m = cfg.model
+    if not (m.num_moe_experts and m.moe_token_dispatcher_type == "flex" and m.moe_flex_dispatcher_backend == "hybridep"):
+        return None
+    ours = bool(resolve(cfg, TARGET).hybridep_padding())
+    theirs = bool(got["model.moe_hybridep_pad_uneven_dispatch_inputs"])
+    return None if ours == theirs else f"HybridEP uneven-input padding: seqpack {ours}, Bridge {theirs}"
 
 
 def _record(compat, case, label: str) -> None:
@@ -257,13 +273,56 @@ def test_generated_configs_agree_with_bridge(upstream, compat, overrides):
     _record(compat, case, f"generated {overrides}")
 
 
+def test_hybridep_padding_as_bridge_leaves_it(upstream, compat):
+    """megatron-bridge 0.6.2 (with the backport PR #5931) turns moe_hybridep_pad_uneven_dispatch_inputs on for
+    every packed eager config, an explicit false included, and keeps the configured value under CUDA graphs or
+    without packing: seqpack's resolved value (and so its dispatch width rule) equals Bridge's in every cell."""
+    base = ["model.num_moe_experts=4", "model.expert_model_parallel_size=2", "dist.world_size=2",
+            "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=hybridep",
+            "model.seq_length=2048"]
+    paths = {
+        "offline": ["dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=2048",
+                    "dataset.dataset_kwargs.pad_to_max_length=true"],
+        "in_batch": ["dataset.kind=direct_hf", "dataset.enable_in_batch_packing=true", "train.micro_batch_size=2"],
+        "none": [],
+        "none_direct_hf": ["dataset.kind=direct_hf"],
+    }
+    labels, configs = [], []
+    for path, extra in paths.items():
+        for padding in (None, False, True):
+            for graphs in (False, True):
+                over = base + extra + ([] if padding is None else
+                                       [f"model.moe_hybridep_pad_uneven_dispatch_inputs={str(padding).lower()}"])
+                if graphs:
+                    over += ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=moe_router"]
+                labels.append((path, padding, graphs))
+                configs.append(load_config(None, over))
+    cases = _cases(upstream, configs, "hybridep")
+    packed_false_eager = 0
+    for (path, padding, graphs), case in zip(labels, cases):
+        cfg, report, answer, _spec = case
+        assert not answer["raises"], (path, padding, graphs, answer)
+        theirs = bool(answer["derived"]["model.moe_hybridep_pad_uneven_dispatch_inputs"])
+        from seqpack.config.resolve import resolve
+
+        ours = bool(resolve(cfg, TARGET).hybridep_padding())
+        compat.check(VALIDATE, ours == theirs, detail=f"HybridEP {path} set={padding} graphs={graphs}: seqpack {ours}, "
+                     f"Bridge {theirs}")
+        if path in ("offline", "in_batch") and padding is False and not graphs:
+            packed_false_eager += 1
+            assert theirs is True  # Bridge overrides the explicit false
+            assert not any("HYBRIDEP" in f.rule_id for f in report.warnings)  # so no warning either
+    assert packed_false_eager == 2
+
+
 # --- the lane reads the facts the rules state -------------------------------------------------------------------
 
 
 def test_dataset_field_table_is_the_releases(upstream):
     fields = upstream.call("validate.class_fields", names=[DATASET_CLASSES[k] for k in MISSING_FIELDS])
     specific = {"enable_offline_packing", "offline_packing_specs", "packing_buffer_size", "enable_in_batch_packing",
-                "enable_global_batch_packing", "yields_unpacked_samples", "kind", "seq_length"}
+                "enable_global_batch_packing", "yields_unpacked_samples", "kind", "seq_length",
+                "fold_alignment_padding"}  # the last: PACK-FOLD-ALIGNMENT-BRIDGE-VERSION (no 0.6.2 class has it)
     renamed = {"pretrain": {"seed"}, "mock_vlm": {"seed"}}  # both call it random_seed
     for kind, missing in MISSING_FIELDS.items():
         have = set(fields[DATASET_CLASSES[kind]])

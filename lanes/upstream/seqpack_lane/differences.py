@@ -126,6 +126,11 @@ SAMPLES_MAPPING = function("bridge.GPTSFTPackedParquetDataset.samples_mapping",
 READER_PARAMS = function("bridge.get_packed_seq_params.offline",
                          "megatron.bridge.training.utils.packed_seq_utils.get_packed_seq_params (offline micro-batches)")
 AVG_SEQLEN = function("bridge.algorithms.calculate_avg_seqlen", "megatron.bridge.data.packing.algorithms.calculate_avg_seqlen")
+#: tests/upstream/test_diff_inspect.py: the labels inspect's reader rule counts as trained, against the loss mask
+#: of Bridge's collate of the same packs (legacy prompt-template, prompt/completion and chat-template packs).
+READER_TRAINED = function("bridge.GPTSFTPackedParquetDataset.collate_fn.loss_mask",
+                          "megatron.bridge.data.packing.parquet.GPTSFTPackedParquetDataset.collate_fn (loss_mask: "
+                          "what seqpack inspect's reader rule counts as trained)")
 
 difference(
     "readers-width-padding-sequence", READER_PARAMS,

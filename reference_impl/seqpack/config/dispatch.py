@@ -90,6 +90,7 @@ class DispatchWidth(Result):
     per_rank_tokens: int | None = None
     chunk_padding: int | None = None
     notes: list[str] = field(default_factory=list)
+    hybridep_padding: bool | None = None
 
     @property
     def equal_counts(self) -> bool:
@@ -129,6 +130,9 @@ def dispatch_width(
                   "rank needs the same token count: fixed-width packs")
     elif dispatcher == "hybridep":
         padding = (not cuda_graphs) if hybridep_padding is None else hybridep_padding
+        notes.append(f"moe_hybridep_pad_uneven_dispatch_inputs={str(padding).lower()} (Megatron-Bridge turns it on "
+                     "for packed eager configs, overriding false, and keeps the configured value under CUDA graphs; "
+                     "a model built without Bridge's config validation must set it itself)")
         if padding and not cuda_graphs:
             rule = "uneven_padded"
             reason = (f"eager HybridEP pads each dispatch to the EP group's largest input, rounded up to "
@@ -161,6 +165,8 @@ def dispatch_width(
         dispatcher=dispatcher, ep=ep, tokens_divisor=divisor, width_rule=rule, reason=reason, chunk=chunk,
         width_multiple=width_multiple, fixed_width=fixed_width, per_rank_tokens=per_rank,
         chunk_padding=chunk_padding, notes=notes,
+        hybridep_padding=((not cuda_graphs) if hybridep_padding is None else hybridep_padding)
+        if dispatcher == "hybridep" else None,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Literal, Mapping, Union, get_args, get_origin,
 import yaml
 
 from seqpack.config.bridge_dump import from_bridge_dump, is_bridge_dump
+from seqpack.config.bridge_live import container_to_mapping, is_bridge_container
 from seqpack.config.schema import TrainingConfig
 from seqpack.config.yaml_bounded import load_yaml, read_text
 from seqpack.core.errors import ConfigError
@@ -97,6 +98,8 @@ check of the file (an empty file plus ``--set`` overrides is a config the overri
         ctx = _Ctx("<defaults>")
     elif isinstance(source, TrainingConfig):
         data, ctx = source.to_dict(), _Ctx("<config>")
+    elif is_bridge_container(source):  # a live Megatron-Bridge ConfigContainer (duck-typed; no megatron import)
+        data, ctx = container_to_mapping(source), _Ctx("<ConfigContainer>")
     elif isinstance(source, Mapping):
         data, ctx = copy.deepcopy(dict(source)), _Ctx("<dict>")
     elif isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and not source.lstrip().startswith("{")):
@@ -113,7 +116,7 @@ check of the file (an empty file plus ``--set`` overrides is a config the overri
             file, line = ctx.where(err.field or "")
             raise ConfigError(err.message, file=file, line=line, field=err.field, fix=err.fix) from None
     overrides = list(overrides)
-    if not data and not overrides and ctx.source not in ("<defaults>", "<config>", "<dict>"):
+    if not data and not overrides and ctx.source not in ("<defaults>", "<config>", "<dict>", "<ConfigContainer>"):
         raise ConfigError("the config is empty: it sets nothing, so only the defaults would be checked",
                           file=ctx.source, fix="give a YAML/JSON mapping of sections (model, dataset, train, ...)")
     for item in overrides:

@@ -147,7 +147,10 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         in_batch=(
             "caveat",
             f"the {RELEASE} CORD-v2 and VALOR SFT/PEFT recipes turn in-batch packing off; a long-context CORD-v2 "
-            f"SFT recipe that packs (MBS 2, CP2, pad_seq_to_mult 8) is {MAIN_ONLY}",
+            f"SFT recipe that packs (MBS 2, CP2, pad_seq_to_mult 8) is {MAIN_ONLY}; packed MoE layers count the "
+            f"alignment padding in their router statistics: the {RELEASE} model takes no padding mask at all, and "
+            f"on {MAIN} the collate emits padding_mask but the model does not pass it to the language model until "
+            "Megatron-Bridge PR #6113 (open) does",
         ),
     ),
     _entry("qwen3_omni", "Qwen3-Omni", f"{RELEASE} recipes/qwen_omni/h100/qwen3_omni.py", ("qwen3-omni",),
@@ -185,9 +188,23 @@ FAMILIES: tuple[FamilyEntry, ...] = (
         ),
     ),
     _entry(
-        "megatron_mimo", "MegatronMIMO", f"{RELEASE} training/megatron_mimo_step.py", ("mimo",),
-        step_packer="megatron_mimo_step",
-        in_batch=("caveat", "packs only at step time (defer_in_batch_packing_to_step required), one whole shard per pack"),
+        "megatron_mimo", "MegatronMIMO",
+        f"{MAIN} training/megatron_mimo_step.py and data/megatron_mimo/sequence_pack.py (Megatron-Bridge PR #5131, "
+        f"merged 2026-08-05; not in {RELEASE}, whose MIMO step has no packing code; not checkable in the lane)",
+        ("mimo",), step_packer="megatron_mimo_step",
+        in_batch=("caveat", f"packs only at step time (defer_in_batch_packing_to_step required), one whole shard per "
+                            f"pack: {MAIN_ONLY}"),
+    ),
+    _entry(
+        "diffusion_gemma", "DiffusionGemma",
+        f"{MAIN} and {RELEASE} have no DiffusionGemma; a later Bridge read in a code index (merge state unknown) "
+        "has an SFT step that rejects every packing switch and any batch carrying cu_seqlens (not checkable in the "
+        "lane)",
+        ("diffusiongemma", "diffusion-gemma"),
+        offline=("opt_out", "its SFT step rejects packed batches (any batch with cu_seqlens)"),
+        in_batch=("opt_out", "its SFT step rejects every packing switch"),
+        energon=("opt_out", "its SFT step rejects every packing switch"),
+        global_batch=("opt_out", "its SFT step rejects every packing switch"),
     ),
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from seqpack.core.alignment import Alignment, derive_alignment
+from seqpack.core.alignment import Alignment, AlignmentRequirement, alignment_requirement, derive_alignment
 from seqpack.config.dispatch import DispatchWidth, dispatch_width, dispatcher_name
 from seqpack.config.schema import SFT_KINDS, OfflinePackingSpecs, TrainingConfig
 from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
@@ -41,6 +41,7 @@ class Resolved:
     graph_captures_router: bool
     any_graph: bool
     bridge_version: str = DEFAULT_BRIDGE_TARGET
+    requirement: AlignmentRequirement | None = None
 
     @property
     def packed(self) -> bool:
@@ -67,8 +68,27 @@ class Resolved:
             dispatcher=dispatcher_name(m.moe_token_dispatcher_type, m.moe_flex_dispatcher_backend),
             ep=self.ep, tp=self.tp, cp=self.cp, sp=self.sp, pad_seq_to_mult=multiple,
             fixed_width=self.fixed_pack_width(), cuda_graphs=m.cuda_graph_impl != "none",
-            hybridep_padding=m.moe_hybridep_pad_uneven_dispatch_inputs,
+            hybridep_padding=self.hybridep_padding(),
         )
+
+    def hybridep_padding(self) -> bool | None:
+        """``moe_hybridep_pad_uneven_dispatch_inputs`` as Megatron-Bridge leaves it after validating the config:
+        a packed (THD) eager config gets True whatever it set (megatron-bridge 0.6.2 ``training/config.py``
+        1249 -> ``models/transformer_config.py`` 91-134, the backport PR #5931 of #5915; Bridge main at 067f987
+        turns it on for every eager HybridEP config); under CUDA graphs the configured value stays."""
+        m = self.cfg.model
+        if self.packed and m.cuda_graph_impl == "none":
+            return True
+        return m.moe_hybridep_pad_uneven_dispatch_inputs
+
+    def configured_pad_seq_to_mult(self) -> int | None:
+        """The per-sequence multiple the config itself pins (offline ``pad_seq_to_mult``), else None: the other
+        paths derive theirs (Bridge overwrites an in-batch value). The summary's ``pad_seq_to_mult`` is the
+        recommended value (:attr:`alignment`), ``pad_seq_to_mult_required`` the minimum the target needs."""
+        if "offline" in self.paths and self.specs is not None and self.specs.pad_seq_to_mult \
+                and self.specs.pad_seq_to_mult > 0:
+            return int(self.specs.pad_seq_to_mult)
+        return None
 
     def summary(self) -> dict[str, Any]:
         """The resolved values a user sees in the validation report."""
@@ -84,6 +104,9 @@ class Resolved:
             "world_size": cfg.dist.world_size,
             "alignment": self.alignment.to_dict(),
             "pad_seq_to_mult": self.alignment.pad_seq_to_mult,
+            "pad_seq_to_mult_configured": self.configured_pad_seq_to_mult(),
+            "pad_seq_to_mult_required": None if self.requirement is None else self.requirement.required,
+            "alignment_requirement": None if self.requirement is None else self.requirement.to_dict(),
             "seq_length": self.seq_length,
             "packing_path": self.paths[0] if len(self.paths) == 1 else ("none" if not self.paths else list(self.paths)),
             "dataloader_type": self.dataloader_type,
@@ -115,6 +138,24 @@ def alignment_for_config(cfg: TrainingConfig) -> Alignment:
     )
 
 
+def requirement_for_config(
+    cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET, path: str | None = None
+) -> AlignmentRequirement:
+    """:func:`~seqpack.core.alignment.alignment_requirement` of the config's packing path (``path``, else its
+    first active path, else offline) on ``bridge_version``, with its TP / CP / SP / eval CP, DP and dynamic CP."""
+    m = cfg.model
+    paths = cfg.active_paths()
+    path = path or (paths[0] if paths else "offline")
+    world, mp = cfg.dist.world_size, m.tensor_model_parallel_size * m.pipeline_model_parallel_size * \
+        m.context_parallel_size
+    dp = world // mp if world and world % mp == 0 else None
+    dynamic = bool(m.dynamic_context_parallel) and path == "global_batch"
+    return alignment_requirement(
+        path, m.tensor_model_parallel_size, m.context_parallel_size, m.sequence_parallel,
+        cfg.dist.eval_context_parallel_size, bridge_version=bridge_version, dp=dp if dynamic else None,
+        dynamic_cp=dynamic and dp is not None)
+
+
 def resolve(cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET) -> Resolved:
     """Derive topology, alignment, active paths and CUDA-graph facts from ``cfg``, for that Megatron-Bridge."""
     m = cfg.model
@@ -131,6 +172,8 @@ def resolve(cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET) ->
     scope = list(m.cuda_graph_scope)
     te_graph = m.cuda_graph_impl == "transformer_engine"
     full_iter = m.cuda_graph_impl == "local" and "full_iteration" in scope
+    requirement = requirement_for_config(cfg, bridge_version)
+    alignment = requirement.alignment() if requirement.available else alignment_for_config(cfg)
     return Resolved(
         cfg=cfg,
         tp=tp,
@@ -142,7 +185,7 @@ def resolve(cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET) ->
         dp=world // mp if world % mp == 0 else None,
         eval_cp=eval_cp,
         eval_dp=world // eval_mp if world % eval_mp == 0 else None,
-        alignment=alignment_for_config(cfg),
+        alignment=alignment,
         seq_length=cfg.seq_length,
         paths=tuple(cfg.active_paths()),
         specs=cfg.dataset.offline_packing_specs,
@@ -156,4 +199,5 @@ def resolve(cfg: TrainingConfig, bridge_version: str = DEFAULT_BRIDGE_TARGET) ->
         graph_captures_router=te_graph and (not scope or any(s in scope for s in ROUTER_SCOPES)),
         any_graph=m.cuda_graph_impl != "none" or m.vision_cuda_graph_impl != "none",
         bridge_version=bridge_version,
+        requirement=requirement,
     )

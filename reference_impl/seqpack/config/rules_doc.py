@@ -62,7 +62,8 @@ def rules_markdown(rules: Iterable[Rule] = RULES) -> str:
         parts.append(
             markdown_table(
                 ["id", "severity", "requirement", "fix", "provenance", "source", "Bridge versions", "fails upstream at"],
-                [[f"`{r.id}`", r.severity, r.title, r.fix, r.provenance, r.source, _versions(r), _where(r)]
+                [[f"`{r.id}`", r.severity, r.title + (f" (**{r.provisional}**)" if r.provisional else ""), r.fix,
+                  r.provenance, r.source, _versions(r), _where(r)]
                  for r in rows],
             )
         )

@@ -71,6 +71,9 @@ class ModelConfig:
     sequence_packing_scheduler: str | None = _f(
         None, "Global-batch packing scheduler: 'dp_balanced' (Megatron-Core) or 'balanced' (seqpack)."
     )
+    dynamic_context_parallel: bool = _f(
+        False, "Dynamic context parallelism (global-batch packing, Megatron-Bridge PR #6127; provisional)."
+    )
     mtp_num_layers: int | None = _f(None, "Multi-token-prediction layers (null or 0 = off).", minimum=0)
     cuda_graph_impl: CudaGraphImpl = _f("none", "CUDA graph implementation: none, local or transformer_engine.")
     cuda_graph_scope: list[str] = _f(
@@ -136,6 +139,10 @@ class DatasetConfig:
     defer_in_batch_packing_to_step: bool = _f(False, "Pack in the training step instead of the collate.")
     packing_buffer_size: int | None = _f(None, "Energon online packing: candidate samples per dataloader worker.")
     enable_global_batch_packing: bool = _f(False, "Global-batch online packing across DP ranks every step.")
+    fold_alignment_padding: bool = _f(
+        False, "Report each sequence's alignment padding as part of it (no padding between sequences, for "
+        "FlashAttention: heads of 256 and wider); global-batch (PR #6127) and seqpack's in-batch path."
+    )
     dataloader_type: DataloaderType | None = _f(None, "single, cyclic, batch or external (null = the kind's default).")
     pad_to_max_length: bool | None = _f(None, "Fixed final width (non-GPT-SFT datasets; GPT-SFT uses dataset_kwargs).")
     pad_to_multiple_of: int | None = _f(None, "Width multiple of unpacked batches (direct_hf / energon / mock_vlm).")

@@ -87,13 +87,15 @@ def _finding(rule: Rule, message: str, cfg: TrainingConfig) -> Finding:
 
 
 def validate_config(
-    config: TrainingConfig | Mapping[str, Any] | str | Path | None = None,
+    config: TrainingConfig | Mapping[str, Any] | str | Path | Any | None = None,
     overrides: Iterable[str | tuple[str, Any]] = (),
     *,
     rules: Iterable[Rule] = RULES,
     bridge_version: str | None = DEFAULT_BRIDGE_TARGET,
 ) -> ValidationReport:
-    """Check a config (object, dict, YAML/JSON path or text) against every packing rule.
+    """Check a config (object, dict, YAML/JSON path or text, or a live Megatron-Bridge ``ConfigContainer``
+    such as a recipe function returns: :mod:`seqpack.config.bridge_live`) against every packing rule.
+    A ``ConfigContainer`` carries no world size: give ``dist.world_size`` as an override, as for its YAML dump.
 
     ``bridge_version`` is the Megatron-Bridge the config is for (``seqpack.core.versions.BRIDGE_TARGETS``:
     the release the upstream lane checks, the default, or ``main``): only the rules that hold for it are

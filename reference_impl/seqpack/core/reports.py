@@ -96,6 +96,9 @@ class PackPlan(Result):
     truncation: str
     moe: dict[str, Any] | None = None
     recommended_pack_len: int | None = None
+    #: Which multiple ``pad_seq_to_mult`` is (``reports``: recommended or given) and the offline path's required
+    #: and recommended values (:func:`seqpack.core.alignment.alignment_requirement`); None from the library call.
+    alignment: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recommended_pack_len", self.recommended_pack_size)

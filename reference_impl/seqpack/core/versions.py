@@ -38,7 +38,19 @@ TARGET_MEANING: dict[str, str] = {
 
 #: Upstream pull requests seqpack's version-dependent statements name (repository, number, state, what it does).
 BRIDGE_PRS: dict[int, tuple[str, str]] = {
+    5131: ("merged 2026-08-05 on main", "MegatronMIMO packs in-batch at step time (megatron_mimo_step)"),
+    5213: ("merged 2026-07-31 on main", "the packed collate keeps the loss where the input is EOS"),
+    5470: ("merged 2026-08-12 on main", "padding_mask from the offline packed collate"),
     5493: ("merged after 0.6.2 on main", "GPT-SFT in-batch packing (GPTSFTDatasetConfig.enable_in_batch_packing)"),
+    5541: ("merged 2026-08-17 on main", "chat loss masks of GLM-5.2, Kimi-K3 and MiniMax-M3 templates; None content"),
+    5612: ("merged 2026-08-17 on main", "Gemma 4 chat loss mask after inline tool responses"),
+    5625: ("merged 2026-08-17 on main", "legacy prompt template with a repeated truncation field"),
+    5633: ("merged 2026-08-19 on main", "GLM historical answers supervised in chat loss masks"),
+    5737: ("merged 2026-08-22 on main", "prompt/completion preprocessing refuses a non-empty completion left without "
+           "a supervised token"),
+    5931: ("in 0.6.2 (backport of #5915)", "HybridEP uneven-input padding on for packed eager configs, in config "
+           "validation"),
+    6113: ("open (2026-09-15)", "Nemotron Omni passes padding_mask to its language model (MoE router statistics)"),
     5610: ("merged after 0.6.2 on main", "pad_between_seqs batch key; supervised terminal EOS counts in the packed "
            "collate's logical length"),
     5744: ("merged 2026-08-23 on main", "padding_mask for GPT-SFT in-batch packing"),
@@ -57,3 +69,13 @@ def check_target(target: str) -> str:
     if target not in BRIDGE_TARGETS:
         raise ValueError(f"unknown Megatron-Bridge version {target!r}; choose one of {', '.join(BRIDGE_TARGETS)}")
     return target
+
+
+def resolve_target(target: str | None) -> str:
+    """``target`` checked (None: :data:`DEFAULT_BRIDGE_TARGET`); a UsageError naming the choices otherwise."""
+    from seqpack.core.errors import UsageError
+
+    try:
+        return check_target(DEFAULT_BRIDGE_TARGET if target is None else target)
+    except ValueError as err:
+        raise UsageError(str(err), field="bridge_version") from None

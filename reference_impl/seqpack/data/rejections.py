@@ -35,6 +35,10 @@ class SampleRejected(InputError):
             raise ValueError(f"unknown rejection reason {reason!r}")
         super().__init__(f"sample rejected ({reason}): {message or REASONS[reason]}", **kwargs)
         self.reason = reason
+        #: For ``no_supervised_tokens`` of a prompt/completion row under completion loss: whether its
+        #: completion was non-empty (its supervised tokens were all truncated away or encode to nothing;
+        #: Megatron-Bridge main refuses such a sample, PR #5737).
+        self.completion_nonempty = False
 
     def to_dict(self) -> dict[str, Any]:
         """The base error fields plus ``reason``."""

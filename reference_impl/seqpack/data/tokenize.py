@@ -239,6 +239,7 @@ def _pc_sample(
     if n_special >= max_length:
         raise UsageError(f"max_length={max_length} leaves no room next to {n_special} special token(s)")
     original = len(prompt) + len(answer) + n_special
+    completion_nonempty = bool(answer) or not schema.allow_empty_completion
     overflow = original - max_length
     if overflow > 0:
         if truncation == "reject":
@@ -252,7 +253,12 @@ def _pc_sample(
         mask = [1] * len(ids)
     else:
         mask = [0] * n_context + [1] * (len(answer) + len(tail))
-    return _finish(ids, mask, schema.kind, n_context, original)
+    try:
+        return _finish(ids, mask, schema.kind, n_context, original)
+    except SampleRejected as err:
+        if err.reason == rj.NO_SUPERVISED_TOKENS and schema.loss_mode != "full":
+            err.completion_nonempty = completion_nonempty
+        raise
 
 
 def tokenize_prompt_completion(
@@ -521,7 +527,11 @@ def _pc_batch(
             rj.TOO_LONG: f"{int(original[k])} tokens > max_length {max_length}",
             rj.TOO_SHORT: f"{int(size[k])} token(s); at least 2 are needed",
         }.get(reasons[k])
-        rejected.append((ok[k], stamp(SampleRejected(reasons[k], detail), where[ok[k]])))
+        err = SampleRejected(reasons[k], detail)
+        if reasons[k] == rj.NO_SUPERVISED_TOKENS and schema.loss_mode != "full":
+            # a non-empty completion left nothing supervised (an empty one is only kept when allowed)
+            err.completion_nonempty = bool(answer[k] > 0 or not schema.allow_empty_completion)
+        rejected.append((ok[k], stamp(err, where[ok[k]])))
     rejected.sort(key=lambda item: item[0])
     keep = np.flatnonzero(reasons == "")
     # four pieces per sample: [bos], kept prompt, kept completion, [eos]; the specials sit after the texts

@@ -115,7 +115,8 @@ class InBatchPackingCollator:
     row. ``pad_to_max_length`` fixes the packed width to ``width`` (default ``seq_length``; must
     be a multiple of the alignment); ``slack`` chooses where the extra width goes (the default
     ``"last_segment"`` is what megatron-bridge 0.6.2's Nemotron Omni packer does with a fixed width,
-    ``"pad_sequence"`` the offline collate's).
+    ``"pad_sequence"`` the offline collate's). ``fold_alignment_padding`` reports every sequence's
+    padding as part of it (no padding between sequences; see :class:`~seqpack.packing.thd.THDOptions`).
 
     Items are mappings with 1-D ``tokens``, ``labels`` and ``loss_mask`` (already shifted) and
     optionally ``row_index``, ``truncated`` and ``visuals`` (as :class:`SFTJsonlDataset` returns
@@ -135,6 +136,7 @@ class InBatchPackingCollator:
         pad_token_id: int = 0,
         label_pad_id: int = -100,
         vlm: Any = None,
+        fold_alignment_padding: bool = False,
     ) -> None:
         if (pad_seq_to_mult is None) == (alignment is None):
             raise UsageError(
@@ -174,6 +176,7 @@ class InBatchPackingCollator:
         self.pad_token_id = pad_token_id
         self.label_pad_id = label_pad_id
         self.vlm = vlm
+        self.fold_alignment_padding = bool(fold_alignment_padding)
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if isinstance(items, Mapping) or not isinstance(items, Sequence) or len(items) == 0:
@@ -204,6 +207,7 @@ class InBatchPackingCollator:
                 slack=self.slack,
                 pad_token_id=self.pad_token_id,
                 label_pad_id=self.label_pad_id,
+                fold_alignment_padding=self.fold_alignment_padding,
             )
         except SeqpackError as err:
             too_wide = err.field == "max_length"  # the builder's name for the fixed width
@@ -310,7 +314,7 @@ def build_in_batch_loader(
         ),
         make_collate=lambda ds: InBatchPackingCollator(
             alignment=alignment, seq_length=seq_length, pad_to_max_length=cfg.pad_to_max_length, width=width,
-            pad_token_id=ds.tokenizer.pad_id, vlm=ds.vlm,
+            pad_token_id=ds.tokenizer.pad_id, vlm=ds.vlm, fold_alignment_padding=cfg.dataset.fold_alignment_padding,
         ),
         dp_rank=dp_rank,
         consumed_samples=consumed_samples,

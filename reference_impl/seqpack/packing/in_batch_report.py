@@ -36,6 +36,7 @@ def in_batch_config(
     seed: int = 1234,
     pad_to_max_length: bool = False,
     kind: str = "gpt_sft",
+    fold_alignment_padding: bool = False,
 ) -> TrainingConfig:
     """A GPT-SFT in-batch config for one data-parallel rank of the given topology.
 
@@ -59,6 +60,7 @@ def in_batch_config(
             "enable_in_batch_packing": True,
             "dataloader_type": dataloader_type,
             "dataset_kwargs": {"pad_to_max_length": pad_to_max_length},
+            "fold_alignment_padding": fold_alignment_padding,
         },
         "train": {"micro_batch_size": micro_batch_size, "global_batch_size": micro_batch_size},
         "dist": {"world_size": world, "eval_context_parallel_size": eval_cp},

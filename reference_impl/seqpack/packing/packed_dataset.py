@@ -19,7 +19,9 @@ artifacts written by Megatron-Bridge pass ``pack_size``, ``pad_seq_to_mult`` and
   options apply to both: ``pad_to_max_length``, ``pad_cu_seqlens`` (with ``metadata``),
   ``pad_seq_length_to_mult``, ``ceil_to_power_2``, ``answer_only_loss`` (False: every token but EOS
   is trained) and, for ``collate_bridge`` only, ``return_cu_seqlen=False`` (one causal mask over the
-  row instead of boundaries).
+  row instead of boundaries). ``bridge_version`` (default megatron-bridge 0.6.2) picks the reader's
+  loss and logical-length rules and, for ``main``, the keys Bridge main's collate adds
+  (:func:`seqpack.packing.thd_collate.collate_stored_rows`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ import torch
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
+from seqpack.core.versions import BRIDGE_MAIN
 from seqpack.packing.parquet import PackedParquetReader, read_metadata, resolve_parquet_paths
-from seqpack.packing.thd_collate import collate_stored_row_canonical, collate_stored_rows
+from seqpack.packing.thd_collate import collate_stored_row_canonical, collate_stored_rows, reader_version
 
 
 class PackedParquetDataset(torch.utils.data.Dataset):
@@ -57,6 +60,7 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         ceil_to_power_2: bool = False,
         return_cu_seqlen: bool = True,
         answer_only_loss: bool = True,
+        bridge_version: str | None = None,
     ) -> None:
         from seqpack.packing.offline.prepare import find_manifest
 
@@ -90,6 +94,7 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         self.ceil_to_power_2 = bool(ceil_to_power_2)
         self.return_cu_seqlen = bool(return_cu_seqlen)
         self.answer_only_loss = bool(answer_only_loss)
+        self.bridge_version = reader_version(bridge_version)
         self.seed = seed
         self.bridge_compat = bool(opts.get("bridge_compat", False)) if bridge_compat is None else bool(bridge_compat)
         self.mapping = (
@@ -141,6 +146,7 @@ class PackedParquetDataset(torch.utils.data.Dataset):
             "pad_seq_length_to_mult": self.pad_seq_length_to_mult,
             "ceil_to_power_2": self.ceil_to_power_2,
             "answer_only_loss": self.answer_only_loss,
+            "bridge_version": self.bridge_version,
         }
 
     def collate(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -159,11 +165,16 @@ class PackedParquetDataset(torch.utils.data.Dataset):
         batch = collate_stored_row_canonical(item, row_index=int(item.get("index", 0)), **self._collate_kwargs())
         batch["row_index"] = int(item.get("index", 0))
         batch["is_padding"] = bool(item.get("is_padding", False))
+        if self.bridge_version == BRIDGE_MAIN:  # PR #5610's explicit key (the tail-only case included): the canonical
+            # batch carries padded boundaries exactly when some entry, the last included, differs from the logical one
+            batch["pad_between_seqs"] = int(self.pad_seq_to_mult) > 1 and "cu_seqlens_q_padded" in batch
         return batch
 
-    def collate_bridge(self, items: Sequence[Mapping[str, Any]], *, emit_padding_mask: bool = False) -> dict[str, Any]:
-        """Items -> Megatron-Bridge's offline batch form (``[B, L]`` tensors, ``[B, N]`` boundaries), as
-        megatron-bridge 0.6.2's ``collate_fn`` returns it; ``emit_padding_mask`` adds Bridge main's key."""
+    def collate_bridge(self, items: Sequence[Mapping[str, Any]], *,
+                       emit_padding_mask: bool | None = None) -> dict[str, Any]:
+        """Items -> Megatron-Bridge's offline batch form (``[B, L]`` tensors, ``[B, N]`` boundaries), as the
+        ``collate_fn`` of :attr:`bridge_version` returns it (0.6.2: no ``padding_mask`` and no
+        ``pad_between_seqs``; main: both); ``emit_padding_mask`` turns ``padding_mask`` on or off."""
         return collate_stored_rows(list(items), return_cu_seqlen=self.return_cu_seqlen,
                                    emit_padding_mask=emit_padding_mask, **self._collate_kwargs())
 

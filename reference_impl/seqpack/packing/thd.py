@@ -127,6 +127,12 @@ class THDOptions:
     every row's length. ``slack``: where a fixed width's slack goes (:data:`SLACK_MODES`).
     ``pad_token_id`` / ``label_pad_id``: token and label on padding. ``static_num_seqs`` /
     ``static_max_seqlen``: static shapes. ``extra_pad_values``: pad value of every extra row key.
+    ``fold_alignment_padding``: report every sequence's physical length as its length (the logical
+    boundaries become the physical ones, so the batch carries no padding between sequences, as
+    Megatron-Bridge PR #6127's option of that name does for FlashAttention, which rejects THD bins with
+    such padding); the padding stays loss-masked, keeps counting position ids and stays True in
+    ``padding_mask`` (MoE router statistics still skip it). It follows each sequence's last real
+    token, so causal attention computes the same outputs for every real token.
     """
 
     pad_seq_to_mult: int = 1
@@ -139,6 +145,7 @@ class THDOptions:
     static_num_seqs: int | None = None
     static_max_seqlen: int | None = None
     extra_pad_values: Mapping[str, Any] | None = None
+    fold_alignment_padding: bool = False
 
     def check(self) -> None:
         """Raise UsageError for a bad value, AlignmentError for a misaligned fixed width."""
@@ -418,9 +425,12 @@ def plan_layout(lengths: np.ndarray, valid: np.ndarray, options: THDOptions) -> 
     cu_logical = np.empty(size, dtype=np.int64)
     cu_padded[0] = cu_logical[0] = 0
     np.cumsum(physical, out=cu_padded[1 : n + 1])
-    np.cumsum(valid, out=cu_logical[1 : n + 1])
+    if options.fold_alignment_padding:
+        cu_logical[1 : n + 1] = cu_padded[1 : n + 1]
+    else:
+        np.cumsum(valid, out=cu_logical[1 : n + 1])
     cu_padded[n + 1 :] = width
-    cu_logical[n + 1 :] = cu_logical[n]
+    cu_logical[n + 1 :] = width if options.fold_alignment_padding else cu_logical[n]
     longest = max(int(physical.max()), trailing_pad)
     max_seqlen = longest
     if options.static_max_seqlen is not None:

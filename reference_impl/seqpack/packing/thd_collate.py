@@ -19,13 +19,20 @@ import torch
 
 from seqpack.core.arguments import non_negative_int, positive_int
 from seqpack.core.errors import ArtifactError, PackingError, SeqpackError, UsageError
+from seqpack.core.versions import BRIDGE_MAIN, resolve_target
 from seqpack.packing.thd import build_thd_batch
 from seqpack.packing.thd_compat import to_bridge_offline_batch
 
 __all__ = [
-    "causal_attention_masks", "collate_stored_row_canonical", "collate_stored_rows", "right_padded_to_thd",
-    "static_shape_from_metadata", "stored_row_segments",
+    "causal_attention_masks", "collate_stored_row_canonical", "collate_stored_rows", "reader_version",
+    "right_padded_to_thd", "static_shape_from_metadata", "stored_row_segments",
 ]
+
+
+def reader_version(bridge_version: str | None) -> str:
+    """The packed reader to follow: ``bridge_version`` checked (None: the default target,
+    megatron-bridge 0.6.2); UsageError naming the choices otherwise."""
+    return resolve_target(bridge_version)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -83,18 +90,25 @@ def stored_row_segments(
     pad_seq_to_mult: int,
     answer_only_loss: bool = True,
     row_index: int = 0,
+    bridge_version: str | None = None,
 ) -> list[dict[str, Any]]:
     """Split one stored packed row into canonical builder rows, one per segment.
 
     ``row`` holds ``input_ids`` and the rolled ``loss_mask`` of a packed Parquet row, plus either
     ``seq_start_id`` (segment starts) or ``seq_boundaries`` (starts and the row length). For a
-    stored segment ``s``: tokens = ``s[:-1]``, labels = ``s[1:]``, loss mask = the stored mask over
-    the token positions (or, without ``answer_only_loss``, 1), and 0 wherever the *input* token is
-    ``eos_id``: megatron-bridge 0.6.2's collate drops every position whose input is EOS from the loss,
-    which also keeps the loss off the pre-padding of packs whose stored mask trains it (Bridge's legacy
-    template mode, quirk Q3). With ``pad_seq_to_mult > 1`` the segment's ``valid_length`` is the index of its
-    last input token that is not ``eos_id``, plus one (the pre-padding at the end of a segment
-    is materialised in the stored row); with 1 every token is real.
+    stored segment ``s``: tokens = ``s[:-1]``, labels = ``s[1:]`` (a label never crosses a segment
+    boundary), loss mask = the stored mask over the token positions (or, without ``answer_only_loss``,
+    1 wherever the input is not ``eos_id``); the stored mask on a segment's last token is never read.
+
+    ``bridge_version`` picks the reader (default megatron-bridge 0.6.2, checked in the lane):
+
+    * ``0.6.2``: the loss is also 0 wherever the *input* token is ``eos_id`` (which also keeps the loss
+      off the EOS pre-padding of Bridge's legacy template packs, quirk Q3); with ``pad_seq_to_mult > 1``
+      the segment's ``valid_length`` ends at its last input token that is not ``eos_id``;
+    * ``main``: no EOS-input zeroing (Megatron-Bridge PR #5213), and ``valid_length`` drops trailing
+      EOS inputs only while their stored mask is 0, so a supervised trailing EOS is real (PR #5610).
+
+    With ``pad_seq_to_mult`` 1 every token is real.
     """
     ids = _row_array(row, "input_ids", row_index=row_index)
     stored_loss = _row_array(row, "loss_mask", row_index=row_index)
@@ -124,19 +138,37 @@ def stored_row_segments(
             "(one input/label pair), and starts must increase and stay below the row length",
             row=row_index, field=field,
         )
+    main = reader_version(bridge_version) == BRIDGE_MAIN
     segments = []
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         tokens = ids[start : end - 1]
-        loss = stored_loss[start : end - 1] if answer_only_loss else np.ones(tokens.size, dtype=np.int64)
-        loss = loss * (tokens != eos_id)
+        stored = stored_loss[start : end - 1]
+        not_eos = tokens != eos_id
+        if not answer_only_loss:
+            loss = not_eos.astype(np.int64)
+        elif main:  # PR #5213: the stored mask as is
+            loss = stored
+        else:  # 0.6.2: no loss where the input is EOS
+            loss = stored * not_eos
         segment: dict[str, Any] = {
             "tokens": tokens, "labels": ids[start + 1 : end], "loss_mask": loss
         }
         if pad_seq_to_mult > 1:
-            real = np.flatnonzero(tokens != eos_id)
-            segment["valid_length"] = int(real[-1]) + 1 if real.size else 0
+            segment["valid_length"] = _logical_length(tokens, stored, eos_id, main=main)
         segments.append(segment)
     return segments
+
+
+def _logical_length(tokens: np.ndarray, stored: np.ndarray, eos_id: int, *, main: bool) -> int:
+    """Real tokens of a stored segment: 0.6.2 stops at the last input that is not EOS; main (PR #5610)
+    drops trailing EOS inputs only while their stored mask is 0."""
+    if main:
+        n = tokens.size
+        while n > 0 and tokens[n - 1] == eos_id and not stored[n - 1]:
+            n -= 1
+        return int(n)
+    real = np.flatnonzero(tokens != eos_id)
+    return int(real[-1]) + 1 if real.size else 0
 
 
 def _aligned_sum(segments: Sequence[Mapping[str, Any]], m: int) -> int:
@@ -229,7 +261,8 @@ def collate_stored_rows(
     pad_seq_length_to_mult: int = 16,
     ceil_to_power_2: bool = False,
     return_cu_seqlen: bool = True,
-    emit_padding_mask: bool = False,
+    emit_padding_mask: bool | None = None,
+    bridge_version: str | None = None,
 ) -> dict[str, Any]:
     """Collate stored packed rows into Bridge's offline batch form (``[B, L]``).
 
@@ -246,10 +279,13 @@ def collate_stored_rows(
     two instead of ``pad_seq_length_to_mult`` (still capped at ``pack_size``); with
     ``return_cu_seqlen=False`` the batch carries no ``cu_seqlens_*`` / ``max_seqlen_*`` keys and
     ``attention_mask`` is :func:`causal_attention_masks` (one causal mask over the whole row, so
-    packed sequences attend to earlier ones, exactly as in Bridge). ``emit_padding_mask`` adds Bridge
-    main's ``padding_mask`` key (megatron-bridge 0.6.2 has none; see :func:`to_bridge_offline_batch`).
-    A segment's logical length ends at its last input token that is not EOS, the rule of
-    megatron-bridge 0.6.2 (Bridge main after PR #5610 keeps a supervised trailing EOS; not followed).
+    packed sequences attend to earlier ones, exactly as in Bridge).
+
+    ``bridge_version`` (default megatron-bridge 0.6.2) picks the collate: the loss and logical-length
+    rules of :func:`stored_row_segments`, and with ``main`` the keys Bridge main adds: ``padding_mask``
+    (bool ``[B, L]``, PR #5470; ``emit_padding_mask`` turns it on or off for either version) and
+    ``pad_between_seqs`` (a Python bool: True iff ``pad_seq_to_mult > 1`` and some row's logical
+    boundaries differ from its physical ones, PR #5610).
 
     Differs from Bridge (all on inputs Bridge mishandles): a stored segment whose runtime length
     is not a multiple of ``pad_seq_to_mult`` is aligned by the builder (Bridge leaves it unaligned,
@@ -263,9 +299,12 @@ def collate_stored_rows(
     if isinstance(rows, Mapping) or len(rows) == 0:
         raise UsageError("rows must be a non-empty sequence of stored rows", field="rows")
     m = int(pad_seq_to_mult)
+    main = reader_version(bridge_version) == BRIDGE_MAIN
+    if emit_padding_mask is None:
+        emit_padding_mask = main
     split = [
         stored_row_segments(row, eos_id=eos_id, pad_seq_to_mult=m,
-                            answer_only_loss=answer_only_loss, row_index=r)
+                            answer_only_loss=answer_only_loss, row_index=r, bridge_version=bridge_version)
         for r, row in enumerate(rows)
     ]
     content = [_aligned_sum(segments, m) for segments in split]
@@ -280,6 +319,9 @@ def collate_stored_rows(
         batches, emit_padded_keys=m > 1, pad_cu_seqlens=pad_cu_seqlens, token_counts=content,
         emit_padding_mask=emit_padding_mask,
     )
+    if main:
+        out["pad_between_seqs"] = m > 1 and any(
+            not torch.equal(b["cu_seqlens_q"], b.get("cu_seqlens_q_padded", b["cu_seqlens_q"])) for b in batches)
     if not return_cu_seqlen:
         for key in [k for k in out if k.startswith(("cu_seqlens", "max_seqlen"))]:
             del out[key]
@@ -300,11 +342,13 @@ def collate_stored_row_canonical(
     pad_seq_length_to_mult: int = 16,
     row_index: int = 0,
     ceil_to_power_2: bool = False,
+    bridge_version: str | None = None,
 ) -> dict[str, Any]:
     """One stored packed row -> one canonical THD micro-batch (micro-batch size 1).
 
     Same rules as :func:`collate_stored_rows` for a single row (pad token and pad label
-    ``eos_id``; trailing width padding is a logical-length-0 sequence whose position ids are 0).
+    ``eos_id``; trailing width padding is a logical-length-0 sequence whose position ids are 0), the
+    loss and logical lengths of ``bridge_version``'s reader.
 
     Differs from Bridge: Bridge computes the width over every row handed to one collate (the whole
     per-rank global batch under its "batch" sampler, quirk Q7), so its micro-batches share one
@@ -315,8 +359,8 @@ def collate_stored_row_canonical(
     _check_stored_args(pack_size, pad_seq_to_mult, eos_id, pad_seq_length_to_mult,
                        pad_to_max_length, pad_cu_seqlens, pack_metadata)
     m = int(pad_seq_to_mult)
-    segments = stored_row_segments(row, eos_id=eos_id, pad_seq_to_mult=m,
-                                   answer_only_loss=answer_only_loss, row_index=row_index)
+    segments = stored_row_segments(row, eos_id=eos_id, pad_seq_to_mult=m, answer_only_loss=answer_only_loss,
+                                   row_index=row_index, bridge_version=bridge_version)
     width = _stored_width([_aligned_sum(segments, m)], pack_size=pack_size,
                           pad_to_max_length=pad_to_max_length,
                           pad_seq_length_to_mult=pad_seq_length_to_mult, ceil_to_power_2=ceil_to_power_2)

@@ -34,7 +34,7 @@ import torch
 from seqpack.core.errors import InputError, UsageError
 from seqpack.training.boundaries import boundary_vector, check_boundaries, trim_sentinels
 
-__all__ = ["batch_with_params", "packed_seq_params_kwargs", "to_packed_seq_params"]
+__all__ = ["batch_with_params", "pad_between_seqs", "packed_seq_params_kwargs", "to_packed_seq_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ def packed_seq_params_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
     """Every ``PackedSeqParams`` field Bridge's step would set for ``batch`` (no Megatron-Core import).
 
     Keys: ``qkv_format``, the four ``cu_seqlens*`` fields (int32 1-D tensors or None), the two
-    ``max_seqlen*`` fields (int or None), ``total_tokens`` and ``cp_partition_mode``. Use
+    ``max_seqlen*`` fields (int or None), ``total_tokens``, ``cp_partition_mode`` and ``pad_between_seqs``
+    (the batch's own key, Bridge main's; None when it has none, as megatron-bridge 0.6.2 sets it). Use
     :func:`to_packed_seq_params` to get the dataclass itself.
     """
     if not isinstance(batch, Mapping):
@@ -144,6 +145,9 @@ def packed_seq_params_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
     total_tokens = batch.get("total_tokens")
     if total_tokens is not None:
         total_tokens = _max_seqlen(total_tokens, "total_tokens")
+    explicit = batch.get("pad_between_seqs")
+    if explicit is not None and not isinstance(explicit, bool):
+        raise InputError(f"pad_between_seqs must be true or false, got {explicit!r}", field="pad_between_seqs")
     return {
         "qkv_format": "thd",
         "cu_seqlens_q": cu_q,
@@ -154,7 +158,21 @@ def packed_seq_params_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
         "max_seqlen_kv": max_kv,
         "total_tokens": total_tokens,
         "cp_partition_mode": batch.get("cp_partition_mode", "zigzag"),
+        "pad_between_seqs": explicit,
     }
+
+
+def pad_between_seqs(batch: Mapping[str, Any]) -> bool:
+    """True when any physical boundary of ``batch`` differs from its logical one, the last entry included.
+
+    A batch whose sequences are all aligned but whose row ends in width padding differs only in its last
+    entry (logical ``[0, 4, 8, 8]``, physical ``[0, 4, 8, 12]``); Transformer Engine's padded-layout
+    inference missed exactly that case (Megatron-Bridge #5630: NaNs; TransformerEngine #3331), so a batch
+    that says ``pad_between_seqs`` explicitly (Bridge main's collate does, PR #5610) is not at its mercy.
+    """
+    kwargs = packed_seq_params_kwargs({k: v for k, v in batch.items() if k != "pad_between_seqs"})
+    padded = kwargs["cu_seqlens_q_padded"]
+    return padded is not None and not torch.equal(kwargs["cu_seqlens_q"], padded)
 
 
 def to_packed_seq_params(batch: Mapping[str, Any], *, params_cls: type | None = None) -> Any:

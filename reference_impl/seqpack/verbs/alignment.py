@@ -1,20 +1,25 @@
-"""``align``: the per-sequence alignment of a topology, plus equal token-slot candidates on request."""
+"""``align``: the per-sequence alignment of a topology on one packing path and Megatron-Bridge version (the
+required minimum and the recommended value, :func:`seqpack.core.alignment.alignment_requirement`), plus equal
+token-slot candidates on request."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from seqpack.core.alignment import (
+    ALIGNMENT_PATHS,
     DEFAULT_PACK_LENGTHS,
     Alignment,
     SlotCandidate,
+    alignment_requirement,
     derive_alignment,
     equal_slot_candidates,
 )
 from seqpack.core.limits import MAX_CANDIDATES, MAX_DATA_PARALLEL_SIZE, MAX_PACK_LEN, MAX_TOKEN_SLOTS
 from seqpack.core.textfmt import text_table
-from seqpack.verbs.common import parallel_option
+from seqpack.verbs.common import bridge_version_option, parallel_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["ALIGN", "DEFAULT_TOKEN_SLOTS", "AlignOptions", "AlignmentReport", "align", "render_alignment"]
@@ -36,20 +41,33 @@ class AlignOptions:
     pack_sizes: Sequence[int] | None = option(
         None, help="candidate pack sizes (default 2048,4096,8192)", item_minimum=1, item_maximum=MAX_PACK_LEN,
         max_items=MAX_CANDIDATES, renamed_from=("pack_lengths",))
-    dp: int | None = option(None, help="data-parallel size for the candidate check", minimum=1,
+    dp: int | None = option(None, help="data-parallel size for the candidate check (and dynamic CP)", minimum=1,
                             maximum=MAX_DATA_PARALLEL_SIZE)
+    path: str = option("offline", help="the packing path the alignment is for", choices=ALIGNMENT_PATHS)
+    bridge_version: str = bridge_version_option("the packs are for")
+    dynamic_cp: bool = option(False, help="global-batch packing with dynamic CP (provisional; needs dp)")
 
     @property
     def wants_candidates(self) -> bool:
         """Whether the table of pack length / global batch size pairs was asked for."""
-        return self.token_slots is not None or self.pack_sizes is not None or self.dp is not None
+        return self.token_slots is not None or self.pack_sizes is not None or (self.dp is not None
+                                                                               and not self.dynamic_cp)
 
 
 @dataclass(frozen=True)
 class AlignmentReport(Alignment):
-    """:class:`~seqpack.core.alignment.Alignment` plus the equal-token-slot candidates (None unless asked)."""
+    """:class:`~seqpack.core.alignment.Alignment` of the recommended value (``pad_seq_to_mult``), the required
+    minimum beside it (``required``, ``required_width``, ``recommended``; ``requirement``: the whole statement
+    with its citations) and the equal-token-slot candidates (None unless asked)."""
 
     candidates: list[SlotCandidate] | None = None
+    path: str = "offline"
+    bridge_version: str = ""
+    required: int | None = None
+    required_width: int | None = None
+    recommended: int | None = None
+    reports: str = "recommended"
+    requirement: dict[str, Any] | None = None
 
 
 def align(options: AlignOptions) -> AlignmentReport:
@@ -59,23 +77,42 @@ def align(options: AlignOptions) -> AlignmentReport:
     8
     """
     check_options(options)
-    al = derive_alignment(options.tp, options.cp, options.sp, options.eval_cp)
+    req = alignment_requirement(options.path, options.tp, options.cp, options.sp, options.eval_cp,
+                                bridge_version=options.bridge_version, dp=options.dp, dynamic_cp=options.dynamic_cp)
+    al = req.alignment() if req.available else derive_alignment(options.tp, options.cp, options.sp, options.eval_cp)
     candidates = None
     if options.wants_candidates:
         candidates = equal_slot_candidates(options.token_slots or DEFAULT_TOKEN_SLOTS,
                                            tuple(options.pack_sizes or DEFAULT_PACK_LENGTHS), options.dp)
-    return AlignmentReport(**{k: getattr(al, k) for k in al.__dataclass_fields__}, candidates=candidates)
+    return AlignmentReport(**{k: getattr(al, k) for k in al.__dataclass_fields__}, candidates=candidates,
+                           path=req.path, bridge_version=req.bridge_version, required=req.required,
+                           required_width=req.required_width, recommended=req.recommended,
+                           requirement=req.to_dict())
 
 
 def render_alignment(al: AlignmentReport, options: AlignOptions) -> str:
     """The CLI's text: the factors, the explanation and the candidates."""
     topo = f"TP{al.tp} / CP{al.cp} / SP {'on' if al.sp else 'off'}" + (f" / eval CP{al.eval_cp}" if al.eval_cp else "")
-    out = [topo, text_table(["value", "n", "why"], [
+    req = al.requirement or {}
+    out = [f"{topo} ({al.path}, Megatron-Bridge {al.bridge_version})"]
+    if req and not req["available"]:
+        out.append(f"{al.path} packing is not available on Megatron-Bridge {al.bridge_version}: "
+                   f"{req['required_reason']}")
+    out += [text_table(["value", "n", "why"], [
         ["cp_multiple", al.cp_multiple, "2*CP when CP>1, else 1"],
         ["sp_multiple", al.sp_multiple, "CP*TP when SP and TP>1, else 1"],
-        ["pad_seq_to_mult", al.pad_seq_to_mult, "lcm over train/eval CP of both multiples"],
+        ["pad_seq_to_mult", al.pad_seq_to_mult, "recommended: " + (
+            "lcm over train/eval CP of both multiples" if al.pad_seq_to_mult == derive_alignment(
+                al.tp, al.cp, al.sp, al.eval_cp).pad_seq_to_mult else "the path's upstream formula")],
         ["seq_length_multiple", al.seq_length_multiple, "seq_length and fixed pack widths"],
+        ["required", "-" if al.required is None else al.required,
+         f"what Megatron-Bridge {al.bridge_version} needs per sequence"],
+        ["required_width", "-" if al.required_width is None else al.required_width, "the row width it needs"],
     ]), al.explanation]
+    if req and req["available"]:
+        out.append(f"required: {req['required_reason']}")
+        if req["provisional"]:
+            out.append("provisional: upstream has not settled this rule (see the reason above)")
     if al.candidates is not None:
         out += ["", text_table(["pack_size", "global_batch_size", "token_slots", "valid", "reason"],
                                [[c.pack_size, c.global_batch_size, c.token_slots, "yes" if c.valid else "no", c.reason]
@@ -88,12 +125,15 @@ ALIGN = Verb(
     help="derive the per-sequence alignment (pad_seq_to_mult) for TP/CP/SP, and equal token-slot candidates",
     tools=(Tool(
         "derive_alignment", title="Derive pad_seq_to_mult for TP/CP/SP",
-        description="""Per-sequence alignment multiple (pad_seq_to_mult) every packed sequence must have.
+        description="""Per-sequence alignment multiple (pad_seq_to_mult) for a topology, packing path and Bridge version.
 
-pad_seq_to_mult = lcm(2*CP when CP>1, CP*TP when SP and TP>1) over the training and the
-evaluation CP size; the explanation shows each factor. Example: TP4/CP2/SP gives 8. With
-token_slots, pack_sizes or dp, candidates lists equal-token-slot pack size / global batch
-size pairs and whether DP allows them (else it is null). (`pack_lengths`, the old name of
-pack_sizes, is still accepted for one release.)""",
+pad_seq_to_mult is the recommended value: lcm(2*CP when CP>1, CP*TP when SP and TP>1) over the
+training and the evaluation CP size (global-batch packing on Bridge main: PR #6127's product,
+2*CP times TP under SP). required is the minimum that Megatron-Bridge version needs per
+sequence (offline on 0.6.2: 2*CP only; the SP term constrains the row width, required_width),
+with its citations in requirement. Example: TP4/CP2/SP offline gives recommended 8, required
+4. With token_slots, pack_sizes or dp, candidates lists equal-token-slot pack size / global
+batch size pairs and whether DP allows them (else it is null). (`pack_lengths`, the old name
+of pack_sizes, is still accepted for one release.)""",
     ),),
 )

@@ -80,6 +80,9 @@ class BatchesOptions(TopologyOptions):
     num_steps: int = option(2, help="steps to show", minimum=1, maximum=MAX_STEPS_SHOWN, section=_GLOBAL)
     vision: str = vision_option("in-batch: how rows with images are read (auto: the qwen2_vl preset when the file "
                                 "has images; none refuses them); see docs/vlm.md")
+    fold_alignment_padding: bool = option(False, help="report each sequence's alignment padding as part of it (no "
+                                          "padding between sequences: FlashAttention with heads of 256 and wider; "
+                                          "Megatron-Bridge PR #6127)")
 
 
 def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
@@ -104,7 +107,7 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
         micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs,
         seq_length=options.seq_length, tp=options.topology.tp, cp=options.topology.cp, sp=options.sp,
         eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=options.seed,
-        pad_to_max_length=options.pad_to_max_length,
+        pad_to_max_length=options.pad_to_max_length, fold_alignment_padding=options.fold_alignment_padding,
     )
     return inspect_in_batch(
         options.input, cfg, num_batches=options.num_batches, tokenizer=options.tokenizer, schema=options.schema,
@@ -129,6 +132,7 @@ def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
         max_seqlen_per_dp_cp_rank=options.max_seqlen_per_rank, cp=options.topology.cp, tp=options.topology.tp,
         sp=options.sp, scheduler=options.scheduler, dataloader_type=options.dataloader,
         micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs, seed=options.seed,
+        fold_alignment_padding=options.fold_alignment_padding,
     )
     return inspect_global_batch(
         options.input, cfg, num_steps=options.num_steps, tokenizer=options.tokenizer, schema=options.schema,

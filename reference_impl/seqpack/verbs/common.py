@@ -14,6 +14,7 @@ __all__ = [
     "AlignedOptions",
     "TopologyOptions",
     "algorithm_option",
+    "bridge_version_option",
     "check_choice",
     "max_seqs_option",
     "parallel_option",
@@ -62,6 +63,16 @@ def tokenizer_option(help: str = "local Hugging Face tokenizer.json (default: th
     return option(None, help=help, path="tokenizer")
 
 
+def bridge_version_option(what: str) -> Any:
+    """The Megatron-Bridge a verb follows: the release the upstream lane checks (default) or main."""
+    from seqpack.core.choices import BRIDGE_VERSIONS
+    from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
+
+    return option(DEFAULT_BRIDGE_TARGET, choices=BRIDGE_VERSIONS,
+                  help=f"the Megatron-Bridge {what}: {DEFAULT_BRIDGE_TARGET} (the release the upstream lane checks, "
+                  "default) or main (Bridge main, read but not checkable in the lane)")
+
+
 def vision_option(help: str) -> Any:
     """How rows with images are read: auto, none, or a vision preset."""
     return option("auto", help=help, choices=VISION_OPTIONS)
@@ -92,13 +103,14 @@ class AlignedOptions(TopologyOptions):
     """The topology plus an optional explicit ``pad_seq_to_mult``.
 
     :meth:`multiple` is the per-sequence alignment the verb uses: the explicit value when given (it
-    must be a multiple of the derived one, rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``), else the
-    derived one (:func:`seqpack.core.alignment.alignment_multiple`).
+    must be a multiple of the required minimum, 2*CP over train and eval CP, rule
+    ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``; one that misses the recommended value is used with a warning),
+    else the recommended one (:func:`seqpack.core.alignment.alignment_multiple`).
     """
 
     pad_seq_to_mult: int | None = option(
-        None, help="explicit per-sequence alignment (default: derived from TP/CP/SP; a given value must be a "
-        "multiple of the derived one)", minimum=1, maximum=MAX_PAD_SEQ_TO_MULT)
+        None, help="explicit per-sequence alignment (default: the recommended value derived from TP/CP/SP; a given "
+        "value must be a multiple of the required 2*CP)", minimum=1, maximum=MAX_PAD_SEQ_TO_MULT)
 
     def multiple(self) -> int:
         """The per-sequence alignment multiple (see the class docstring)."""

@@ -9,11 +9,13 @@ Works on artifacts written by seqpack (settings read from the manifest) and by M
 Checks per row: token ids within the vocabulary (never negative; below the manifest's
 ``vocab_size`` when it records one), structure (equal lengths, segment starts from 0 and strictly
 increasing, within the row, 0/1 loss mask), runtime tokens (stored length minus one per segment)
-within the pack size, and *loss only where a label exists*: the stored mask is rolled, so the last
-stored token of a segment has no label inside the segment and must carry 0 (a 1 there is how an
-unrolled mask shows). Megatron-Bridge's legacy template mode writes such packs on purpose (quirk Q3):
-the issue says so, and ``loss_on_segment_end`` counts the segments; megatron-bridge 0.6.2's collate and
-seqpack's drop that position, so it trains nothing there.
+within the pack size, and *what the format's reader trains* (:mod:`seqpack.packing.reader_loss`, per
+``bridge_version``): Megatron-Bridge's packed reader cuts every segment at its last token, so a label
+never crosses into the next sequence and the stored mask on that token is never read (Bridge's legacy
+prompt-template packs store 1 there, quirk Q3; ``loss_on_segment_end`` counts such segments, no
+issue); a trained label that is alignment padding is the ``loss_on_padding`` issue. The padding is
+found by the pre-padding id (``pad_id``: the manifest's ``eod_id``, default the EOS id); without an EOS
+id the check is reported as skipped.
 
 With a seqpack manifest beside the files (a corrupt or foreign one is itself an issue): only the
 files it lists are data (any other Parquet file there is a ``stray_file`` issue, not counted), a
@@ -29,8 +31,9 @@ Megatron-Bridge's preparation records in its metadata file for these packs (its 
 rounding), so a metadata file can be checked against the data it describes.
 
 Topology: given TP/CP/SP (and eval CP), the packs are usable when every physical segment is a
-multiple of the derived ``pad_seq_to_mult`` and the row width is too (``pack_size`` with fixed
-width, else the width rounding multiple).
+multiple of what the Megatron-Bridge version *requires* (2*CP; :func:`seqpack.core.alignment.alignment_requirement`)
+and the row width a multiple of the required width multiple (``pack_size`` with fixed width, else the
+width rounding multiple); ``recommended_met`` says whether they also follow the recommended value.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from seqpack.core.alignment import Alignment, Topology
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from seqpack.core.reports import InspectReport
-from seqpack.verbs.common import TopologyOptions, vision_option
+from seqpack.core.versions import DEFAULT_BRIDGE_TARGET, resolve_target
+from seqpack.verbs.common import TopologyOptions, bridge_version_option, vision_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["INSPECT", "InspectOptions", "Topology", "inspect_packed_dataset", "inspect_packs", "render_inspection"]
@@ -87,6 +91,9 @@ def inspect_packed_dataset(
     pad_to_max_length: bool | None = None,
     pad_seq_length_to_mult: int = 16,
     vision: Any = "auto",
+    pad_id: int | None = None,
+    bridge_version: str | None = None,
+    answer_only_loss: bool = True,
 ) -> InspectReport:
     """Check and describe a packed Parquet artifact (file, glob or directory), or a prepared Energon
     dataset directory (:func:`seqpack.packing.energon.inspect.inspect_energon_dataset`: samples,
@@ -111,7 +118,11 @@ def inspect_packed_dataset(
     if eos_id is None and manifest is not None:
         eos_id = tok.get("eos_id")
     vocab = tok.get("vocab_size") if isinstance(tok.get("vocab_size"), int) else None
-    scan = _scan_rows(reader, vocab, eos_id, issues)
+    if pad_id is None and manifest is not None and isinstance(tok.get("eod_id"), int):
+        pad_id = tok.get("eod_id")
+    rule = {"eos_id": eos_id, "pad_id": pad_id, "answer_only_loss": bool(answer_only_loss),
+            "bridge_version": resolve_target(bridge_version)}
+    scan = _scan_rows(reader, vocab, eos_id, issues, rule)
     row_runtime, row_ids, per_file, shape = scan.row_runtime, scan.row_ids, scan.per_file, scan.shape
     if pack_size is None:
         pack_size = max(row_runtime) if row_runtime else 0
@@ -120,6 +131,11 @@ def inspect_packed_dataset(
         issues.add("over_capacity", row_ids[k], f"{int(runtime[k])} runtime tokens exceed pack_size={pack_size}")
 
     stats, phys, counts = _statistics(scan, runtime, len(reader), int(pack_size))
+    stats["reader"] = {
+        **rule, "trained_labels": scan.trained if eos_id is not None else None,
+        "loss_on_padding": scan.loss_on_padding if eos_id is not None else None,
+        "padding_check": "ran" if eos_id is not None else "skipped: the EOS id is unknown (pass eos_id)",
+    }
     fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
     settings = {
         "pack_size": int(pack_size),
@@ -133,7 +149,8 @@ def inspect_packed_dataset(
         _check_manifest(manifest, reader.paths, per_file, shape, issues)
     topo_out = None
     if topo is not None:
-        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult)
+        topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult,
+                                   rule["bridge_version"])
     report = InspectReport(
         path=str(path),
         files=[str(p) for p in reader.paths],
@@ -158,16 +175,42 @@ class _Scan:
     row_runtime: list[int] = field(default_factory=list)
     row_ids: list[int] = field(default_factory=list)
     loss_on_end: int = 0
+    trained: int = 0
+    loss_on_padding: int = 0
     lowest: int | None = None
     highest: int | None = None
     per_file: Any = None
     shape: dict[str, Any] = field(default_factory=dict)
 
 
-def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issues) -> _Scan:
-    """Read every row once: token range, structure, segments, loss on positions without a label, fill."""
+def _reader_check(r: int, ids: Any, mask: Any, bounds: Any, rule: dict[str, Any], scan: _Scan, issues: _Issues) -> None:
+    """The labels the format's reader trains in row ``r`` (:mod:`seqpack.packing.reader_loss`): a trained label
+    that is alignment padding is an issue; a stored 1 on a segment's last token (never read) is only counted."""
     import numpy as np
 
+    from seqpack.packing.reader_loss import reader_loss
+
+    if rule["eos_id"] is None:  # without the EOS id the reader's rule cannot be applied: skipped, not passed
+        scan.loss_on_end += int(np.count_nonzero(mask[bounds[1:] - 1]))
+        return
+    got = reader_loss(ids, mask, bounds, eos_id=rule["eos_id"], pad_id=rule["pad_id"],
+                      bridge_version=rule["bridge_version"], answer_only_loss=rule["answer_only_loss"])
+    scan.loss_on_end += got.mask_on_end
+    scan.trained += got.trained
+    scan.loss_on_padding += got.on_padding
+    if got.on_padding:
+        issues.add("loss_on_padding", r, f"{got.on_padding} trained label(s) are alignment padding (pad id "
+                   f"{rule['pad_id'] if rule['pad_id'] is not None else rule['eos_id']}) under megatron-bridge "
+                   f"{rule['bridge_version']}'s packed reader", got.first_bad)
+
+
+def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issues,
+               reader_rule: dict[str, Any] | None = None) -> _Scan:
+    """Read every row once: token range, structure, segments, what the reader trains, fill."""
+    import numpy as np
+
+    reader_rule = reader_rule or {"eos_id": eos_id, "pad_id": None, "bridge_version": DEFAULT_BRIDGE_TARGET,
+                                  "answer_only_loss": True}
     scan = _Scan(files=len(reader.paths))
     seg_counts, phys_all, logical_all, row_runtime, row_ids = (scan.seg_counts, scan.phys_all, scan.logical_all,
                                                                scan.row_runtime, scan.row_ids)
@@ -176,7 +219,7 @@ def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issu
     scan.shape = shape = {"max_samples_per_bin": np.zeros(len(reader.paths), np.int64),
                           "dataset_max_seqlen": np.zeros(len(reader.paths), np.int64),
                           "min_packed_seqlen": np.full(len(reader.paths), np.iinfo(np.int64).max, np.int64)}
-    lowest, highest, loss_on_end = None, None, 0
+    lowest, highest = None, None
     try:
         for r, row in reader.iter_rows():
             ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
@@ -197,12 +240,7 @@ def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issu
             if np.any(phys < 1):
                 issues.add("segment_length", r, "a segment has fewer than 2 stored tokens", int(np.flatnonzero(phys < 1)[0]))
                 continue
-            last = bounds[1:] - 1
-            bad = np.flatnonzero(mask[last] != 0)
-            loss_on_end += int(bad.size)
-            if bad.size:
-                issues.add("loss_without_label", r, "loss mask is 1 on a segment's last token, which has no label",
-                           int(bad[0]))
+            _reader_check(r, ids, mask, bounds, reader_rule, scan, issues)
             f = reader.locate(r)[0]
             per_file[f, 1] += phys.size
             shape["max_samples_per_bin"][f] = max(shape["max_samples_per_bin"][f], phys.size)
@@ -215,7 +253,7 @@ def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issu
             logical_all.append(_logical(ids, bounds, eos_id))
     finally:
         reader.close()
-    scan.lowest, scan.highest, scan.loss_on_end = lowest, highest, loss_on_end
+    scan.lowest, scan.highest = lowest, highest
     return scan
 
 
@@ -394,11 +432,19 @@ def _logical(ids: np.ndarray, bounds: np.ndarray, eos_id: int | None) -> np.ndar
 
 
 def _check_topology(
-    topo: Topology, phys: np.ndarray, counts: np.ndarray, pack_size: int, fixed: bool, width_mult: int
+    topo: Topology, phys: np.ndarray, counts: np.ndarray, pack_size: int, fixed: bool, width_mult: int,
+    bridge_version: str | None = None,
 ) -> dict[str, Any]:
+    """Usable = every physical segment a multiple of what the release *requires* (2*CP over train/eval CP) and
+    the row width a multiple of the required width multiple (CP*TP under SP too); ``recommended_met`` says
+    whether the segments also follow the skill's recommended multiple
+    (:func:`seqpack.core.alignment.alignment_requirement`, offline path)."""
     import numpy as np
-    al = topo.alignment()
-    need = al.pad_seq_to_mult
+
+    from seqpack.core.alignment import alignment_requirement
+
+    req = alignment_requirement("offline", topo.tp, topo.cp, topo.sp, topo.eval_cp, bridge_version=bridge_version)
+    need, width_need = int(req.required), int(req.required_width)
     bad = np.flatnonzero(phys % need) if phys.size else np.zeros(0, np.int64)
     examples = []
     if bad.size:
@@ -406,25 +452,31 @@ def _check_topology(
         seg_of = np.arange(phys.size) - np.repeat(np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
         for i in bad[:5].tolist():
             examples.append({"row": int(row_of[i]), "segment": int(seg_of[i]), "length": int(phys[i])})
-    width_ok = pack_size % need == 0 if fixed else (width_mult % need == 0 and pack_size % need == 0)
+    width_ok = pack_size % width_need == 0 if fixed else (width_mult % width_need == 0 and pack_size % width_need == 0)
     usable = bad.size == 0 and width_ok
     reasons = []
     if bad.size:
         reasons.append(
-            f"{bad.size} of {phys.size} physical segments are not multiples of {need} "
-            f"(repack with pad_seq_to_mult={need})"
+            f"{bad.size} of {phys.size} physical segments are not multiples of {need}, which megatron-bridge "
+            f"{req.bridge_version} needs (repack with pad_seq_to_mult={req.recommended}, the recommended value)"
         )
     if not width_ok:
         what = f"pack_size={pack_size}" if fixed else f"the width rounding multiple {width_mult} or pack_size={pack_size}"
-        reasons.append(f"{what} is not a multiple of {need}")
+        reasons.append(f"{what} is not a multiple of {width_need}")
+    off = int(np.count_nonzero(phys % int(req.recommended))) if phys.size else 0
     return {
-        "alignment": al.to_dict(),
+        "alignment": topo.alignment().to_dict(),
+        "requirement": req.to_dict(),
+        "required": need,
+        "required_width": width_need,
+        "recommended": int(req.recommended),
         "usable": usable,
+        "recommended_met": usable and off == 0,
         "misaligned_segments": int(bad.size),
+        "segments_off_recommended": off,
         "examples": examples,
         "reasons": reasons,
     }
-
 
 
 @verb_options
@@ -445,6 +497,13 @@ class InspectOptions(TopologyOptions):
     fixed_width: bool | None = option(None, help="the run pads rows to pack_size (pad_to_max_length)")
     vision: str = vision_option("Energon datasets: the vision preset that counts image tokens (auto: qwen2_vl when "
                                 "the dataset holds images)")
+    pad_id: int | None = option(None, help="the id samples were pre-padded with (Bridge's tokenizer eod; default: "
+                                "the manifest's, else the EOS id)", minimum=0, maximum=MAX_TOKEN_ID)
+    bridge_version: str = bridge_version_option("whose packed reader trains the packs")
+    answer_only_loss: bool = option(True, help="the reader trains the stored loss mask (false: every label whose "
+                                    "input is not EOS)", flag="--no-answer-only-loss", inverse=True,
+                                    cli_help="the reader trains every label whose input is not EOS (Bridge's "
+                                    "answer_only_loss=False)")
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
@@ -458,6 +517,9 @@ def inspect_packs(options: InspectOptions) -> InspectReport:
         eos_id=options.eos_id,
         pad_to_max_length=options.fixed_width,
         vision=options.vision,
+        pad_id=options.pad_id,
+        bridge_version=options.bridge_version,
+        answer_only_loss=options.answer_only_loss,
     )
 
 
@@ -479,12 +541,20 @@ def render_inspection(report: InspectReport, options: InspectOptions) -> str:
            f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}",
            f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
            f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}"]
+    rd = s["reader"]
+    trained = "" if rd["trained_labels"] is None else f"{rd['trained_labels']} trained labels, "
+    out.append(f"  megatron-bridge {rd['bridge_version']}'s packed reader: {trained}"
+               f"{s['loss_on_segment_end']} segment(s) store loss on their last token (never read); "
+               f"padding check {rd['padding_check']}")
     out += _issue_lines(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
     if report.topology is not None:
         t = report.topology
         al = t["alignment"]
+        met = "met" if t["recommended_met"] else "not met"
         out.append(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: "
-                   f"{'usable' if t['usable'] else 'NOT usable'} (needs multiples of {al['pad_seq_to_mult']})")
+                   f"{'usable' if t['usable'] else 'NOT usable'} (megatron-bridge {t['requirement']['bridge_version']} "
+                   f"requires multiples of {t['required']}, width of {t['required_width']}; recommended "
+                   f"{t['recommended']}: {met})")
         out += [f"    - {reason}" for reason in t["reasons"]]
     out.append("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
     return "\n".join(out)
@@ -511,7 +581,7 @@ def _render_energon(report: InspectReport, failed: int) -> str:
     if report.topology is not None:
         t = report.topology
         out.append(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "
-                   f"{t['alignment']['pad_seq_to_mult']})")
+                   f"{t['required']}: Bridge derives and pads to it on the in-batch path)")
         out += [f"    - {reason}" for reason in t["reasons"]]
     out.append("RESULT: " + ("usable" if not failed else "NOT usable"))
     return "\n".join(out)
@@ -527,10 +597,14 @@ INSPECT = Verb(
         title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)",
         description="""Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
 
-Reports integrity issues (segment structure, loss on positions without a label, rows over
-capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
-pack, inferred alignment), and with a topology whether every physical segment is a
-multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+Reports integrity issues (segment structure, labels the packed reader trains that are
+alignment padding (loss_on_padding: bridge_version picks the reader; pad_id the pre-padding
+id), rows over capacity, manifest mismatches), statistics (efficiency, padding shares,
+sequences per pack, inferred alignment; loss_on_segment_end counts a stored mask of 1 on a
+segment's last token, which the reader never reads), and with a topology whether every
+physical segment is a multiple of what that Megatron-Bridge version requires
+(topology.usable, required, required_width, reasons) and of the recommended value
+(topology.recommended_met). For a prepared
 Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
 and with pack_size (its seq_length) the samples that would not fit.""",
     ),),

@@ -21,6 +21,7 @@ from seqpack.core.textfmt import text_table
 from seqpack.verbs.common import (
     AlignedOptions,
     algorithm_option,
+    bridge_version_option,
     max_seqs_option,
     schema_option,
     seed_option,
@@ -67,6 +68,8 @@ class PackOptions(AlignedOptions):
     seed: int = seed_option(1234)
     max_seqs_per_pack: int | None = max_seqs_option()
     bridge_compat: bool = option(False, help="reproduce Megatron-Bridge's packing strategy and fill exactly")
+    bridge_version: str = bridge_version_option("the packs are for (main refuses a non-empty completion left "
+                                                "without a supervised token, PR #5737)")
     num_samples: int | None = option(None, help="draws from a blend (default: the sum of the source rows)",
                                      minimum=1, maximum=MAX_BLEND_SAMPLES)
     pad_seq_length_to_mult: int | None = option(
@@ -102,9 +105,9 @@ class PackOptions(AlignedOptions):
 def pack(options: PackOptions) -> PreparedPacks:
     """Tokenize, align, bin-pack and write the packs (:func:`seqpack.packing.offline.prepare.prepare_packed_dataset`).
 
-    ``pad_seq_to_mult`` comes from the topology unless given, and an explicit value must be a
-    multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``): the CLI and the MCP
-    tool refuse the same packs.
+    ``pad_seq_to_mult`` is the recommended value of the topology unless given, and an explicit value must be
+    a multiple of the required 2*CP (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``): the CLI and the MCP tool refuse
+    the same packs. ``bridge_version`` main refuses what Bridge main's preparation refuses (PR #5737).
     """
     from seqpack.data.schemas import schema_from_options
     from seqpack.packing.offline.prepare import prepare_packed_dataset
@@ -131,6 +134,7 @@ def pack(options: PackOptions) -> PreparedPacks:
         bridge_compat=options.bridge_compat,
         num_samples=options.num_samples,
         pad_seq_length_to_mult=options.pad_seq_length_to_mult,
+        bridge_version=options.bridge_version,
         metadata_path=options.metadata_path,
         num_workers=options.workers,
         distributed=options.distributed,
@@ -157,9 +161,20 @@ def render_pack(result: PreparedPacks, options: PackOptions) -> str:
         f"{'reused' if result.reused else 'wrote'} {result.root}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
                                                                      else ""),
         text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "efficiency", "gap"], rows),
-        f"pad_seq_to_mult={options.multiple()} pack_size={options.pack_size} algorithm={options.algorithm} "
+        f"pad_seq_to_mult={_multiple_words(options)} pack_size={options.pack_size} algorithm={options.algorithm} "
         f"seed={options.seed}",
     ])
+
+
+def _multiple_words(options: PackOptions) -> str:
+    """``4 (given; required 4, recommended 8)`` or ``8 (recommended; required 4)`` for the offline path."""
+    from seqpack.core.alignment import alignment_requirement
+
+    topo = options.topology
+    req = alignment_requirement("offline", topo.tp, topo.cp, topo.sp, topo.eval_cp, bridge_version=options.bridge_version)
+    if options.pad_seq_to_mult is not None:
+        return f"{options.multiple()} (given; required {req.required}, recommended {req.recommended})"
+    return f"{options.multiple()} (recommended; required {req.required})"
 
 
 #: MIME types of what a writing tool links to.
@@ -184,7 +199,9 @@ PACK = Verb(
         fixed={"distributed": False}, links=pack_links,
         description="""Tokenize, align, bin-pack and write packed Parquet + metadata + manifest (like `seqpack pack`).
 
-pad_seq_to_mult comes from tp/cp/sp/eval_cp unless given. The output directory name
+pad_seq_to_mult is the recommended value for tp/cp/sp/eval_cp unless given; a given value must
+be a multiple of what context parallelism requires (2*CP). bridge_version main refuses a
+non-empty completion left without a supervised token (PR #5737). The output directory name
 carries a fingerprint of the inputs and options: the same call again reuses it. Every
 input row is accounted for per split (packed, truncated, skipped by reason).""",
     ),),

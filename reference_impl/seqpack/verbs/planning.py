@@ -44,7 +44,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Iterable
 
 from seqpack.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
-from seqpack.core.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
+from seqpack.core.alignment import (
+    DEFAULT_PACK_LENGTHS,
+    alignment_multiple,
+    alignment_requirement,
+    equal_slot_candidates,
+)
 from seqpack.core.arguments import positive_int
 from seqpack.core.choices import ALGORITHMS, LENGTH_MIXES, TRUNCATION_MODES
 from seqpack.core.errors import InputError, UsageError
@@ -417,6 +422,7 @@ def plan_pack_length(
     cp: int = 1,
     sp: bool = False,
     pad_to_max_length: bool = False,
+    eval_cp: int | None = None,
 ) -> PackPlan:
     """Equal-token-slot table of candidate pack lengths with simulated packing and a recommendation.
 
@@ -427,7 +433,9 @@ def plan_pack_length(
     how many), and since a VLM sample is never cut, truncation is ``reject``. See the module
     docstring for every column and :data:`RECOMMENDATION_RULE`.
     ``moe_dispatcher`` (one of ``alltoall``, ``allgather``, ``deepep``, ``hybridep``) with ``ep``,
-    ``tp``, ``cp``, ``sp`` and ``pad_to_max_length`` adds the MoE dispatch overhead to every row.
+    ``tp``, ``cp``, ``sp`` and ``pad_to_max_length`` adds the MoE dispatch overhead to every row. The plan's
+    ``alignment`` says whether ``pad_seq_to_mult`` is the recommended value of ``tp``/``cp``/``sp``/``eval_cp``
+    (offline path) or another one, beside the required minimum.
 
     >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_size
     8
@@ -470,6 +478,9 @@ def plan_pack_length(
         for c in sorted(cands)
     ]
     pick, text = recommend(rows)
+    req = alignment_requirement("offline", tp, cp, sp, eval_cp)
+    alignment = {"reports": "recommended" if m == req.recommended else "given", "required": req.required,
+                 "required_width": req.required_width, "recommended": req.recommended}
     return PackPlan(
         rows=rows,
         recommended_pack_size=pick,
@@ -484,6 +495,7 @@ def plan_pack_length(
         max_seqs_per_pack=max_seqs_per_pack,
         truncation=truncation,
         moe=moe,
+        alignment=alignment,
     )
 
 
@@ -584,7 +596,7 @@ def plan(options: PlanOptions) -> PackPlan:
         seed=options.seed, max_seqs_per_pack=options.max_seqs_per_pack, truncation=options.truncation,
         schema=schema, tokenizer=options.tokenizer, vision=vision, moe_dispatcher=options.moe_dispatcher,
         ep=options.ep, tp=options.topology.tp, cp=options.topology.cp, sp=options.topology.sp,
-        pad_to_max_length=bool(options.pad_to_max_length),
+        pad_to_max_length=bool(options.pad_to_max_length), eval_cp=options.topology.eval_cp,
     )
 
 
@@ -593,13 +605,22 @@ def plan(options: PlanOptions) -> PackPlan:
 # ------------------------------------------------------------------------------------------------
 
 
+def _alignment_note(plan: PackPlan) -> str:
+    a = plan.alignment
+    if not a:
+        return ""
+    if a["reports"] == "given":  # an explicit value (or one that is not the recommended value of tp/cp/sp)
+        return f" (given; required {a['required']}, recommended {a['recommended']})"
+    return f" (recommended; required {a['required']})"
+
+
 def render_plan(plan: PackPlan, options: PlanOptions) -> str:
     """The CLI's text: the lengths, the table (the recommended size starred), reasons, notes and the verdict."""
     s = plan.lengths
     origin = f"--mix {options.mix} (seed {options.seed})" if options.mix else s.source
     out = [f"{s.num_samples} samples from {origin}, {s.total_tokens} tokens; length min {s.min} / p50 {s.p50} / "
-           f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}, token slots {plan.token_slots}, "
-           f"DP={plan.dp}"]
+           f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}{_alignment_note(plan)}, token slots "
+           f"{plan.token_slots}, DP={plan.dp}"]
     vlm = (s.details or {}).get("vlm")
     if vlm:
         out.append(f"VLM rows ({vlm['vision']} preset): {vlm['rows_with_visuals']} of {vlm['samples']} samples carry "
@@ -654,6 +675,7 @@ lengths: packs, lower bound, token efficiency, padding waste, sequences per pack
 too long, optimizer steps per epoch. The rule behind the recommendation is returned too.
 With moe_dispatcher, each row also gives the MoE dispatch width rule and the share of
 dispatched tokens that are padding. recommended_pack_size is the pick (recommended_pack_len,
-the same value under its old name, is deprecated).""",
+the same value under its old name, is deprecated). pad_seq_to_mult is the recommended value of
+tp/cp/sp unless given; alignment says which, beside the required minimum of the offline path.""",
     ),),
 )

@@ -9,11 +9,11 @@ from typing import Any
 
 from seqpack.config.schema import TrainingConfig
 from seqpack.config.validate import ValidationReport, validate_config
-from seqpack.core.choices import BRIDGE_VERSIONS, EXAMPLES
+from seqpack.core.choices import EXAMPLES
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_CONFIG_CHARS, MAX_OVERRIDE_CHARS, MAX_OVERRIDES
 from seqpack.core.results import Result
-from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
+from seqpack.verbs.common import bridge_version_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["UNKNOWN_WHEN_UNSET", "VALIDATE", "ExampleList", "ValidateOptions", "config_source", "overrides_option",
@@ -52,10 +52,7 @@ class ValidateOptions:
                                  choices=EXAMPLES, check_choices=False)
     config: Mapping[str, Any] | Any = option(None, help="a mapping or TrainingConfig", cli=False, mcp=False)
     overrides: Sequence[str] = overrides_option()
-    bridge_version: str = option(
-        DEFAULT_BRIDGE_TARGET, choices=BRIDGE_VERSIONS,
-        help=f"the Megatron-Bridge the config is for: {DEFAULT_BRIDGE_TARGET} (the release the upstream lane checks, "
-        "default) or main (Bridge main, read but not checkable in the lane)")
+    bridge_version: str = bridge_version_option("the config is for")
     strict: bool = option(False, help="exit 1 on warnings too", mcp=False)
     list_examples: bool = option(False, help="list the bundled example configs", mcp=False)
 
@@ -216,7 +213,7 @@ def render_validation(report: ValidationReport | ExampleList, options: ValidateO
         out.append(f"  not checked (they depend on an unset value): "
                    f"{', '.join(u['rule_id'] for u in r['unchecked_rules'])}")
     out.append(f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} "
-               f"pad_seq_to_mult={r['pad_seq_to_mult']} seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
+               f"pad_seq_to_mult={_alignment_words(r)} seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
                f"token_slots_per_step={r['token_slots_per_step']}")
     moe = r.get("moe_dispatch")
     if moe:
@@ -226,6 +223,16 @@ def render_validation(report: ValidationReport | ExampleList, options: ValidateO
                    f"width multiple {moe['width_multiple']} ({moe['reason']})")
         out += [f"  note: {note}" for note in moe["notes"]]
     return "\n".join(out)
+
+
+def _alignment_words(r: dict[str, Any]) -> str:
+    """``4 (set in the config; required 4, recommended 8)``, or the recommended value when the config sets none."""
+    required = r.get("pad_seq_to_mult_required")
+    need = f"required {required}" if required is not None else "the path is not in this Megatron-Bridge"
+    configured = r.get("pad_seq_to_mult_configured")
+    if configured is not None:
+        return f"{configured} (set in the config; {need}, recommended {r['pad_seq_to_mult']})"
+    return f"{r['pad_seq_to_mult']} (recommended; {need})"
 
 
 def _validation_json(report: ValidationReport | ExampleList, options: ValidateOptions) -> Any:
@@ -250,7 +257,9 @@ Give one of config_text, path or example (or none: the defaults), plus optional 
 bridge_version selects the rules for that Megatron-Bridge: under the release, GPT-SFT in-batch,
 Energon native and global-batch packing are errors (no release has them).
 Returns ok, the violations and warnings (rule id, message naming the fields and values,
-fix), the resolved values (data-parallel size, pad_seq_to_mult, token slots per step) and
+fix), the resolved values (data-parallel size, token slots per step, pad_seq_to_mult: the
+recommended value for the config's path, beside pad_seq_to_mult_required, the minimum that
+Megatron-Bridge version needs, and pad_seq_to_mult_configured, the value the config pins) and
 the config that was checked. A config that breaks rules is a normal result (ok=false);
 a config that cannot be read (bad YAML, unknown key) is a tool error naming the line.""",
     ),),

@@ -1,9 +1,9 @@
-"""Dataset and dataloader: epoch-based loading, sample caps and HF rewrites."""
+"""Dataset and dataloader: epoch-based loading, sample caps, HF rewrites and fold_alignment_padding."""
 
 from __future__ import annotations
 
 from seqpack.config.resolve import Resolved
-from seqpack.config.rules.common import BRIDGE_CC, OFFLINE, SPECS
+from seqpack.config.rules.common import BRIDGE_CC, GLOBAL, IN_BATCH, OFFLINE, SPECS
 from seqpack.config.rules.evidence import bridge, bridge_cc
 from seqpack.config.rules.registry import rule
 from seqpack.config.schema import DatasetConfig
@@ -144,4 +144,88 @@ def field_kind(r: Resolved) -> str | None:
     if bad:
         return (f"dataset.kind={d.kind}: {KIND_CLASSES[d.kind]} has no field {', '.join(bad)} (set to "
                 f"{', '.join(repr(getattr(d, n)) for n in bad)})")
+    return None
+
+
+# --- fold_alignment_padding (Megatron-Bridge PR #6127; seqpack's in-batch and global-batch loaders) ---------------
+
+FOLD = {"dataset.fold_alignment_padding": True}
+_FOLDING_PATHS = ("in_batch", "global_batch")
+
+
+@rule(
+    "PACK-FOLD-ALIGNMENT-BRIDGE-VERSION",
+    family=FAMILY,
+    targets=(BRIDGE_RELEASE,),
+    prs=(6127,),
+    severity="error",
+    title=f"megatron-bridge {BRIDGE_RELEASE}'s dataset configs have no fold_alignment_padding",
+    fields=("dataset.fold_alignment_padding",),
+    provenance="upstream",
+    source=f"megatron-bridge {BRIDGE_RELEASE} (checked in the lane): no dataset config declares the field; "
+    "Megatron-Bridge PR #6127 (open) adds it for global-batch packing",
+    fix="Leave dataset.fold_alignment_padding unset for megatron-bridge 0.6.2 (seqpack's own in-batch and "
+    "global-batch loaders accept it; validate them with --bridge-version main).",
+    trigger={**IN_BATCH, "dataset.kind": "direct_hf", **FOLD},
+    fixed={"dataset.fold_alignment_padding": False},
+    upstream_check=(
+        bridge("data/builders/gpt_sft.py", 105, "class GPTSFTDatasetConfig",
+               "GPTSFTDatasetConfig declares no fold_alignment_padding: building one with it raises TypeError"),
+        bridge("data/builders/direct_hf_sft.py", 54, "DirectHFSFTDatasetConfig",
+               "DirectHFSFTDatasetConfig declares no fold_alignment_padding: building one with it raises TypeError"),
+    ),
+)
+def fold_version(r: Resolved) -> str | None:
+    if r.cfg.dataset.fold_alignment_padding:
+        return (f"dataset.fold_alignment_padding=true: megatron-bridge {BRIDGE_RELEASE} has no such field "
+                "(Megatron-Bridge PR #6127, open, adds it for global-batch packing)")
+    return None
+
+
+@rule(
+    "PACK-FOLD-ALIGNMENT-PATH",
+    family=FAMILY,
+    severity="warning",
+    title="fold_alignment_padding only changes in-batch and global-batch packed batches",
+    fields=("dataset.fold_alignment_padding",),
+    provenance="stricter",
+    source="the option folds the padding of sequences packed at run time (PR #6127: global-batch packing; seqpack's "
+    "in-batch loader too); offline packs and Energon packing ignore it",
+    fix="Drop dataset.fold_alignment_padding, or pack in-batch or global-batch.",
+    trigger={**OFFLINE, **FOLD},
+    fixed={"dataset.fold_alignment_padding": False},
+)
+def fold_path(r: Resolved) -> str | None:
+    if r.cfg.dataset.fold_alignment_padding and not any(p in _FOLDING_PATHS for p in r.paths):
+        where = "/".join(r.paths) or "unpacked"
+        return f"dataset.fold_alignment_padding=true has no effect on {where} batches"
+    return None
+
+
+@rule(
+    "PACK-FOLD-ALIGNMENT-MCORE",
+    family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
+    severity="warning",
+    title="folded batches reach FlashAttention only once Megatron-Core stops forcing pad_between_seqs (Megatron-LM "
+    "PR #7417)",
+    fields=("dataset.fold_alignment_padding", "dataset.enable_global_batch_packing",
+            "dataset.enable_in_batch_packing"),
+    provenance="documented",
+    source="Megatron-Bridge PR #6127's docs: heads of 256 and wider train on FlashAttention only, which rejects THD "
+    "bins with padding between sequences; Megatron-Core's sequence-packing batch path sets pad_between_seqs=True "
+    "whatever the boundaries say until Megatron-LM PR #7417 (open) derives it from cu_seqlens",
+    fix="Keep the option for heads of 256 and wider and run a Megatron-Core with PR #7417 (or pass "
+    "pad_between_seqs from the batch, as seqpack's to_packed_seq_params does).",
+    trigger={**GLOBAL, **FOLD},
+    fixed={"dataset.fold_alignment_padding": False},
+    note="The folded padding stays loss-masked and True in padding_mask, and follows each sequence's last token, "
+    "so real tokens compute what they compute unfolded (tests/test_fold_and_tail_padding.py).",
+)
+def fold_mcore(r: Resolved) -> str | None:
+    if r.cfg.dataset.fold_alignment_padding and any(p in _FOLDING_PATHS for p in r.paths):
+        return ("dataset.fold_alignment_padding=true: the batches carry no padding between sequences, but "
+                "Megatron-Core's sequence-packing batch path passes pad_between_seqs=True to attention until "
+                "Megatron-LM PR #7417 (open) lands")
     return None

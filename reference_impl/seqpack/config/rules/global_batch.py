@@ -6,6 +6,7 @@ from seqpack.config.resolve import Resolved
 from seqpack.config.rules.common import BRIDGE_CC, GLOBAL, flag_mismatch, global_on
 from seqpack.config.rules.evidence import GLOBAL_BATCH_GUIDE, MLM_DEV, bridge, bridge_guide, mcore, mcore_main
 from seqpack.config.rules.registry import rule
+from seqpack.core.alignment import DYNAMIC_CP_DESIGNS
 from seqpack.core.versions import BRIDGE_MAIN, BRIDGE_RELEASE, MCORE_MAIN_COMMIT, MCORE_RELEASE, bridge_pr
 
 FAMILY = "global_batch"
@@ -397,3 +398,32 @@ def global_scheduler(r: Resolved) -> str | None:
     if global_on(r) and sched is not None and sched not in KNOWN_SCHEDULERS:
         return f"model.sequence_packing_scheduler={sched} is not a registered scheduler ({', '.join(KNOWN_SCHEDULERS)})"
     return None
+
+
+@rule(
+    "PACK-GLOBAL-DYNAMIC-CP",
+    family=FAMILY,
+    targets=(BRIDGE_MAIN,),
+    prs=(6127,),
+    severity="warning",
+    title="dynamic CP with global-batch packing pads every sample to 2*DP*CP (times TP under SP); provisional",
+    fields=("dataset.enable_global_batch_packing", "model.dynamic_context_parallel",
+            "model.context_parallel_size", "model.tensor_model_parallel_size", "model.sequence_parallel"),
+    provenance="documented",
+    source="Megatron-Bridge PR #6127 (open) pads global-batch samples to 2*DP*CP (times TP under SP) with "
+    "model.dynamic_context_parallel; seqpack's global-batch path schedules with static CP only",
+    fix="Train with static CP on seqpack's global-batch path, or pad every sample to the multiple this finding "
+    "names and follow the design your Bridge/Megatron-LM build merged.",
+    trigger={**GLOBAL, "model.dynamic_context_parallel": True},
+    fixed={"model.dynamic_context_parallel": False},
+    provisional=DYNAMIC_CP_DESIGNS,
+    note=DYNAMIC_CP_DESIGNS,
+)
+def global_dynamic_cp(r: Resolved) -> str | None:
+    if not (global_on(r) and r.cfg.model.dynamic_context_parallel):
+        return None
+    req = r.requirement
+    need = req.required if req is not None and req.dynamic_cp else "2*DP*CP (DP unknown: set dist.world_size)"
+    return (f"model.dynamic_context_parallel=true: PR #6127 pads every sample to {need} (2*DP*CP"
+            f"{', times TP under SP' if r.sp and r.tp > 1 else ''}); seqpack's global-batch path runs static CP "
+            "only, and dynamic CP is provisional upstream (PR #6127 vs DCP V2 / Megatron-LM PR #7045)")

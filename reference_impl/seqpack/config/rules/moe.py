@@ -130,31 +130,6 @@ def hybridep_graphs_padding(r: Resolved) -> str | None:
 
 
 @rule(
-    "MOE-HYBRIDEP-UNEVEN-PADDING",
-    family=FAMILY,
-    severity="warning",
-    title="eager HybridEP with variable-width packs needs uneven-input padding",
-    fields=("model.moe_flex_dispatcher_backend", "model.moe_hybridep_pad_uneven_dispatch_inputs"),
-    provenance="upstream",
-    source="Megatron-Bridge TransformerConfig.finalize turns moe_hybridep_pad_uneven_dispatch_inputs on for "
-    "every eager HybridEP config (models/transformer_config.py 91-130 at 067f987), overriding false; "
-    "a caller that builds the model without Bridge's finalize gets no such override",
-    fix="Leave moe_hybridep_pad_uneven_dispatch_inputs unset or true; set it true yourself when you build the "
-    "model without Megatron-Bridge's config.",
-    trigger={**IN_BATCH, **MOE, **HYBRIDEP, "model.moe_hybridep_pad_uneven_dispatch_inputs": False},
-    fixed={"model.moe_hybridep_pad_uneven_dispatch_inputs": True},
-)
-def hybridep_uneven_padding(r: Resolved) -> str | None:
-    if _moe(r) and _width_rule(r) == "equal_required":
-        return (
-            f"moe_hybridep_pad_uneven_dispatch_inputs=false with {'/'.join(r.paths)} packs of varying width: "
-            "HybridEP needs equal per-rank inputs (Megatron-Bridge's finalize turns the padding back on; "
-            "without it the dispatch shapes differ between ranks)"
-        )
-    return None
-
-
-@rule(
     "MOE-HYBRIDEP-CHUNK-WIDTH",
     family=FAMILY,
     severity="warning",

@@ -57,6 +57,7 @@ class Rule:
     upstream_check: tuple[UpstreamCheck, ...] = field(default=(), compare=False)
     targets: tuple[str, ...] = BRIDGE_TARGETS
     prs: tuple[int, ...] = ()
+    provisional: str = ""
 
     def applies_to(self, target: str) -> bool:
         """Whether the rule is checked for ``--bridge-version target``."""
@@ -92,6 +93,7 @@ class Rule:
             "example_fixed": self.fixed,
             "bridge_versions": list(self.targets),
             "holds_for": self.holds_for(),
+            "provisional": self.provisional,
         }
 
 
@@ -115,6 +117,7 @@ def rule(
     upstream_check: UpstreamCheck | Sequence[UpstreamCheck] = (),
     targets: Sequence[str] = BRIDGE_TARGETS,
     prs: Sequence[int] = (),
+    provisional: str = "",
 ) -> Callable[[Check], Check]:
     """Register the decorated check as rule ``rule_id``; the function itself is returned unchanged.
 
@@ -124,7 +127,8 @@ def rule(
     for a config breaking the rule (:mod:`seqpack.config.rules.evidence`). A rule whose
     recommendation upstream does not enforce is a ``warning``, and its ``source`` says why.
     ``targets`` are the ``--bridge-version`` values the rule is checked for (default: all of them);
-    ``prs`` the Megatron-Bridge pull requests behind its ``main`` behaviour.
+    ``prs`` the Megatron-Bridge pull requests behind its ``main`` behaviour. ``provisional`` (non-empty: why)
+    marks a rule upstream has not settled, naming the competing designs.
     """
     if family not in FAMILIES:
         raise ValueError(f"rule {rule_id}: unknown family {family!r}")
@@ -159,6 +163,7 @@ def rule(
             upstream_check=checks,
             targets=targets,
             prs=tuple(prs),
+            provisional=provisional,
         )
         return check
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.core.alignment import Topology, round_up
+from seqpack.core.alignment import Topology, alignment_requirement, round_up
 from seqpack.data.rejections import SampleRejected
 from seqpack.io import reading
 from seqpack.core.errors import ArtifactError, InputError
@@ -173,6 +173,11 @@ def inspect_energon_dataset(
         reasons = [i["message"] for i in issues if i["check"] == "exceeds_seq_length"][:3]
         if seq_length is not None and seq_length % m:
             reasons.insert(0, f"seq_length={seq_length} is not a multiple of pad_seq_to_mult={m}")
-        topo = {"alignment": topology.alignment().to_dict(), "usable": not reasons, "reasons": reasons}
+        # Energon datasets train through in-batch packing (or Energon native packing on Bridge main): Bridge
+        # derives and pads to the lcm itself, so required = recommended (core.alignment.alignment_requirement)
+        req = alignment_requirement("in_batch", topology.tp, topology.cp, topology.sp, topology.eval_cp)
+        topo = {"alignment": topology.alignment().to_dict(), "requirement": req.to_dict(), "required": req.required,
+                "required_width": req.required_width, "recommended": req.recommended, "usable": not reasons,
+                "recommended_met": not reasons, "reasons": reasons}
     return InspectReport(path=str(root), files=shards, ok=count == 0, issues=issues, issue_count=count,
                          stats=stats, settings=settings, topology=topo)

@@ -77,6 +77,7 @@ class GlobalBatchSettings:
     global_batch_size: int
     dataloader_type: str
     seed: int
+    fold_alignment_padding: bool = False
 
     @property
     def micro_batches_per_rank(self) -> int:
@@ -90,9 +91,9 @@ class GlobalBatchSettings:
 
 def settings_from_config(cfg: TrainingConfig | Mapping[str, Any] | str | os.PathLike[str]) -> GlobalBatchSettings:
     """Check ``cfg`` with the global-batch rules (ConfigViolationError naming the rule) and resolve it."""
-    from seqpack.config.resolve import resolve
+    from seqpack.config.resolve import requirement_for_config, resolve
+    from seqpack.core.versions import BRIDGE_MAIN
     from seqpack.packing.global_batch.schedule import get_scheduler
-    from seqpack.config.resolve import alignment_for_config
 
     cfg = load_config(cfg)
     if not cfg.dataset.enable_global_batch_packing:
@@ -109,11 +110,13 @@ def settings_from_config(cfg: TrainingConfig | Mapping[str, Any] | str | os.Path
         max_seqlen_per_dp_cp_rank=cap,
         capacity=cap * resolved.cp,
         scheduler=get_scheduler(cfg.model.sequence_packing_scheduler).name,
-        pad_seq_to_mult=alignment_for_config(cfg).pad_seq_to_mult,
+        # global-batch packing exists only on Bridge main (PR #6127): its product 2*CP*TP under SP, not the lcm
+        pad_seq_to_mult=int(requirement_for_config(cfg, BRIDGE_MAIN, "global_batch").required),
         seq_length=cfg.seq_length,
         global_batch_size=cfg.train.global_batch_size,
         dataloader_type=cfg.dataloader_type,
         seed=cfg.dataset.seed,
+        fold_alignment_padding=cfg.dataset.fold_alignment_padding,
     )
 
 

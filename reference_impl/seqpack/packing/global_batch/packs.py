@@ -38,8 +38,10 @@ def build_pack_batch(
     capacity: int,
     sample_ids: Sequence[int] = (),
     pad_token_id: int = 0,
+    fold_alignment_padding: bool = False,
 ) -> dict[str, Any]:
-    """One pack of (checked) unpacked samples as a canonical THD micro-batch of at most ``capacity`` tokens."""
+    """One pack of (checked) unpacked samples as a canonical THD micro-batch of at most ``capacity`` tokens
+    (``fold_alignment_padding``: each sample's padding reported as part of it, Megatron-Bridge PR #6127)."""
     if not samples:
         raise UsageError("a pack needs at least one sample; use filler_batch for an empty slot")
     rows = [
@@ -53,7 +55,8 @@ def build_pack_batch(
         for s in samples
     ]
     batch = build_thd_batch(rows, pad_seq_to_mult=pad_seq_to_mult, max_length=capacity,
-                            pad_token_id=pad_token_id, label_pad_id=LABEL_PAD_ID)
+                            pad_token_id=pad_token_id, label_pad_id=LABEL_PAD_ID,
+                            fold_alignment_padding=fold_alignment_padding)
     batch["sample_ids"] = [int(g) for g in sample_ids] if sample_ids else list(range(len(samples)))
     batch["row_indices"] = [int(s["row_index"].reshape(-1)[0]) if "row_index" in s else -1 for s in samples]
     return batch
@@ -82,6 +85,7 @@ def rank_batches(
     *,
     pad_seq_to_mult: int,
     pad_token_id: int = 0,
+    fold_alignment_padding: bool = False,
 ) -> list[dict[str, Any]]:
     """The micro-batches DP rank ``dp_rank`` runs this step, in order (``samples_by_gid`` must hold its samples)."""
     out = []
@@ -93,7 +97,8 @@ def rank_batches(
         if missing:
             raise UsageError(f"DP rank {dp_rank} lacks the payload of sample(s) {missing} of its pack")
         out.append(build_pack_batch([samples_by_gid[g] for g in pack], pad_seq_to_mult=pad_seq_to_mult,
-                                    capacity=schedule.capacity, sample_ids=pack, pad_token_id=pad_token_id))
+                                    capacity=schedule.capacity, sample_ids=pack, pad_token_id=pad_token_id,
+                                    fold_alignment_padding=fold_alignment_padding))
     return out
 
 
@@ -123,6 +128,7 @@ def simulate_step(
     scheduler: str | None = None,
     pad_seq_to_mult: int = 1,
     pad_token_id: int = 0,
+    fold_alignment_padding: bool = False,
 ) -> SimulatedStep:
     """Schedule and build one step for all DP ranks in this process.
 
@@ -139,6 +145,7 @@ def simulate_step(
     schedule = schedule_global_batch(lengths, max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank,
                                      cp_size=cp_size, scheduler=scheduler, row_indices_per_rank=rows)
     by_gid = {g: s for g, s in enumerate(s for rank in checked for s in rank)}
-    batches = [rank_batches(schedule, d, by_gid, pad_seq_to_mult=pad_seq_to_mult, pad_token_id=pad_token_id)
+    batches = [rank_batches(schedule, d, by_gid, pad_seq_to_mult=pad_seq_to_mult, pad_token_id=pad_token_id,
+                            fold_alignment_padding=fold_alignment_padding)
                for d in range(schedule.dp_size)]
     return SimulatedStep(schedule, batches)

@@ -44,6 +44,7 @@ def global_batch_config(
     dataloader_type: str = "single",
     micro_batch_size: int = 1,
     seed: int = 1234,
+    fold_alignment_padding: bool = False,
 ) -> TrainingConfig:
     """A GPT-SFT global-batch config for ``dp`` data-parallel replicas of TP x CP (command-line settings).
 
@@ -58,7 +59,8 @@ def global_batch_config(
                   "sequence_parallel": sp, "max_seqlen_per_dp_cp_rank": cap, "calculate_per_token_loss": True,
                   "sequence_packing_scheduler": scheduler},
         "dataset": {"seq_length": seq_length, "seed": seed, "enable_global_batch_packing": True,
-                    "dataloader_type": dataloader_type, "num_workers": 0},
+                    "dataloader_type": dataloader_type, "num_workers": 0,
+                    "fold_alignment_padding": fold_alignment_padding},
         "train": {"micro_batch_size": micro_batch_size, "global_batch_size": global_batch_size},
         "dist": {"world_size": dp * cp * tp},
     })
@@ -115,6 +117,7 @@ def simulate_steps(
         steps.append(simulate_step(
             per_rank, max_seqlen_per_dp_cp_rank=settings.max_seqlen_per_dp_cp_rank, cp_size=settings.cp_size,
             scheduler=settings.scheduler, pad_seq_to_mult=settings.pad_seq_to_mult, pad_token_id=pad_token_id,
+            fold_alignment_padding=settings.fold_alignment_padding,
         ))
     return settings, steps
 

@@ -1,8 +1,9 @@
 """The unpacked-sample contract of the global-batch path, its per-sample collate and its checks.
 
-One *unpacked sample* is one sequence, padded on the right to a multiple of the context-parallel
-alignment (``pad_seq_to_mult`` from :func:`seqpack.core.alignment.derive_alignment`: ``2*CP``
-when CP > 1, times TP under sequence parallelism, lcm with the evaluation CP):
+One *unpacked sample* is one sequence, padded on the right to a multiple of the global-batch
+alignment (``pad_seq_to_mult`` from :func:`seqpack.core.alignment.alignment_requirement` for the
+``global_batch`` path: Megatron-Bridge PR #6127's product, ``2*CP`` when CP > 1 times TP under sequence
+parallelism, lcm over the evaluation CP):
 
 | key | dtype | shape | content |
 |---|---|---|---|

@@ -234,7 +234,8 @@ class GlobalBatchPacker:
             check_same_schedule(schedule, group=lay.dp_group)
         by_gid = exchange_samples(local, schedule, lay.dp_rank, group=lay.dp_group)
         batches = rank_batches(schedule, lay.dp_rank, by_gid, pad_seq_to_mult=self.settings.pad_seq_to_mult,
-                               pad_token_id=self.pad_token_id)
+                               pad_token_id=self.pad_token_id,
+                               fold_alignment_padding=self.settings.fold_alignment_padding)
         for note in schedule.adjustments:
             log.info("global-batch schedule: %s", note)
         return GlobalBatchStep(

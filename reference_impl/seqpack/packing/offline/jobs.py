@@ -161,7 +161,8 @@ def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: An
         locations=_Locations(source, rows),
     )
     rejected = [
-        (err.reason, {"file": job.path, "line": source.line_number(rows[pos]), "row": rows[pos]})
+        (err.reason, {"file": job.path, "line": source.line_number(rows[pos]), "row": rows[pos],
+                      **({"completion_nonempty": True} if getattr(err, "completion_nonempty", False) else {})})
         for pos, err in batch.rejected
     ]
     source.release()  # unmap the file: its pages would otherwise stay in this process's resident set

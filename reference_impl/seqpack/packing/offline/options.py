@@ -14,7 +14,7 @@ EXAMPLES_PER_REASON = 5
 SPLITS = ("training", "validation", "test")
 WORK_DIR = ".seqpack-work"
 PROBE_NAME = ".shared-probe"
-LATER_OPTIONS = ("pad_seq_length_to_mult",)
+LATER_OPTIONS = ("pad_seq_length_to_mult", "bridge_version")
 #: Rows per shard of ``bin_scope="shard"`` when not given.
 DEFAULT_SHARD_ROWS = 1_000_000
 
@@ -53,6 +53,7 @@ class OfflinePackOptions:
     pad_seq_length_to_mult: int | None = None
     bin_scope: str = "global"
     shard_rows: int | None = None
+    bridge_version: str | None = None
 
     def __post_init__(self) -> None:
         positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
@@ -60,6 +61,15 @@ class OfflinePackOptions:
         positive_int("max_seqs_per_pack", self.max_seqs_per_pack, allow_none=True, maximum=MAX_SEQS_PER_PACK)
         positive_int("pad_seq_length_to_mult", self.pad_seq_length_to_mult, allow_none=True,
                      maximum=MAX_PAD_SEQ_TO_MULT)
+        if self.bridge_version is not None:
+            from seqpack.core.versions import DEFAULT_BRIDGE_TARGET, check_target
+
+            try:
+                version = check_target(self.bridge_version)
+            except ValueError as err:
+                raise UsageError(str(err), field="bridge_version") from None
+            # the default target is no option at all: its packs keep the fingerprint they always had
+            object.__setattr__(self, "bridge_version", None if version == DEFAULT_BRIDGE_TARGET else version)
         if self.max_seq_length is not None and not 1 <= self.max_seq_length <= self.pack_size:
             raise UsageError(
                 f"max_seq_length={self.max_seq_length} must be between 1 and pack_size={self.pack_size}",

@@ -68,6 +68,7 @@ import numpy as np
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import ArtifactError, InputError, PackingError, SeqpackError, UsageError
+from seqpack.core.versions import BRIDGE_MAIN
 from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
 from seqpack.io import atomic, ownership, reading
@@ -101,6 +102,23 @@ __all__ = ["SampleLengths", "append_metadata", "find_manifest", "pre_pad_id", "p
 # ------------------------------------------------------------------------------------------------
 
 
+def _refuse_truncated_completions(done: list[Any]) -> None:
+    """Megatron-Bridge main (PR #5737) refuses a prompt/completion sample whose non-empty completion keeps no
+    supervised token after truncation; megatron-bridge 0.6.2 packs it with an all-zero loss mask (seqpack
+    skips it and counts it). Raises InputError naming the first such row."""
+    from seqpack.data.rejections import NO_SUPERVISED_TOKENS
+
+    for job in done:
+        for reason, where in job.rejected:
+            if reason == NO_SUPERVISED_TOKENS and where.get("completion_nonempty"):
+                raise InputError(
+                    "a non-empty completion keeps no supervised token (truncated away, or it encodes to no token, "
+                    "with no EOS); Megatron-Bridge main refuses such a sample (PR #5737)",
+                    file=where["file"], line=where["line"], field="completion",
+                    fix="raise max_seq_length, shorten the prompt, or drop the row (megatron-bridge 0.6.2 packs it "
+                    "with no trained label; seqpack's default skips and counts it)")
+
+
 def _pack_split(
     ex: Any, split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, work: Path,
     target_dir: Path, row_group_size: int | None, max_gap: float | None,
@@ -118,6 +136,8 @@ def _pack_split(
     jobs = tokenize_jobs(stream)
     done = ex.tokenize(jobs, context)
     clock("tokenize")
+    if options.bridge_version == BRIDGE_MAIN:
+        _refuse_truncated_completions(done)
     account, index = gather_split(stream, done, dtype)
     clock("gather")
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
@@ -221,6 +241,7 @@ def prepare_packed_dataset(
     bin_scope: str = "global",
     shard_rows: int | None = None,
     max_gap: float | None = None,
+    bridge_version: str | None = None,
     num_workers: int = 1,
     row_group_size: int | None = None,
     metadata_path: str | os.PathLike[str] | None = None,
@@ -234,8 +255,11 @@ def prepare_packed_dataset(
 
     ``bin_scope="shard"`` assigns bins within shards of ``shard_rows`` consecutive rows (approximate,
     opt-in); every split's summary records the certificate ``gap`` (:func:`.bins.packing_gap`), and
-    ``max_gap`` fails a run whose gap is above it before anything is written. ``metadata_path``: also append this run's metadata entries to that JSON array file (created
-    when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
+    ``max_gap`` fails a run whose gap is above it before anything is written. ``metadata_path``: also
+    append this run's metadata entries to that JSON array file (created when absent), as Megatron-Bridge's
+    preparation does. ``bridge_version`` (default megatron-bridge 0.6.2): with ``main``, a prompt/completion
+    row whose non-empty completion keeps no supervised token after truncation is refused (InputError naming
+    the row, Megatron-Bridge PR #5737) instead of skipped. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
     ``engine="ray"`` runs the stages as Ray tasks (:mod:`.ray_engine`; ``RAY_ADDRESS`` or a local cluster
     of ``num_workers`` CPUs) and writes the same bytes. Inputs and ``out_root`` may be object storage URIs
@@ -256,6 +280,7 @@ def prepare_packed_dataset(
         pad_seq_length_to_mult=pad_seq_length_to_mult,
         bin_scope=bin_scope,
         shard_rows=shard_rows,
+        bridge_version=bridge_version,
     )
     check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
