@@ -104,5 +104,9 @@ class ArtifactError(SeqpackError):
     """A packed artifact is corrupt, foreign, stale or inconsistent with its metadata."""
 
 
+class ResourceError(SeqpackError):
+    """The machine ran out of something the work needs (memory, file descriptors), or a worker process died."""
+
+
 class AlignmentError(SeqpackError):
     """A THD layout breaks a divisibility requirement (context/sequence parallel alignment)."""

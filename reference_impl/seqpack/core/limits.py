@@ -72,6 +72,9 @@ MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 1000
 #: Longest file path argument.
 MAX_PATH_CHARS = 4096
+#: Longest JSONL row, in bytes, checked from the line index before the row is read: real rows are a few KB to
+#: a few MB (a 1M-token chat is about 4 MB); parsing and tokenizing a row takes some 20-30 times its size.
+MAX_ROW_BYTES = 1 << 25
 #: Longest free-text query (rule keywords, model family).
 MAX_QUERY_CHARS = 200
 

@@ -2,8 +2,8 @@
 
 Tokenization is cut into *jobs* of consecutive draws from one source file (:func:`tokenize_jobs`).
 A worker process keeps its tokenizer, schema and JSONL files (their line indexes) for its whole
-life (they are handed over once, by the pool initializer, not with every job; a file is mapped
-for one job at a time so its pages do not pile up in the worker's memory), tokenizes a job with
+life (they are handed over once, by the pool initializer, not with every job; a file is open for
+one job at a time), tokenizes a job with
 :func:`seqpack.data.tokenize.tokenize_batch` and appends the samples to its own spill files
 (:mod:`seqpack.packing.offline.spill`); only lengths, counts and rejections travel back. Filling
 and writing packs is the other kind of job (:func:`seqpack.packing.offline.fill.write_part`).
@@ -14,6 +14,7 @@ results in job order, so the output never depends on the number of workers.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -158,7 +159,7 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
         for pos, err in batch.rejected
     ]
-    jf.close()  # unmap the file: its pages would otherwise stay in this process's resident set
+    jf.close()  # one open file per job, not one per file the worker ever read
     if ctx.cut_ids is not None:
         batch = cut_batch(batch, ctx.cut_ids)
     spill, start = None, 0
@@ -262,19 +263,87 @@ def map_jobs(
                     progress(job)
                 yield out
         return
-    import multiprocessing as mp
+    yield from _pooled(fn, jobs, min(workers, len(jobs)), context, progress)
 
-    pool = mp.get_context(_start_method()).Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(context,))
+
+#: Seconds between two stop checks while a pool job is awaited.
+_WAIT_STEP_S = 0.1
+
+
+def _pooled(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, context: TokenizeContext | None,
+            progress: Callable[[Any], None] | None) -> Iterator[Any]:
+    """:func:`map_jobs` on a process pool: results in job order, at most two jobs per worker in flight.
+
+    A worker that dies (killed by the OOM killer, a signal, a crash in native code) breaks the pool: the run
+    stops with one :class:`~seqpack.core.errors.ResourceError` naming the signal, instead of waiting for ever
+    for a result that never comes. The stop check runs while a job is awaited, so a cancelled MCP job stops
+    mid-job; the workers are killed on the way out.
+    """
+    import collections
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
+
+    from seqpack.data.interrupt import checkpoint
+
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()), initializer=_init_worker,
+                                  initargs=(context,))
+    shielded, pending, queue = _Shielded(fn), iter(jobs), collections.deque()
+    workers_seen: dict[int, Any] = {}  # every worker process, dead ones too (the pool forgets those)
     try:
-        for job, out in zip(jobs, pool.imap(_Shielded(fn), jobs, chunksize=1)):
-            checkpoint()  # a cancelled MCP job stops here (the pool is terminated on the way out)
+        for job in itertools.islice(pending, 2 * workers):
+            queue.append((job, pool.submit(shielded, job)))
+        workers_seen.update(getattr(pool, "_processes", None) or {})  # private; only for the message
+        while queue:
+            job, future = queue.popleft()
+            while True:
+                checkpoint()  # a cancelled MCP job stops here (the workers are killed on the way out)
+                try:
+                    out = future.result(timeout=_WAIT_STEP_S)
+                    break
+                except cf.TimeoutError:
+                    continue
+                except BrokenProcessPool:
+                    raise _worker_died(workers_seen.values()) from None
+            for more in itertools.islice(pending, 1):
+                queue.append((more, pool.submit(shielded, more)))
+                workers_seen.update(getattr(pool, "_processes", None) or {})
             if progress is not None:
                 progress(job)
             yield out
-        pool.close()
-        pool.join()
     finally:
-        pool.terminate()
+        _stop_pool(pool)
+
+
+def _worker_died(processes: Any) -> Exception:
+    """The error of a pool one of whose ``processes`` died, naming how it died when that can be seen."""
+    import signal
+
+    from seqpack.core.errors import ResourceError
+
+    how = "ended abruptly"
+    for proc in processes:
+        code = getattr(proc, "exitcode", None)
+        if isinstance(code, int) and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+            break
+    hint = " (SIGKILL is what the kernel's out-of-memory killer sends)" if "SIGKILL" in how else ""
+    return ResourceError(f"a worker process {how}{hint}; the run stopped and wrote nothing",
+                         fix="run again with fewer --workers or more free memory")
+
+
+def _stop_pool(pool: Any) -> None:
+    """Shut ``pool`` down without waiting for jobs still running: its workers are killed."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 __all__ = [
