@@ -32,10 +32,11 @@ How it works:
   warning when it looked valid; a row that still holds a newline when it is read is refused.
 * ``row(i)`` reads exactly that line with one positioned read (``os.pread``) and parses only it.
   The file is never memory-mapped: a mapped file that shrinks in place (log rotation, ``: > file``,
-  a re-export) kills the reading process with SIGBUS, while a read just comes back short. A short
-  read, a row that fails to parse, and every :data:`STAT_INTERVAL_S` of reading check the file's
-  size and modification time against the index, so a file that changes while a job reads it is
-  one :class:`InputError` ("changed while it was being read"), never a crash. A row longer than
+  a re-export) kills the reading process with SIGBUS, while a read just comes back short. After
+  every read the file's size and modification time are checked against the index (one ``fstat``),
+  so a file that shrinks, grows or is rewritten while a job reads it is one :class:`InputError`
+  ("changed while it was being read"), never a crash and never a row of the new content read
+  under the old index. A row longer than
   :data:`~seqpack.core.limits.MAX_ROW_BYTES` is refused from the index, before it is read. The
   object pickles without its open file and re-opens it lazily, so it can be handed to DataLoader
   workers.
@@ -81,8 +82,6 @@ EDGE_BYTES = 4096
 DEFAULT_CHUNK_SIZE = 8 << 20
 #: Bytes read at once around row boundaries when a cached index is checked against its file.
 PROBE_WINDOW = 1 << 16
-#: Most seconds between two checks of the file's size and modification time while rows are read.
-STAT_INTERVAL_S = 0.01
 CHANGED_WHILE_READING = "file changed while it was being read (it was truncated, rewritten or appended to)"
 CHANGED_FIX = "retry once the file is stable (copy it aside first if another program keeps writing it)"
 
@@ -428,7 +427,6 @@ class JsonlFile:
         if len(self._index) == 0:
             raise InputError("file has no rows (it is empty or only blank lines)", file=str(self.path))
         self._fh: BinaryIO | None = None
-        self._stat_at = -STAT_INTERVAL_S
 
     # ----------------------------------------------------------------- index
     def _obtain_index(self, cache_dir: Any, use_cache: bool, chunk_size: int) -> LineIndex:
@@ -524,10 +522,7 @@ class JsonlFile:
         data = os.pread(self._file().fileno(), end - start, start)
         if len(data) != end - start:
             raise InputError(CHANGED_WHILE_READING, fix=CHANGED_FIX, **loc)
-        now = time.monotonic()
-        if now - self._stat_at >= STAT_INTERVAL_S:  # a stat costs as much as a read: not on every row
-            self._unchanged(loc)
-            self._stat_at = now
+        self._unchanged(loc)  # after the read: what was read is what the index describes
         if start == 0 and data[:3] == _BOM:
             data, start = data[3:], 3
         if data[-1:] == b"\r":
@@ -558,9 +553,6 @@ class JsonlFile:
         loc = {"file": str(self.path), "line": int(self._index.lines[j]), "row": j}
         try:
             return _parse_row(data, start, loc)
-        except InputError:
-            self._unchanged(loc)  # a row of a file rewritten under the index is that, not bad JSON
-            raise
         except MemoryError:
             raise InputError(f"ran out of memory reading this row ({len(data)} bytes)",
                              fix="free memory, or split or shorten the row", **loc) from None
@@ -587,7 +579,6 @@ class JsonlFile:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fh"] = None
-        state["_stat_at"] = -STAT_INTERVAL_S
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -289,11 +289,9 @@ def _pooled(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, context
     pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()), initializer=_init_worker,
                                   initargs=(context,))
     shielded, pending, queue = _Shielded(fn), iter(jobs), collections.deque()
-    workers_seen: dict[int, Any] = {}  # every worker process, dead ones too (the pool forgets those)
     try:
         for job in itertools.islice(pending, 2 * workers):
             queue.append((job, pool.submit(shielded, job)))
-        workers_seen.update(getattr(pool, "_processes", None) or {})  # private; only for the message
         while queue:
             job, future = queue.popleft()
             while True:
@@ -303,33 +301,36 @@ def _pooled(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, context
                     break
                 except cf.TimeoutError:
                     continue
-                except BrokenProcessPool:
-                    raise _worker_died(workers_seen.values()) from None
             for more in itertools.islice(pending, 1):
                 queue.append((more, pool.submit(shielded, more)))
-                workers_seen.update(getattr(pool, "_processes", None) or {})
             if progress is not None:
                 progress(job)
             yield out
+    except BrokenProcessPool:
+        raise _worker_died(pool) from None
     finally:
         _stop_pool(pool)
 
 
-def _worker_died(processes: Any) -> Exception:
-    """The error of a pool one of whose ``processes`` died, naming how it died when that can be seen."""
+def _worker_died(pool: Any) -> Exception:
+    """The error of a pool one of whose workers died, naming how it died when that can be seen."""
     import signal
 
     from seqpack.core.errors import ResourceError
 
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # private; only for the message
+    pool.shutdown(wait=True)  # every worker reaped: their exit codes are final
     how = "ended abruptly"
-    for proc in processes:
-        code = getattr(proc, "exitcode", None)
-        if isinstance(code, int) and code < 0:
+    codes = [code for proc in processes if isinstance(code := getattr(proc, "exitcode", None), int) and code]
+    if codes:  # the pool sends SIGTERM to the others once one died: name another ending when there is one
+        code = sorted(codes, key=lambda c: c == -signal.SIGTERM)[0]
+        if code > 0:
+            how = f"exited with code {code}"
+        else:
             try:
                 how = f"was killed by {signal.Signals(-code).name}"
             except ValueError:
                 how = f"was killed by signal {-code}"
-            break
     hint = " (SIGKILL is what the kernel's out-of-memory killer sends)" if "SIGKILL" in how else ""
     return ResourceError(f"a worker process {how}{hint}; the run stopped and wrote nothing",
                          fix="run again with fewer --workers or more free memory")
