@@ -2,12 +2,16 @@
 
 Every error carries what a user needs to act on it: the rule id when a packing rule was broken,
 or the location (file, line or row, field) when an input was bad, plus a fix when one is known.
-``str(err)`` is a single readable line, which is what the CLI prints and the MCP server returns.
+``str(err)`` is a single readable line, which is what the CLI prints and the MCP server returns; every
+character that could drive a terminal (an escape sequence in a file name, a column name or a path inside a
+row) is written as a backslash escape (:func:`seqpack.core.textfmt.printable`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from seqpack.core.textfmt import printable
 
 
 class SeqpackError(Exception):
@@ -56,7 +60,7 @@ class SeqpackError(Exception):
         if self.fix:
             stop = "" if text.rstrip().endswith((".", "!", "?", ":", ";")) else "."
             text = f"{text.rstrip()}{stop} Fix: {self.fix}"
-        return " ".join(text.split("\n"))
+        return printable(" ".join(text.split("\n")))  # a path or name from a dataset cannot drive the terminal
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form used by ``--json`` output and MCP tool errors."""

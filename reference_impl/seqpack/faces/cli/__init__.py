@@ -10,10 +10,12 @@ exits 2 before doing anything; an import of another extra's module failing later
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Iterator
+from typing import Any, Sequence
 
 from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic
 
@@ -88,15 +90,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Megatron-Core warns at import that TE/Apex are missing; on CPU that is expected noise.
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
     _tolerant_streams()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help(sys.stderr)
-        return EXIT_ERROR
+    with _terminal_safe_streams():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help(sys.stderr)
+            return EXIT_ERROR
+        try:
+            return _run(args)
+        finally:
+            _print_nonce()
+
+
+class TerminalSafeStream:
+    """A text stream that writes everything through :func:`seqpack.core.textfmt.printable` (lines kept): a
+    name from a dataset or the command line cannot drive the terminal. Everything else (``buffer``,
+    ``fileno``, ``isatty``) is the wrapped stream's; ``raw`` is the wrapped stream itself (for a progress bar's
+    own carriage returns)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        """Write ``text`` escaped; returns its length, as a text stream does."""
+        from seqpack.core.textfmt import printable
+
+        self.raw.write(printable(text, keep_lines=True))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        """Write each line escaped."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@contextlib.contextmanager
+def _terminal_safe_streams() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` as :class:`TerminalSafeStream` while a command runs (restored after)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, TerminalSafeStream) else TerminalSafeStream(s) for s in saved)
     try:
-        return _run(args)
+        yield
     finally:
-        _print_nonce()
+        sys.stdout, sys.stderr = saved
 
 
 def _print_nonce() -> None:

@@ -103,6 +103,17 @@ def server_info(ctx: Context) -> ServerInfo:
     )
 
 
+class TerminalSafeFormatter(logging.Formatter):
+    """Log lines with every character that could drive a terminal escaped (a request path, a client's
+    name, a file name from a dataset): :func:`seqpack.core.textfmt.printable`, tracebacks kept on their lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted record, escaped."""
+        from seqpack.core.textfmt import printable
+
+        return printable(super().format(record), keep_lines=True)
+
+
 def build_server(
     roots: AllowedRoots | list[str | os.PathLike[str]] | None = None,
     *,
@@ -144,9 +155,9 @@ def serve(
     if token_file is not None and transport != "http":
         raise UsageError("--token-file applies to --transport http (a stdio server is reached only by its client)")
     if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-        )
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
     token = read_token_file(token_file) if token_file is not None else None
     allowed = AllowedRoots.from_args(roots)
     server = build_server(allowed)

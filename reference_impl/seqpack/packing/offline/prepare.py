@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,8 @@ def _progress(total: int, desc: str, unit: str = "row") -> Any:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with megatron-energon
         return None
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
+    # the bar's own carriage returns go to the terminal as they are (the CLI escapes what it prints)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=getattr(sys.stderr, "raw", sys.stderr))
 
 
 def _block(n: int, rank: int, world: int) -> tuple[int, int]:
