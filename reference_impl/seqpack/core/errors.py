@@ -112,5 +112,26 @@ class ResourceError(SeqpackError):
     """The machine ran out of something the work needs (memory, file descriptors), or a worker process died."""
 
 
+def resource_error(exc: BaseException) -> SeqpackError | None:
+    """The one-line error of an exhausted resource, or None when ``exc`` is something else: memory (a
+    ``MemoryError``, a shared library the loader could not map), file descriptors (EMFILE, ENFILE)."""
+    import errno
+
+    if isinstance(exc, MemoryError):
+        detail = f" ({' '.join(str(exc).split())[:200]})" if str(exc) else ""
+        return ResourceError(f"ran out of memory{detail}", fix="free memory or raise the limit (ulimit -v), or give "
+                             "the command less work")
+    text = str(exc)
+    if isinstance(exc, ImportError) and ("failed to map segment" in text or "Cannot allocate memory" in text):
+        return ResourceError(f"not enough memory to load a library ({text[:200]})",
+                             fix="free memory or raise the address-space limit (ulimit -v)")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ResourceError(f"too many open files ({exc.strerror})", fix="raise the limit (ulimit -n) or close "
+                             "other programs")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return ResourceError(f"ran out of memory ({exc.strerror})", fix="free memory or give the command less work")
+    return None
+
+
 class AlignmentError(SeqpackError):
     """A THD layout breaks a divisibility requirement (context/sequence parallel alignment)."""

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Sequence
 
-from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic
+from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic, resource_error
 
 #: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
 #: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
@@ -183,10 +183,16 @@ def _run(args: argparse.Namespace) -> int:
     from seqpack.core.extras import missing_extra_error, require_extra
 
     try:
-        _undecodable_argument(args)
-        if getattr(args, "_extra", None):
-            require_extra(args._extra)
-        return int(args._run(args))
+        try:
+            _undecodable_argument(args)
+            if getattr(args, "_extra", None):
+                require_extra(args._extra)
+            return int(args._run(args))
+        except (MemoryError, ImportError, OSError) as exc:  # out of memory or descriptors: one line, not a bug
+            exhausted = resource_error(exc)
+            if exhausted is None or os.environ.get("SEQPACK_DEBUG"):
+                raise
+            raise exhausted from None
     except ImportError as exc:  # a module of an optional extra is missing: name the extra, in one line
         hint = missing_extra_error(exc)
         if hint is None or os.environ.get("SEQPACK_DEBUG"):

@@ -66,16 +66,47 @@ class SeqpackServer(StampedMCPServer):
         self.seqpack_skill_dir = skill_dir
 
     async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
-        """The prompt as the SDK renders it; an unknown name is ``-32602`` (invalid params), as the spec says,
-        not the SDK's internal error."""
-        if self._prompt_manager.get_prompt(name) is None:  # noqa: SLF001 - the SDK offers no public lookup
+        """The prompt as the SDK renders it. An unknown name, an unknown argument (with the closest valid one), an
+        argument that is not a string (the spec's prompt arguments are strings) or a missing required one is
+        ``-32602`` (invalid params) naming it, as the spec says: not the SDK's internal error and its traceback."""
+        prompt = self._prompt_manager.get_prompt(name)  # noqa: SLF001 - the SDK offers no public lookup
+        if prompt is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
+        problem = prompt_argument_problem(name, [(a.name, bool(a.required)) for a in prompt.arguments or []],
+                                          arguments)
+        if problem is not None:
+            raise MCPError(code=INVALID_PARAMS, message=problem)
         return await super().get_prompt(name, arguments, context)
 
     def finish_result(self, name: str, result: Any) -> Any:
         """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""
         spec = TOOLS.get(name)
         return add_links(result, spec.links, self.seqpack_roots) if spec is not None and spec.links else result
+
+
+def prompt_argument_problem(name: str, declared: list[tuple[str, bool]], arguments: Any) -> str | None:
+    """Why ``arguments`` cannot render prompt ``name`` (``declared``: its ``(argument, required)`` pairs), or None."""
+    import difflib
+
+    from seqpack.core.textfmt import printable
+
+    names = [n for n, _ in declared]
+    given = arguments or {}
+    if not isinstance(given, dict):
+        return f"prompt {name}: arguments must be an object of strings"
+    for key, value in given.items():
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return (f"prompt {name} has no argument {printable(str(key))[:80]!r}{hint} (its arguments: "
+                    f"{', '.join(names) or 'none'})")
+        if not isinstance(value, str):
+            kind = "a boolean" if isinstance(value, bool) else type(value).__name__
+            return f"prompt {name}: argument {key!r} must be a string, got {kind}"
+    missing = [n for n, required in declared if required and n not in given]
+    if missing:
+        return f"prompt {name}: missing required argument {missing[0]!r}"
+    return None
 
 
 @dataclass(frozen=True)
