@@ -200,16 +200,26 @@ def serve(
 
 
 async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None, token: str | None = None) -> None:
-    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on; the bearer token when given), logs
-    through ``logging``."""
+    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on host and port, one answer per request id,
+    accepts that back off when descriptors run out: :mod:`seqpack.faces.mcp.http_guard`; the bearer token when
+    given), logs through ``logging`` (query values redacted)."""
     import anyio
     import uvicorn
 
+    import asyncio
+
     from seqpack.faces.mcp.http_auth import BearerTokenGuard
+    from seqpack.faces.mcp.http_guard import DistinctRequestIds, RedactQuery, accept_errors_once, transport_security
 
     sock = _bind("127.0.0.1", port)  # before anything starts: a port in use is one line, not a traceback
+    port = sock.getsockname()[1]
     log.info("listening on http://127.0.0.1:%d/mcp%s", port, " (bearer token required)" if token else "")
-    app: Any = server.streamable_http_app(host="127.0.0.1")
+    accept_errors_once(asyncio.get_running_loop())
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQuery) for f in access.filters):
+        access.addFilter(RedactQuery())
+    app: Any = DistinctRequestIds(server.streamable_http_app(host="127.0.0.1",
+                                                             transport_security=transport_security(port)))
     if token is not None:
         app = BearerTokenGuard(app, token)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
@@ -233,7 +243,9 @@ def _bind(host: str, port: int) -> Any:
 
     from seqpack.core.errors import UsageError
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    from seqpack.faces.mcp.http_guard import BackoffSocket
+
+    sock = BackoffSocket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
