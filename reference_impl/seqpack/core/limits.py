@@ -42,6 +42,11 @@ MAX_BLEND_EPOCHS = 1000
 MAX_WORKERS = 256
 #: Most packs per Parquet row group of offline packs (a writer holds one row group in memory).
 MAX_ROW_GROUP_SIZE = 100_000
+#: A Parquet row group whose packed columns decode to more than this many bytes and to at least
+#: ``PARQUET_BOMB_RATIO`` times their size on disk is a decompression bomb, refused unread (checked from the
+#: footer's value counts): token ids shrink a few times on disk, a bomb of zeros millions of times.
+MAX_INFLATED_ROW_GROUP_BYTES = 1 << 28
+PARQUET_BOMB_RATIO = 100
 
 #: Largest seed (NumPy and torch take it as a signed 64-bit integer).
 MAX_SEED = (1 << 63) - 1
