@@ -45,11 +45,13 @@ class TokenizeContext:
 
 @dataclass(frozen=True)
 class TokenizeJob:
-    """Rows ``rows`` of the JSONL file ``path``, draws ``index``-th job of the split."""
+    """Rows ``rows`` of the JSONL file ``path``, draws ``index``-th job of the split; ``expected`` is the file's
+    fingerprint when the jobs were cut (a worker that opens another file under that name refuses it)."""
 
     index: int
     path: str
     rows: np.ndarray
+    expected: Any = None
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,21 @@ class TokenizedJob:
 
 def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob]:
     """Consecutive draws from one source form a job; jobs stay in stream order."""
+    from seqpack.data.jsonl import file_fingerprint
+
     jobs = []
     src, rows = stream.source_ids, stream.row_ids
     start, n = 0, len(stream)
+    prints: dict[str, Any] = {}
     while start < n:
         end = min(n, start + rows_per_job)
         other = np.flatnonzero(src[start:end] != src[start])
         if other.size:
             end = start + int(other[0])
-        jobs.append(TokenizeJob(len(jobs), stream.sources[int(src[start])].path, rows[start:end]))
+        path = stream.sources[int(src[start])].path
+        if path not in prints:
+            prints[path] = file_fingerprint(path)
+        jobs.append(TokenizeJob(len(jobs), path, rows[start:end], prints[path]))
         start = end
     return jobs
 
@@ -150,6 +158,11 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
     if ctx is None:  # pragma: no cover - map_jobs always initialises
         raise RuntimeError("tokenization worker used without a context")
     jf = _jsonl(job.path)
+    if job.expected is not None and jf.index.fingerprint != job.expected:  # replaced since the jobs were cut
+        from seqpack.core.errors import InputError
+        from seqpack.data.jsonl import CHANGED_FIX, CHANGED_WHILE_READING
+
+        raise InputError(CHANGED_WHILE_READING, file=job.path, fix=CHANGED_FIX)
     rows = job.rows.tolist()
     batch = tokenize_batch(
         [jf.row(r) for r in rows], ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
