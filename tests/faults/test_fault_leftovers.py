@@ -260,3 +260,32 @@ def test_negative_control_a_stdio_server_answers_until_its_client_leaves(tmp_pat
         "name": "derive_alignment", "arguments": {"cp": 2}}})
     log = server.close()
     assert answer["result"]["isError"] is False and server.proc.returncode == 0, log
+
+
+# ------------------------------------------------------------------------------------------------ MCP tool arguments
+@pytest.mark.parametrize("tool, arguments, wrong, closest", [
+    ("simulate_packing", {"lengths": [5, 3], "pack_size": 8, "seeed": 1}, "seeed", "seed"),
+    ("derive_alignment", {"cp": 2, "tp": 1, "token_slot": 64}, "token_slot", "token_slots"),
+    ("list_rules", {"severty": "error"}, "severty", "severity"),
+    ("count_image_tokens", {"height": 224, "widht": 224, "width": 224}, "widht", "width"),
+])
+def test_a_misspelled_mcp_tool_argument_is_an_error_naming_the_closest(tmp_path, tool, arguments, wrong, closest):
+    """A misspelled argument was ignored and the answer was for the default; now a tool error naming the
+    closest valid name (the strict schemas of the generated tools). Negative control: the same call spelled
+    right answers."""
+    import anyio
+    from mcp import Client
+
+    from seqpack.faces.mcp.server import build_server
+
+    async def call(args: dict[str, Any]) -> Any:
+        async with Client(build_server([tmp_path], skill_dir=None)) as client:
+            return await client.call_tool(tool, args)
+
+    result = anyio.run(call, arguments)
+    text = result.content[0].text
+    assert result.is_error and f"unknown argument '{wrong}'; did you mean '{closest}'?" in text, text
+    assert "Traceback" not in text
+    fixed = {k: v for k, v in arguments.items() if k != wrong}
+    fixed.setdefault(closest, arguments[wrong])
+    assert not anyio.run(call, fixed).is_error
