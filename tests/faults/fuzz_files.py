@@ -12,8 +12,9 @@ gets every hostile path inside and outside its root. Each run is classified:
 Families of issue 34: files changed in place while a command reads them, exhaustion (descriptors, address
 space, a row over the limit), bytes meant for the terminal in every path argument, and the HTTP server under
 hostile clients (reused ids, foreign Host/Origin, a token in the query string, descriptor pressure).
-Usage: python tests/faults/fuzz_files.py [SEQPACK_PYTHON]  (prints a table; writes fuzz-results.json in its
-temporary directory and prints that path)
+Usage: python tests/faults/fuzz_files.py [SEQPACK_PYTHON] [--only FAMILY,...]  (prints a table; writes
+fuzz-results.json in its temporary directory and prints that path). The families: cli, caches, swaps, mcp,
+changing, exhaustion, terminal, http (all by default).
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-PY = sys.argv[1] if len(sys.argv) > 1 else sys.executable
+_ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
+_ONLY = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), None)
+if "--only" in sys.argv[1:-1]:
+    _ONLY = sys.argv[sys.argv.index("--only") + 1]
+    _ARGS.remove(_ONLY)
+PY = _ARGS[0] if _ARGS else sys.executable
 CANARY = "CANARYTOKEN"
 DEADLINE = 90
 W = Path(tempfile.mkdtemp(prefix="seqpack-fuzz-files-"))
@@ -806,14 +812,14 @@ def run_http():
 def main():
     # a scored run for eval report
     repo = Path(__file__).resolve().parent
-    run_cli()
-    run_caches()
-    run_swaps()
-    run_mcp()
-    run_changing()
-    run_exhaustion()
-    run_terminal()
-    run_http()
+    families = {"cli": run_cli, "caches": run_caches, "swaps": run_swaps, "mcp": run_mcp, "changing": run_changing,
+                "exhaustion": run_exhaustion, "terminal": run_terminal, "http": run_http}
+    chosen = _ONLY.split(",") if _ONLY else list(families)
+    unknown = sorted(set(chosen) - set(families))
+    if unknown:
+        sys.exit(f"unknown families {unknown}; choose from {sorted(families)}")
+    for name in chosen:
+        families[name]()
     counts = defaultdict(Counter)
     for r in RESULTS:
         counts[(r["face"], r["family"])][r["class"]] += 1

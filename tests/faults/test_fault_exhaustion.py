@@ -124,15 +124,15 @@ def anyio_backend():
 async def test_running_out_of_memory_in_a_tool_is_a_resource_error(tmp_path, monkeypatch):
     from mcp import Client
 
-    import seqpack.faces.mcp.tools_packing as tools
+    import seqpack.verbs.simulation as simulation
     from seqpack.faces.mcp.server import build_server
 
     def exhausted(options: Any) -> Any:
         raise MemoryError("Unable to allocate 8.00 GiB for an array")
 
-    monkeypatch.setattr(tools, "simulate", exhausted)
+    monkeypatch.setattr(simulation, "simulate_packing", exhausted)
     async with Client(build_server([tmp_path])) as client:
-        result = await client.call_tool("simulate_packing", {"lengths": [3, 4], "capacity": 8})
+        result = await client.call_tool("simulate_packing", {"lengths": [3, 4], "pack_size": 8})
         fine = await client.call_tool("derive_alignment", {"cp": 2})
     text = result.content[0].text
     assert result.is_error and "ran out of memory (Unable to allocate 8.00 GiB" in text and "internal error" not in text
