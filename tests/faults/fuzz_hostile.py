@@ -536,14 +536,13 @@ def http_case(rng: random.Random, scratch: Path) -> str:
 
         from seqpack.faces.mcp import http_guard
 
-        if which == "redact":
-            secrets = ["".join(rng.choice("abcXYZ019-_.~%=") for _ in range(rng.randint(8, 30)))
+        if which == "redact":  # a value, named or bare, never survives (names are kept)
+            secrets = ["".join(rng.choice("abcXYZ019-_.~%") for _ in range(rng.randint(8, 30)))
                        for _ in range(rng.randint(1, 4))]
-            query = "&".join(rng.choice([f"token={v}", f"k{i}={v}", f"{v}", f"x={v}&", f"=={v}"])
+            query = "&".join(rng.choice([f"token={v}", f"k{i}={v}", v, f"x={v}&", f"=={v}", f"a={v}=b"])
                              for i, v in enumerate(secrets))
             line = http_guard.redact_query(f"/mcp?{query}")
-            return "silently_wrong" if any(v.strip("=&") and v.strip("=&") in line.split("?", 1)[1].replace(
-                "<redacted>", "") and "=" in query for v in secrets if len(v) >= 8 and "=" not in v) else "ok"
+            return "silently_wrong" if any(v in line for v in secrets) else "ok"
         if which == "host":
             from starlette.requests import Request
 

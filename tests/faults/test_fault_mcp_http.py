@@ -169,6 +169,19 @@ def test_a_token_in_the_query_string_never_reaches_the_log(tmp_path):
     assert "/mcp?token=<redacted>&x=<redacted>" in text, text
 
 
+@pytest.mark.parametrize("query, logged", [
+    ("s3cret-token-value", "<redacted>"),  # a bare value (no name) was kept in clear as if it were a name
+    ("a=1&s3cret-token-value&b", "a=<redacted>&<redacted>&<redacted>"),
+    ("token=s3cret=token=value", "token=<redacted>"),
+    ("==s3cret-token-value", "=<redacted>"),
+])
+def test_every_query_value_is_redacted_named_or_bare(query, logged):
+    from seqpack.faces.mcp.http_guard import redact_query
+
+    assert redact_query(f"/mcp?{query}") == f"/mcp?{logged}"
+    assert redact_query("/mcp/sub?") == "/mcp/sub?"  # negative control: no value, nothing changed
+
+
 # ------------------------------------------------------------------------------------------------ descriptors
 def test_out_of_descriptors_the_server_logs_once_backs_off_and_recovers(tmp_path):
     with http_server(tmp_path, nofile=48) as (port, log):

@@ -201,7 +201,8 @@ class RedactQuery(logging.Filter):
 
 
 def redact_query(path: str) -> str:
-    """``path`` with the value of every query parameter replaced by ``<redacted>``."""
+    """``path`` with the value of every query parameter replaced by ``<redacted>`` (a part without ``=``, such
+    as ``?SECRET``, is a value too: all of it is replaced)."""
     base, _, query = path.partition("?")
-    names = [part.partition("=")[0] for part in query.split("&") if part]
-    return base + "?" + "&".join(f"{name}=<redacted>" for name in names)
+    parts = [part.partition("=") for part in query.split("&") if part]
+    return base + "?" + "&".join(f"{name}=<redacted>" if equals else "<redacted>" for name, equals, _ in parts)
