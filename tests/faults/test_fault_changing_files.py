@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import signal
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,25 @@ def test_a_job_whose_process_dies_is_a_tool_error_and_the_server_lives(data, tmp
     answer = json.loads(result.read_text())
     assert answer["error"] and f"was killed by {sig.name}" in answer["text"], answer
     assert answer["next"]  # the server answers on
+
+
+@pytest.mark.parametrize("stop, want", [(None, "time limit"), ("cancelled", "cancelled")])
+def test_a_job_past_its_deadline_stops_for_the_time_limit_even_before_the_watchdog_says_so(stop, want):
+    """Under load the server's watchdog can run late: the job's deadline has passed but nobody has said why yet.
+    The job's process was then told "cancelled" and the client read "the request was cancelled" instead of the
+    time limit. Negative control: a job stopped by its client is still "cancelled"."""
+    from seqpack.faces.mcp import job_process
+    from seqpack.faces.mcp.jobs import JobControl, JobStopped
+
+    job = JobControl(None, time.monotonic() - 1)  # the deadline passed; no watchdog has run
+    if stop:
+        job.stop(stop)
+
+    def work(child_job: Any) -> int:
+        time.sleep(0.5)  # the server has written its stop by now
+        child_job.check()
+        return 1
+
+    with pytest.raises(JobStopped) as stopped:
+        job_process.run_in_child(work, job, lambda *a: None, JobStopped)
+    assert stopped.value.reason == want

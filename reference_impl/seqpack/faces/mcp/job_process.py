@@ -191,13 +191,13 @@ def _collect(results_r: int, stop_w: int, pid: int, job: Any, report: Callable[.
         if job.stopped and told_at is None:
             told_at = time.monotonic()
             try:
-                os.write(stop_w, (job.reason or "cancelled").encode("ascii", "replace"))
+                os.write(stop_w, _reason(job).encode("ascii", "replace"))
             except OSError:
                 pass
         if told_at is not None and time.monotonic() - told_at > STOP_GRACE_S:
             _kill_group(pid)
-            log.warning("a job did not stop within %g s of being told to (%s); killed", STOP_GRACE_S, job.reason)
-            return "error", stopped_type(job.reason or "cancelled")
+            log.warning("a job did not stop within %g s of being told to (%s); killed", STOP_GRACE_S, _reason(job))
+            return "error", stopped_type(_reason(job))
         if not select.select([results_r], [], [], 0.1)[0]:
             continue
         chunk = os.read(results_r, 1 << 16)
@@ -213,6 +213,14 @@ def _collect(results_r: int, stop_w: int, pid: int, job: Any, report: Callable[.
             else:
                 answer = message
     return answer
+
+
+def _reason(job: Any) -> str:
+    """Why ``job`` must stop: its stop's reason, else "time limit" once its deadline passed (the server's
+    watchdog may not have said so yet), else "cancelled"."""
+    if job.reason is not None:
+        return str(job.reason)
+    return "time limit" if time.monotonic() > job.deadline else "cancelled"
 
 
 def _ended(pid: int, job: Any) -> BaseException:
