@@ -148,7 +148,7 @@ def test_negative_control_an_untouched_or_renamed_file_is_read_whole(data, tmp_p
         def row(self: Any, i: int) -> Any:
             state["n"] += 1
             if state["n"] == TRIGGER:
-                fresh = data.with_name("fresh.jsonl")
+                fresh = data.with_name(f"fresh-{os.getpid()}.jsonl")  # each pack worker runs this hook
                 fresh.write_text(_rows(3, "new"))
                 os.replace(fresh, data)
             return real(self, i)
@@ -157,7 +157,9 @@ def test_negative_control_an_untouched_or_renamed_file_is_read_whole(data, tmp_p
         return main([str(a) for a in COMMANDS[command](data, renamed)])
 
     again = run_forked(child, timeout=TIMEOUT)
-    assert again.code == 0 or "changed after it was indexed" in again.err or CHANGED in again.err, again.err
+    # (with two workers, a worker may still be indexing the name when it is replaced: "being indexed")
+    assert again.code == 0 or any(why in again.err for why in (
+        "changed after it was indexed", "changed while it was being indexed", CHANGED)), again.err
     if again.code:
         again.refused(str(data))
 

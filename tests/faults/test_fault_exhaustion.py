@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from faults_helpers import digest, run_forked, temporaries
+from faults_helpers import cli_fresh, digest, run_forked, temporaries
 
 from seqpack.core.limits import MAX_ROW_BYTES
 
@@ -110,7 +110,7 @@ def test_a_library_that_cannot_be_mapped_is_one_line(cli, data, tmp_path, monkey
 @pytest.mark.slow
 def test_a_small_address_space_is_one_line_for_the_torch_commands(tmp_path):
     data = _with_row(tmp_path / "row.jsonl", 1000)
-    run = _cli(["batches", data], memory=150 << 20)
+    run = cli_fresh("batches", data, memory=150 << 20)  # a fresh process: torch is not loaded yet
     assert run.code == 2 and "internal error" not in run.err and "Traceback" not in run.err, run.err
     assert "ran out of memory" in run.err or "not enough memory to load a library" in run.err, run.err
 
