@@ -13,7 +13,7 @@ through the library function every command and MCP tool calls for it, and is cla
 * ``escape``: a character that drives a terminal (ESC, CR, a C1 control, a bidirectional override)
   reached what a command printed.
 
-``python tests/faults/fuzz_hostile.py [examples per family]`` prints the counts by family and class;
+``python tests/faults/fuzz_hostile.py [examples per family] [--only FAMILY,...]`` prints the counts by family and class;
 ``test_fault_hostile_fuzz.py`` runs a few examples of each family as a test.
 """
 
@@ -709,13 +709,14 @@ FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs"
             "exhaustion", "terminal", "http_guard", "parquet_files", "prompt_arguments")
 
 
-def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Path | None = None) -> dict[str, Counter]:
-    """``examples`` cases of every family; the counts of each outcome class by family."""
+def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Path | None = None,
+              families: tuple[str, ...] = FAMILIES) -> dict[str, Counter]:
+    """``examples`` cases of every family (of ``families``); the counts of each outcome class by family."""
     import shutil
 
     rng = random.Random(seed)
-    counts: dict[str, Counter] = {f: Counter() for f in FAMILIES}
-    for family in FAMILIES:
+    counts: dict[str, Counter] = {f: Counter() for f in families}
+    for family in families:
         if family == "eval_runs" and eval_base is None:
             continue
         for i in range(examples):
@@ -731,10 +732,13 @@ def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Pa
     return counts
 
 
-if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostile.py 200
+if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostile.py 200 [--only FAMILY,...]
     import tempfile
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 50
+    only = tuple(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv[:-1] else FAMILIES
+    if set(only) - set(FAMILIES):
+        sys.exit(f"unknown families {sorted(set(only) - set(FAMILIES))}; choose from {', '.join(FAMILIES)}")
     with tempfile.TemporaryDirectory() as tmp:
         from seqpack.faces.cli import main
         from seqpack_evals.tasks import load_tasks
@@ -742,6 +746,8 @@ if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostil
         base = Path(tmp) / "run0"
         main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),
               "--tasks", load_tasks().tasks[0].id])
-        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base)
+        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base, families=only)
     for family, c in result.items():
         print(f"{family:16s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    for verdict, err in DETAILS:
+        print(f"NOT OK ({verdict}): {err[-300:]}")
