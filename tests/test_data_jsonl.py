@@ -159,33 +159,21 @@ def test_failed_cache_write_leaves_no_temp_file(tmp_path, monkeypatch):
     assert leftovers == []
 
 
-class RecordingMap:
-    """Stands in for the mmap and records which byte ranges were read."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.reads = data, []
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            self.reads.append((key.start or 0, key.stop))
-        else:
-            self.reads.append((key, key + 1))
-        return self.data[key]
-
-    def close(self):
-        pass
-
-
-def test_row_reads_only_its_own_line(tmp_path):
+def test_row_reads_only_its_own_line(tmp_path, monkeypatch):
     rows = [json.dumps({"i": i, "pad": "x" * 50}).encode() for i in range(100)]
     data = b"\n".join(rows) + b"\n"
     path = write(tmp_path / "d.jsonl", data)
     f = JsonlFile(path)
-    rec = RecordingMap(data)
-    f._mm = rec
+    reads, real = [], os.pread
+
+    def recording(fd, n, offset):
+        reads.append((offset, offset + n))
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", recording)
     assert f.row(57)["i"] == 57
     start, end = int(f.index.starts[57]), int(f.index.ends[57])
-    assert rec.reads and all(start <= a and b <= end for a, b in rec.reads)
+    assert reads and all(start <= a and b <= end for a, b in reads)
 
 
 def test_a_broken_line_does_not_affect_other_rows(tmp_path):
@@ -242,13 +230,13 @@ def test_file_changed_after_indexing_is_detected_on_first_read(tmp_path):
         f.row(0)
 
 
-def test_pickles_without_its_mmap_and_reopens_lazily(tmp_path):
+def test_pickles_without_its_open_file_and_reopens_lazily(tmp_path):
     path = write(tmp_path / "d.jsonl", b'{"a": 1}\n{"a": 2}\n')
     f = JsonlFile(path)
-    assert f.row(1) == {"a": 2}  # mmap now open
+    assert f.row(1) == {"a": 2}  # the file is now open
     clone = pickle.loads(pickle.dumps(f))
-    assert clone._mm is None
-    assert clone.row(0) == {"a": 1} and clone._mm is not None
+    assert clone._fh is None
+    assert clone.row(0) == {"a": 1} and clone._fh is not None
 
 
 def test_works_in_dataloader_workers(tmp_path):

@@ -376,12 +376,12 @@ def test_scan_accounts_for_every_row(tmp_path):
         scan.check_matches(SFTJsonlDataset(p, seq_length=32))
 
 
-def test_dataset_pickles_without_its_mmap_and_reopens(tmp_path):
+def test_dataset_pickles_without_its_open_file_and_reopens(tmp_path):
     ds = SFTJsonlDataset(demo_path("chat"), seq_length=4096)
     before = ds[5]
-    assert ds.file._mm is not None
+    assert ds.file._fh is not None
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone.file._mm is None
+    assert clone.file._fh is None
     after = clone[5]
     for key in ("tokens", "labels", "loss_mask"):
         np.testing.assert_array_equal(before[key], after[key])

@@ -358,10 +358,35 @@ async def test_prompts(client: Client):
 # --------------------------------------------------------------------------------------------
 
 
+class _Counted:
+    """What the counting tool's work did, in files: the work runs in the job's own process."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / ".count-state"
+        self.dir.mkdir(exist_ok=True)
+        self.clear()
+
+    def clear(self) -> None:
+        for f in self.dir.iterdir():
+            f.unlink()
+
+    @property
+    def last(self) -> int:
+        f = self.dir / "last"
+        return int(f.read_text() or 0) if f.exists() else 0
+
+    def stopped(self, timeout: float = 0.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not (self.dir / "stopped").exists():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+
 def _server_with_counting_tool(root: Path, state: dict):
     server = build_server([root], skill_dir=None)
-    state["stopped"] = threading.Event()
-    state["last"] = 0
+    counted = state["counted"] = _Counted(root)
 
     @server.tool()
     async def count(
@@ -376,10 +401,10 @@ def _server_with_counting_tool(root: Path, state: dict):
                 for i in range(1, n + 1):
                     time.sleep(step_s)
                     job.progress(i, n, f"step {i}")
-                    state["last"] = i
+                    (counted.dir / "last").write_text(str(i))
                 return {"done": n}
             finally:
-                state["stopped"].set()
+                (counted.dir / "stopped").touch()
 
         return await run_job(ctx, work, time_limit_s=time_limit_s)
 
@@ -399,10 +424,10 @@ async def test_long_running_hook_progress_limit_and_errors(root: Path):
         assert result.is_error is False and result.structured_content == {"done": 4}
         assert seen == [(i, 4, f"step {i}") for i in range(1, 5)]
 
-        state["stopped"].clear()
+        state["counted"].clear()
         text = await call_error(c, "count", {"n": 10_000, "step_s": 0.01, "time_limit_s": 0.2})
         assert "stopped after the time limit of 0.2 s" in text
-        assert state["stopped"].is_set() and state["last"] < 10_000
+        assert state["counted"].stopped() and state["counted"].last < 10_000
 
         text = await call_error(c, "count", {"n": 3, "step_s": 0, "fail": True})
         assert text.endswith("cannot count. Fix: count less")
@@ -415,8 +440,8 @@ async def test_long_running_hook_stops_the_work_on_cancellation(root: Path):
         with pytest.raises(MCPError) as exc:
             await c.call_tool("count", {"n": 10_000, "step_s": 0.01}, read_timeout_seconds=0.3)
         assert exc.value.code == REQUEST_TIMEOUT
-        assert await anyio.to_thread.run_sync(state["stopped"].wait, 5.0)  # the thread ended, long before 100 s
-        assert state["last"] < 10_000
+        assert await anyio.to_thread.run_sync(state["counted"].stopped, 5.0)  # the work ended, long before 100 s
+        assert state["counted"].last < 10_000
         ok = await call(c, "derive_alignment", {"cp": 2})  # the server still answers
         assert ok["pad_seq_to_mult"] == 4
 

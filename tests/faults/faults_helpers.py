@@ -133,6 +133,35 @@ def run_forked(fn: Any, *, timeout: float = 60.0, memory: int = 3 << 30, cwd: Pa
         return Run(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
 
 
+_FRESH = """
+import resource, sys
+for name in sys.argv[3:]:
+    __import__(name)
+from seqpack.faces.cli import main
+with open("/proc/self/status", encoding="ascii") as fh:
+    size = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+limit = size + int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+sys.exit(main(__import__("json").loads(sys.argv[2])))
+"""
+
+
+def cli_fresh(*args: Any, memory: int, preload: tuple[str, ...] = (), timeout: float = 120.0) -> Run:
+    """``seqpack ARGS`` in a fresh interpreter whose address space may grow ``memory`` bytes past its size once
+    ``seqpack.faces.cli`` and the ``preload`` modules are imported: unlike :func:`run_forked`, what a test
+    worker loaded earlier (a library already mapped, an allocator's retained pages) cannot change the outcome."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", _FRESH, str(memory), json.dumps([str(a) for a in args]),
+                               *preload], capture_output=True, text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return Run(124, str(exc.stdout or ""), str(exc.stderr or ""))
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
 def cli_forked(*args: Any, timeout: float = 60.0, cwd: Path | None = None) -> Run:
     """``seqpack ARGS`` in a forked child (:func:`run_forked`)."""
     from seqpack.faces.cli import main

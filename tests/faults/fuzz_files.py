@@ -6,10 +6,15 @@ gets every hostile path inside and outside its root. Each run is classified:
   hang         no answer within the deadline
   data_loss    a sentinel (a file outside, a user file, a special file, a symlink's target) changed
   root_escape  (MCP) a canary from outside the root reached a result or a file in the root, or a write landed outside
-  wrong        exit 0 / success where a refusal (or an integrity issue) is due
+  wrong        exit 0 / success where a refusal (or an integrity issue) is due; output differing from a clean run
+  terminal     a character that drives a terminal (ESC, CR, a C1 control, a bidi override) printed raw
   clean        otherwise
-Usage: python tests/faults/fuzz_files.py [SEQPACK_PYTHON]  (prints a table; writes fuzz-results.json in its
-temporary directory and prints that path)
+Families of issue 34: files changed in place while a command reads them, exhaustion (descriptors, address
+space, a row over the limit), bytes meant for the terminal in every path argument, and the HTTP server under
+hostile clients (reused ids, foreign Host/Origin, a token in the query string, descriptor pressure).
+Usage: python tests/faults/fuzz_files.py [SEQPACK_PYTHON] [--only FAMILY,...]  (prints a table; writes
+fuzz-results.json in its temporary directory and prints that path). The families: cli, caches, swaps, mcp,
+changing, exhaustion, terminal, http (all by default).
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-PY = sys.argv[1] if len(sys.argv) > 1 else sys.executable
+_ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
+_ONLY = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), None)
+if "--only" in sys.argv[1:-1]:
+    _ONLY = sys.argv[sys.argv.index("--only") + 1]
+    _ARGS.remove(_ONLY)
+PY = _ARGS[0] if _ARGS else sys.executable
 CANARY = "CANARYTOKEN"
 DEADLINE = 90
 W = Path(tempfile.mkdtemp(prefix="seqpack-fuzz-files-"))
@@ -166,15 +176,17 @@ def top_entries():
 
 
 # ------------------------------------------------------------------ CLI runs
-def cli(case, family, args, *, expect, cwd=None, env=None):
-    """expect: 'refuse' (exit 2), 'issue' (exit 1), 'ok' (exit 0), 'any' (0/1/2)."""
+def cli(case, family, args, *, expect, cwd=None, env=None, preexec=None):
+    """expect: 'refuse' (exit 2), 'issue' (exit 1), 'ok' (exit 0), 'any' (0/1/2); ``preexec`` runs in the child
+    before seqpack starts (resource limits)."""
     before = digest_tree(SENTINELS)
     tops = top_entries()
     env = {**os.environ, "HOME": str(home), **(env or {})}
     t0 = time.monotonic()
     try:
         proc = subprocess.run([PY, "-m", "seqpack", *map(str, args)], capture_output=True, text=True,
-                              timeout=DEADLINE, cwd=cwd or W, env=env)
+                              timeout=DEADLINE, cwd=cwd or W, env=env, preexec_fn=preexec,
+                              errors="backslashreplace")
         code, err, out = proc.returncode, proc.stderr, proc.stdout
     except subprocess.TimeoutExpired:
         release_fifos()
@@ -197,6 +209,8 @@ def cli(case, family, args, *, expect, cwd=None, env=None):
         if lost or new_tops:
             cls = "data_loss"
             RESULTS_LOST[case] = lost[:5]
+    if cls == "clean" and any(not ch.isprintable() and ch not in "\n\t" for ch in out + err):
+        cls = "terminal"
     if cls == "clean":
         if expect == "refuse" and code != 2:
             cls = "wrong"
@@ -557,17 +571,259 @@ def run_mcp():
                         "class": "root_escape"})
 
 
+# ------------------------------------------------------------------ issue 34: files that change under a command
+def _changer(path, how, delay, done):
+    """In a thread: after ``delay`` s change ``path`` the way ``how`` says (unless the command is already done)."""
+    def run():
+        time.sleep(delay)
+        if done.is_set() or not path.exists():
+            return
+        size = path.stat().st_size
+        if how == "shrink":
+            os.truncate(path, size // 7)
+        elif how == "empty":
+            os.truncate(path, 0)
+        elif how == "rewrite":
+            text = rows(size // 30 + 10, "zz").encode()[:size]
+            with open(path, "r+b") as fh:
+                fh.write(text.ljust(size, b" "))
+        elif how == "grow":
+            with open(path, "ab") as fh:
+                fh.write(rows(50, "late").encode())
+        elif how == "regrow":
+            os.truncate(path, 0)
+            path.write_text(rows(5000, "new"))
+        elif how == "rename":
+            fresh = path.with_name(path.name + ".new")
+            fresh.write_text(rows(3, "renamed"))
+            os.replace(fresh, path)
+    import threading
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def run_changing():
+    import random
+    import threading
+
+    rng = random.Random(34)
+    base = W / "changing"
+    base.mkdir()
+    commands = {
+        "pack": lambda d, o: ["pack", d, "--out", o, "--pack-size", 4096, "--no-progress"],
+        "pack --workers 2": lambda d, o: ["pack", d, "--out", o, "--pack-size", 4096, "--no-progress", "--workers", 2],
+        "plan": lambda d, o: ["plan", "--jsonl", d],
+        "batches": lambda d, o: ["batches", d, "--num-batches", 1000],
+        "batches global": lambda d, o: ["batches", d, "--mode", "global-batch", "--gbs", 4, "--num-batches", 1000],
+        "energon-prepare": lambda d, o: ["energon-prepare", d, "--out", o],
+    }
+    for k, (name, make) in enumerate(sorted(commands.items()) * 4):
+        how = rng.choice(["shrink", "empty", "rewrite", "grow", "regrow", "rename"])
+        data = base / f"d{k}.jsonl"
+        data.write_text(rows(rng.choice([3000, 20000, 60000]), "x" * rng.randrange(0, 200)))
+        done = threading.Event()
+        _changer(data, how, rng.uniform(0.3, 3.0), done)
+        # any exit but a crash: a change before the read ends is one line, a change after it is no change at all
+        cli(f"{name} <- {how} while reading", "files that change", make(data, base / f"o{k}"), expect="any")
+        done.set()
+
+
+# ------------------------------------------------------------------ issue 34: exhaustion
+def run_exhaustion():
+    import random
+    import resource
+
+    rng = random.Random(3434)
+    base = W / "exhaustion"
+    base.mkdir()
+    big = base / "bigrow.jsonl"
+    with open(big, "wb") as fh:  # one row over MAX_ROW_BYTES (32 MiB) between two small ones
+        fh.write(rows(1).encode())
+        fh.write(b'{"prompt": "' + b"x" * ((32 << 20) + 10) + b'", "completion": "a"}\n')
+        fh.write(rows(1, "b").encode())
+    commands = {
+        "pack": lambda d: ["pack", d, "--out", base / "o", "--pack-size", 256, "--no-progress"],
+        "plan": lambda d: ["plan", "--jsonl", d],
+        "batches": lambda d: ["batches", d],
+        "energon-prepare": lambda d: ["energon-prepare", d, "--out", base / "e", "--overwrite"],
+        "inspect": lambda d: ["inspect", base / "o"],
+        "validate": lambda d: ["validate", outside / "canary.yaml"],
+    }
+    for name, make in sorted(commands.items()):
+        if name not in ("inspect", "validate"):
+            cli(f"{name} <- a row over the limit", "exhaustion", make(big), expect="refuse")
+    for k in range(24):
+        name = rng.choice(sorted(commands))
+        nofile = rng.choice([None, 7, 9, 12, 16, 24])
+        memory = rng.choice([None, 300 << 20, 600 << 20, 1 << 30])
+
+        def limits(nofile=nofile, memory=memory):
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            if memory:
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+        cli(f"{name} <- nofile {nofile}, address space {memory}", "exhaustion", make(good), expect="any",
+            preexec=limits)
+
+
+# ------------------------------------------------------------------ issue 34: bytes meant for the terminal
+DRIVING = ["\x1b[2J", "\x1b]0;t\x07", "\r", "\x08", "\x07", "\x7f", "\x9b31m", "\u202e", "\u2066", "\u200b", "\u2028"]
+
+
+def run_terminal():
+    base = W / "terminal"
+    base.mkdir()
+    for k, bad in enumerate(DRIVING):
+        missing = base / f"in{bad}.jsonl"
+        args = {
+            "pack input": ["pack", missing, "--out", base / "o", "--pack-size", 256],
+            "pack --out": ["pack", good, "--out", base / f"out{bad}", "--pack-size", 256, "--no-progress"],
+            "pack --prompt-column": ["pack", good, "--prompt-column", f"c{bad}", "--out", base / "o", "--pack-size",
+                                     256],
+            "plan --jsonl": ["plan", "--jsonl", missing],
+            "batches input": ["batches", missing],
+            "energon-prepare input": ["energon-prepare", missing, "--out", base / "e"],
+            "validate config": ["validate", base / f"c{bad}.yaml"],
+            "inspect path": ["inspect", base / f"p{bad}"],
+            "smoke --data": ["smoke", "--path", "offline", "--data", missing],
+            "unknown flag": ["plan", "--jsonl", good, f"--x{bad}"],
+        }
+        img = base / f"img{k}.jsonl"
+        img.write_text(json.dumps({"prompt": "<image> q", "completion": "a", "images": [f"i{bad}.png"]}) + "\n")
+        args["image path in a row"] = ["plan", "--jsonl", img, "--vision", "qwen2_vl"]
+        blend = base / f"blend{k}.json"
+        blend.write_text(json.dumps([1.0, f"s{bad}.jsonl"]))
+        args["blend source"] = ["pack", blend, "--out", base / "o", "--pack-size", 256]
+        for name, a in args.items():
+            expect = "ok" if name == "pack --out" else "refuse"
+            cli(f"{name} <- {bad!r}", "terminal bytes", a, expect=expect)
+
+
+# ------------------------------------------------------------------ issue 34: the HTTP server under hostile clients
+def _post(port, message, headers=None, path="/mcp", timeout=60):
+    import urllib.error
+    import urllib.request
+
+    head = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25", **(headers or {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(message).encode(), headers=head)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read().decode()
+
+
+def run_http():
+    import random
+    import threading
+
+    from seqpack.training.ranks import reserved_port
+
+    rng = random.Random(3400)
+    base = W / "http"
+    base.mkdir()
+    secret = "fuzz-secret-token-0123456789"
+    (base / "token").write_text(secret + "\n")
+    os.chmod(base / "token", 0o600)
+    log = base / "server.log"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "f", "version": "1"}}}
+    auth = {"Authorization": f"Bearer {secret}"}
+    with reserved_port() as port, log.open("w") as err:
+        proc = subprocess.Popen([PY, "-m", "seqpack", "mcp", "--transport", "http", "--port", str(port), "--root",
+                                 str(base), "--lifetime", "600", "--token-file", str(base / "token")],
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=base)
+        try:
+            for _ in range(300):
+                if "listening on" in log.read_text():
+                    break
+                time.sleep(0.1)
+            time.sleep(0.5)
+            status, headers, _ = _post(port, init, auth)
+            session = {k.lower(): v for k, v in headers.items()}.get("mcp-session-id", "")
+            _post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {**auth, "mcp-session-id": session})
+            for k in range(12):  # concurrent calls, ids drawn from a small set: every call answered
+                ids = [rng.choice([7, 8, "a"]) for _ in range(rng.randint(2, 5))]
+                answers = [None] * len(ids)
+
+                def one(j, ident=None, ids=ids, answers=answers):
+                    call = {"jsonrpc": "2.0", "id": ids[j], "method": "tools/call", "params": {
+                        "name": "plan_pack_length", "arguments": {"mix": "long_tail", "n": 300_000,
+                                                                  "candidates": [4096]}}}
+                    try:
+                        answers[j] = _post(port, call, {**auth, "mcp-session-id": session}, timeout=90)[0]
+                    except OSError:
+                        answers[j] = "none"
+
+                threads = [threading.Thread(target=one, args=(j,)) for j in range(len(ids))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(120)
+                cls = "hang" if "none" in answers or None in answers else "clean"
+                if cls == "clean" and not all(a in (200, 400) for a in answers):
+                    cls = "wrong"
+                RESULTS.append({"face": "mcp", "family": "http server", "case": f"ids {ids}", "class": cls,
+                                "status": answers})
+            for k in range(20):  # Host and Origin headers
+                host = rng.choice(["127.0.0.1", "localhost", "evil.example", "127.0.0.2"]) + rng.choice(
+                    ["", f":{port}", f":{port + 1}", ":80"])
+                origin = rng.choice([None, f"http://127.0.0.1:{port}", f"http://localhost:{port + 1}", "null"])
+                headers = {**auth, "Host": host, **({"Origin": origin} if origin else {})}
+                status = _post(port, init, headers)[0]
+                ok_hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+                want = host in ok_hosts and (origin is None or origin in {f"http://{h}" for h in ok_hosts})
+                RESULTS.append({"face": "mcp", "family": "http server", "case": f"Host {host}, Origin {origin}",
+                                "class": "clean" if (status == 200) == want else "wrong", "status": status})
+            for k in range(8):  # the token in the query string: refused, never logged
+                query = rng.choice([f"token={secret}", f"x=1&token={secret}", f"access_token={secret}&a=b"])
+                status = _post(port, init, path=f"/mcp?{query}")[0]
+                time.sleep(0.2)
+                leaked = secret in log.read_text()
+                RESULTS.append({"face": "mcp", "family": "http server", "case": f"?{query.replace(secret, 'SECRET')}",
+                                "class": "root_escape" if leaked else ("clean" if status == 401 else "wrong"),
+                                "status": status})
+            held = []  # descriptor pressure: a burst of idle connections, then a real call
+            before = len(log.read_text())
+            for _ in range(rng.randint(50, 400)):
+                try:
+                    held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+                except OSError:
+                    break
+            time.sleep(2)
+            for c in held:
+                c.close()
+            grown = len(log.read_text()) - before
+            status = _post(port, init, auth)[0]
+            RESULTS.append({"face": "mcp", "family": "http server", "case": f"{len(held)} idle connections",
+                            "class": "clean" if status == 200 and grown < 200_000 and "Traceback" not in
+                            log.read_text() else "crash", "status": status})
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def main():
     # a scored run for eval report
     repo = Path(__file__).resolve().parent
-    run_cli()
-    run_caches()
-    run_swaps()
-    run_mcp()
+    families = {"cli": run_cli, "caches": run_caches, "swaps": run_swaps, "mcp": run_mcp, "changing": run_changing,
+                "exhaustion": run_exhaustion, "terminal": run_terminal, "http": run_http}
+    chosen = _ONLY.split(",") if _ONLY else list(families)
+    unknown = sorted(set(chosen) - set(families))
+    if unknown:
+        sys.exit(f"unknown families {unknown}; choose from {sorted(families)}")
+    for name in chosen:
+        families[name]()
     counts = defaultdict(Counter)
     for r in RESULTS:
         counts[(r["face"], r["family"])][r["class"]] += 1
-    classes = ["clean", "crash", "hang", "data_loss", "root_escape", "wrong"]
+    classes = ["clean", "crash", "hang", "data_loss", "root_escape", "wrong", "terminal"]
     print(f"{'face':5s} {'family':28s} " + " ".join(f"{c:>11s}" for c in classes) + "  total")
     total = Counter()
     for key in sorted(counts):

@@ -8,9 +8,12 @@ through the library function every command and MCP tool calls for it, and is cla
 * ``hang``: the deadline passed;
 * ``data_loss``: an input file changed;
 * ``silently_wrong``: a check of the result failed (a blend that does not draw what its weights say,
-  a JSON-RPC request that got no answer or the wrong id).
+  a JSON-RPC request that got no answer or the wrong id, rows read from a file that changed under
+  the reader, a row over the limit that was read, a decompression bomb that was decoded);
+* ``escape``: a character that drives a terminal (ESC, CR, a C1 control, a bidirectional override)
+  reached what a command printed.
 
-``python tests/faults/fuzz_hostile.py [examples per family]`` prints the counts by family and class;
+``python tests/faults/fuzz_hostile.py [examples per family] [--only FAMILY,...]`` prints the counts by family and class;
 ``test_fault_hostile_fuzz.py`` runs a few examples of each family as a test.
 """
 
@@ -32,8 +35,9 @@ from faults_helpers import TEMPLATE, make_tokenizer, run_forked  # noqa: E402
 OUTCOME = "FUZZ-OUTCOME "
 
 
-def _classify(fn: Callable[[], str], timeout: float) -> str:
-    """Run ``fn`` (returning a class name) in a forked child and map how it ended to a class."""
+def _classify(fn: Callable[[], str], timeout: float, memory: int = 3 << 30) -> str:
+    """Run ``fn`` (returning a class name) in a forked child (``memory`` bytes of address space beyond this
+    process's) and map how it ended to a class."""
     def child() -> int:
         from seqpack.core.errors import SeqpackError
 
@@ -49,7 +53,7 @@ def _classify(fn: Callable[[], str], timeout: float) -> str:
         print(OUTCOME + verdict)
         return 0
 
-    run = run_forked(child, timeout=timeout)
+    run = run_forked(child, timeout=timeout, memory=memory)
     verdict = "hang" if run.code == 124 else next(
         (line[len(OUTCOME):] for line in run.out.splitlines() if line.startswith(OUTCOME)), "crash")
     if verdict != "ok":
@@ -341,33 +345,400 @@ def wire_case(rng: random.Random, scratch: Path) -> str:
     return _classify(check, timeout=10)
 
 
-FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs", "json_rpc")
+# ------------------------------------------------------------------------------------------------ files that change
+def _jsonl_rows(rng: random.Random, n: int, tag: str = "") -> list[dict[str, Any]]:
+    return [{"prompt": f"q{i}{tag} " + "x" * rng.randrange(0, 3000), "completion": f"a{i}{tag}"} for i in range(n)]
 
 
-def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Path | None = None) -> dict[str, Counter]:
-    """``examples`` cases of every family; the counts of each outcome class by family."""
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _change_file(rng: random.Random, path: Path, how: str) -> None:
+    import os
+
+    size = path.stat().st_size
+    if how == "shrink":
+        os.truncate(path, rng.randrange(0, size))
+    elif how == "empty":
+        os.truncate(path, 0)
+    elif how == "rewrite":  # other rows, the same size
+        text = "".join(json.dumps(r) + "\n" for r in _jsonl_rows(rng, 400, "z")).encode()[:size]
+        with open(path, "r+b") as fh:
+            fh.write(text.ljust(size, b" "))
+    elif how == "grow":
+        with open(path, "ab") as fh:
+            fh.write(b'{"prompt": "late", "completion": "row"}\n')
+    elif how == "regrow":  # log rotation by truncation, then new lines
+        os.truncate(path, 0)
+        _write_rows(path, _jsonl_rows(rng, 500, "new"))
+    elif how == "rename":
+        fresh = path.with_name("fresh.jsonl")
+        _write_rows(fresh, _jsonl_rows(rng, 3, "renamed"))
+        os.replace(fresh, path)
+    elif how == "touch":
+        os.utime(path)
+
+
+def changing_case(rng: random.Random, scratch: Path) -> str:
+    """A JSONL file changed in place (or replaced) at a random read while rows are read, packed, or packed by two
+    workers: every row returned must be the file's own, and a pack that succeeds must equal a clean one."""
+    rows = _jsonl_rows(rng, rng.randint(5, 400))
+    path = scratch / "d.jsonl"
+    _write_rows(path, rows)
+    how = rng.choice(["shrink", "empty", "rewrite", "grow", "regrow", "rename", "touch", "none"])
+    at = rng.randrange(1, len(rows) + 2)
+    reader = rng.choice(["rows", "pack", "pack2"])
+
+    def check() -> str:
+        from seqpack.data.jsonl import JsonlFile
+        from seqpack.verbs.packing import PackOptions, pack
+
+        clean = None
+        if reader != "rows":
+            clean = pack(PackOptions(input=str(path), out=str(scratch / "clean"), pack_size=4096))
+        real, state = JsonlFile.row, {"n": 0}
+
+        def row(self: Any, i: int) -> Any:
+            state["n"] += 1
+            if state["n"] == at and how != "none":
+                _change_file(rng, path, how)
+            return real(self, i)
+
+        JsonlFile.row = row  # type: ignore[method-assign]
+        if reader == "rows":
+            jf = JsonlFile(path, use_cache=rng.random() < 0.5)
+            return "ok" if [jf.row(i) for i in range(len(jf))] == rows else "silently_wrong"
+        got = pack(PackOptions(input=str(path), out=str(scratch / "again"), pack_size=4096,
+                               workers=2 if reader == "pack2" else 1))
+        same = all(got.files[k].read_bytes() == clean.files[k].read_bytes() for k in clean.files)  # type: ignore[union-attr]
+        return "ok" if same else "silently_wrong"
+
+    return _classify(check, timeout=120)
+
+
+# ------------------------------------------------------------------------------------------------ exhaustion
+def exhaustion_case(rng: random.Random, scratch: Path) -> str:
+    """Rows around a random row-size limit, read and tokenized under a random address-space cap: a row over the
+    limit is refused unread, one under it is read whole, and running out of memory is a seqpack error."""
+    limit = rng.choice([64, 1000, 4096, 65536, 1 << 20])
+    sizes = [max(30, limit + rng.randint(-40, 40)) if rng.random() < 0.6 else rng.randint(30, 2 * limit + 60)
+             for _ in range(rng.randint(1, 12))]
+    if rng.random() < 0.3:
+        sizes.append(rng.choice([8 << 20, 24 << 20]))  # rows that take memory to tokenize
+    rows = []
+    for size in sizes:
+        pad = max(0, size - len(json.dumps({"prompt": "", "completion": "a"})))
+        rows.append({"prompt": "y" * pad, "completion": "a"})
+    path = scratch / "rows.jsonl"
+    _write_rows(path, rows)
+    memory = rng.choice([3 << 30, 400 << 20, 200 << 20])
+
+    def check() -> str:
+        import seqpack.data.jsonl as jsonl
+        from seqpack.core.errors import InputError
+        from seqpack.data.schemas import default_schema
+        from seqpack.data.tokenize import tokenize_batch
+        from seqpack.data.tokenizers import ByteTokenizer
+
+        jsonl.MAX_ROW_BYTES = max(limit, 64)
+        jf = jsonl.JsonlFile(path)
+        kept = []
+        for i in range(len(jf)):
+            over = int(jf.index.ends[i] - jf.index.starts[i]) > jsonl.MAX_ROW_BYTES
+            try:
+                value = jf.row(i)
+            except InputError as err:
+                if over and "over the limit" in err.message:
+                    continue
+                if "ran out of memory" in err.message:
+                    continue
+                return "silently_wrong" if over or "over the limit" in err.message else "ok"
+            if over or value != rows[i]:
+                return "silently_wrong"
+            kept.append(value)
+        if kept:
+            tokenize_batch(kept, default_schema("prompt_completion"), ByteTokenizer(), max_length=1 << 22)
+        return "ok"
+
+    return _classify(check, timeout=120, memory=memory)
+
+
+# ------------------------------------------------------------------------------------------------ terminal bytes
+_DRIVING = ["\x1b[2J", "\x1b]0;title\x07", "\r", "\x08", "\x07", "\x7f", "\x9b31m", "\x85", "\u202e", "\u2066",
+            "\u200b", "\u2028", "\u2029", "\ufeff", "\x00"]
+
+
+def _hostile_text(rng: random.Random) -> str:
+    parts = [rng.choice(["a", "é", "中", "x y", "-", ".", "data"]) for _ in range(rng.randint(1, 4))]
+    for _ in range(rng.randint(1, 3)):
+        parts.insert(rng.randrange(len(parts) + 1), rng.choice(_DRIVING))
+    return "".join(parts).replace("\x00", "0") if rng.random() < 0.5 else "".join(parts).replace("\x00", "")
+
+
+def terminal_case(rng: random.Random, scratch: Path) -> str:
+    """A string that could drive a terminal, in a file name, a column, an image path in a row, a blend source,
+    an output path or an unknown flag: nothing a command prints may carry it raw."""
+    bad = _hostile_text(rng)
+    data = scratch / "d.jsonl"
+    _write_rows(data, [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(6)])
+    where = rng.choice(["file", "column", "image", "blend", "out", "flag", "inspect", "log"])
+
+    def check() -> str:
+        import contextlib
+        import io
+        import logging
+
+        from seqpack.faces.cli import main
+
+        if where == "log":
+            from seqpack.faces.mcp.server import TerminalSafeFormatter
+
+            record = logging.LogRecord("seqpack.mcp", logging.INFO, __file__, 1, "%s", (bad,), None)
+            text = TerminalSafeFormatter("%(message)s").format(record)
+        else:
+            args = {
+                "file": ["pack", str(scratch / f"{bad}.jsonl"), "--out", str(scratch / "o"), "--pack-size", "256"],
+                "column": ["pack", str(data), "--prompt-column", bad, "--out", str(scratch / "o"), "--pack-size", "256"],
+                "out": ["pack", str(data), "--out", str(scratch / f"o{bad}"), "--pack-size", "256", "--no-progress"],
+                "flag": ["plan", "--jsonl", str(data), f"--{bad}"],
+                "inspect": ["inspect", str(scratch / f"p{bad}")],
+            }.get(where)
+            if where == "image":
+                (scratch / "v.jsonl").write_text(json.dumps({"prompt": "<image> q", "completion": "a",
+                                                             "images": [f"{bad}.png"]}) + "\n")
+                args = ["plan", "--jsonl", str(scratch / "v.jsonl"), "--vision", "qwen2_vl"]
+            if where == "blend":
+                (scratch / "b.json").write_text(json.dumps([1.0, f"{bad}.jsonl"]))
+                args = ["pack", str(scratch / "b.json"), "--out", str(scratch / "o"), "--pack-size", "256"]
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    main(args)
+                except SystemExit:
+                    pass
+            text = out.getvalue() + err.getvalue()
+        raw = [ch for ch in text if not ch.isprintable() and ch not in "\n\t"]
+        return "escape" if raw else "ok"
+
+    return _classify(check, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------------ HTTP guard
+def http_case(rng: random.Random, scratch: Path) -> str:
+    """The HTTP transport's guards: concurrent requests with reused ids (every one answered once, a duplicate in
+    flight refused), random Host and Origin headers (accepted only for this port), random query strings (no
+    value reaches the log)."""
+    which = rng.choice(["ids", "host", "redact"])
+
+    def check() -> str:
+        import anyio
+
+        from seqpack.faces.mcp import http_guard
+
+        if which == "redact":  # a value, named or bare, never survives (names are kept)
+            secrets = ["".join(rng.choice("abcXYZ019-_.~%") for _ in range(rng.randint(8, 30)))
+                       for _ in range(rng.randint(1, 4))]
+            query = "&".join(rng.choice([f"token={v}", f"k{i}={v}", v, f"x={v}&", f"=={v}", f"a={v}=b"])
+                             for i, v in enumerate(secrets))
+            line = http_guard.redact_query(f"/mcp?{query}")
+            return "silently_wrong" if any(v in line for v in secrets) else "ok"
+        if which == "host":
+            from starlette.requests import Request
+
+            from mcp.server.transport_security import TransportSecurityMiddleware
+
+            port = rng.randint(1024, 65000)
+            host = rng.choice(["127.0.0.1", "localhost", "[::1]", "evil.example", "127.0.0.1.nip.io", "LOCALHOST",
+                               "127.0.0.2"]) + rng.choice(["", f":{port}", f":{port + 1}", f":{port - 1}", ":80", ":*"])
+            origin = rng.choice([None, f"http://{host}", f"http://127.0.0.1:{port}", f"http://localhost:{port + 1}",
+                                 "null", "http://evil.example"])
+            headers = [(b"host", host.encode())] + ([(b"origin", origin.encode())] if origin else [])
+            request = Request({"type": "http", "method": "GET", "path": "/mcp", "headers": headers})
+            refused = anyio.run(TransportSecurityMiddleware(http_guard.transport_security(port)).validate_request,
+                                request)
+            ok_hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+            want = host in ok_hosts and (origin is None or origin in {f"http://{h}" for h in ok_hosts})
+            return "ok" if (refused is None) == want else "silently_wrong"
+        return anyio.run(_ids_check, rng)
+
+    return _classify(check, timeout=60)
+
+
+async def _ids_check(rng: random.Random) -> str:
+    """Requests arriving together: per (session, id) exactly one reaches the app; the rest get -32600 at once."""
+    import anyio
+
+    from seqpack.faces.mcp.http_guard import DistinctRequestIds
+
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        seen.append(json.loads(message["body"]).get("id"))
+        await anyio.sleep(0.2)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = DistinctRequestIds(app)
+    requests = []
+    for _ in range(rng.randint(1, 8)):
+        session = rng.choice([None, "s1", "s2"])
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": rng.choice(["tools/call", "ping"])}
+        if rng.random() < 0.85:
+            body["id"] = rng.choice([1, 2, "a", 1.5, True, None])
+        requests.append((session, body))
+    answers: list[list[int]] = [[] for _ in requests]
+
+    async def one(k: int) -> None:
+        session, body = requests[k]
+        headers = [(b"mcp-session-id", session.encode())] if session else []
+        sent = False
+
+        async def receive() -> Any:
+            nonlocal sent
+            if sent:
+                await anyio.sleep(10)
+            sent = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                answers[k].append(message["status"])
+
+        await guard({"type": "http", "method": "POST", "headers": headers}, receive, send)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for k in range(len(requests)):
+                tg.start_soon(one, k)
+    if any(len(a) != 1 for a in answers):
+        return "silently_wrong"  # unanswered, or answered twice
+    groups: dict[Any, list[int]] = {}
+    for k, (session, body) in enumerate(requests):
+        ident = body.get("id")
+        if session and isinstance(ident, (str, int)) and not isinstance(ident, bool):
+            groups.setdefault((session, json.dumps(ident)), []).append(answers[k][0])
+        elif answers[k][0] != 200:
+            return "silently_wrong"  # nothing to compare with: must pass
+    return "ok" if all(sorted(g) == [200] + [400] * (len(g) - 1) for g in groups.values()) else "silently_wrong"
+
+
+# ------------------------------------------------------------------------------------------------ Parquet files
+def parquet_case(rng: random.Random, scratch: Path) -> str:
+    """A packed-looking Parquet file with duplicated, missing or mistyped columns, bombs of zeros under a random
+    bound, and odd row groups: read as inspect reads it; a bomb the footer reveals must be refused unread."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = rng.randint(1, 6)
+    width = rng.choice([3, 50, 5000, 200_000])
+    zeros = rng.random() < 0.4
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * width)
+    ids = np.zeros(rows * width, np.int64) if zeros else np.asarray([rng.randrange(1000) for _ in range(rows * width)]
+                                                                     if width < 5000 else
+                                                                     np.random.default_rng(rng.randrange(99)).integers(
+                                                                         0, 1000, rows * width), np.int64)
+    mask = np.zeros(rows * width, np.int8)
+    columns = {"input_ids": pa.ListArray.from_arrays(offsets, pa.array(ids)),
+               "loss_mask": pa.ListArray.from_arrays(offsets, pa.array(mask)),
+               "seq_start_id": pa.array([[0]] * rows)}
+    names = list(columns)
+    if rng.random() < 0.3:
+        names.append(rng.choice(names))  # a duplicated column name
+    if rng.random() < 0.15:
+        names.remove(rng.choice(list(columns)))
+    if rng.random() < 0.15:
+        columns["loss_mask"] = pa.array([[str(x) for x in range(3)]] * rows)
+    path = scratch / "p.parquet"
+    pq.write_table(pa.Table.from_arrays([columns[n] for n in names], names=names), path,
+                   row_group_size=rng.choice([1, rows]), compression=rng.choice(["zstd", "snappy", "none"]))
+    bound = rng.choice([1 << 10, 1 << 16, 1 << 20, 1 << 28])
+
+    def check() -> str:
+        import seqpack.core.limits as limits
+        from seqpack.core.errors import ArtifactError
+        from seqpack.packing.parquet import PackedParquetReader, _group_bytes
+
+        limits.MAX_INFLATED_ROW_GROUP_BYTES = bound
+        meta = pq.ParquetFile(path).metadata
+        bombs = [g for g in range(meta.num_row_groups)
+                 if (lambda d: d[1] > bound and d[1] >= limits.PARQUET_BOMB_RATIO * max(d[0], 1))(_group_bytes(meta, g))]
+        try:
+            reader = PackedParquetReader(path)
+            for _ in reader.iter_rows():
+                pass
+        except ArtifactError as err:
+            if "damaged" in err.message and ("out of memory" in err.message.lower() or bombs):
+                return "silently_wrong"  # a bomb (or memory) called damaged
+            return "ok"
+        return "silently_wrong" if bombs else "ok"
+
+    return _classify(check, timeout=60, memory=rng.choice([3 << 30, 300 << 20]))
+
+
+# ------------------------------------------------------------------------------------------------ prompt arguments
+def prompt_case(rng: random.Random, scratch: Path) -> str:
+    """Random prompt arguments: a valid set renders, anything else is -32602 naming the problem (no other error)."""
+    name = rng.choice(["configure_packing", "diagnose_packing_error", "no_such_prompt"])
+    keys = rng.sample(["job", "config_text", "error_log", "errorlog", "Job", "config", "", "x" * 300], rng.randint(0, 3))
+    arguments = {k: rng.choice(["text", "", 5, None, ["x"], {"a": 1}, True, "\x1b[2J"]) for k in keys}
+
+    def check() -> str:
+        import anyio
+        from mcp.shared.exceptions import MCPError
+
+        from seqpack.faces.mcp.server import build_server
+
+        server = build_server([scratch], skill_dir=None)
+        declared = {"configure_packing": {"job": False, "config_text": False},
+                    "diagnose_packing_error": {"error_log": True, "config_text": False}}.get(name)
+        valid = declared is not None and all(k in declared and isinstance(v, str) for k, v in arguments.items()) \
+            and all(k in arguments for k, required in declared.items() if required)
+        try:
+            anyio.run(server.get_prompt, name, arguments)
+        except MCPError as err:
+            return "ok" if not valid and err.error.code == -32602 else "silently_wrong"
+        return "ok" if valid else "silently_wrong"
+
+    return _classify(check, timeout=60)
+
+
+FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs", "json_rpc", "changing_files",
+            "exhaustion", "terminal", "http_guard", "parquet_files", "prompt_arguments")
+
+
+def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Path | None = None,
+              families: tuple[str, ...] = FAMILIES) -> dict[str, Counter]:
+    """``examples`` cases of every family (of ``families``); the counts of each outcome class by family."""
     import shutil
 
     rng = random.Random(seed)
-    counts: dict[str, Counter] = {f: Counter() for f in FAMILIES}
-    for family in FAMILIES:
+    counts: dict[str, Counter] = {f: Counter() for f in families}
+    for family in families:
         if family == "eval_runs" and eval_base is None:
             continue
         for i in range(examples):
             scratch = scratch_root / f"{family}-{i}"
             scratch.mkdir(parents=True)
             case = {"templates": template_case, "tokenizer_files": tokenizer_case, "vlm_rows": vlm_case,
-                    "arguments": argument_case, "json_rpc": wire_case}.get(family)
+                    "arguments": argument_case, "json_rpc": wire_case, "changing_files": changing_case,
+                    "exhaustion": exhaustion_case, "terminal": terminal_case, "http_guard": http_case,
+                    "parquet_files": parquet_case, "prompt_arguments": prompt_case}.get(family)
             verdict = case(rng, scratch) if case else eval_case(rng, scratch, eval_base)  # type: ignore[arg-type]
             counts[family][verdict] += 1
             shutil.rmtree(scratch, ignore_errors=True)
     return counts
 
 
-if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostile.py 200
+if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostile.py 200 [--only FAMILY,...]
     import tempfile
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 50
+    only = tuple(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv[:-1] else FAMILIES
+    if set(only) - set(FAMILIES):
+        sys.exit(f"unknown families {sorted(set(only) - set(FAMILIES))}; choose from {', '.join(FAMILIES)}")
     with tempfile.TemporaryDirectory() as tmp:
         from seqpack.faces.cli import main
         from seqpack_evals.tasks import load_tasks
@@ -375,6 +746,8 @@ if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostil
         base = Path(tmp) / "run0"
         main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),
               "--tasks", load_tasks().tasks[0].id])
-        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base)
+        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base, families=only)
     for family, c in result.items():
         print(f"{family:16s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    for verdict, err in DETAILS:
+        print(f"NOT OK ({verdict}): {err[-300:]}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import socket
+import os
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -28,21 +30,35 @@ def anyio_backend():
     return "asyncio"
 
 
+class _Reads:
+    """Rows read so far, counted in a file: the jobs run in their own processes (and the counts come back)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.write_bytes(b"")
+
+    def __getitem__(self, key: str) -> int:
+        assert key == "reads"
+        return self.path.stat().st_size
+
+
 @pytest.fixture
-def slow_rows(monkeypatch):
+def slow_rows(monkeypatch, tmp_path):
     """Every JSONL row read takes 20 ms, and the reads are counted (rows read after the stop are not). Rows are
     read one by one (the stdlib parser; with orjson a batch of rows is parsed between two checks)."""
     from seqpack.data import jsontext
     from seqpack.data.jsonl import JsonlFile
 
     monkeypatch.setattr(jsontext, "_FAST", False)
-
-    state = {"reads": 0, "last": 0.0}
+    state = _Reads(tmp_path / "reads.count")
     real = JsonlFile.row
 
     def row(self, i):
-        state["reads"] += 1
-        state["last"] = time.monotonic()
+        fd = os.open(state.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b".")
+        finally:
+            os.close(fd)
         time.sleep(0.02)
         return real(self, i)
 

@@ -149,20 +149,20 @@ async def test_concurrent_pack_dataset_calls_share_nothing(tmp_path, cli):
 async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
     import seqpack.verbs.planning as planning
 
-    state = {"now": 0, "most": 0}
-    lock = threading.Lock()
+    live, seen = tmp_path / "live", tmp_path / "seen"  # files: each job runs in its own process
+    live.mkdir()
     real = planning.plan
 
     def counted(options):
-        with lock:
-            state["now"] += 1
-            state["most"] = max(state["most"], state["now"])
+        mine = live / f"{os.getpid()}-{threading.get_ident()}"
+        mine.touch()
+        with open(seen, "a") as fh:
+            fh.write(f"{len(list(live.iterdir()))}\n")
         try:
             time.sleep(0.3)
             return real(options)
         finally:
-            with lock:
-                state["now"] -= 1
+            mine.unlink()
 
     monkeypatch.setattr(planning, "plan", counted)
     async with Client(build_server([tmp_path])) as client:
@@ -176,7 +176,8 @@ async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
                 for _ in range(6):
                     tg.start_soon(one)
     assert len(answers) == 6 and not any(a.is_error for a in answers)
-    assert state["most"] == MAX_CONCURRENT_JOBS  # jobs do run side by side, but never more than the bound
+    most = max(int(n) for n in seen.read_text().split())
+    assert most == MAX_CONCURRENT_JOBS  # jobs do run side by side, but never more than the bound
 
 
 @pytest.mark.anyio

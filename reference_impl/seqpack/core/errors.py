@@ -2,12 +2,16 @@
 
 Every error carries what a user needs to act on it: the rule id when a packing rule was broken,
 or the location (file, line or row, field) when an input was bad, plus a fix when one is known.
-``str(err)`` is a single readable line, which is what the CLI prints and the MCP server returns.
+``str(err)`` is a single readable line, which is what the CLI prints and the MCP server returns; every
+character that could drive a terminal (an escape sequence in a file name, a column name or a path inside a
+row) is written as a backslash escape (:func:`seqpack.core.textfmt.printable`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from seqpack.core.textfmt import printable
 
 
 class SeqpackError(Exception):
@@ -56,7 +60,7 @@ class SeqpackError(Exception):
         if self.fix:
             stop = "" if text.rstrip().endswith((".", "!", "?", ":", ";")) else "."
             text = f"{text.rstrip()}{stop} Fix: {self.fix}"
-        return " ".join(text.split("\n"))
+        return printable(" ".join(text.split("\n")))  # a path or name from a dataset cannot drive the terminal
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form used by ``--json`` output and MCP tool errors."""
@@ -102,6 +106,31 @@ class PackingError(SeqpackError):
 
 class ArtifactError(SeqpackError):
     """A packed artifact is corrupt, foreign, stale or inconsistent with its metadata."""
+
+
+class ResourceError(SeqpackError):
+    """The machine ran out of something the work needs (memory, file descriptors), or a worker process died."""
+
+
+def resource_error(exc: BaseException) -> SeqpackError | None:
+    """The one-line error of an exhausted resource, or None when ``exc`` is something else: memory (a
+    ``MemoryError``, a shared library the loader could not map), file descriptors (EMFILE, ENFILE)."""
+    import errno
+
+    if isinstance(exc, MemoryError):
+        detail = f" ({' '.join(str(exc).split())[:200]})" if str(exc) else ""
+        return ResourceError(f"ran out of memory{detail}", fix="free memory or raise the limit (ulimit -v), or give "
+                             "the command less work")
+    text = str(exc)
+    if isinstance(exc, ImportError) and ("failed to map segment" in text or "Cannot allocate memory" in text):
+        return ResourceError(f"not enough memory to load a library ({text[:200]})",
+                             fix="free memory or raise the address-space limit (ulimit -v)")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ResourceError(f"too many open files ({exc.strerror})", fix="raise the limit (ulimit -n) or close "
+                             "other programs")
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return ResourceError(f"ran out of memory ({exc.strerror})", fix="free memory or give the command less work")
+    return None
 
 
 class AlignmentError(SeqpackError):

@@ -46,6 +46,11 @@ MIN_SHARD_ROWS = 1024
 MAX_SHARD_ROWS = MAX_BLEND_SAMPLES
 #: Most packs per Parquet row group of offline packs (a writer holds one row group in memory).
 MAX_ROW_GROUP_SIZE = 100_000
+#: A Parquet row group whose packed columns decode to more than this many bytes and to at least
+#: ``PARQUET_BOMB_RATIO`` times their size on disk is a decompression bomb, refused unread (checked from the
+#: footer's value counts): token ids shrink a few times on disk, a bomb of zeros millions of times.
+MAX_INFLATED_ROW_GROUP_BYTES = 1 << 28
+PARQUET_BOMB_RATIO = 100
 
 #: Largest seed (NumPy and torch take it as a signed 64-bit integer).
 MAX_SEED = (1 << 63) - 1
@@ -76,6 +81,9 @@ MAX_OVERRIDES = 200
 MAX_OVERRIDE_CHARS = 1000
 #: Longest file path argument.
 MAX_PATH_CHARS = 4096
+#: Longest JSONL row, in bytes, checked from the line index before the row is read: real rows are a few KB to
+#: a few MB (a 1M-token chat is about 4 MB); parsing and tokenizing a row takes some 20-30 times its size.
+MAX_ROW_BYTES = 1 << 25
 #: Longest free-text query (rule keywords, model family).
 MAX_QUERY_CHARS = 200
 

@@ -1,8 +1,46 @@
-"""Plain-text and markdown tables, shared by the CLI and the docs generators (no dependencies)."""
+"""Text for people: terminal-safe strings, plain-text and markdown tables (no dependencies).
+
+:func:`printable` is the one place where text that came from a user, a file or a dataset (a path, a
+column name, a blend source, an image path inside a row) is made safe to show on a terminal: every
+error line (:class:`~seqpack.core.errors.SeqpackError`), everything the CLI prints and every line the
+MCP server logs goes through it, so a dataset cannot clear the screen, move the cursor or hide text.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as surrogateescape carries it
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str, *, keep_lines: bool = False) -> str:
+    r"""``text`` with every character that is not printable written as a backslash escape, as ``repr`` writes it.
+
+    Escaped: control characters (ESC, BEL, CR, backspace, DEL, the C1 controls), format characters
+    (bidirectional overrides, zero-width joiners), line and paragraph separators, and the surrogates that
+    stand for undecodable bytes (written ``\xNN``, the byte). Printable text, letters of any script
+    included, passes unchanged. ``keep_lines`` keeps newlines and tabs (for multi-line output).
+
+    >>> printable("a\x1b[2Jb")
+    'a\\x1b[2Jb'
+    >>> printable("été\u202etxt.exe")
+    'été\\u202etxt.exe'
+    """
+    if text.isprintable():
+        return text
+    keep = "\n\t" if keep_lines else ""
+    return "".join(ch if ch.isprintable() or ch in keep else _escape(ch) for ch in text)
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -30,8 +30,16 @@ How it works:
   each end on one, with only whitespace and the recorded number of newlines between them. A
   cache that fails any of this (stale, damaged, or planted) is rebuilt and replaced, with a
   warning when it looked valid; a row that still holds a newline when it is read is refused.
-* ``row(i)`` slices exactly that line out of a read-only ``mmap`` and parses only it. The object
-  pickles without its mmap and re-opens it lazily, so it can be handed to DataLoader workers.
+* ``row(i)`` reads exactly that line with one positioned read (``os.pread``) and parses only it.
+  The file is never memory-mapped: a mapped file that shrinks in place (log rotation, ``: > file``,
+  a re-export) kills the reading process with SIGBUS, while a read just comes back short. After
+  every read the file's size and modification time are checked against the index (one ``fstat``),
+  so a file that shrinks, grows or is rewritten while a job reads it is one :class:`InputError`
+  ("changed while it was being read"), never a crash and never a row of the new content read
+  under the old index. A row longer than
+  :data:`~seqpack.core.limits.MAX_ROW_BYTES` is refused from the index, before it is read. The
+  object pickles without its open file and re-opens it lazily, so it can be handed to DataLoader
+  workers.
 
 Every problem with the data is an :class:`~seqpack.core.errors.InputError` naming the file,
 the physical line and the row index: malformed JSON (with the column of the JSON error), a line
@@ -46,13 +54,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import mmap
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -62,6 +69,7 @@ from seqpack.data.interrupt import checkpoint
 from seqpack.data.location import RowLocation
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import InputError, SeqpackError
+from seqpack.core.limits import MAX_ROW_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,10 @@ CACHE_SUBDIR = ".seqpack-cache"
 CACHE_SUFFIX = ".idx.npz"
 EDGE_BYTES = 4096
 DEFAULT_CHUNK_SIZE = 8 << 20
+#: Bytes read at once around row boundaries when a cached index is checked against its file.
+PROBE_WINDOW = 1 << 16
+CHANGED_WHILE_READING = "file changed while it was being read (it was truncated, rewritten or appended to)"
+CHANGED_FIX = "retry once the file is stable (copy it aside first if another program keeps writing it)"
 
 _BOM = b"\xef\xbb\xbf"
 _WS = np.zeros(256, dtype=bool)
@@ -280,7 +292,7 @@ def _whitespace_only(data: np.ndarray) -> bool:
 def index_matches(index: LineIndex, path: str | os.PathLike[str]) -> bool:
     """True when ``index`` describes ``path``'s rows (module docstring: order, newlines, gaps and line numbers).
 
-    Reads the bytes around every row boundary, not the rows themselves.
+    Reads the bytes around every row boundary (in :data:`PROBE_WINDOW` pieces), not the rows themselves.
     """
     n = len(index)
     starts, ends, lines = index.starts, index.ends, index.lines
@@ -290,37 +302,70 @@ def index_matches(index: LineIndex, path: str | os.PathLike[str]) -> bool:
         size = os.fstat(fh.fileno()).st_size
         if size == 0 or size != index.fingerprint.size:
             return False
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            a = np.frombuffer(mm, dtype=np.uint8)
-            try:
-                ok = _boundaries_ok(a, starts, ends, lines, size)
-            finally:
-                del a
-    return ok
+        return _boundaries_ok(_Probe(fh.fileno(), size), starts, ends, lines, size)
 
 
-def _boundaries_ok(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, size: int) -> bool:
+class _Probe:
+    """Bytes of an open file at given offsets or in given ranges, read with ``os.pread`` (no mapping)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+
+    def at(self, positions: np.ndarray) -> np.ndarray | None:
+        """The byte at each of ``positions`` (all inside the file), or None when the file came up short."""
+        out = np.empty(positions.size, dtype=np.uint8)
+        if not positions.size:
+            return out
+        order = np.argsort(positions, kind="stable")
+        ordered = positions[order]
+        windows = ordered // PROBE_WINDOW
+        cuts = np.flatnonzero(np.diff(windows)) + 1
+        for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [ordered.size]]).tolist()):
+            base = int(windows[lo]) * PROBE_WINDOW
+            want = min(PROBE_WINDOW, self.size - base)
+            block = os.pread(self.fd, want, base)
+            if len(block) != want:
+                return None
+            out[order[lo:hi]] = np.frombuffer(block, dtype=np.uint8)[ordered[lo:hi] - base]
+        return out
+
+    def whitespace(self, start: int, end: int) -> tuple[bool, int]:
+        """Whether ``[start, end)`` holds only JSON whitespace, and how many newlines it holds."""
+        newlines, pos = 0, start
+        while pos < end:
+            block = os.pread(self.fd, min(DEFAULT_CHUNK_SIZE, end - pos), pos)
+            if not block:
+                return False, newlines
+            a = np.frombuffer(block, dtype=np.uint8)
+            if not _whitespace_only(a):
+                return False, newlines
+            newlines += int(np.count_nonzero(a == 0x0A))
+            pos += len(block)
+        return True, newlines
+
+
+def _boundaries_ok(probe: _Probe, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray, size: int) -> bool:
     if starts[0] < 0 or ends[-1] > size or np.any(ends <= starts) or np.any(starts[1:] <= ends[:-1]):
         return False
     if np.any(np.diff(lines) <= 0) or lines[0] < 1:
         return False
-    if np.any(a[ends[:-1]] != 0x0A) or (ends[-1] != size and a[ends[-1]] != 0x0A):
-        return False
     inner = starts[starts > 0]
-    if np.any(a[inner - 1] != 0x0A):
+    newline_at = np.concatenate([ends[:-1], ends[-1:] if ends[-1] != size else ends[:0], inner - 1])
+    found = probe.at(newline_at)
+    if found is None or np.any(found != 0x0A):
         return False
-    prefix = a[: starts[0]]
-    if not _whitespace_only(prefix) or int(lines[0]) != 1 + int(np.count_nonzero(prefix == 0x0A)):
+    blank, newlines = probe.whitespace(0, int(starts[0]))
+    if not blank or int(lines[0]) != 1 + newlines:
         return False
-    if not _whitespace_only(a[ends[-1]:]):
+    if not probe.whitespace(int(ends[-1]), size)[0]:
         return False
     gaps = starts[1:] - ends[:-1]  # 1: just the newline ending the row before
     steps = np.diff(lines)
     if np.any(steps[gaps == 1] != 1):
         return False
     for k in np.flatnonzero(gaps > 1).tolist():  # blank lines between rows: rare
-        gap = a[ends[k] : starts[k + 1]]
-        if not _whitespace_only(gap) or int(steps[k]) != int(np.count_nonzero(gap == 0x0A)):
+        blank, newlines = probe.whitespace(int(ends[k]), int(starts[k + 1]))
+        if not blank or int(steps[k]) != newlines:
             return False
     return True
 
@@ -335,6 +380,28 @@ def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     return "number"
+
+
+def _parse_row(data: bytes, start: int, loc: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object of one row's bytes (``start``: their offset in the file, for the UTF-8 error)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"invalid UTF-8 byte 0x{data[exc.start]:02x} at byte offset {start + exc.start} of the file "
+            f"(byte {exc.start + 1} of the line)",
+            fix="re-encode the file as UTF-8",
+            **loc,
+        ) from None
+    try:
+        value = jsontext.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", **loc) from None
+    except jsontext.JsonProblem as exc:
+        raise InputError(exc.message, field=exc.field, **loc) from None
+    if not isinstance(value, dict):
+        raise InputError(f"expected one JSON object per line, got a JSON {_json_type(value)}", **loc)
+    return value
 
 
 class JsonlFile:
@@ -359,7 +426,7 @@ class JsonlFile:
         self._index = self._obtain_index(cache_dir, use_cache, chunk_size)
         if len(self._index) == 0:
             raise InputError("file has no rows (it is empty or only blank lines)", file=str(self.path))
-        self._mm: mmap.mmap | None = None
+        self._fh: BinaryIO | None = None
 
     # ----------------------------------------------------------------- index
     def _obtain_index(self, cache_dir: Any, use_cache: bool, chunk_size: int) -> LineIndex:
@@ -414,17 +481,21 @@ class JsonlFile:
             raise IndexError(f"row {i} out of range for {self.path} with {n} rows")
         return j
 
-    def _map(self) -> mmap.mmap:
-        if self._mm is None:
-            with reading.open_regular(self.path, what="JSONL file") as fh:
+    def _file(self) -> BinaryIO:
+        """The open file (opened on first use: a fresh object, or a pickled copy in a worker)."""
+        if self._fh is None:
+            fh = reading.open_regular(self.path, what="JSONL file")
+            try:
                 st = os.fstat(fh.fileno())
                 fp = self._index.fingerprint
                 if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
-                    raise InputError(
-                        "file changed after it was indexed; open it again to re-index", file=str(self.path)
-                    )
-                self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._mm
+                    raise InputError("file changed after it was indexed; open it again to re-index",
+                                     file=str(self.path))
+            except BaseException:
+                fh.close()
+                raise
+            self._fh = fh
+        return self._fh
 
     def line_number(self, i: int) -> int:
         """1-based physical line number of row ``i``."""
@@ -435,55 +506,56 @@ class JsonlFile:
         j = self._checked(i)
         return RowLocation(file=str(self.path), line=int(self._index.lines[j]), row=j)
 
-    def _span(self, j: int) -> tuple[int, int]:
+    def _read(self, j: int) -> tuple[bytes, int]:
+        """Row ``j``'s bytes (BOM and CR removed) and the file offset of their first byte.
+
+        One ``os.pread``; a row over :data:`~seqpack.core.limits.MAX_ROW_BYTES` is refused before it is read,
+        and a read that comes back short, or a file whose size or modification time moved since it was
+        indexed, is "changed while it was being read" (module docstring).
+        """
         start, end = int(self._index.starts[j]), int(self._index.ends[j])
-        mm = self._map()
-        if start == 0 and mm[:3] == _BOM:
-            start = 3
-        if end > start and mm[end - 1] == 0x0D:
-            end -= 1
-        return start, end
-
-    def raw(self, i: int) -> bytes:
-        """The bytes of row ``i`` without its line terminator (only that line is read)."""
-        j = self._checked(i)
-        start, end = self._span(j)
-        return self._line(j, start, end)
-
-    def _line(self, j: int, start: int, end: int) -> bytes:
-        data = self._map()[start:end]
+        loc = {"file": str(self.path), "line": int(self._index.lines[j]), "row": j}
+        if end - start > MAX_ROW_BYTES:
+            raise InputError(
+                f"the row is {end - start} bytes, over the limit of {MAX_ROW_BYTES} bytes per row; it is refused "
+                "unread", fix="split or shorten the row (limits live in reference_impl/seqpack/core/limits.py)", **loc)
+        data = os.pread(self._file().fileno(), end - start, start)
+        if len(data) != end - start:
+            raise InputError(CHANGED_WHILE_READING, fix=CHANGED_FIX, **loc)
+        self._unchanged(loc)  # after the read: what was read is what the index describes
+        if start == 0 and data[:3] == _BOM:
+            data, start = data[3:], 3
+        if data[-1:] == b"\r":
+            data = data[:-1]
         if b"\n" in data:
             raise InputError(
                 "the line index does not match the file (a row spans a newline); remove the .seqpack-cache index "
-                "of this file", file=str(self.path), line=int(self._index.lines[j]), row=j,
+                "of this file", **loc,
             )
-        return data
+        return data, start
+
+    def _unchanged(self, loc: dict[str, Any]) -> None:
+        """Raise "changed while it was being read" when the open file's size or modification time moved."""
+        st = os.fstat(self._file().fileno())
+        fp = self._index.fingerprint
+        if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
+            raise InputError(CHANGED_WHILE_READING, fix=CHANGED_FIX, **loc)
+
+    def raw(self, i: int) -> bytes:
+        """The bytes of row ``i`` without its line terminator (only that line is read)."""
+        return self._read(self._checked(i))[0]
 
     def row(self, i: int) -> dict[str, Any]:
         """Parse row ``i`` as a JSON object; :class:`InputError` (file, line, row) when it is not one."""
         checkpoint()  # a cancelled MCP job stops here
         j = self._checked(i)
-        start, end = self._span(j)
-        data = self._line(j, start, end)
+        data, start = self._read(j)
         loc = {"file": str(self.path), "line": int(self._index.lines[j]), "row": j}
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"invalid UTF-8 byte 0x{data[exc.start]:02x} at byte offset {start + exc.start} of the file "
-                f"(byte {exc.start + 1} of the line)",
-                fix="re-encode the file as UTF-8",
-                **loc,
-            ) from None
-        try:
-            value = jsontext.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", **loc) from None
-        except jsontext.JsonProblem as exc:
-            raise InputError(exc.message, field=exc.field, **loc) from None
-        if not isinstance(value, dict):
-            raise InputError(f"expected one JSON object per line, got a JSON {_json_type(value)}", **loc)
-        return value
+            return _parse_row(data, start, loc)
+        except MemoryError:
+            raise InputError(f"ran out of memory reading this row ({len(data)} bytes)",
+                             fix="free memory, or split or shorten the row", **loc) from None
 
     __getitem__ = row
 
@@ -507,18 +579,29 @@ class JsonlFile:
         if js.size and (js.min() < -n or js.max() >= n):
             return [self.row(i) for i in indices]  # the first bad index raises as row() does
         js = np.where(js < 0, js + n, js)
-        mm = self._map()
         starts, ends = self._index.starts[js], self._index.ends[js]
+        if js.size and int((ends - starts).max()) > MAX_ROW_BYTES:
+            return [self.row(i) for i in indices]  # the first row over the limit is refused unread, as row() does
+        fd = self._file().fileno()
         lo, hi = (int(starts.min()), int(ends.max())) if js.size else (0, 0)
-        if hi - lo > 2 * int((ends - starts).sum()) + (1 << 20):  # scattered rows: checked one by one
-            risky = np.concatenate([jsontext.needs_stdlib(mm[s:e], [0], [e - s]) for s, e in zip(starts, ends)]
+        if hi - lo > 2 * int((ends - starts).sum()) + (1 << 20):  # scattered rows: read and checked one by one
+            chunks = [os.pread(fd, e - s, s) for s, e in zip(starts.tolist(), ends.tolist())]
+            if any(len(c) != e - s for c, s, e in zip(chunks, starts.tolist(), ends.tolist())):
+                return [self.row(i) for i in indices]  # came up short: row() names the change
+            risky = np.concatenate([jsontext.needs_stdlib(c, [0], [len(c)]) for c in chunks]
                                    ) if js.size else np.zeros(0, bool)
-        else:  # a job's rows lie together: one pass over the bytes they span
-            risky = jsontext.needs_stdlib(mm[lo:hi], starts - lo, ends - lo)
+        else:  # a job's rows lie together: one positioned read and one pass over the bytes they span
+            span = os.pread(fd, hi - lo, lo)
+            if len(span) != hi - lo:
+                return [self.row(i) for i in indices]  # came up short: row() names the change
+            chunks = [span[s - lo:e - lo] for s, e in zip(starts.tolist(), ends.tolist())]
+            risky = jsontext.needs_stdlib(span, starts - lo, ends - lo)
+        if js.size:  # after the reads: what was read is what the index describes
+            first = int(js[0])
+            self._unchanged({"file": str(self.path), "line": int(self._index.lines[first]), "row": first})
         out = []
         slow = self.row
-        for j, start, end, odd in zip(js.tolist(), starts.tolist(), ends.tolist(), risky.tolist()):
-            data = mm[start:end]
+        for j, start, data, odd in zip(js.tolist(), starts.tolist(), chunks, risky.tolist()):
             if odd or start == 0 and data[:3] == _BOM or data[-1:] == b"\r":
                 out.append(slow(j))
                 continue
@@ -534,10 +617,10 @@ class JsonlFile:
             yield self.row(j)
 
     def close(self) -> None:
-        """Release the mmap (it is re-opened on the next read)."""
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
+        """Close the file (it is re-opened on the next read)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
     def identity(self) -> dict[str, Any]:
         """The file's fingerprint (size, mtime, edge hash) as recorded in its index."""
@@ -554,7 +637,7 @@ class JsonlFile:
     # ----------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_mm"] = None
+        state["_fh"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -37,13 +37,40 @@ class RowLocation:
 def at_row(location: RowLocation | None) -> Iterator[None]:
     """Add ``location``'s file/line/row to any :class:`SeqpackError` raised inside the block.
 
-    Parts the error already carries are kept; ``None`` means "no location to add".
+    Parts the error already carries are kept; ``None`` means "no location to add". Running out of memory
+    on the row (``MemoryError``) becomes an :class:`~seqpack.core.errors.InputError` naming it.
     """
     try:
         yield
     except SeqpackError as err:
         stamp(err, location)
         raise
+    except MemoryError:
+        raise out_of_memory(location) from None
+
+
+def out_of_memory(location: RowLocation | None, detail: str = "") -> SeqpackError:
+    """The error of a row the machine ran out of memory on (``detail``: what is known of its size)."""
+    from seqpack.core.errors import InputError
+
+    where = location.to_dict() if location is not None else {}
+    return InputError(f"ran out of memory on this row{detail}", fix="free memory, or split or shorten the row",
+                      **where)
+
+
+def text_size(value: Any) -> int:
+    """Characters of every string inside a row's JSON value (keys included): what tokenizing it costs."""
+    stack, total = [value], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(k) for k in item if isinstance(k, str))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def stamp(err: SeqpackError, location: RowLocation | None) -> SeqpackError:

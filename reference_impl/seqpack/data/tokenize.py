@@ -66,7 +66,7 @@ import numpy as np
 from seqpack.core.choices import TRUNCATION_MODES
 from seqpack.data import rejections as rj
 from seqpack.data.ranges import concat_ranges, offsets_of
-from seqpack.data.location import RowLocation, at_row, stamp
+from seqpack.data.location import RowLocation, at_row, out_of_memory, stamp, text_size
 from seqpack.data.rejections import SampleRejected
 from seqpack.data.schemas import CHAT_KEYS, ChatSchema, Message, PromptCompletionSchema, Schema
 from seqpack.data.tokenizers import ChatRendering, Tokenizer
@@ -436,6 +436,20 @@ def tokenize_batch(
     where = locations if locations is not None else [None] * len(rows)
     if len(where) != len(rows):
         raise UsageError(f"{len(rows)} rows but {len(where)} locations")
+    try:
+        return _tokenize_batch(rows, schema, tokenizer, max_length, truncation, where)
+    except MemoryError:
+        # the rows are tokenized together: name the largest, the one that made the batch too big
+        sizes = [text_size(row) for row in rows]
+        k = max(range(len(rows)), key=sizes.__getitem__)
+        detail = f" ({sizes[k]} characters, the largest of the {len(rows)} rows tokenized with it)"
+        raise out_of_memory(where[k], detail) from None
+
+
+def _tokenize_batch(
+    rows: Sequence[dict[str, Any]], schema: Schema, tokenizer: Tokenizer, max_length: int, truncation: str,
+    where: Sequence[RowLocation | None],
+) -> TokenizedBatch:
     rejected: list[tuple[int, SampleRejected]] = []
 
     def guarded(pos: int, fn: Any, *args: Any) -> Any:

@@ -22,6 +22,7 @@ from seqpack.io import reading
 from seqpack.core.arguments import positive_int
 from seqpack.data.interrupt import checkpoint
 from seqpack.core.errors import ArtifactError
+from seqpack.core.limits import MAX_PACK_LEN
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +143,18 @@ class PackedParquetReader:
                 meta = pf.metadata
             except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for foreign files
                 raise ArtifactError(f"not a readable Parquet file ({type(exc).__name__}: {exc})", file=str(path)) from None
-            names = set(pf.schema_arrow.names)
+            all_names = list(pf.schema_arrow.names)
+            names = set(all_names)
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise ArtifactError(
                     f"missing required columns {missing} (has {sorted(names)}); not a packed Parquet file",
                     file=str(path),
                 )
+            twice = [c for c in REQUIRED_COLUMNS if all_names.count(c) > 1]
+            if twice:
+                raise ArtifactError(f"column {twice[0]!r} appears {all_names.count(twice[0])} times; a packed "
+                                    "Parquet file has each column once", file=str(path), field=twice[0])
             for c in REQUIRED_COLUMNS:
                 _check_column_type(pf.schema_arrow.field(c), path)
             for g in range(meta.num_row_groups):
@@ -193,6 +199,7 @@ class PackedParquetReader:
             try:
                 if f not in self._files:
                     self._files[f] = pq.ParquetFile(self.paths[f])
+                _check_expansion(self._files[f].metadata, int(self._group_index[group]), self.paths[f])
                 table = self._files[f].read_row_group(int(self._group_index[group]), columns=list(REQUIRED_COLUMNS))
                 cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
                 for c in REQUIRED_COLUMNS:
@@ -200,12 +207,10 @@ class PackedParquetReader:
                     offsets = np.asarray(col.offsets, dtype=np.int64)
                     values = col.values.to_numpy(zero_copy_only=False)
                     cache[c] = (offsets, values)
+            except ArtifactError:
+                raise
             except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged data
-                raise ArtifactError(
-                    f"row group {int(self._group_index[group])} cannot be read ({type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else ''}); the file is damaged",
-                    file=str(self.paths[f]),
-                ) from None
+                raise _unreadable_group(exc, self._files.get(f), int(self._group_index[group]), self.paths[f]) from None
             self._cache = cache
             self._cache_group = group
         assert self._cache is not None
@@ -221,6 +226,11 @@ class PackedParquetReader:
         out = {}
         for c, dtype in (("input_ids", np.int64), ("loss_mask", np.int8), ("seq_start_id", np.int64)):
             offsets, values = cache[c]
+            size = int(offsets[j + 1] - offsets[j])
+            if size > MAX_PACK_LEN:  # no pack is that long: refused before it is copied
+                f = self.locate(index)[0]
+                raise ArtifactError(f"{c} holds {size} values, more than the longest pack ({MAX_PACK_LEN})",
+                                    file=str(self.paths[f]), row=index, field=c)
             out[c] = np.array(values[offsets[j] : offsets[j + 1]], dtype=dtype)
         return out
 
@@ -234,6 +244,54 @@ class PackedParquetReader:
         self._files = {}
         self._cache = None
         self._cache_group = -1
+
+
+#: Bytes per value of each Parquet physical type once decoded (the footer counts values, not decoded bytes: a
+#: run-length encoded column of zeros is a few bytes "uncompressed").
+_VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def _group_bytes(meta: Any, group: int) -> tuple[int, int]:
+    """Bytes on disk, and bytes once decoded, of the packed columns of row group ``group`` (from the footer)."""
+    rg = meta.row_group(group)
+    on_disk = decoded = 0
+    for c in range(rg.num_columns):
+        column = rg.column(c)
+        if column.path_in_schema.split(".")[0] in REQUIRED_COLUMNS:
+            on_disk += int(column.total_compressed_size)
+            decoded += int(column.num_values) * _VALUE_BYTES.get(str(column.physical_type), 8)
+    return on_disk, decoded
+
+
+def _check_expansion(meta: Any, group: int, path: Any) -> None:
+    """Refuse a decompression bomb before it is read: a row group that decodes to more than
+    :data:`~seqpack.core.limits.MAX_INFLATED_ROW_GROUP_BYTES` and to at least
+    :data:`~seqpack.core.limits.PARQUET_BOMB_RATIO` times its size on disk."""
+    from seqpack.core.limits import MAX_INFLATED_ROW_GROUP_BYTES, PARQUET_BOMB_RATIO
+
+    on_disk, decoded = _group_bytes(meta, group)
+    if decoded > MAX_INFLATED_ROW_GROUP_BYTES and decoded >= PARQUET_BOMB_RATIO * max(on_disk, 1):
+        raise ArtifactError(f"row group {group} is a decompression bomb: {on_disk} bytes on disk decode to {decoded} "
+                            f"({decoded // max(on_disk, 1)} times as many); refused unread", file=str(path),
+                            fix="packed token ids never shrink like this: regenerate the file")
+
+
+def _unreadable_group(exc: Exception, pf: Any, group: int, path: Any) -> ArtifactError:
+    """The error of a row group pyarrow could not read: out of memory is said as such (a decompression bomb when the
+    group decodes to far more than its size on disk); anything else is damage."""
+    from seqpack.core.limits import PARQUET_BOMB_RATIO
+
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        on_disk, decoded = _group_bytes(pf.metadata, group) if pf is not None else (0, 0)
+        if on_disk and decoded >= PARQUET_BOMB_RATIO * on_disk:
+            return ArtifactError(f"row group {group} is a decompression bomb: {on_disk} bytes on disk decode to "
+                                 f"{decoded}; ran out of memory decoding it", file=str(path))
+        return ArtifactError(f"ran out of memory reading row group {group} ({decoded or 'an unknown number of'} "
+                             f"bytes once decoded; {type(exc).__name__}: {text})", file=str(path),
+                             fix="free memory, or write the packs with smaller row groups")
+    return ArtifactError(f"row group {group} cannot be read ({type(exc).__name__}: {text}); the file is damaged",
+                         file=str(path))
 
 
 def _check_column_type(field: Any, path: Any) -> None:

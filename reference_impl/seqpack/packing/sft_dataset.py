@@ -1,10 +1,10 @@
 """Lazy map-style dataset over an SFT JSONL file, and an optional one-pass scan for rejected rows.
 
 :class:`SFTJsonlDataset` keeps only the line index of the file (three int64 numbers per row) and a
-read-only mmap that every process opens on first use. ``dataset[i]`` reads the bytes of row ``i``,
+read-only file that every process opens on first use. ``dataset[i]`` reads the bytes of row ``i``,
 parses them, tokenizes them with ``max_length=seq_length`` under the truncation policy and
 applies the next-token shift (:func:`seqpack.data.tokenize.to_training_example`). Nothing
-materialises the dataset; the object pickles without its mmap, so DataLoader workers get a copy
+materialises the dataset; the object pickles without its open file, so DataLoader workers get a copy
 cheaply.
 
 **Row length.** Tokenization bounds a sample to ``seq_length`` ids, so a training row (after the

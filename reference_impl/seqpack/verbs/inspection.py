@@ -147,6 +147,8 @@ def inspect_packed_dataset(
     }
     if manifest is not None:
         _check_manifest(manifest, reader.paths, per_file, shape, issues)
+    else:
+        _check_foreign_metadata(reader.paths, int(pack_size), shape, issues)
     topo_out = None
     if topo is not None:
         topo_out = _check_topology(topo, phys, counts, int(pack_size), fixed, pad_seq_length_to_mult,
@@ -403,6 +405,36 @@ def _check_metadata(
                 what = "understates" if isinstance(stated, (int, float)) and stated < actual else "misstates"
                 issues.add("metadata", -1, f"{name} entry {k} ({split}) {what} {key}: {stated!r}, the packs hold "
                            f"{actual}" + (" (Megatron-Bridge sizes buffers from it)" if what == "understates" else ""))
+
+
+def _check_foreign_metadata(paths: list[Any], pack_size: int, shape: dict[str, np.ndarray], issues: _Issues) -> None:
+    """Packs without a seqpack manifest (written by Megatron-Bridge or by hand): the metadata file beside them
+    (``<pack_size>_metadata.jsonl``, or the only ``*_metadata.jsonl`` there) against what the packs hold. Bridge
+    sizes its buffers from the largest entry, so an entry set below the packs breaks training."""
+    import glob
+
+    from seqpack.core.errors import ArtifactError
+    from seqpack.packing.parquet import read_metadata
+
+    directory = os.path.dirname(str(paths[0]))
+    named = os.path.join(directory, f"{pack_size}_metadata.jsonl")
+    found = [named] if os.path.exists(named) else glob.glob(os.path.join(glob.escape(directory), "*_metadata.jsonl"))
+    if len(found) != 1:
+        return  # none, or several pack sizes side by side: nothing says which one these packs follow
+    name = os.path.basename(found[0])
+    try:
+        entries = read_metadata(found[0])
+    except ArtifactError as err:
+        issues.add("metadata", -1, f"{name}: {err.message}")
+        return
+    actual = {key: int(values.max()) for key, values in shape.items() if key != "min_packed_seqlen" and values.size}
+    for key, held in actual.items():
+        stated = [e.get(key) for e in entries if isinstance(e.get(key), (int, float)) and not isinstance(e.get(key), bool)]
+        if not stated:
+            issues.add("metadata", -1, f"{name} states no {key} (Megatron-Bridge sizes buffers from it)")
+        elif max(stated) < held:
+            issues.add("metadata", -1, f"{name} understates {key}: {max(stated)!r}, the packs hold {held} "
+                       "(Megatron-Bridge sizes buffers from it)")
 
 
 def _structure_ok(r: int, ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, issues: _Issues) -> bool:

@@ -16,12 +16,14 @@ the same.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Iterator
+from typing import Any, Sequence
 
-from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic
+from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic, resource_error
 
 #: The hand-written subcommand modules (not verbs of the library), listed after the verbs' subcommands.
 #: Each defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
@@ -93,15 +95,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     from seqpack.verbs import VERB_SPECS
 
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only=words[0] if words and words[0] in VERB_SPECS else None)
-    args = parser.parse_args(words)
-    if not getattr(args, "_run", None):
-        parser.print_help(sys.stderr)
-        return EXIT_ERROR
+    with _terminal_safe_streams():
+        parser = build_parser(only=words[0] if words and words[0] in VERB_SPECS else None)
+        args = parser.parse_args(words)
+        if not getattr(args, "_run", None):
+            parser.print_help(sys.stderr)
+            return EXIT_ERROR
+        try:
+            return _run(args)
+        finally:
+            _print_nonce()
+
+
+class TerminalSafeStream:
+    """A text stream that writes everything through :func:`seqpack.core.textfmt.printable` (lines kept): a
+    name from a dataset or the command line cannot drive the terminal. Everything else (``buffer``,
+    ``fileno``, ``isatty``) is the wrapped stream's; ``raw`` is the wrapped stream itself (for a progress bar's
+    own carriage returns)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        """Write ``text`` escaped; returns its length, as a text stream does."""
+        from seqpack.core.textfmt import printable
+
+        self.raw.write(printable(text, keep_lines=True))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        """Write each line escaped."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@contextlib.contextmanager
+def _terminal_safe_streams() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` as :class:`TerminalSafeStream` while a command runs (restored after)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, TerminalSafeStream) else TerminalSafeStream(s) for s in saved)
     try:
-        return _run(args)
+        yield
     finally:
-        _print_nonce()
+        sys.stdout, sys.stderr = saved
 
 
 def _print_nonce() -> None:
@@ -151,10 +190,16 @@ def _run(args: argparse.Namespace) -> int:
     from seqpack.core.extras import missing_extra_error, require_extra
 
     try:
-        _undecodable_argument(args)
-        if getattr(args, "_extra", None):
-            require_extra(args._extra)
-        return int(args._run(args))
+        try:
+            _undecodable_argument(args)
+            if getattr(args, "_extra", None):
+                require_extra(args._extra)
+            return int(args._run(args))
+        except (MemoryError, ImportError, OSError) as exc:  # out of memory or descriptors: one line, not a bug
+            exhausted = resource_error(exc)
+            if exhausted is None or os.environ.get("SEQPACK_DEBUG"):
+                raise
+            raise exhausted from None
     except ImportError as exc:  # a module of an optional extra is missing: name the extra, in one line
         hint = missing_extra_error(exc)
         if hint is None or os.environ.get("SEQPACK_DEBUG"):

@@ -1,4 +1,4 @@
-"""The hook for long-running tools: blocking work in a thread, with progress, a time limit and cancellation.
+"""The hook for long-running tools: blocking work in its own process, with progress, a time limit and cancellation.
 
 A long-running tool is an ``async`` tool that takes a :class:`~mcp.server.mcpserver.Context` and
 hands its blocking work to :func:`run_job`::
@@ -19,6 +19,11 @@ the client cancelled the request or the time limit passed, so the work ends at i
 :func:`run_job` turns a stop on the time limit into a ``ToolError`` naming the limit, maps
 ``SeqpackError`` to ``ToolError`` like every other tool, and lets a client cancellation propagate
 (a cancelled request gets no response).
+
+Where it can (Linux), the worker thread forks and the work runs in that child process
+(:mod:`seqpack.faces.mcp.job_process`): progress and the stop cross pipes, and a job whose process dies
+(SIGBUS, SIGSEGV, the out-of-memory killer's SIGKILL) is a tool error naming the signal while the server,
+its sessions and its other jobs go on.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from seqpack.data.interrupt import stop_checks
 from seqpack.core.limits import MAX_CONCURRENT_JOBS
+from seqpack.faces.mcp import job_process
 from seqpack.faces.mcp.errors import log, tool_errors
 
 T = TypeVar("T")
@@ -56,7 +62,7 @@ class JobControl:
 
     def __init__(self, report: Callable[[float, float | None, str | None], Any] | None, deadline: float) -> None:
         self._report = report
-        self._deadline = deadline
+        self.deadline = deadline
         self._stop = threading.Event()
         self.reason: str | None = None
 
@@ -69,26 +75,33 @@ class JobControl:
     @property
     def stopped(self) -> bool:
         """True once a stop was requested or the deadline passed."""
-        return self._stop.is_set() or time.monotonic() > self._deadline
+        return self._stop.is_set() or time.monotonic() > self.deadline
 
     def check(self) -> None:
         """Raise :class:`JobStopped` when the work must stop."""
         if self._stop.is_set():
             raise JobStopped(self.reason or "cancelled")
-        if time.monotonic() > self._deadline:
+        if time.monotonic() > self.deadline:
             self.stop("time limit")
             raise JobStopped("time limit")
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress to the client, then :meth:`check`."""
         self.check()
+        self.report(done, total, message)
+        self.check()
+
+    def report(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Send a progress notification to the client (when it asked for progress); never raises."""
         if self._report is not None:
             try:
                 anyio.from_thread.run(self._report, done, total, message)
             except Exception as exc:  # noqa: BLE001 - a lost progress note must not fail the work
                 log.debug("progress notification not sent: %s", exc)
-        self.check()
 
+
+#: Run every job in its own process where that is available (:mod:`seqpack.faces.mcp.job_process`).
+ISOLATE = True
 
 _LIMITERS: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
 
@@ -128,6 +141,9 @@ async def run_job(ctx: Context | None, work: Callable[[JobControl], T], *, time_
 
     def target() -> None:
         try:
+            if ISOLATE and job_process.available():  # a job that dies does not take the server with it
+                box["value"] = job_process.run_in_child(work, job, job.report, JobStopped)
+                return
             with stop_checks(job.check):  # library loops (rows, row groups) stop at their next checkpoint
                 box["value"] = work(job)
         except BaseException as exc:  # noqa: BLE001 - handed back to the event loop below

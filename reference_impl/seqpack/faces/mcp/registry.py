@@ -34,7 +34,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, create_model, model_validator
 
 from seqpack.io import confine
-from seqpack.core.errors import SeqpackError, is_foreign_panic
+from seqpack.core.errors import SeqpackError, is_foreign_panic, resource_error
 from seqpack.core.extras import install_hint, missing_extra_error, require_extra
 from seqpack.faces.mcp.errors import error_result, log
 from seqpack.faces.mcp.hints import READ_ONLY
@@ -73,7 +73,8 @@ TOOLS: dict[str, ToolSpec] = {}
 
 def _error_or_raise(name: str, exc: BaseException) -> Any:
     if isinstance(exc, Exception):
-        exc = missing_extra_error(exc) or exc  # a module of a missing extra: the install hint, not an ImportError
+        # memory or descriptors ran out: that, in one line; a module of a missing extra: the install hint
+        exc = resource_error(exc) or missing_extra_error(exc) or exc
     result = error_result(name, exc)
     if result is None:
         # unexpected (a bug): the traceback goes to the server log, the client still gets the reason

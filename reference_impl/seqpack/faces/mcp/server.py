@@ -70,10 +70,16 @@ class SeqpackServer(StampedMCPServer):
         self.seqpack_skill_dir = skill_dir
 
     async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
-        """The prompt as the SDK renders it; an unknown name is ``-32602`` (invalid params), as the spec says,
-        not the SDK's internal error."""
-        if self._prompt_manager.get_prompt(name) is None:  # noqa: SLF001 - the SDK offers no public lookup
+        """The prompt as the SDK renders it. An unknown name, an unknown argument (with the closest valid one), an
+        argument that is not a string (the spec's prompt arguments are strings) or a missing required one is
+        ``-32602`` (invalid params) naming it, as the spec says: not the SDK's internal error and its traceback."""
+        prompt = self._prompt_manager.get_prompt(name)  # noqa: SLF001 - the SDK offers no public lookup
+        if prompt is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
+        problem = prompt_argument_problem(name, [(a.name, bool(a.required)) for a in prompt.arguments or []],
+                                          arguments)
+        if problem is not None:
+            raise MCPError(code=INVALID_PARAMS, message=problem)
         return await super().get_prompt(name, arguments, context)
 
     async def call_tool(  # type: ignore[override]
@@ -109,6 +115,31 @@ class SeqpackServer(StampedMCPServer):
         return result
 
 
+def prompt_argument_problem(name: str, declared: list[tuple[str, bool]], arguments: Any) -> str | None:
+    """Why ``arguments`` cannot render prompt ``name`` (``declared``: its ``(argument, required)`` pairs), or None."""
+    import difflib
+
+    from seqpack.core.textfmt import printable
+
+    names = [n for n, _ in declared]
+    given = arguments or {}
+    if not isinstance(given, dict):
+        return f"prompt {name}: arguments must be an object of strings"
+    for key, value in given.items():
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return (f"prompt {name} has no argument {printable(str(key))[:80]!r}{hint} (its arguments: "
+                    f"{', '.join(names) or 'none'})")
+        if not isinstance(value, str):
+            kind = "a boolean" if isinstance(value, bool) else type(value).__name__
+            return f"prompt {name}: argument {key!r} must be a string, got {kind}"
+    missing = [n for n, required in declared if required and n not in given]
+    if missing:
+        return f"prompt {name}: missing required argument {missing[0]!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class ServerInfo(Result):
     """Server version, allowed roots, skill bundle location and which heavy modules are loaded."""
@@ -132,6 +163,17 @@ def server_info(ctx: Context) -> ServerInfo:
         skill_dir=str(skill) if skill is not None else None,
         heavy_modules_loaded={m: m in sys.modules for m in HEAVY_MODULES},
     )
+
+
+class TerminalSafeFormatter(logging.Formatter):
+    """Log lines with every character that could drive a terminal escaped (a request path, a client's
+    name, a file name from a dataset): :func:`seqpack.core.textfmt.printable`, tracebacks kept on their lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted record, escaped."""
+        from seqpack.core.textfmt import printable
+
+        return printable(super().format(record), keep_lines=True)
 
 
 def build_server(
@@ -175,9 +217,9 @@ def serve(
     if token_file is not None and transport != "http":
         raise UsageError("--token-file applies to --transport http (a stdio server is reached only by its client)")
     if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-        )
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
     token = read_token_file(token_file) if token_file is not None else None
     allowed = AllowedRoots.from_args(roots)
     server = build_server(allowed)
@@ -189,16 +231,26 @@ def serve(
 
 
 async def _serve_http(server: MCPServer, port: int, lifetime_s: float | None, token: str | None = None) -> None:
-    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on; the bearer token when given), logs
-    through ``logging``."""
+    """Streamable HTTP on 127.0.0.1 only (DNS-rebinding protection on host and port, one answer per request id,
+    accepts that back off when descriptors run out: :mod:`seqpack.faces.mcp.http_guard`; the bearer token when
+    given), logs through ``logging`` (query values redacted)."""
     import anyio
     import uvicorn
 
+    import asyncio
+
     from seqpack.faces.mcp.http_auth import BearerTokenGuard
+    from seqpack.faces.mcp.http_guard import DistinctRequestIds, RedactQuery, accept_errors_once, transport_security
 
     sock = _bind("127.0.0.1", port)  # before anything starts: a port in use is one line, not a traceback
+    port = sock.getsockname()[1]
     log.info("listening on http://127.0.0.1:%d/mcp%s", port, " (bearer token required)" if token else "")
-    app: Any = server.streamable_http_app(host="127.0.0.1")
+    accept_errors_once(asyncio.get_running_loop())
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQuery) for f in access.filters):
+        access.addFilter(RedactQuery())
+    app: Any = DistinctRequestIds(server.streamable_http_app(host="127.0.0.1",
+                                                             transport_security=transport_security(port)))
     if token is not None:
         app = BearerTokenGuard(app, token)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="info")
@@ -222,7 +274,9 @@ def _bind(host: str, port: int) -> Any:
 
     from seqpack.core.errors import UsageError
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    from seqpack.faces.mcp.http_guard import BackoffSocket
+
+    sock = BackoffSocket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

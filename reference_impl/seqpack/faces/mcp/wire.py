@@ -13,16 +13,17 @@ Codes: ``-32700`` (parse error: not JSON, not UTF-8 text), ``-32600`` (invalid r
 object, no ``jsonrpc: "2.0"``, no method, an id that is neither a string nor an integer) and
 ``-32602`` (invalid params: ``params`` not an object, a lone surrogate or too deep a nesting in
 them). The HTTP transport answers these itself (status 400 with a JSON-RPC error body).
+
+stdin is read by :class:`FdLines` as it becomes readable, not by a thread blocked in ``read``: Ctrl-C stops
+the server at once, even while a tool runs, and a line is bounded (:data:`MAX_LINE_BYTES`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from io import TextIOWrapper
 from types import TracebackType
 from typing import Any
 
@@ -158,29 +159,75 @@ class AnsweringReadStream:
 
 
 @contextmanager
-def _private_stdin() -> Iterator[Any]:
-    """The process's stdin as a private text stream, with fd 0 pointed at the null device meanwhile
+def _private_stdin() -> Iterator[int]:
+    """A private descriptor of the process's stdin, with fd 0 pointed at the null device meanwhile
     (what the SDK's own stdio transport does, so a child process reads EOF, not the protocol)."""
-    try:
-        private = os.dup(0)
-    except OSError:
-        yield TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-        return
+    private = os.dup(0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     try:
-        yield TextIOWrapper(os.fdopen(private, "rb", closefd=False), encoding="utf-8", errors="replace")
+        yield private
     finally:
         os.dup2(private, 0)
+        os.close(private)
+
+
+#: Longest message line read on stdio (the HTTP transport's body limit is 4 MiB; an inline list of a million
+#: lengths is about 8 MB of JSON): a longer line is answered with an error and skipped, never held whole.
+MAX_LINE_BYTES = 64 << 20
+
+
+class FdLines:
+    """The lines of a file descriptor, read as it becomes readable: waiting is an ``await`` the event loop can
+    cancel (Ctrl-C stops the server at once, even while a tool runs), not a thread blocked in ``read``. A line
+    over ``limit`` bytes becomes a :data:`MALFORMED` stand-in (``-32600``) and the rest of it is skipped."""
+
+    def __init__(self, fd: int, limit: int = MAX_LINE_BYTES) -> None:
+        self.fd, self.limit = fd, limit
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        import stat
+
+        import anyio
+        import anyio.lowlevel
+
+        pollable = not stat.S_ISREG(os.fstat(self.fd).st_mode)  # a file as stdin is always readable
+        buf, skipping = bytearray(), False
+        while True:
+            if pollable:
+                await anyio.wait_readable(self.fd)
+            else:
+                await anyio.lowlevel.checkpoint()
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                if buf and not skipping:
+                    yield buf.decode("utf-8", "replace")
+                return
+            buf += chunk
+            while (end := buf.find(b"\n")) >= 0:
+                line, buf = bytes(buf[: end + 1]), buf[end + 1:]
+                if skipping:
+                    skipping = False
+                    continue
+                yield line.decode("utf-8", "replace")
+            if len(buf) > self.limit:
+                if not skipping:
+                    yield json.dumps({"jsonrpc": "2.0", "method": MALFORMED, "params": {
+                        "id": None, "code": INVALID_REQUEST,
+                        "message": f"Invalid request: a message longer than {self.limit} bytes"}}) + "\n"
+                buf, skipping = bytearray(), True
 
 
 @asynccontextmanager
 async def checked_stdio() -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's stdio transport reading :class:`CheckedLines`; yields ``(read_stream, write_stream)``."""
-    import anyio
+    """The SDK's stdio transport reading :class:`CheckedLines` of :class:`FdLines` of stdin; yields
+    ``(read_stream, write_stream)``."""
     from mcp.server.stdio import stdio_server
 
-    with _private_stdin() as text:
-        async with stdio_server(stdin=CheckedLines(anyio.wrap_file(text))) as (read_stream, write_stream):  # type: ignore[arg-type]
+    with _private_stdin() as fd:
+        async with stdio_server(stdin=CheckedLines(FdLines(fd))) as (read_stream, write_stream):  # type: ignore[arg-type]
             yield AnsweringReadStream(read_stream, write_stream), write_stream

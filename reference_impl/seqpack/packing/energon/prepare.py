@@ -294,6 +294,7 @@ def prepare_energon_dataset(
             jf.close()
             for w in writers.values():
                 w.close()
+        _refuse_empty(counts, skipped, n, src)  # before energon indexes the shards: it fails on none at all
         shards = {split: writers[split].names for split in SPLITS}
         _energon_prepare(tmp, shards)
         media_info = None
@@ -312,14 +313,27 @@ def prepare_energon_dataset(
             "shard_sha256": {k: v for w in writers.values() for k, v in w.sha256.items()},
             "media": media_info,
         }
-        if not sum(counts.values()):
-            raise InputError(f"no usable row ({n} of {n} skipped: {', '.join(skipped)})", file=str(src))
         manifest["fingerprint"] = dataset_fingerprint(manifest)
         manifest["files"] = ownership.record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
         atomic.write_text(tmp / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
     result = _result(out, manifest, time.perf_counter() - started)
     log.info("prepared %s: %s in %.3fs", out, result.samples, result.seconds)
     return result
+
+
+def _refuse_empty(counts: dict[str, int], skipped: dict[str, dict[str, Any]], n: int, src: Path) -> None:
+    """Every row skipped (or none left for training): one line with the reasons and their first lines."""
+    if counts.get("train"):
+        return
+    total = sum(v["count"] for v in skipped.values())
+    reasons = "; ".join(f"{reason}: {v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]
+                        else f"{reason}: {v['count']}" for reason, v in skipped.items())
+    if not sum(counts.values()):
+        raise InputError(f"no usable row: {total} of {n} rows skipped ({reasons})", file=str(src),
+                         fix="fix or replace the skipped rows (an empty completion, no assistant turn, ...)")
+    raise InputError(f"no row left for the training split: {total} of {n} rows skipped ({reasons or 'none'}) and "
+                     f"{counts.get('val', 0)} held out for validation", file=str(src), field="val_fraction",
+                     fix="lower --val-fraction or fix the skipped rows")
 
 
 def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> PreparedEnergonDataset:

@@ -129,6 +129,13 @@ class TorchCollective:
         """Nothing: the process group stays for later calls (see the module docstring)."""
 
 
+#: What a launcher sets in every rank it starts (torchrun and torch.distributed.launch, DeepSpeed, Accelerate and
+#: seqpack's own ranks set ``LOCAL_RANK``; Slurm, Open MPI and PMI set their own): ``WORLD_SIZE`` > 1 without any
+#: of them is an environment left over in a shell, and waiting for the other ranks would wait for ever.
+LAUNCHER_VARIABLES = ("LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                      "PMIX_RANK")
+
+
 def _env_world_size() -> int:
     try:
         return int(os.environ.get("WORLD_SIZE", "1"))
@@ -170,6 +177,14 @@ def resolve_collective(distributed: bool | None = None) -> Collective:
             raise UsageError(
                 f"WORLD_SIZE={env_world} but {', '.join(missing)} not set; launch with torchrun",
                 field="distributed",
+            )
+        if not any(k in os.environ for k in LAUNCHER_VARIABLES):  # left over in a shell: the ranks never come
+            raise UsageError(
+                f"WORLD_SIZE={env_world} is set but no launcher started this process (none of "
+                f"{', '.join(LAUNCHER_VARIABLES)} is set), so its {env_world - 1} other rank(s) would never join",
+                field="distributed",
+                fix="unset WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT to run on this machine, or launch with "
+                "torchrun --nproc_per_node N ...",
             )
         dist.init_process_group(backend="gloo")
         atexit.register(_destroy_at_exit)

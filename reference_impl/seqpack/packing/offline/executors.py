@@ -16,6 +16,7 @@ run on every rank with the same error: the first one in input order.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -33,7 +34,8 @@ def _progress(total: int, desc: str, unit: str = "row") -> Any:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with megatron-energon
         return None
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
+    # the bar's own carriage returns go to the terminal as they are (the CLI escapes what it prints)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=getattr(sys.stderr, "raw", sys.stderr))
 
 
 def _block(n: int, rank: int, world: int) -> tuple[int, int]:

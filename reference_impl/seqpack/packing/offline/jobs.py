@@ -1,9 +1,9 @@
 """Work units of offline packing and the process pool that runs them.
 
 Tokenization is cut into *jobs* of consecutive draws from one source file (:func:`tokenize_jobs`).
-A worker process keeps its tokenizer, schema and input files (:mod:`seqpack.data.rows`) for its whole
-life (they are handed over once, by the pool initializer, not with every job; a file is mapped
-for one job at a time so its pages do not pile up in the worker's memory), tokenizes a job with
+A worker process keeps its tokenizer, schema and input files (:mod:`seqpack.data.rows`: a JSONL file's line
+index, a Parquet file's footer) for its whole life (they are handed over once, by the pool initializer, not
+with every job; a file is open for one job at a time), tokenizes a job with
 :func:`seqpack.data.tokenize.tokenize_batch` and appends the samples to its own spill files
 (:mod:`seqpack.packing.offline.spill`); only lengths, counts and rejections travel back. Filling
 and writing packs is the other kind of job (:func:`seqpack.packing.offline.fill.write_part`).
@@ -14,6 +14,7 @@ results in job order, so the output never depends on the number of workers.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -44,11 +45,14 @@ class TokenizeContext:
 
 @dataclass(frozen=True)
 class TokenizeJob:
-    """Rows ``rows`` of the input ``path`` (JSONL, Parquet or a datasets folder), the ``index``-th job of the split."""
+    """Rows ``rows`` of the input ``path`` (JSONL, Parquet or a datasets folder), the ``index``-th job of the split;
+    ``expected`` is a JSONL file's fingerprint when the jobs were cut (a worker that opens another file under that
+    name refuses it)."""
 
     index: int
     path: str
     rows: np.ndarray
+    expected: Any = None
 
 
 @dataclass(frozen=True)
@@ -65,15 +69,22 @@ class TokenizedJob:
 
 def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob]:
     """Consecutive draws from one source form a job; jobs stay in stream order."""
+    from seqpack.data.jsonl import file_fingerprint
+    from seqpack.data.rows import input_kind
+
     jobs = []
     src, rows = stream.source_ids, stream.row_ids
     start, n = 0, len(stream)
+    prints: dict[str, Any] = {}
     while start < n:
         end = min(n, start + rows_per_job)
         other = np.flatnonzero(src[start:end] != src[start])
         if other.size:
             end = start + int(other[0])
-        jobs.append(TokenizeJob(len(jobs), stream.sources[int(src[start])].path, rows[start:end]))
+        path = stream.sources[int(src[start])].path
+        if path not in prints:  # a JSONL file can change in place; Parquet and datasets folders are read whole
+            prints[path] = file_fingerprint(path) if input_kind(path) == "jsonl" else None
+        jobs.append(TokenizeJob(len(jobs), path, rows[start:end], prints[path]))
         start = end
     return jobs
 
@@ -155,6 +166,11 @@ def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: An
     None: lengths only). The result names the spill file and the offset of the job's first record."""
     from seqpack.data.tokenize import tokenize_batch
 
+    if job.expected is not None and source.index.fingerprint != job.expected:  # replaced since the jobs were cut
+        from seqpack.core.errors import InputError
+        from seqpack.data.jsonl import CHANGED_FIX, CHANGED_WHILE_READING
+
+        raise InputError(CHANGED_WHILE_READING, file=job.path, fix=CHANGED_FIX)
     rows = job.rows.tolist()
     batch = tokenize_batch(
         source.rows(rows), ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
@@ -165,7 +181,7 @@ def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: An
                       **({"completion_nonempty": True} if getattr(err, "completion_nonempty", False) else {})})
         for pos, err in batch.rejected
     ]
-    source.release()  # unmap the file: its pages would otherwise stay in this process's resident set
+    source.release()  # one open file per job, not one per file the worker ever read
     if ctx.cut_ids is not None:
         batch = cut_batch(batch, ctx.cut_ids)
     spill, start = None, 0
@@ -268,19 +284,88 @@ def map_jobs(
                     progress(job)
                 yield out
         return
-    import multiprocessing as mp
+    yield from _pooled(fn, jobs, min(workers, len(jobs)), context, progress)
 
-    pool = mp.get_context(_start_method()).Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(context,))
+
+#: Seconds between two stop checks while a pool job is awaited.
+_WAIT_STEP_S = 0.1
+
+
+def _pooled(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, context: TokenizeContext | None,
+            progress: Callable[[Any], None] | None) -> Iterator[Any]:
+    """:func:`map_jobs` on a process pool: results in job order, at most two jobs per worker in flight.
+
+    A worker that dies (killed by the OOM killer, a signal, a crash in native code) breaks the pool: the run
+    stops with one :class:`~seqpack.core.errors.ResourceError` naming the signal, instead of waiting for ever
+    for a result that never comes. The stop check runs while a job is awaited, so a cancelled MCP job stops
+    mid-job; the workers are killed on the way out.
+    """
+    import collections
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
+
+    from seqpack.data.interrupt import checkpoint
+
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()), initializer=_init_worker,
+                                  initargs=(context,))
+    shielded, pending, queue = _Shielded(fn), iter(jobs), collections.deque()
     try:
-        for job, out in zip(jobs, pool.imap(_Shielded(fn), jobs, chunksize=1)):
-            checkpoint()  # a cancelled MCP job stops here (the pool is terminated on the way out)
+        for job in itertools.islice(pending, 2 * workers):
+            queue.append((job, pool.submit(shielded, job)))
+        while queue:
+            job, future = queue.popleft()
+            while True:
+                checkpoint()  # a cancelled MCP job stops here (the workers are killed on the way out)
+                try:
+                    out = future.result(timeout=_WAIT_STEP_S)
+                    break
+                except cf.TimeoutError:
+                    continue
+            for more in itertools.islice(pending, 1):
+                queue.append((more, pool.submit(shielded, more)))
             if progress is not None:
                 progress(job)
             yield out
-        pool.close()
-        pool.join()
+    except BrokenProcessPool:
+        raise _worker_died(pool) from None
     finally:
-        pool.terminate()
+        _stop_pool(pool)
+
+
+def _worker_died(pool: Any) -> Exception:
+    """The error of a pool one of whose workers died, naming how it died when that can be seen."""
+    import signal
+
+    from seqpack.core.errors import ResourceError
+
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # private; only for the message
+    pool.shutdown(wait=True)  # every worker reaped: their exit codes are final
+    how = "ended abruptly"
+    codes = [code for proc in processes if isinstance(code := getattr(proc, "exitcode", None), int) and code]
+    if codes:  # the pool sends SIGTERM to the others once one died: name another ending when there is one
+        code = sorted(codes, key=lambda c: c == -signal.SIGTERM)[0]
+        if code > 0:
+            how = f"exited with code {code}"
+        else:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+    hint = " (SIGKILL is what the kernel's out-of-memory killer sends)" if "SIGKILL" in how else ""
+    return ResourceError(f"a worker process {how}{hint}; the run stopped and wrote nothing",
+                         fix="run again with fewer --workers or more free memory")
+
+
+def _stop_pool(pool: Any) -> None:
+    """Shut ``pool`` down without waiting for jobs still running: its workers are killed."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 __all__ = [

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -311,4 +312,5 @@ def _bar(total: int) -> Any:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with megatron-energon
         return None
-    return tqdm(total=total, desc="ray tasks", unit="task", leave=False)
+    # the bar's own carriage returns go to the terminal as they are (the CLI escapes what it prints)
+    return tqdm(total=total, desc="ray tasks", unit="task", leave=False, file=getattr(sys.stderr, "raw", sys.stderr))
