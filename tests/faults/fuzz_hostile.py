@@ -397,6 +397,8 @@ def changing_case(rng: random.Random, scratch: Path) -> str:
         clean = None
         if reader != "rows":
             clean = pack(PackOptions(input=str(path), out=str(scratch / "clean"), pack_size=4096))
+        from seqpack.data import jsontext
+        jsontext._FAST = False  # rows read one by one (row()), so the hook below sees each read
         real, state = JsonlFile.row, {"n": 0}
 
         def row(self: Any, i: int) -> Any:

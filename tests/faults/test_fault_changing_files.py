@@ -73,17 +73,27 @@ def _changing_after(path: Path, reads: int, how: str) -> None:
     """In this (forked) process: the ``reads``-th JSONL row read of ``path`` changes the file first."""
     from seqpack.data.jsonl import JsonlFile
 
-    real = JsonlFile.row
+    real, real_rows = JsonlFile.row, JsonlFile.rows
     state = {"n": 0}
 
-    def row(self: Any, i: int) -> Any:
+    def count(self: Any, n: int) -> None:
         if Path(self.path).resolve() == path.resolve():
-            state["n"] += 1
-            if state["n"] == reads:
+            before = state["n"]
+            state["n"] += n
+            if before < reads <= state["n"]:
                 _change(path, how)
+
+    def row(self: Any, i: int) -> Any:
+        count(self, 1)
         return real(self, i)
 
+    def rows(self: Any, indices: Any) -> Any:  # the batch read (orjson): the file opened, then changed, then read
+        self._file()
+        count(self, len(indices))
+        return real_rows(self, indices)
+
     JsonlFile.row = row  # type: ignore[method-assign]
+    JsonlFile.rows = rows  # type: ignore[method-assign]
 
 
 def _cli(args: list[Any], change: tuple[Path, int, str] | None = None) -> Any:
@@ -143,6 +153,8 @@ def test_negative_control_an_untouched_or_renamed_file_is_read_whole(data, tmp_p
         from seqpack.data.jsonl import JsonlFile
         from seqpack.faces.cli import main
 
+        from seqpack.data import jsontext
+        jsontext._FAST = False  # rows read one by one (row()), so the hook below sees each read
         real, state = JsonlFile.row, {"n": 0}
 
         def row(self: Any, i: int) -> Any:
@@ -256,6 +268,8 @@ def test_a_job_whose_process_dies_is_a_tool_error_and_the_server_lives(data, tmp
         from seqpack.data.jsonl import JsonlFile
         from seqpack.faces.mcp.server import build_server
 
+        from seqpack.data import jsontext
+        jsontext._FAST = False  # rows read one by one (row()), so the hook below sees each read
         real, state = JsonlFile.row, {"n": 0}
 
         def row(self: Any, i: int) -> Any:

@@ -489,8 +489,10 @@ class JsonlFile:
                 st = os.fstat(fh.fileno())
                 fp = self._index.fingerprint
                 if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
-                    raise InputError("file changed after it was indexed; open it again to re-index",
-                                     file=str(self.path))
+                    # indexed, then changed before this reader opened it: for a job reading the file, the same
+                    # change as one seen between two reads
+                    raise InputError(CHANGED_WHILE_READING, file=str(self.path),
+                                     fix=f"{CHANGED_FIX}; a reader opened again re-indexes the file")
             except BaseException:
                 fh.close()
                 raise
