@@ -109,7 +109,7 @@ def score_transcript(
     grade of the artifact an outcome task's agent left, :func:`~seqpack_evals.outcome.grade_outcomes`)."""
     finished = tr.exit_code == 0 and not tr.timed_out
     answered = bool(tr.answer.strip())
-    fields = grade_answer(task.answer_fields, tr.answer)
+    fields = grade_answer(task.answer_fields, tr.answer, task.prompt)
     forbidden = forbidden_hits([fb.check for fb in task.forbidden], tr.answer)
     right = sum(f.correct for f in fields)
     if task.outcome is not None:  # the artifact decides: it works upstream and does what was asked, or not
