@@ -10,7 +10,7 @@ from seqpack.faces.cli import main
 from seqpack.core.errors import UsageError
 from seqpack_evals.judge import parse_judge_output
 from seqpack_evals.report import render_benchmark, verdict
-from seqpack_evals.runner import resolve_skill_dir, run_eval
+from seqpack_evals.runner import RunOptions, resolve_skill_dir, run_eval
 from seqpack_evals.scoring import read_scores, score_run, score_transcript
 from seqpack_evals.security import allowed_roots, scan_command
 from seqpack_evals.tasks import load_tasks
@@ -30,8 +30,22 @@ def dataset():
     return load_tasks(ROOT / "evals" / "tasks.json")
 
 
+KEY = ROOT / "evals" / "tasks.json"
+
+
 def _agent(*extra):
-    return " ".join([sys.executable, str(FIX / "fake_agent.py"), "--answers", str(FIX / "answers.json"), *extra])
+    """The fake agent as the sandbox runs it: the product environment's python, the script and the key (which only
+    this test double may read) bound read-only (``_opts``)."""
+    return " ".join(["python", str(FIX / "fake_agent.py"), "--answers", str(FIX / "answers.json"), "--tasks", str(KEY),
+                     *extra])
+
+
+def _opts(env, **kw):
+    return RunOptions(read_only=[str(FIX), str(KEY)], product_env=env, **kw)
+
+
+def _sandbox_args(env):
+    return ["--sandbox-ro", str(FIX), "--sandbox-ro", str(KEY), "--product-env", str(env)]
 
 
 def _transcript(case, workdir):
@@ -144,22 +158,22 @@ def test_security_rules(command, categories, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, dataset):
+def runs(tmp_path_factory, dataset, eval_env):
     base = tmp_path_factory.mktemp("runs")
     tasks = dataset.select(E2E_TASKS)
     run_eval(dataset, tasks, _agent("--prompt-arg", "{prompt}"), base / "skill", mode="skill", timeout=60,
-             skill_dir=FIX / "fake_skill")
-    run_eval(dataset, tasks, _agent(), base / "baseline", mode="baseline", timeout=60)
+             skill_dir=FIX / "fake_skill", options=_opts(eval_env))
+    run_eval(dataset, tasks, _agent(), base / "baseline", mode="baseline", timeout=60, options=_opts(eval_env))
     return {"skill": score_run(base / "skill"), "baseline": score_run(base / "baseline"), "dir": base}
 
 
+@pytest.mark.slow
 def test_run_prepares_workdirs_and_records_transcripts(runs):
     skill_dir = runs["dir"] / "skill"
-    work = skill_dir / "tasks" / "002"
+    work = skill_dir / "tasks" / "002"  # the files the agent left, kept after it exited
     assert (work / "pack.log").is_file() and (work / "train.jsonl").is_file()
-    for home in (".claude/skills", ".agents/skills"):
-        assert (work / home / "megatron-sequence-packing" / "SKILL.md").is_file()
-    assert not (runs["dir"] / "baseline" / "tasks" / "003" / ".claude").exists()
+    assert (skill_dir / "skill" / "SKILL.md").is_file()  # the skill it got, bound read-only, kept for the scorer
+    assert not (work / ".claude").exists() and not (runs["dir"] / "baseline" / "skill").exists()
     tr = read_transcript(skill_dir / "transcripts" / "ctx-log-pack-malformed-json.json")
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
     # notes.md from the agent, the JSONL index cache from the real seqpack run
@@ -178,6 +192,10 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert run["slots"] == {"explicit-align-tp4-cp2-sp": "001", "ctx-log-pack-malformed-json": "002",
                             "nm-struct-pack": "003"}
     assert "ctx-log" not in tr.workdir and "SEQPACK_EVAL_TASK_ID" not in tr.stdout
+    # the agent ran in the sandbox, in a directory outside the run directory, which the run records
+    assert tr.sandboxed is True and not Path(tr.workdir).is_relative_to(skill_dir)
+    assert run["ran_in"]["ctx-log-pack-malformed-json"] == tr.workdir and run["sandbox"]["enabled"] is True
+    assert not Path(tr.workdir).exists()  # removed after the run
 
 
 def test_run_scores_with_and_without_skill(runs):
@@ -217,19 +235,19 @@ def test_cli_score_and_report(runs, tmp_path, capsys):
     assert main(["eval", "report", str(tmp_path), "--out", str(out)]) == 2  # not scored: one-line error
 
 
-def test_cli_run(tmp_path, capsys):
+def test_cli_run(tmp_path, capsys, eval_env):
     code = main(["eval", "run", "--agent-cmd", _agent(), "--baseline", "--tasks", "nm-struct-pack",
-                 "--out", str(tmp_path / "r"), "--timeout", "60"])
+                 "--out", str(tmp_path / "r"), "--timeout", "60", *_sandbox_args(eval_env)])
     assert code == 0
-    assert "ran 1 task(s) (baseline)" in capsys.readouterr().out
+    assert "ran 1 task(s) (baseline, in the bubblewrap sandbox)" in capsys.readouterr().out
     assert (tmp_path / "r" / "transcripts" / "nm-struct-pack.json").is_file()
     assert main(["eval", "run", "--agent-cmd", _agent(), "--baseline", "--tasks", "no-such-task",
-                 "--out", str(tmp_path / "r2")]) == 2
+                 "--out", str(tmp_path / "r2"), *_sandbox_args(eval_env)]) == 2
 
 
-def test_timeout_kills_the_agent(dataset, tmp_path):
+def test_timeout_kills_the_agent(dataset, tmp_path, eval_env):
     summary = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("--sleep", "30"), tmp_path / "r",
-                       mode="baseline", timeout=1)
+                       mode="baseline", timeout=1, options=_opts(eval_env))
     assert summary.timed_out == ["nm-struct-pack"]
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.timed_out and tr.exit_code is None and tr.duration_s < 10
@@ -237,47 +255,54 @@ def test_timeout_kills_the_agent(dataset, tmp_path):
     assert score.scores["efficiency"] == 0.0 and score.scores["correctness"] == 0.0
 
 
-def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path):
+def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("';'", "touch", "pwned"), tmp_path / "r",
-             mode="baseline", timeout=60)
+             mode="baseline", timeout=60, options=_opts(eval_env))
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.exit_code == 2  # the fake agent's argparse refuses the extra words
     assert not (tmp_path / "r" / "tasks" / "001" / "pwned").exists()
 
 
-def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path):
+def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("--dump-env"), tmp_path / "r", mode="baseline",
-             timeout=60, seed=7)
+             timeout=60, seed=7, options=_opts(eval_env))
     score = score_run(tmp_path / "r").tasks[0]
     assert {f["category"] for f in score.details["security_findings"]} == {"secrets", "secret_leak"}
     assert score.scores["security"] == 0.0
 
 
-def test_missing_skill_fails_clearly(dataset, tmp_path):
+def test_missing_skill_fails_clearly(dataset, tmp_path, eval_env):
     with pytest.raises(UsageError, match="no SKILL.md"):
         run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="skill",
-                 skill_dir=tmp_path / "nowhere")
+                 skill_dir=tmp_path / "nowhere", options=_opts(eval_env))
     with pytest.raises(UsageError, match="looked in") as err:
         resolve_skill_dir(search_from=[tmp_path])
     assert str(tmp_path / "skills" / "megatron-sequence-packing") in str(err.value)
     assert not (tmp_path / "r").exists()
 
 
-def test_run_refuses_a_used_directory(dataset, tmp_path):
+def test_run_refuses_a_used_directory(dataset, tmp_path, eval_env):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "x").write_text("keep me")
     with pytest.raises(UsageError, match="not empty"):
-        run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline")
+        run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline",
+                 options=_opts(eval_env))
+    assert (tmp_path / "r" / "x").read_text() == "keep me"
 
 
-def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path):
+def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path, eval_env):
+    """Without the sandbox an agent can walk up from its working directory to a skill copy; in the sandbox the
+    parents do not exist for it, so the same layout gives no warning."""
     leak = tmp_path / ".agents" / "skills" / "megatron-sequence-packing"
     leak.mkdir(parents=True)
     (leak / "SKILL.md").write_text("---\nname: megatron-sequence-packing\n---\n")
     summary = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline",
-                       timeout=60)
-    assert summary.warnings and str(leak) in summary.warnings[0]
+                       timeout=60, options=_opts(eval_env, sandbox=False, work_root=tmp_path / "work"))
+    assert any(str(leak) in w for w in summary.warnings)
     assert json.loads((tmp_path / "r" / "run.json").read_text())["warnings"] == summary.warnings
+    boxed = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "s", mode="baseline",
+                     timeout=60, options=_opts(eval_env, work_root=tmp_path / "work"))
+    assert boxed.warnings == []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,9 +310,9 @@ def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_judge_scores_are_combined(dataset, tmp_path):
+def test_judge_scores_are_combined(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["explicit-align-tp4-cp2-sp"]), _agent(), tmp_path / "r", mode="baseline",
-             timeout=60)
+             timeout=60, options=_opts(eval_env))
     judged = score_run(tmp_path / "r", judge_cmd=f"{sys.executable} {FIX / 'fake_judge.py'} fixed").tasks[0]
     # deterministic: accuracy 0 (wrong value, forbidden claim), goal 0, behavior 0 (align not used)
     assert judged.signals["accuracy"] == 0.0  # a forbidden claim caps the judge's average
@@ -330,24 +355,28 @@ def test_export_agentskills_shape(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream):
+def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream, eval_env):
     """Every task is achievable: the reference answer (on an outcome task the oracle's artifact, graded through the
-    lane), the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} -m seqpack_evals.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
-    run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    lane), the expected tool and the task files give 100%. The oracle reads the key, so the sandbox shows it the
+    key and the harness package explicitly (``--sandbox-ro``), which the run records."""
+    agents = ROOT / "evals" / "seqpack_evals"
+    agent = f"python {agents / 'agents.py'} oracle --fast --tasks {KEY}"
+    run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill",
+             options=RunOptions(read_only=[str(agents), str(KEY), str(ROOT / "evals" / "files")], product_env=eval_env))
     scores = score_run(tmp_path / "r", lane=upstream)
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
     assert imperfect == {}
     assert scores.summary["passed"] == len(dataset.tasks)
 
 
-def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
+def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path, eval_env):
     """End to end: the fake agent runs the real seqpack command under the harness's nonce; with --claim-only it
     only says it did, and loses every tool credit while its answer stays right."""
     tasks = dataset.select(["explicit-align-tp4-cp2-sp"])
-    run_eval(dataset, tasks, _agent(), tmp_path / "real", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    run_eval(dataset, tasks, _agent(), tmp_path / "real", mode="skill", timeout=60, skill_dir=FIX / "fake_skill",
+             options=_opts(eval_env))
     run_eval(dataset, tasks, _agent("--claim-only"), tmp_path / "claim", mode="skill", timeout=60,
-             skill_dir=FIX / "fake_skill")
+             skill_dir=FIX / "fake_skill", options=_opts(eval_env))
     real, claim = score_run(tmp_path / "real").tasks[0], score_run(tmp_path / "claim").tasks[0]
     tr = read_transcript(tmp_path / "real" / "transcripts" / "explicit-align-tp4-cp2-sp.json")
     assert tr.nonce and tr.nonce in tr.events[1].output
@@ -362,14 +391,14 @@ def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
+def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys, eval_env):
     """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
     the with-skill scores vary and their standard deviation is exactly known."""
     from seqpack_evals.bench import run_benchmark
 
     ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
     doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
-                        timeout=60, skill_dir=FIX / "fake_skill")
+                        timeout=60, skill_dir=FIX / "fake_skill", options=_opts(eval_env))
     saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
     assert saved == doc and doc["format"] == "seqpack-benchmark/1" and doc["repeats"] == 3
     assert sorted(doc["runs"]["skill"]) == ["skill-1", "skill-2", "skill-3"]
@@ -384,6 +413,6 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
     from seqpack.faces.cli import main
 
     with pytest.raises(UsageError, match="at least 3"):
-        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2)
+        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2, options=_opts(eval_env))
     assert main(["eval", "bench", "--agent-cmd", _agent(), "--out", str(tmp_path / "d"), "--repeats", "1",
-                 "--tasks", "nm-struct-pack"]) == 2
+                 "--tasks", "nm-struct-pack", *_sandbox_args(eval_env)]) == 2

@@ -124,18 +124,25 @@ def run_benchmark(
     skill_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    options: Any = None,
 ) -> dict[str, Any]:
-    """Run, score and summarise the paired repeats; writes ``OUT/benchmark.json`` and returns it."""
-    from seqpack_evals.runner import run_eval
+    """Run, score and summarise the paired repeats; writes ``OUT/benchmark.json`` and returns it. ``options``: how
+    the agents are confined (:class:`~seqpack_evals.runner.RunOptions`; one product environment serves every run)."""
+    from dataclasses import replace
+
+    from seqpack_evals.runner import RunOptions, prepare_run_dir, run_eval
     from seqpack_evals.scoring import score_run
 
     if repeats < MIN_REPEATS:
         raise UsageError(f"--repeats must be at least {MIN_REPEATS} (a standard deviation needs repeats), got {repeats}",
                          field="repeats")
-    out = Path(out_dir).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"the benchmark directory {out} already exists and is not empty", file=str(out),
-                         fix="choose a new --out folder")
+    out = prepare_run_dir(out_dir)
+    options = options or RunOptions()
+    if options.product_env is None:  # made once, for every run of the benchmark
+        from seqpack_evals.sandbox import build_product_env
+
+        build_product_env(out / "product-env", wheel=options.wheel)
+        options = replace(options, product_env=out / "product-env")
     dirs: dict[str, list[Path]] = {m: [] for m in MODES}
     saved = os.environ.get("SEQPACK_EVAL_REPEAT")
     try:
@@ -146,7 +153,7 @@ def run_benchmark(
                 if progress is not None:
                     progress(f"{mode} run {k}/{repeats}")
                 run_eval(dataset, tasks, agent_cmd, run_dir, mode=mode, timeout=timeout,
-                         skill_dir=skill_dir if mode == "skill" else None, seed=seed + k)
+                         skill_dir=skill_dir if mode == "skill" else None, seed=seed + k, options=options)
                 score_run(run_dir, tasks_file=dataset.root / "tasks.json")
                 dirs[mode].append(run_dir)
     finally:
@@ -155,7 +162,9 @@ def run_benchmark(
         else:
             os.environ["SEQPACK_EVAL_REPEAT"] = saved
     doc = summarise(dirs, dataset, agent_cmd)
-    (out / "benchmark.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    from seqpack.io import atomic
+
+    atomic.write_text(out / "benchmark.json", json.dumps(doc, indent=2) + "\n", what="benchmark.json")
     return doc
 
 

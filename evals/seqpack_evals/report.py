@@ -173,6 +173,17 @@ seqpack eval bench --out OUT --repeats 3 --agent-cmd 'claude -p {prompt} --outpu
 """
 
 
+def sandbox_line(run: dict[str, Any]) -> str:
+    """How a run confined its agents, as the report prints it."""
+    box = run.get("sandbox") or {}
+    if not box.get("enabled"):
+        return "**none**: the agent ran without the sandbox (`--no-sandbox`), able to read the run and the answer key"
+    extra = box.get("read_only_extra") or []
+    env = box.get("product_env") or {}
+    return (f"bubblewrap; network {'on' if box.get('network') else 'off'}; product {env.get('wheel', '?')} in a "
+            "venv made for the run" + (f"; extra read-only: {', '.join(f'`{p}`' for p in extra)}" if extra else ""))
+
+
 def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, title: str | None = None,
                      live_slot: bool = False) -> str:
     """The markdown page (see the module docstring); ``live_slot`` adds an empty table for live agent runs."""
@@ -185,6 +196,12 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     because = "; ".join(reasons)
     lines.append(f"**Verdict: {result}**. {because[:1].upper()}{because[1:]}.")
     lines.append("")
+    unconfined = [label for label, r in (("with-skill", skill), ("baseline", baseline))
+                  if r is not None and not (r.run.get("sandbox") or {}).get("enabled")]
+    if unconfined:
+        lines += [f"**Not sandboxed:** the {' and the '.join(unconfined)} run(s) ran the agent without the bubblewrap "
+                  "sandbox (`--no-sandbox`, or a run recorded before the sandbox existed): the agent could read the "
+                  "run directory and the answer key, so these scores prove nothing about an untrusted agent.", ""]
     if live_slot:
         lines += [REFERENCE_RUNS, ""]
 
@@ -203,6 +220,9 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
                                      f"timeout {b.get('timeout_s', '?')} s)"])
         if len(skill_tasks) != len(skill.tasks) or len(base_tasks or []) != len(baseline.tasks):
             rows.append(["Compared", f"the {len(skill_tasks)} tasks both runs attempted"])
+    rows.append(["Sandbox", sandbox_line(skill.run)])
+    if baseline is not None:
+        rows.append(["Baseline sandbox", sandbox_line(baseline.run)])
     rows.append(["Judge", f"`{skill.judge_cmd}`" if skill.judge_cmd else "none (deterministic checks only)"])
     rows.append(["Scoring", f"version {skill.scoring.get('version', '?')}"])
     for w in skill.run.get("warnings", []) + (baseline.run.get("warnings", []) if baseline else []):
@@ -287,26 +307,65 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     ]
     if live_slot:
         lines += [LIVE_SLOT]
+    lines += [PAGE_MARKER, ""]
     return "\n".join(lines)
+
+
+#: The last line of every page ``eval report`` writes: how it recognises a page it may replace (``--overwrite``).
+PAGE_MARKER = "<!-- written by seqpack eval report: regenerate it with that command (it replaces only its own pages) -->"
+
+
+def written_by_report(path: Path) -> bool:
+    """True when ``path`` is a regular file whose last line is :data:`PAGE_MARKER`."""
+    from seqpack.io.reading import is_regular_file
+
+    if path.is_symlink() or not is_regular_file(path):
+        return False
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 4 * len(PAGE_MARKER)))
+        tail = fh.read().decode("utf-8", errors="replace")
+    return tail.rstrip().endswith(PAGE_MARKER)
+
+
+def check_report_target(out: str | os.PathLike[str], *, overwrite: bool) -> Path:
+    """The page's path, checked like every output seqpack writes: never through a link, a directory or a special
+    file (:func:`seqpack.io.atomic.check_write_target`), and an existing file is replaced only with ``overwrite``
+    and only when ``eval report`` wrote it (a user's notes, a run's ``scores.json``: never)."""
+    from seqpack.core.errors import ArtifactError, UsageError
+    from seqpack.io.atomic import check_write_target
+    from seqpack.io.temporaries import exists_or_link
+
+    path = check_write_target(out, what="the report", field="out")
+    if exists_or_link(path):
+        if not overwrite:
+            raise UsageError("the report file already exists", file=str(path), field="out",
+                             fix="choose a new --out, or pass --overwrite to replace a page eval report wrote")
+        if not written_by_report(path):
+            raise ArtifactError("seqpack eval report did not write this file, so it will not replace it",
+                                file=str(path), fix="choose another --out; seqpack never replaces what it did not "
+                                                    "write")
+    return path
 
 
 def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
                  baseline_dir: str | os.PathLike[str] | None = None, *,
-                 title: str | None = None, live_slot: bool = False) -> tuple[str, list[str]]:
-    """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``.
+                 title: str | None = None, live_slot: bool = False, overwrite: bool = False) -> tuple[str, list[str]]:
+    """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``
+    (:func:`check_report_target`).
 
     Returns the verdict and its reasons. The page is written to a temporary sibling and renamed,
     so a failed run never leaves half a page.
     """
+    target = check_report_target(out, overwrite=overwrite)
     skill = read_scores(run_dir)
     baseline = read_scores(baseline_dir) if baseline_dir is not None else None
     from seqpack.io import atomic  # atomic; never onto a symlink, a device or a FIFO
 
-    atomic.write_text(out, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
-                     field="out")
+    atomic.write_text(target, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
+                      field="out")
     skill_tasks, base_tasks = _common(skill, baseline)
     return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)
 
 
-__all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PASS_AT", "WATCH_AT", "band", "render_benchmark", "uplift_label", "verdict",
-           "write_report"]
+__all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PAGE_MARKER", "PASS_AT", "WATCH_AT", "band", "check_report_target",
+           "render_benchmark", "sandbox_line", "uplift_label", "verdict", "write_report", "written_by_report"]
