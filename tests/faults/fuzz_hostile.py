@@ -448,23 +448,28 @@ def tree_case(rng: random.Random, scratch: Path) -> str:
                 pass
             s.close()
 
-    def walk() -> str:
-        import json as _json
+    return _classify(lambda: check_tree(root, scratch, outside), timeout=60)
 
-        from seqpack_evals.workdirs import keep, remove_tree, snapshot
 
-        files, notes = snapshot(root)
-        _json.dumps({"files": files, "notes": notes})  # what the transcript must be able to hold
-        report = keep(root, scratch / "kept")
-        kept = [p for p in (scratch / "kept").rglob("*")]
-        if any(p.is_symlink() or (p.is_file() and b"SECRET-OUTSIDE" in p.read_bytes()) for p in kept):
-            return "escape"
-        remove_tree(root)
-        if outside.read_text() != "SECRET-OUTSIDE" or not Path("/proc/self").exists():
-            return "data_loss"
-        return "ok" if report.copied >= 0 else "silently_wrong"
+def check_tree(root: Path, scratch: Path, outside: Path) -> str:
+    """Snapshot, keep and remove ``root`` as the harness does; ``escape`` when the kept copy holds a link or the
+    content of ``outside``, ``data_loss`` when ``outside`` or ``/proc`` suffered."""
+    import json as _json
 
-    return _classify(walk, timeout=60)
+    from seqpack_evals import workdirs
+
+    files, notes = workdirs.snapshot(root)
+    _json.dumps({"files": files, "notes": notes})  # what the transcript must be able to hold
+    workdirs.keep(root, scratch / "kept")
+    kept = [p for p in _files(scratch / "kept")]
+    escaped = any(p.is_symlink() or (p.is_file() and b"SECRET-OUTSIDE" in p.read_bytes()) for p in kept)
+    workdirs.remove_tree(scratch / "kept")
+    workdirs.remove_tree(root)
+    if escaped:
+        return "escape"
+    if outside.read_text() != "SECRET-OUTSIDE" or not Path("/proc/self").exists():
+        return "data_loss"
+    return "ok"
 
 
 FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs", "json_rpc", "hostile_agents",
@@ -496,11 +501,27 @@ def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Pa
     return counts
 
 
+def _files(root: Path) -> list[Path]:
+    """Every entry under ``root``, iteratively (a tree may be deeper than Python's recursion limit)."""
+    out, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            out.append(Path(e.path))
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+    return out
+
+
 def _remove(path: Path) -> None:
     """Remove a case's scratch folder, whatever the case left (mode-000 folders, deep trees, links)."""
     from seqpack_evals.workdirs import remove_tree
 
-    for p in [path, *path.rglob("*")] if path.exists() else []:
+    for p in [path, *_files(path)] if path.exists() else []:
         try:
             if p.is_dir() and not p.is_symlink():
                 p.chmod(0o700)
