@@ -238,9 +238,18 @@ def _warning_word(f: Finding, r: ValidationReport) -> list[Fact]:
 
 
 def _mtp(f: Finding, r: ValidationReport) -> list[Fact]:
-    return [Fact((config_field("model.mtp_num_layers", 0),),
-                 "Set model.mtp_num_layers=0 (the packing docs describe MTP fine-tuning as incompatible with packed "
-                 "sequences), or verify the packed MTP run with seqpack smoke and a loss sentinel.")]
+    # Not "set mtp_num_layers=0": the rule's own note says Megatron-Core rolls MTP targets inside each packed
+    # sequence since core_v0.16.0 and a Bridge recipe packs with MTP=2, so turning MTP off is one fix, not the only one.
+    return [Fact((yes_no_field(
+        "mtp_must_be_off", False,
+        [r"\b(?:must|have to|has to|need to|needs to)\b[^.\n]{0,30}\b(?:turn|switch|disable)\w*\b[^.\n]{0,20}\bMTP\b",
+         r"\bMTP\b[^.\n]{0,30}\b(?:must|has to|needs to) be (?:off|disabled|removed)\b"],
+        [r"\b(?:verify|check|confirm)\w*\b[^.\n]{0,60}\b(?:smoke|loss sentinel)\b",
+         r"\bnot (?:required|necessary|needed) to (?:turn|switch) (?:MTP )?off\b", r"\bcan keep MTP\b"],
+        anywhere=True, says="whether MTP has to be turned off"),),
+        "MTP may stay: verify the packed MTP run with seqpack smoke and a loss sentinel (Megatron-Core rolls MTP targets "
+        "inside each packed sequence since core_v0.16.0), or set model.mtp_num_layers=0 to follow the packing docs, "
+        "which describe MTP fine-tuning as incompatible with packed sequences.")]
 
 
 def _energon_encoder(f: Finding, r: ValidationReport) -> list[Fact]:
