@@ -395,6 +395,7 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys, eval
     """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
     the with-skill scores vary and their standard deviation is exactly known."""
     from seqpack_evals.bench import run_benchmark
+    from seqpack_evals.bench import table as bench_table
 
     ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
     doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
@@ -407,6 +408,14 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys, eval
     assert align["baseline"]["correctness"] == {"mean": 0.0, "std": 0.0}
     assert align["uplift"]["correctness"] == pytest.approx(0.6667, abs=1e-4)
     assert align["skill"]["tokens"]["mean"] > 1000 and align["skill"]["wall_s"]["mean"] > 0
+    # intervals over tasks and repeats, the paired uplift, pass@k: align passes in rounds 1 and 3 (2 of 3), the near
+    # miss in all three
+    iv = doc["intervals"]["overall"]
+    assert iv["skill"]["pass_at_k"] == {"pass@1": pytest.approx(0.8333, abs=1e-4), "pass@2": 1.0, "pass@3": 1.0}
+    up = iv["uplift"]["correctness"]
+    assert up["mean"] == pytest.approx(0.3333, abs=1e-4) and up["lo"] <= up["mean"] <= up["hi"] and up["tasks"] == 2
+    assert iv["baseline"]["correctness"] == {"mean": 0.5, "lo": 0.0, "hi": 1.0, "tasks": 2, "level": 0.95}
+    assert "[95% CI]" in bench_table(doc) and "pass@1 / pass@3" in bench_table(doc)
     assert set(doc["per_bucket"]) == {"explicit", "near_miss"}
     near = doc["per_bucket"]["near_miss"]  # the near miss is answered the same way in every round
     assert near["skill"]["overall"]["std"] == 0.0
@@ -416,3 +425,39 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys, eval
         run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2, options=_opts(eval_env))
     assert main(["eval", "bench", "--agent-cmd", _agent(), "--out", str(tmp_path / "d"), "--repeats", "1",
                  "--tasks", "nm-struct-pack", *_sandbox_args(eval_env)]) == 2
+
+
+def test_bootstrap_intervals_pairing_and_pass_at_k():
+    from seqpack_evals.stats import bootstrap_mean, paired_difference, pass_at_k, pass_at_ks
+
+    assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3) and pass_at_k(3, 1, 3) == 1.0 and pass_at_k(3, 0, 2) == 0.0
+    assert pass_at_ks({"a": [1, 0, 0], "b": [1, 1, 1]}) == {"pass@1": pytest.approx(0.6667, abs=1e-4),
+                                                            "pass@2": pytest.approx(0.8333, abs=1e-4), "pass@3": 1.0}
+    same = {f"t{i}": [1.0, 0.0] for i in range(20)}
+    flat = bootstrap_mean({f"t{i}": [1.0] for i in range(20)})
+    assert flat["lo"] == flat["hi"] == flat["mean"] == 1.0  # no spread, no interval
+    ci = bootstrap_mean(same)
+    assert ci["lo"] < ci["mean"] == 0.5 < ci["hi"]  # the repeats' spread widens the interval
+    zero = paired_difference(same, same)
+    assert zero["mean"] == 0.0 and not zero["excludes_zero"]
+    better = {f"t{i}": [1.0, 1.0] for i in range(20)}
+    worse = {f"t{i}": [0.0, float(i % 5 == 0)] for i in range(20)}
+    gap = paired_difference(better, worse)  # the negative control: a real gap is told from zero
+    assert gap["excludes_zero"] and gap["lo"] > 0.5
+    assert bootstrap_mean(same) == bootstrap_mean(same)  # a fixed seed: the page's numbers do not move
+
+
+@pytest.mark.slow
+def test_outcome_tasks_without_the_lane_are_an_error_unless_skipped(dataset, tmp_path, monkeypatch, eval_env):
+    monkeypatch.setenv("SEQPACK_UPSTREAM_VENV", str(tmp_path / "no-lane"))
+    ids = ["out-offline-mbs4", "nm-struct-pack"]
+    agent = "python -c \"import os, shutil; os.path.exists('train.yaml') and shutil.copy('train.yaml', 'fixed.yaml')\""
+    run_eval(dataset, dataset.select(ids), agent, tmp_path / "r", mode="baseline", timeout=60,
+             options=_opts(eval_env))  # an artifact the grader must take to the lane
+    with pytest.raises(UsageError, match="1 outcome task.*need the upstream lane") as err:
+        score_run(tmp_path / "r")
+    assert "--skip-outcome" in err.value.fix
+    scored = score_run(tmp_path / "r", skip_outcome=True)
+    assert scored.skipped_outcome == ["out-offline-mbs4"] and [t.task_id for t in scored.tasks] == ["nm-struct-pack"]
+    assert main(["eval", "report", str(tmp_path / "r"), "--out", str(tmp_path / "page.md")]) == 0
+    assert "| Skipped | 1 outcome task(s) not graded (`--skip-outcome`" in (tmp_path / "page.md").read_text()

@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bn.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
     bn.add_argument("--tasks-file", default=None, help="the answer key (default: the checkout's evals/tasks.json)")
     bn.add_argument("--seed", type=int, default=0, help="seed of the canary values (default 0)")
+    bn.add_argument("--skip-outcome", action="store_true",
+                    help="score without the outcome tasks that need the upstream lane (see eval score)")
     _sandbox_arguments(bn)
     add_json_flag(bn)
 
@@ -60,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default 120)")
     s.add_argument("--tasks-file", default=None,
                    help="the answer key (default: the tasks.json the run recorded in run.json)")
+    s.add_argument("--skip-outcome", action="store_true",
+                   help="leave the outcome tasks that need the upstream lane ungraded and out of every score (without "
+                        "it a missing lane is an error); the report says how many were skipped")
     add_json_flag(s)
 
     rep = sub.add_parser("report", help="write a BENCHMARK-style markdown page from scored runs")
@@ -170,13 +175,15 @@ def _score(args: argparse.Namespace) -> int:
     _seconds("--judge-timeout", args.judge_timeout)
 
     result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout,
-                       tasks_file=args.tasks_file)
+                       tasks_file=args.tasks_file, skip_outcome=args.skip_outcome)
     s = result.summary
     if args.json:
         print_json(result.to_dict())
         return 0
     rows = [["overall", f"{s['overall']:.1f}%"]] + [[d, f"{s['dimensions'][d]:.1f}%"] for d in DIMENSIONS]
-    print(f"{result.run.get('mode')} run, {s['tasks']} task(s), {s['passed']} passed")
+    print(f"{result.run.get('mode')} run, {s['tasks']} task(s), {s['passed']} passed"
+          + (f"; {len(result.skipped_outcome)} outcome task(s) skipped (--skip-outcome)" if result.skipped_outcome
+             else ""))
     print(table(["dimension", "score"], rows))
     print(f"wrote {args.run_dir}/scores.json")
     return 0
@@ -251,6 +258,7 @@ def _bench(args: argparse.Namespace) -> int:
     tasks = dataset.select(args.tasks, args.bucket)
     doc = run_benchmark(dataset, tasks, args.agent_cmd, args.out, repeats=args.repeats, timeout=args.timeout,
                         skill_dir=args.skill_dir, seed=args.seed, options=_run_options(args),
+                        skip_outcome=args.skip_outcome,
                         progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
     if args.json:
         print_json(doc)

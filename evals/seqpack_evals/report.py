@@ -184,6 +184,33 @@ def sandbox_line(run: dict[str, Any]) -> str:
             "venv made for the run" + (f"; extra read-only: {', '.join(f'`{p}`' for p in extra)}" if extra else ""))
 
 
+def intervals_section(skill_tasks: list[TaskScore], base_tasks: list[TaskScore] | None) -> list[str]:
+    """The page's confidence intervals: 95 % bootstrap over tasks (:mod:`seqpack_evals.stats`) of correctness, the
+    overall score and the pass rate per run, the paired uplift with its interval, and pass@1. One attempt per task
+    here; ``seqpack eval bench`` adds the repeats (and pass@k) to the same statistics."""
+    from seqpack_evals.stats import bootstrap_mean, interval_text, paired_difference
+
+    def values(tasks: list[TaskScore], key: str) -> dict[str, list[float]]:
+        return {t.task_id: [float(t.passed) if key == "passed" else
+                            (t.overall if key == "overall" else t.scores[key])] for t in tasks}
+
+    measures = [("Correctness", "correctness"), ("Overall", "overall"), ("Pass rate (pass@1)", "passed")]
+    rows = []
+    for label, key in measures:
+        row = [label, interval_text(bootstrap_mean(values(skill_tasks, key)))]
+        if base_tasks is not None:
+            d = paired_difference(values(skill_tasks, key), values(base_tasks, key))
+            row = [label, interval_text(bootstrap_mean(values(base_tasks, key))), row[1],
+                   f"{100 * d['mean']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"]
+        rows.append(row)
+    header = ["Measure", "Baseline [95% CI]", "With skill [95% CI]", "Uplift, points [95% CI]"] if base_tasks \
+        is not None else ["Measure", "Score [95% CI]"]
+    return ["## Confidence intervals", "", markdown_table(header, rows), "",
+            f"Percentile bootstrap over the {len(skill_tasks)} tasks (2,000 replicates, fixed seed; the uplift pairs "
+            "each task with itself). One attempt per task: `seqpack eval bench` repeats the runs and adds the repeats "
+            "and pass@k to the same intervals.", ""]
+
+
 def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, title: str | None = None,
                      live_slot: bool = False) -> str:
     """The markdown page (see the module docstring); ``live_slot`` adds an empty table for live agent runs."""
@@ -220,6 +247,11 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
                                      f"timeout {b.get('timeout_s', '?')} s)"])
         if len(skill_tasks) != len(skill.tasks) or len(base_tasks or []) != len(baseline.tasks):
             rows.append(["Compared", f"the {len(skill_tasks)} tasks both runs attempted"])
+    skipped = sorted(set(skill.skipped_outcome) | set(baseline.skipped_outcome if baseline else []))
+    if skipped:
+        rows.append(["Skipped", f"{len(skipped)} outcome task(s) not graded (`--skip-outcome`: no upstream lane), left "
+                                f"out of every score: {', '.join(f'`{t}`' for t in skipped[:8])}"
+                                + (" ..." if len(skipped) > 8 else "")])
     rows.append(["Sandbox", sandbox_line(skill.run)])
     if baseline is not None:
         rows.append(["Baseline sandbox", sandbox_line(baseline.run)])
@@ -252,6 +284,7 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
                  f"{s_sum['tasks']}" + (f" (baseline {b_sum['passed']})." if b_sum is not None else "."))
     lines.append("")
 
+    lines += intervals_section(skill_tasks, base_tasks)
     lines += ["## By bucket", ""]
     header = ["Bucket", "Tasks", *[d.capitalize() for d in DIMENSIONS], "Overall"]
     if b_sum is not None:
