@@ -45,6 +45,8 @@ INSTALL_HINT = ("install bubblewrap: apt-get install -y bubblewrap (Debian, Ubun
 #: into the checkout): the product comes from its wheel, the harness and the lane not at all.
 OWN_DISTRIBUTIONS = ("seqpack", "seqpack_evals", "seqpack-evals", "seqpack_lane", "seqpack-lane", "reference_impl")
 ENV_MARKER = "seqpack-product-env.json"
+#: The shell profile of a product environment, bound as the agent's ``~/.profile``.
+PROFILE = "profile.sh"
 #: System paths bound read-only when they exist (a symlink is recreated as the same link).
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: Environment variables never passed to a sandboxed agent (they point into the harness's environment).
@@ -173,6 +175,8 @@ def build_product_env(dest: str | os.PathLike[str], *, wheel: str | os.PathLike[
         kept.unlink()  # the agent needs the installed package, not the archive
     env = ProductEnv(root / "venv", kept.name, tuple(str(s) for s in sites), sys.base_prefix)
     (root / ENV_MARKER).write_text(json.dumps(env.to_dict(), indent=2) + "\n", encoding="utf-8")
+    # a login shell (bash --login, as agent tools start it) resets PATH from /etc/profile: ~/.profile puts it back
+    (root / PROFILE).write_text(f'export PATH="{env.bin}:$PATH"\nexport VIRTUAL_ENV="{env.root}"\n', encoding="utf-8")
     return env
 
 
@@ -270,6 +274,9 @@ def bwrap_argv(sandbox: Sandbox, argv: Sequence[str], workdir: Path, *, skill: P
                                *sandbox.read_only]):
         if not any(path == s or path.startswith(s + "/") for s in SYSTEM_PATHS):
             out += ["--ro-bind", path, path]
+    profile = sandbox.env.root.parent / PROFILE
+    if profile.is_file():
+        out += ["--ro-bind", str(profile), f"{home}/.profile"]
     out += ["--bind", str(workdir), str(workdir)]
     if skill is not None:
         for rel in skill_homes:
