@@ -144,11 +144,12 @@ def _notes(t: TaskScore) -> str:
 
 REFERENCE_RUNS = (
     "These are reference runs that need no model. With the skill: the oracle agent "
-    "(`python -m seqpack_evals.agents oracle`), which loads the skill, reads the task files, really "
+    "(`evals/seqpack_evals/agents.py oracle`), which loads the skill, reads the task files, really "
     "runs each task's seqpack command and gives the reference answer (on an outcome task it leaves the oracle's "
-    "artifact, which the grader runs, megatron-bridge 0.6.2 included). Baseline: the null agent, which answers "
-    "\"I don't know.\" and uses no tool. They bound what the scorer can give (the oracle must reach 100 %, the "
-    "null agent must score nothing on correctness); live agent runs go in the last section."
+    "artifact, which the grader runs, megatron-bridge 0.6.2 included); it is the one agent shown the answer key "
+    "(`--sandbox-ro`, below). Baseline: the null agent, which answers \"I don't know.\" and uses no tool. Both ran "
+    "in the bubblewrap sandbox, with the seqpack wheel. They bound what the scorer can give (the oracle must reach "
+    "100 %, the null agent must score nothing on correctness); live agent runs go in the last section."
 )
 
 LIVE_SLOT = """## Live agent runs

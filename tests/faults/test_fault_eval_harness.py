@@ -245,6 +245,7 @@ def test_eval_report_never_replaces_what_it_did_not_write(tmp_path, monkeypatch)
     assert not (tmp_path / "nowhere.md").exists() and notes.read_text() == "my notes\n"
 
 
+@pytest.mark.slow
 def test_eval_run_out_through_a_dangling_link_is_refused(dataset, tmp_path, eval_env):
     from seqpack.faces.cli import main
 
@@ -257,6 +258,7 @@ def test_eval_run_out_through_a_dangling_link_is_refused(dataset, tmp_path, eval
                  "--product-env", str(eval_env)]) == 2
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_keeping_the_files_names_the_file(dataset, tmp_path, eval_env, monkeypatch):
     """Simulated: the copy into the run directory fails with ENOSPC; the error names that directory."""
     import seqpack_evals.workdirs as workdirs

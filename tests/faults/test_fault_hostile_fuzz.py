@@ -7,6 +7,8 @@ counts by class; the negative control shows a crash would be counted as one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import fuzz_hostile
