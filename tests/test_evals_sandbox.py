@@ -20,6 +20,7 @@ import pytest
 from seqpack.core.errors import UsageError
 from seqpack.faces.cli import main
 from seqpack_evals.runner import RunOptions, run_eval
+from seqpack_evals.sandbox import SANDBOX_HOME
 from seqpack_evals.scoring import score_run
 from seqpack_evals.tasks import load_tasks
 from seqpack_evals.transcript import read_transcript
@@ -182,7 +183,7 @@ def test_the_sandbox_boundaries(dataset, tmp_path, eval_env):
     assert checks["proc pids"] <= 4  # its own PID namespace: the harness is not there
     assert checks["import seqpack_evals"] is False and checks["seqpack runs"] is True
     assert "/site-packages/seqpack/" in checks["seqpack from"] and str(ROOT) not in checks["seqpack from"]
-    assert checks["home"] == "/tmp/home" and len(checks["interfaces"]) >= 1
+    assert checks["home"] == SANDBOX_HOME and len(checks["interfaces"]) >= 1
     offline = _probe(tmp_path / "off", dataset, eval_env, network=False)
     assert offline["interfaces"] == ["lo"]
     # the negative control: without the sandbox the same probe reads the key, the checkout and the run directory

@@ -130,13 +130,14 @@ class SeqpackBwrapSandbox(SandboxEnvironment):
         """Run ``cmd`` inside the sandbox, in the working directory (or ``cwd`` inside it)."""
         import os
 
-        from seqpack_evals.sandbox import agent_environment, bwrap_argv
+        from seqpack_evals.sandbox import SANDBOX_HOME, SANDBOX_TMP, agent_environment, bwrap_argv
 
         where = self.workdir if cwd is None else self._inside(cwd)
         argv = bwrap_argv(self.box, cmd, self.workdir, skill=self.skill, skill_homes=self.skill_homes,
-                          home="/tmp/home")
+                          home=SANDBOX_HOME)
         argv[argv.index("--chdir") + 1] = str(where)
-        environment = {**agent_environment(dict(os.environ), self.box, home="/tmp/home", tmp="/tmp"), **(env or {})}
+        environment = {**agent_environment(dict(os.environ), self.box, home=SANDBOX_HOME, tmp=SANDBOX_TMP),
+                       **(env or {})}
         return await subprocess(args=argv, input=input, cwd=self.workdir, env=environment, timeout=timeout,
                                 output_limit=10 << 20, concurrency=concurrency)
 

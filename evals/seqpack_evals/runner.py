@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 from seqpack.core.errors import UsageError
 from seqpack.core.nonce import ENV_VAR as NONCE_ENV
 from seqpack.core.nonce import nonce_for
-from seqpack_evals.sandbox import Sandbox
+from seqpack_evals.sandbox import SANDBOX_HOME, SANDBOX_TMP, Sandbox
 from seqpack_evals.tasks import FORMAT, SKILL_NAME, Dataset, Task, dumps
 from seqpack_evals.transcript import Transcript, files_read, parse_agent_output, write_transcript
 
@@ -299,8 +299,8 @@ def _run_one(a: _Attempt, *, mode: str, agent_cmd: str, timeout: float, seed: in
     argv = build_argv(agent_cmd, {"prompt": a.task.prompt, "workdir": str(a.workdir), "skill_dir": skill_path,
                                   "tasks_file": "",  # the run's records are out of the agent's reach
                                   "nonce_seed": nonce_seed})
-    home = "/tmp/home" if box.enabled else os.environ.get("HOME", str(a.workdir))
-    env = agent_environment(dict(os.environ), box, home=home, tmp="/tmp" if box.enabled else tempfile.gettempdir())
+    home = SANDBOX_HOME if box.enabled else os.environ.get("HOME", str(a.workdir))
+    env = agent_environment(dict(os.environ), box, home=home, tmp=SANDBOX_TMP if box.enabled else tempfile.gettempdir())
     env.pop("SEQPACK_EVAL_TASK_ID", None)
     env.update({"SEQPACK_EVAL_SLOT": a.slot, "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
                 NONCE_ENV: nonce_seed})

@@ -48,6 +48,9 @@ ENV_MARKER = "seqpack-product-env.json"
 #: The shell profile of a product environment, bound as the agent's ``~/.profile``.
 PROFILE = "profile.sh"
 #: System paths bound read-only when they exist (a symlink is recreated as the same link).
+#: The agent's own /tmp inside the sandbox (an empty tmpfs, not the host's) and its HOME there.
+SANDBOX_TMP = "/tmp"
+SANDBOX_HOME = SANDBOX_TMP + "/home"
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: Environment variables never passed to a sandboxed agent (they point into the harness's environment).
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "CONDA_PREFIX",
@@ -269,7 +272,7 @@ def bwrap_argv(sandbox: Sandbox, argv: Sequence[str], workdir: Path, *, skill: P
     assert sandbox.bwrap is not None
     out = [sandbox.bwrap, "--unshare-all", *(["--share-net"] if sandbox.network else []), "--die-with-parent",
            "--new-session", "--cap-drop", "ALL", *_system_args(), "--proc", "/proc", "--dev", "/dev",
-           "--tmpfs", "/tmp", "--dir", home]  # /tmp first: the binds below it must not be hidden by it
+           "--tmpfs", SANDBOX_TMP, "--dir", home]  # /tmp first: the binds below it must not be hidden by it
     for path in dict.fromkeys([sandbox.env.base_prefix, *sandbox.env.deps, str(sandbox.env.root.parent),
                                *sandbox.read_only]):
         if not any(path == s or path.startswith(s + "/") for s in SYSTEM_PATHS):
@@ -296,5 +299,6 @@ def agent_environment(base: dict[str, str], sandbox: Sandbox, *, home: str, tmp:
     return env
 
 
-__all__ = ["INSTALL_HINT", "ProductEnv", "Sandbox", "agent_environment", "build_product_env", "build_wheel",
-           "bwrap_argv", "check_bwrap", "check_isolation", "checkout_root", "find_bwrap", "load_product_env"]
+__all__ = ["INSTALL_HINT", "ProductEnv", "SANDBOX_HOME", "SANDBOX_TMP", "Sandbox", "agent_environment",
+           "build_product_env", "build_wheel", "bwrap_argv", "check_bwrap", "check_isolation", "checkout_root",
+           "find_bwrap", "load_product_env"]
