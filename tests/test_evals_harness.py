@@ -9,7 +9,7 @@ import pytest
 from seqpack.faces.cli import main
 from seqpack.core.errors import UsageError
 from seqpack_evals.judge import parse_judge_output
-from seqpack_evals.report import render_benchmark, verdict
+from seqpack_evals.report import local, render_benchmark, verdict
 from seqpack_evals.runner import RunOptions, resolve_skill_dir, run_eval
 from seqpack_evals.scoring import read_scores, score_run, score_transcript
 from seqpack_evals.security import allowed_roots, scan_command
@@ -461,3 +461,11 @@ def test_outcome_tasks_without_the_lane_are_an_error_unless_skipped(dataset, tmp
     assert scored.skipped_outcome == ["out-offline-mbs4"] and [t.task_id for t in scored.tasks] == ["nm-struct-pack"]
     assert main(["eval", "report", str(tmp_path / "r"), "--out", str(tmp_path / "page.md")]) == 0
     assert "| Skipped | 1 outcome task(s) not graded (`--skip-outcome`" in (tmp_path / "page.md").read_text()
+
+
+def test_the_page_names_paths_of_the_checkout_relative_to_it(tmp_path):
+    agents = ROOT / "evals" / "seqpack_evals" / "agents.py"
+    assert local(f"python {agents} oracle --tasks {ROOT / 'evals' / 'tasks.json'}") == \
+        "python evals/seqpack_evals/agents.py oracle --tasks evals/tasks.json"
+    # the control: a path outside the checkout is shown as it is
+    assert local(f"python {tmp_path / 'agent.py'}") == f"python {tmp_path / 'agent.py'}"

@@ -174,12 +174,19 @@ seqpack eval bench --out OUT --repeats 3 --agent-cmd 'claude -p {prompt} --outpu
 """
 
 
+def local(text: str) -> str:
+    """``text`` with paths inside the harness's checkout written relative to it (a page names no machine's folders)."""
+    from seqpack_evals.sandbox import checkout_root
+
+    return str(text).replace(f"{checkout_root()}{os.sep}", "")
+
+
 def sandbox_line(run: dict[str, Any]) -> str:
     """How a run confined its agents, as the report prints it."""
     box = run.get("sandbox") or {}
     if not box.get("enabled"):
         return "**none**: the agent ran without the sandbox (`--no-sandbox`), able to read the run and the answer key"
-    extra = box.get("read_only_extra") or []
+    extra = [local(p) for p in box.get("read_only_extra") or []]
     env = box.get("product_env") or {}
     return (f"bubblewrap; network {'on' if box.get('network') else 'off'}; product {env.get('wheel', '?')} in a "
             "venv made for the run" + (f"; extra read-only: {', '.join(f'`{p}`' for p in extra)}" if extra else ""))
@@ -239,12 +246,12 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
         ["Skill", f"`{name}`"],
         ["Tasks", f"{s_sum['tasks']} ({buckets})"],
         ["Dataset sha256", f"`{str(skill.run.get('dataset_sha256', ''))[:16]}`"],
-        ["With-skill run", f"`{skill.run.get('agent_cmd', '')}` (started {skill.run.get('started', '?')}, "
+        ["With-skill run", f"`{local(skill.run.get('agent_cmd', ''))}` (started {skill.run.get('started', '?')}, "
                            f"timeout {skill.run.get('timeout_s', '?')} s)"],
     ]
     if baseline is not None:
         b = baseline.run
-        rows.append(["Baseline run", f"`{b.get('agent_cmd', '')}` (started {b.get('started', '?')}, "
+        rows.append(["Baseline run", f"`{local(b.get('agent_cmd', ''))}` (started {b.get('started', '?')}, "
                                      f"timeout {b.get('timeout_s', '?')} s)"])
         if len(skill_tasks) != len(skill.tasks) or len(base_tasks or []) != len(baseline.tasks):
             rows.append(["Compared", f"the {len(skill_tasks)} tasks both runs attempted"])
@@ -402,4 +409,4 @@ def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
 
 
 __all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PAGE_MARKER", "PASS_AT", "WATCH_AT", "band", "check_report_target",
-           "render_benchmark", "sandbox_line", "uplift_label", "verdict", "write_report", "written_by_report"]
+           "local", "render_benchmark", "sandbox_line", "uplift_label", "verdict", "write_report", "written_by_report"]
