@@ -37,6 +37,11 @@ DEFAULT_ALGORITHM = "best_fit_decreasing"
 OVERSIZE_MODES: tuple[str, ...] = ("error", "report", "truncate")
 #: Samples longer than their cap: cut the end, cut the start, or leave the sample out.
 TRUNCATION_MODES: tuple[str, ...] = ("right", "left", "reject")
+
+#: Where offline packing assigns bins: over the whole split (exact) or within each shard of rows.
+BIN_SCOPES: tuple[str, ...] = ("global", "shard")
+#: Who runs offline packing: the local worker pool (also on torchrun ranks) or Ray tasks.
+ENGINES: tuple[str, ...] = ("local", "ray")
 #: Row schemas of JSONL data, and the option that detects one from the first row.
 SCHEMA_KINDS: tuple[str, ...] = ("prompt_completion", "chat")
 SCHEMA_OPTIONS: tuple[str, ...] = ("auto", *SCHEMA_KINDS)

@@ -50,8 +50,9 @@ class BatchesOptions(TopologyOptions):
     global-batch.
     """
 
-    input: str | os.PathLike[str] = option(help="prompt/completion or chat JSONL file", positional=True,
-                                           metavar="INPUT.jsonl", path="file")
+    input: str | os.PathLike[str] = option(help="prompt/completion or chat rows: a JSONL or Parquet file, or a "
+                                           "datasets.save_to_disk folder", positional=True, metavar="INPUT",
+                                           path="rows")
     mode: str = option("in-batch", help="packing path, by its batch mode", choices=BATCH_MODES)
     mbs: int | None = option(None, help="micro-batch size: rows packed into one THD row (default 4; global-batch "
                              "needs 1)", minimum=1, maximum=MAX_GLOBAL_BATCH_SIZE)

@@ -60,7 +60,9 @@ METADATA_KEY = "seqpack"
 #: Path kinds, and what the MCP face confines for each (:mod:`seqpack.faces.mcp.paths`).
 PATH_KINDS: dict[str, str] = {
     "file": "an existing file",
-    "inputs": "an existing JSONL file or blend manifest (every source it names is confined too)",
+    "inputs": "an existing JSONL or Parquet file, datasets folder or blend manifest (every source it names is confined "
+              "too)",
+    "rows": "an existing JSONL or Parquet file, or a datasets.save_to_disk folder",
     "artifact": "packed Parquet (a file or a directory) or a prepared Energon dataset directory",
     "out_dir": "an output directory (created when absent)",
     "out_file": "an output file (created when absent)",

@@ -79,11 +79,26 @@ class AllowedRoots:
             )
         return resolved
 
+    def resolve_rows(self, user_path: str, *, field: str) -> Path:
+        """A row file (JSONL, Parquet), or a ``datasets`` folder (every file inside it confined too)."""
+        path = self.resolve(user_path, field=field)
+        if path.is_dir():
+            from seqpack.data.rows import input_kind
+
+            with tool_errors():
+                input_kind(path)  # a folder that is not a datasets folder is refused
+            for inner in path.rglob("*"):
+                self.check_resolved(inner, field=field)
+        elif not path.is_file():
+            raise ToolError(f"{field} {user_path!r} is not a file or a datasets folder ({path}).")
+        return path
+
     def resolve_inputs(self, user_path: str, *, field: str) -> Path:
-        """A JSONL file, or a blend manifest whose every source must also lie inside a root."""
+        """A row file or datasets folder (:meth:`resolve_rows`), or a blend manifest whose every source must also
+        lie inside a root."""
         from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest
 
-        path = self.resolve(user_path, field=field, kind="file")
+        path = self.resolve_rows(user_path, field=field)
         if is_blend_manifest(path):
             with tool_errors():
                 blends = read_blend_manifest(path)
@@ -104,6 +119,8 @@ class AllowedRoots:
             return self.resolve(user_path, field=field, kind="file")
         if kind == "inputs":
             return self.resolve_inputs(user_path, field=field)
+        if kind == "rows":
+            return self.resolve_rows(user_path, field=field)
         if kind == "out_dir":
             return self.resolve(user_path, field=field, must_exist=False, kind="dir")
         if kind == "out_file":
