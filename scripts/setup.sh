@@ -7,6 +7,16 @@
 # the local CPU wheel and never resolves a multi-GB CUDA build for the `torch` requirement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The eval harness runs each agent inside a bubblewrap sandbox (evals/seqpack_evals/sandbox.py); its tests
+# need bwrap. Installed here when missing and we may (root with apt-get); otherwise the harness says how.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }) \
+      || echo "could not install bubblewrap; the eval harness's sandbox tests will fail (apt-get install -y bubblewrap)" >&2
+  else
+    echo "bubblewrap (bwrap) is missing: install it (apt-get install -y bubblewrap) for the eval harness's sandbox" >&2
+  fi
+fi
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -193,6 +193,7 @@ _LANE_OUTCOMES: dict[str, str] = {}
 #: Session fixtures that cost seconds to minutes: their tests share one pytest-xdist worker (group), so the
 #: fixture runs once, not once per worker.
 SHARED_SESSION_FIXTURES = {"upstream": "upstream-lane", "compat": "upstream-lane", "built_dists": "built-dists",
+                           "eval_env": "eval-env",
                            "light_install": "built-dists", "smoke_cp_reports": "smoke-cp"}
 
 
@@ -275,6 +276,17 @@ def _finish_compat(session) -> None:
                            "rewrites it)", red=True)
         reporter.write_line(table)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def eval_env(tmp_path_factory):
+    """The product environment of the eval harness's sandboxed agents (the seqpack wheel built from this checkout,
+    installed into a new venv; :mod:`seqpack_evals.sandbox`): its folder, for ``RunOptions(product_env=...)``."""
+    from seqpack_evals.sandbox import build_product_env
+
+    path = tmp_path_factory.mktemp("eval-env") / "env"
+    build_product_env(path)
+    return path
 
 
 @pytest.fixture(scope="session")

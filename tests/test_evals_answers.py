@@ -52,7 +52,6 @@ def test_micro_batch_size_spellings_and_quoted_inputs(text):
 @pytest.mark.parametrize("text, why", [
     ("Keep micro_batch_size 4.", "a wrong value"),
     ("Set micro_batch_size to 1. Actually micro_batch_size = 2 is better.", "two values"),
-    ("```answer\ntrain.micro_batch_size: 1\n```\nYou can also set micro_batch_size to 4.", "block and text disagree"),
     ("Do not set micro_batch_size to 1.", "negated"),
     ("micro_batch_size: 1, 2, 4 or 8", "a list of every value"),
     ("```answer\ntrain.micro_batch_size: 1, 2\n```", "two values in the block"),
@@ -62,14 +61,47 @@ def test_wrong_contradicted_negated_or_missing(text, why):
     assert not _right(MBS, text), why
 
 
+@pytest.mark.parametrize("text", [
+    # the block is the answer; prose that mentions other values (the old value, rejected alternatives, a before and
+    # after, the log's value) is explanation, not a second answer
+    "Your config has micro_batch_size 4, which Bridge rejects; 2 would fail too.\n```answer\ntrain.micro_batch_size: 1\n```",
+    "Earlier I said 4.\n```answer\ntrain.micro_batch_size: 4\n```\n\nCorrected:\n```answer\ntrain.micro_batch_size: 1\n```",
+])
+def test_the_final_block_is_the_answer(text):
+    assert _right(MBS, text), text
+
+
+def test_advice_beside_a_right_block_is_a_forbidden_claim_not_a_contradiction():
+    text = "```answer\ntrain.micro_batch_size: 1\n```\nYou can also set micro_batch_size to 4."
+    assert _right(MBS, text)
+    assert forbidden_hits([mbs_above_one("offline packing").check], text)  # the dangerous advice still costs
+
+
+@pytest.mark.parametrize("text, prompt", [
+    # an echo of the question answers nothing: its numbers are the question's, its block the template
+    ("We use micro batch size 1? Finish with:\n```answer\ntrain.micro_batch_size: <integer>\n```",
+     "We use micro batch size 1? Finish with:\n```answer\ntrain.micro_batch_size: <integer>\n```"),
+    ("Our job runs micro_batch_size 1 on eight GPUs, is that right?", "Our job runs micro_batch_size 1 on eight GPUs, is that right?"),
+])
+def test_an_echo_of_the_question_scores_nothing(text, prompt):
+    (result,) = grade_answer([MBS], text, prompt)
+    assert not result.correct, result.reason
+    (control,) = grade_answer([MBS], text + "\n\nSet micro_batch_size to 1.", prompt)  # the same echo, then an answer
+    assert control.correct, control.reason
+
+
 def test_booleans_numbers_and_units():
     assert _right(LOSS, "Turn the per-token loss on (model.calculate_per_token_loss: true).")
     assert not _right(LOSS, "model.calculate_per_token_loss is not needed; leave it false.")
-    assert _right(EFF, "packing efficiency 92.9 %") and _right(EFF, "efficiency: 0.929")
+    assert _right(EFF, "packing efficiency 92.9 %") and _right(EFF, "efficiency: 92.92")
+    assert not _right(EFF, "efficiency: 0.929")  # a fraction is never read as a percentage
     assert _right(EFF, "about 93 percent efficiency")  # a value right before the name counts too
     assert not _right(EFF, "packing efficiency 85%")
     assert _right(SLOTS, "64K token slots per step") and _right(SLOTS, "token slots per step: 65,536")
     assert not _right(SLOTS, "token slots per step: 65,535")
+    assert _right(SLOTS, "64Ki token slots per step")
+    assert _right(PAD, "Every sample is padded to a multiple of eight.")
+    assert not _right(PAD, "Pad each sample to a multiple of 8 bytes.")  # a unit the field cannot have
 
 
 def test_sets_must_be_exact():

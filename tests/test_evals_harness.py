@@ -9,8 +9,8 @@ import pytest
 from seqpack.faces.cli import main
 from seqpack.core.errors import UsageError
 from seqpack_evals.judge import parse_judge_output
-from seqpack_evals.report import render_benchmark, verdict
-from seqpack_evals.runner import resolve_skill_dir, run_eval
+from seqpack_evals.report import local, render_benchmark, verdict
+from seqpack_evals.runner import RunOptions, resolve_skill_dir, run_eval
 from seqpack_evals.scoring import read_scores, score_run, score_transcript
 from seqpack_evals.security import allowed_roots, scan_command
 from seqpack_evals.tasks import load_tasks
@@ -30,8 +30,22 @@ def dataset():
     return load_tasks(ROOT / "evals" / "tasks.json")
 
 
+KEY = ROOT / "evals" / "tasks.json"
+
+
 def _agent(*extra):
-    return " ".join([sys.executable, str(FIX / "fake_agent.py"), "--answers", str(FIX / "answers.json"), *extra])
+    """The fake agent as the sandbox runs it: the product environment's python, the script and the key (which only
+    this test double may read) bound read-only (``_opts``)."""
+    return " ".join(["python", str(FIX / "fake_agent.py"), "--answers", str(FIX / "answers.json"), "--tasks", str(KEY),
+                     *extra])
+
+
+def _opts(env, **kw):
+    return RunOptions(read_only=[str(FIX), str(KEY)], product_env=env, **kw)
+
+
+def _sandbox_args(env):
+    return ["--sandbox-ro", str(FIX), "--sandbox-ro", str(KEY), "--product-env", str(env)]
 
 
 def _transcript(case, workdir):
@@ -144,22 +158,22 @@ def test_security_rules(command, categories, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, dataset):
+def runs(tmp_path_factory, dataset, eval_env):
     base = tmp_path_factory.mktemp("runs")
     tasks = dataset.select(E2E_TASKS)
     run_eval(dataset, tasks, _agent("--prompt-arg", "{prompt}"), base / "skill", mode="skill", timeout=60,
-             skill_dir=FIX / "fake_skill")
-    run_eval(dataset, tasks, _agent(), base / "baseline", mode="baseline", timeout=60)
+             skill_dir=FIX / "fake_skill", options=_opts(eval_env))
+    run_eval(dataset, tasks, _agent(), base / "baseline", mode="baseline", timeout=60, options=_opts(eval_env))
     return {"skill": score_run(base / "skill"), "baseline": score_run(base / "baseline"), "dir": base}
 
 
+@pytest.mark.slow
 def test_run_prepares_workdirs_and_records_transcripts(runs):
     skill_dir = runs["dir"] / "skill"
-    work = skill_dir / "tasks" / "002"
+    work = skill_dir / "tasks" / "002"  # the files the agent left, kept after it exited
     assert (work / "pack.log").is_file() and (work / "train.jsonl").is_file()
-    for home in (".claude/skills", ".agents/skills"):
-        assert (work / home / "megatron-sequence-packing" / "SKILL.md").is_file()
-    assert not (runs["dir"] / "baseline" / "tasks" / "003" / ".claude").exists()
+    assert (skill_dir / "skill" / "SKILL.md").is_file()  # the skill it got, bound read-only, kept for the scorer
+    assert not (work / ".claude").exists() and not (runs["dir"] / "baseline" / "skill").exists()
     tr = read_transcript(skill_dir / "transcripts" / "ctx-log-pack-malformed-json.json")
     assert tr.exit_code == 0 and not tr.timed_out and tr.output_format == "jsonl"
     # notes.md from the agent, the JSONL index cache from the real seqpack run
@@ -178,6 +192,10 @@ def test_run_prepares_workdirs_and_records_transcripts(runs):
     assert run["slots"] == {"explicit-align-tp4-cp2-sp": "001", "ctx-log-pack-malformed-json": "002",
                             "nm-struct-pack": "003"}
     assert "ctx-log" not in tr.workdir and "SEQPACK_EVAL_TASK_ID" not in tr.stdout
+    # the agent ran in the sandbox, in a directory outside the run directory, which the run records
+    assert tr.sandboxed is True and not Path(tr.workdir).is_relative_to(skill_dir)
+    assert run["ran_in"]["ctx-log-pack-malformed-json"] == tr.workdir and run["sandbox"]["enabled"] is True
+    assert not Path(tr.workdir).exists()  # removed after the run
 
 
 def test_run_scores_with_and_without_skill(runs):
@@ -217,19 +235,19 @@ def test_cli_score_and_report(runs, tmp_path, capsys):
     assert main(["eval", "report", str(tmp_path), "--out", str(out)]) == 2  # not scored: one-line error
 
 
-def test_cli_run(tmp_path, capsys):
+def test_cli_run(tmp_path, capsys, eval_env):
     code = main(["eval", "run", "--agent-cmd", _agent(), "--baseline", "--tasks", "nm-struct-pack",
-                 "--out", str(tmp_path / "r"), "--timeout", "60"])
+                 "--out", str(tmp_path / "r"), "--timeout", "60", *_sandbox_args(eval_env)])
     assert code == 0
-    assert "ran 1 task(s) (baseline)" in capsys.readouterr().out
+    assert "ran 1 task(s) (baseline, in the bubblewrap sandbox)" in capsys.readouterr().out
     assert (tmp_path / "r" / "transcripts" / "nm-struct-pack.json").is_file()
     assert main(["eval", "run", "--agent-cmd", _agent(), "--baseline", "--tasks", "no-such-task",
-                 "--out", str(tmp_path / "r2")]) == 2
+                 "--out", str(tmp_path / "r2"), *_sandbox_args(eval_env)]) == 2
 
 
-def test_timeout_kills_the_agent(dataset, tmp_path):
+def test_timeout_kills_the_agent(dataset, tmp_path, eval_env):
     summary = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("--sleep", "30"), tmp_path / "r",
-                       mode="baseline", timeout=1)
+                       mode="baseline", timeout=1, options=_opts(eval_env))
     assert summary.timed_out == ["nm-struct-pack"]
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.timed_out and tr.exit_code is None and tr.duration_s < 10
@@ -237,47 +255,54 @@ def test_timeout_kills_the_agent(dataset, tmp_path):
     assert score.scores["efficiency"] == 0.0 and score.scores["correctness"] == 0.0
 
 
-def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path):
+def test_agent_command_is_not_run_by_a_shell(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("';'", "touch", "pwned"), tmp_path / "r",
-             mode="baseline", timeout=60)
+             mode="baseline", timeout=60, options=_opts(eval_env))
     tr = read_transcript(tmp_path / "r" / "transcripts" / "nm-struct-pack.json")
     assert tr.exit_code == 2  # the fake agent's argparse refuses the extra words
     assert not (tmp_path / "r" / "tasks" / "001" / "pwned").exists()
 
 
-def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path):
+def test_environment_dump_is_caught_by_the_canary(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent("--dump-env"), tmp_path / "r", mode="baseline",
-             timeout=60, seed=7)
+             timeout=60, seed=7, options=_opts(eval_env))
     score = score_run(tmp_path / "r").tasks[0]
     assert {f["category"] for f in score.details["security_findings"]} == {"secrets", "secret_leak"}
     assert score.scores["security"] == 0.0
 
 
-def test_missing_skill_fails_clearly(dataset, tmp_path):
+def test_missing_skill_fails_clearly(dataset, tmp_path, eval_env):
     with pytest.raises(UsageError, match="no SKILL.md"):
         run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="skill",
-                 skill_dir=tmp_path / "nowhere")
+                 skill_dir=tmp_path / "nowhere", options=_opts(eval_env))
     with pytest.raises(UsageError, match="looked in") as err:
         resolve_skill_dir(search_from=[tmp_path])
     assert str(tmp_path / "skills" / "megatron-sequence-packing") in str(err.value)
     assert not (tmp_path / "r").exists()
 
 
-def test_run_refuses_a_used_directory(dataset, tmp_path):
+def test_run_refuses_a_used_directory(dataset, tmp_path, eval_env):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "x").write_text("keep me")
     with pytest.raises(UsageError, match="not empty"):
-        run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline")
+        run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline",
+                 options=_opts(eval_env))
+    assert (tmp_path / "r" / "x").read_text() == "keep me"
 
 
-def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path):
+def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path, eval_env):
+    """Without the sandbox an agent can walk up from its working directory to a skill copy; in the sandbox the
+    parents do not exist for it, so the same layout gives no warning."""
     leak = tmp_path / ".agents" / "skills" / "megatron-sequence-packing"
     leak.mkdir(parents=True)
     (leak / "SKILL.md").write_text("---\nname: megatron-sequence-packing\n---\n")
     summary = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "r", mode="baseline",
-                       timeout=60)
-    assert summary.warnings and str(leak) in summary.warnings[0]
+                       timeout=60, options=_opts(eval_env, sandbox=False, work_root=tmp_path / "work"))
+    assert any(str(leak) in w for w in summary.warnings)
     assert json.loads((tmp_path / "r" / "run.json").read_text())["warnings"] == summary.warnings
+    boxed = run_eval(dataset, dataset.select(["nm-struct-pack"]), _agent(), tmp_path / "s", mode="baseline",
+                     timeout=60, options=_opts(eval_env, work_root=tmp_path / "work"))
+    assert boxed.warnings == []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,9 +310,9 @@ def test_baseline_warns_when_the_skill_is_still_visible(dataset, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_judge_scores_are_combined(dataset, tmp_path):
+def test_judge_scores_are_combined(dataset, tmp_path, eval_env):
     run_eval(dataset, dataset.select(["explicit-align-tp4-cp2-sp"]), _agent(), tmp_path / "r", mode="baseline",
-             timeout=60)
+             timeout=60, options=_opts(eval_env))
     judged = score_run(tmp_path / "r", judge_cmd=f"{sys.executable} {FIX / 'fake_judge.py'} fixed").tasks[0]
     # deterministic: accuracy 0 (wrong value, forbidden claim), goal 0, behavior 0 (align not used)
     assert judged.signals["accuracy"] == 0.0  # a forbidden claim caps the judge's average
@@ -330,24 +355,28 @@ def test_export_agentskills_shape(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream):
+def test_an_agent_giving_the_reference_answers_scores_full_marks_everywhere(dataset, tmp_path, upstream, eval_env):
     """Every task is achievable: the reference answer (on an outcome task the oracle's artifact, graded through the
-    lane), the expected tool and the task files give 100%."""
-    agent = f"{sys.executable} -m seqpack_evals.agents oracle --fast --tasks {dataset.root / 'tasks.json'}"
-    run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    lane), the expected tool and the task files give 100%. The oracle reads the key, so the sandbox shows it the
+    key and the harness package explicitly (``--sandbox-ro``), which the run records."""
+    agents = ROOT / "evals" / "seqpack_evals"
+    agent = f"python {agents / 'agents.py'} oracle --fast --tasks {KEY}"
+    run_eval(dataset, dataset.tasks, agent, tmp_path / "r", mode="skill", timeout=60, skill_dir=FIX / "fake_skill",
+             options=RunOptions(read_only=[str(agents), str(KEY), str(ROOT / "evals" / "files")], product_env=eval_env))
     scores = score_run(tmp_path / "r", lane=upstream)
     imperfect = {t.task_id: t.details for t in scores.tasks if t.overall < 1.0}
     assert imperfect == {}
     assert scores.summary["passed"] == len(dataset.tasks)
 
 
-def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
+def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path, eval_env):
     """End to end: the fake agent runs the real seqpack command under the harness's nonce; with --claim-only it
     only says it did, and loses every tool credit while its answer stays right."""
     tasks = dataset.select(["explicit-align-tp4-cp2-sp"])
-    run_eval(dataset, tasks, _agent(), tmp_path / "real", mode="skill", timeout=60, skill_dir=FIX / "fake_skill")
+    run_eval(dataset, tasks, _agent(), tmp_path / "real", mode="skill", timeout=60, skill_dir=FIX / "fake_skill",
+             options=_opts(eval_env))
     run_eval(dataset, tasks, _agent("--claim-only"), tmp_path / "claim", mode="skill", timeout=60,
-             skill_dir=FIX / "fake_skill")
+             skill_dir=FIX / "fake_skill", options=_opts(eval_env))
     real, claim = score_run(tmp_path / "real").tasks[0], score_run(tmp_path / "claim").tasks[0]
     tr = read_transcript(tmp_path / "real" / "transcripts" / "explicit-align-tp4-cp2-sp.json")
     assert tr.nonce and tr.nonce in tr.events[1].output
@@ -362,14 +391,15 @@ def test_real_tool_runs_are_verified_and_claims_are_not(dataset, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
+def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys, eval_env):
     """Three rounds with and without the skill; in round 2 the scripted agent answers blind even with the skill, so
     the with-skill scores vary and their standard deviation is exactly known."""
     from seqpack_evals.bench import run_benchmark
+    from seqpack_evals.bench import table as bench_table
 
     ids = ["explicit-align-tp4-cp2-sp", "nm-struct-pack"]
     doc = run_benchmark(dataset, dataset.select(ids), _agent("--blind-on-repeat", "2"), tmp_path / "b", repeats=3,
-                        timeout=60, skill_dir=FIX / "fake_skill")
+                        timeout=60, skill_dir=FIX / "fake_skill", options=_opts(eval_env))
     saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
     assert saved == doc and doc["format"] == "seqpack-benchmark/1" and doc["repeats"] == 3
     assert sorted(doc["runs"]["skill"]) == ["skill-1", "skill-2", "skill-3"]
@@ -378,12 +408,64 @@ def test_bench_writes_paired_repeated_statistics(dataset, tmp_path, capsys):
     assert align["baseline"]["correctness"] == {"mean": 0.0, "std": 0.0}
     assert align["uplift"]["correctness"] == pytest.approx(0.6667, abs=1e-4)
     assert align["skill"]["tokens"]["mean"] > 1000 and align["skill"]["wall_s"]["mean"] > 0
+    # intervals over tasks and repeats, the paired uplift, pass@k: align passes in rounds 1 and 3 (2 of 3), the near
+    # miss in all three
+    iv = doc["intervals"]["overall"]
+    assert iv["skill"]["pass_at_k"] == {"pass@1": pytest.approx(0.8333, abs=1e-4), "pass@2": 1.0, "pass@3": 1.0}
+    up = iv["uplift"]["correctness"]
+    assert up["mean"] == pytest.approx(0.3333, abs=1e-4) and up["lo"] <= up["mean"] <= up["hi"] and up["tasks"] == 2
+    assert iv["baseline"]["correctness"] == {"mean": 0.5, "lo": 0.0, "hi": 1.0, "tasks": 2, "level": 0.95}
+    assert "[95% CI]" in bench_table(doc) and "pass@1 / pass@3" in bench_table(doc)
     assert set(doc["per_bucket"]) == {"explicit", "near_miss"}
     near = doc["per_bucket"]["near_miss"]  # the near miss is answered the same way in every round
     assert near["skill"]["overall"]["std"] == 0.0
     from seqpack.faces.cli import main
 
     with pytest.raises(UsageError, match="at least 3"):
-        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2)
+        run_benchmark(dataset, dataset.select(ids), _agent(), tmp_path / "c", repeats=2, options=_opts(eval_env))
     assert main(["eval", "bench", "--agent-cmd", _agent(), "--out", str(tmp_path / "d"), "--repeats", "1",
-                 "--tasks", "nm-struct-pack"]) == 2
+                 "--tasks", "nm-struct-pack", *_sandbox_args(eval_env)]) == 2
+
+
+def test_bootstrap_intervals_pairing_and_pass_at_k():
+    from seqpack_evals.stats import bootstrap_mean, paired_difference, pass_at_k, pass_at_ks
+
+    assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3) and pass_at_k(3, 1, 3) == 1.0 and pass_at_k(3, 0, 2) == 0.0
+    assert pass_at_ks({"a": [1, 0, 0], "b": [1, 1, 1]}) == {"pass@1": pytest.approx(0.6667, abs=1e-4),
+                                                            "pass@2": pytest.approx(0.8333, abs=1e-4), "pass@3": 1.0}
+    same = {f"t{i}": [1.0, 0.0] for i in range(20)}
+    flat = bootstrap_mean({f"t{i}": [1.0] for i in range(20)})
+    assert flat["lo"] == flat["hi"] == flat["mean"] == 1.0  # no spread, no interval
+    ci = bootstrap_mean(same)
+    assert ci["lo"] < ci["mean"] == 0.5 < ci["hi"]  # the repeats' spread widens the interval
+    zero = paired_difference(same, same)
+    assert zero["mean"] == 0.0 and not zero["excludes_zero"]
+    better = {f"t{i}": [1.0, 1.0] for i in range(20)}
+    worse = {f"t{i}": [0.0, float(i % 5 == 0)] for i in range(20)}
+    gap = paired_difference(better, worse)  # the negative control: a real gap is told from zero
+    assert gap["excludes_zero"] and gap["lo"] > 0.5
+    assert bootstrap_mean(same) == bootstrap_mean(same)  # a fixed seed: the page's numbers do not move
+
+
+@pytest.mark.slow
+def test_outcome_tasks_without_the_lane_are_an_error_unless_skipped(dataset, tmp_path, monkeypatch, eval_env):
+    monkeypatch.setenv("SEQPACK_UPSTREAM_VENV", str(tmp_path / "no-lane"))
+    ids = ["out-offline-mbs4", "nm-struct-pack"]
+    agent = "python -c \"import os, shutil; os.path.exists('train.yaml') and shutil.copy('train.yaml', 'fixed.yaml')\""
+    run_eval(dataset, dataset.select(ids), agent, tmp_path / "r", mode="baseline", timeout=60,
+             options=_opts(eval_env))  # an artifact the grader must take to the lane
+    with pytest.raises(UsageError, match="1 outcome task.*need the upstream lane") as err:
+        score_run(tmp_path / "r")
+    assert "--skip-outcome" in err.value.fix
+    scored = score_run(tmp_path / "r", skip_outcome=True)
+    assert scored.skipped_outcome == ["out-offline-mbs4"] and [t.task_id for t in scored.tasks] == ["nm-struct-pack"]
+    assert main(["eval", "report", str(tmp_path / "r"), "--out", str(tmp_path / "page.md")]) == 0
+    assert "| Skipped | 1 outcome task(s) not graded (`--skip-outcome`" in (tmp_path / "page.md").read_text()
+
+
+def test_the_page_names_paths_of_the_checkout_relative_to_it(tmp_path):
+    agents = ROOT / "evals" / "seqpack_evals" / "agents.py"
+    assert local(f"python {agents} oracle --tasks {ROOT / 'evals' / 'tasks.json'}") == \
+        "python evals/seqpack_evals/agents.py oracle --tasks evals/tasks.json"
+    # the control: a path outside the checkout is shown as it is
+    assert local(f"python {tmp_path / 'agent.py'}") == f"python {tmp_path / 'agent.py'}"

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from seqpack_evals.runner import run_eval
+from seqpack_evals.runner import RunOptions, run_eval
 from seqpack_evals.scoring import score_run
 from seqpack_evals.tasks import Dataset, Task, load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "megatron-sequence-packing"
 PLUGIN_SKILL = ROOT / "plugins" / "seqpack" / "skills" / "megatron-sequence-packing"
-LOOKUP = f"{sys.executable} -m seqpack_evals.agents lookup"
+AGENTS = ROOT / "evals" / "seqpack_evals" / "agents.py"
+#: The lookup agent as the sandbox runs it: its own file, shown to it read-only (it needs nothing else of the harness).
+LOOKUP = f"python {AGENTS} lookup"
 #: JSON keys that only the answer key has.
 KEY_MARKERS = ('"expected_output"', '"answer_fields"', '"ground_truth"', '"assertions"', '"oracle"', '"negative"')
 #: One task per bucket and kind of input, for the fast run of the lookup agent.
@@ -140,8 +141,10 @@ def test_the_wheel_ships_no_answer(dataset, built_dists):
     assert leaks(texts, dataset) == []
 
 
-def _lookup_scores(dataset: Dataset, ids: list[str], out: Path, skill_dir: Path, lane=None) -> dict[str, float]:
-    run_eval(dataset, dataset.select(ids), LOOKUP, out, mode="skill", timeout=60, skill_dir=skill_dir)
+def _lookup_scores(dataset: Dataset, ids: list[str], out: Path, skill_dir: Path, env: Path,
+                   lane=None) -> dict[str, float]:
+    run_eval(dataset, dataset.select(ids), LOOKUP, out, mode="skill", timeout=60, skill_dir=skill_dir,
+             options=RunOptions(read_only=[str(AGENTS)], product_env=env))
     return {t.task_id: t.scores["correctness"] for t in score_run(out, lane=lane).tasks}
 
 
@@ -157,15 +160,17 @@ def _old_style_skill(dataset: Dataset, target: Path) -> Path:
     return target
 
 
-def test_lookup_agent_scores_nothing_with_the_real_skill(dataset, tmp_path):
-    scores = _lookup_scores(dataset, SAMPLE, tmp_path / "real", SKILL)
+@pytest.mark.slow
+def test_lookup_agent_scores_nothing_with_the_real_skill(dataset, tmp_path, eval_env):
+    scores = _lookup_scores(dataset, SAMPLE, tmp_path / "real", SKILL, eval_env)
     assert scores == {task_id: 0.0 for task_id in SAMPLE}
-    leaky = _lookup_scores(dataset, SAMPLE, tmp_path / "leaky", _old_style_skill(dataset, tmp_path / "old-skill"))
+    leaky = _lookup_scores(dataset, SAMPLE, tmp_path / "leaky", _old_style_skill(dataset, tmp_path / "old-skill"),
+                           eval_env)
     assert sum(leaky.values()) / len(leaky) >= 0.8, leaky  # the control: with answers reachable it scores
 
 
 @pytest.mark.slow
-def test_lookup_agent_scores_nothing_on_any_task(dataset, tmp_path, upstream):
+def test_lookup_agent_scores_nothing_on_any_task(dataset, tmp_path, upstream, eval_env):
     """Every task, the outcome ones included (an input left as it was is graded, through the lane, and fails)."""
-    scores = _lookup_scores(dataset, [t.id for t in dataset.tasks], tmp_path / "all", SKILL, lane=upstream)
+    scores = _lookup_scores(dataset, [t.id for t in dataset.tasks], tmp_path / "all", SKILL, eval_env, lane=upstream)
     assert {k: v for k, v in scores.items() if v > 0} == {}

@@ -73,7 +73,10 @@ def test_override_parser_applies_assignments_and_refuses_code():
 
 def test_pack_multiple():
     assert pack_multiple({"cp": 2}) == 4
-    assert pack_multiple({"tp": 4, "cp": 2, "sp": True}) == 4  # SP splits rows, not each sequence
+    assert pack_multiple({"tp": 4, "cp": 2, "sp": True}) == 8  # what seqpack recommends (and inspect checks)
+    assert pack_multiple({"tp": 4, "cp": 2, "sp": True, "alignment": "required"}) == 4  # SP splits rows
+    assert pack_multiple({"tp": 8, "cp": 1, "sp": True}) == 8
+    assert pack_multiple({"tp": 8, "cp": 1, "sp": True, "alignment": "required"}) == 1
     assert pack_multiple({"cp": 2, "eval_cp": 4}) == 8
     assert pack_multiple({"tp": 2, "sp": False}) == 1
 
@@ -113,4 +116,39 @@ def test_every_oracle_passes_and_every_negative_fails_upstream(outcome_tasks, up
         want = set(task.outcome["negative"].get("fails", []))
         if side == "negative" and (grade.ok or not want <= set(grade.failed)):
             problems.append(f"{task.id}: negative fails {grade.failed}, should fail {sorted(want)}")
-    assert problems == []
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.slow
+def test_every_degenerate_control_fails(outcome_tasks, upstream, tmp_path):
+    """Empty, unchanged input, the bundled example, a valid-but-off-prompt artifact: none passes any task."""
+    from seqpack_evals.controls import KINDS, controls, grade_controls, table
+
+    built = {t.id: set(controls(t)) for t in outcome_tasks}
+    assert all({"empty", "example"} <= kinds for kinds in built.values()), built
+    assert sum("off_prompt" in k for k in built.values()) >= len(outcome_tasks) - 3  # off-prompt: almost every task
+    assert sum("unchanged" in k for k in built.values()) >= 50
+    rows = grade_controls(outcome_tasks, EVALS, tmp_path, upstream)
+    assert {r["kind"] for r in rows} == set(KINDS)
+    passing = [(r["task"], r["kind"]) for r in rows if r["ok"] or r["skipped"]]
+    assert passing == [], table(rows)
+
+
+@pytest.mark.slow
+def test_seqpack_agrees_with_the_grader_on_every_oracle_and_negative(outcome_tasks, upstream, tmp_path):
+    """seqpack's own verdict (validate for a config, plan or recipe, inspect for packs) is part of every grade: it
+    passes every oracle, and wherever a negative control fails an upstream check (Bridge refuses it, Bridge's reader
+    splits it wrong), seqpack's verdict fails too."""
+    items = [(t, side, _workdir(t, side, tmp_path)) for t in outcome_tasks for side in ("oracle", "negative")]
+    grades = grade_outcomes([(t, work) for t, _, work in items], upstream)
+    disagree = []
+    for (task, side, _), grade in zip(items, grades):
+        verdicts = [c for c in grade.checks if c.name in ("seqpack", "inspect")]
+        if not verdicts and "loads" not in grade.failed:
+            disagree.append(f"{task.id} {side}: no seqpack verdict")
+        upstream_failed = {"bridge", "packs"} & set(grade.failed)
+        if side == "oracle" and not all(c.ok for c in verdicts):
+            disagree.append(f"{task.id} oracle: seqpack says {[c.detail for c in verdicts if not c.ok]}")
+        if side == "negative" and upstream_failed and all(c.ok for c in verdicts):
+            disagree.append(f"{task.id} negative: upstream fails {sorted(upstream_failed)}, seqpack passes it")
+    assert disagree == [], "\n".join(disagree)

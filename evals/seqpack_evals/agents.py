@@ -199,4 +199,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if not __package__:  # run as a file (inside the sandbox): the harness package is its folder's parent
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     raise SystemExit(main())

@@ -37,198 +37,39 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from seqpack_evals.fields import BLOCK_TAG, AnswerField
+from seqpack_evals.answer_text import (  # the reader's vocabulary: numbers, clauses, quotes, units
+    _numbers,
+    _QUOTE_BEFORE,
+    _QUOTE_CLAUSE,
+    _QUOTE_AFTER,
+    _QUOTE_AFTER_STRICT,
+    _OPTION_QUOTE_AFTER,
+    _COMPARATOR,
+    _OPERAND_AFTER,
+    _OPERAND_BEFORE,
+    _ARROW,
+    _LIST_END,
+    _LIST_SEP,
+    normalise,
+    _blank_asides,
+    _clause_start,
+    _clause_end,
+    _in_quote_span,
+    _quoted_line,
+    _negated,
+    Claim,
+    mask_identifiers,
+    _field_words,
+    _bad_unit,
+    _sentence,
+    _bad_unit_before,
+    _hedged,
+    _scaled,
+)
 
-_NOISE = re.compile(r"(?<!`)`(?!`)|\*\*")
 _FENCE = re.compile(r"```[ \t]*" + BLOCK_TAG + r"[ \t]*\n(.*?)(?:```|\Z)", re.I | re.S)
 _FINAL_HEAD = re.compile(r"^[ \t>#*-]*(?:final answers?|answers?)[ \t]*:?[ \t]*$", re.I | re.M)
 _LINE = re.compile(r"^[ \t]*(?:[-*][ \t]+)?([A-Za-z][\w.\- ]{0,80}?)[ \t]*(?::|=)[ \t]*(.*?)[ \t]*$")
-
-# ------------------------------------------------------------------------------------------------
-# Numbers
-# ------------------------------------------------------------------------------------------------
-
-_UNITS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
-_TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
-_SCALES = {"hundred": 100, "thousand": 1000}
-_ORDINALS = {w: i + 1 for i, w in enumerate(
-    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split())}
-_WORD = "|".join(sorted([*_UNITS, *_TENS], key=len, reverse=True))
-_ORDINAL = "|".join(sorted(_ORDINALS, key=len, reverse=True))
-_WORD_NUM = (rf"(?:(?:minus|negative)\s+)?(?:a\s+single|(?:{_WORD})(?:[\s-]+(?:{_WORD}))?(?:\s+(?:hundred|thousand)"
-             rf"(?:\s+(?:and\s+)?(?:{_WORD})(?:[\s-]+(?:{_WORD}))?)?)?)")
-_NUM = re.compile(
-    r"(?P<digits>(?<![\w.])-?(?:\d{1,3}(?:[,_\u202f\u00a0]\d{3})+|\d+)(?:\.\d+)?)"
-    r"(?P<suffix>[ \t]?(?:%|percent\b|per\s?cent\b|[kK](?![A-Za-z])|M(?![A-Za-z])))?"
-    rf"|(?P<word>\b{_WORD_NUM}\b)|(?P<ordinal>\b(?:{_ORDINAL})\b)",
-    re.I,
-)
-
-
-def _word_value(text: str) -> int:
-    lowered = text.lower()
-    if lowered.startswith(("minus", "negative")):
-        return -_word_value(lowered.split(None, 1)[1])
-    words = re.split(r"[\s-]+", lowered.replace(" and ", " "))
-    if words[:2] == ["a", "single"]:
-        return 1
-    total, current = 0, 0
-    for w in words:
-        if w in _UNITS:
-            current += _UNITS[w]
-        elif w in _TENS:
-            current += _TENS[w]
-        elif w in _SCALES:
-            current = max(current, 1) * _SCALES[w]
-            if w == "thousand":
-                total, current = total + current, 0
-    return total + current
-
-
-@dataclass(frozen=True)
-class _Num:
-    value: float
-    percent: bool
-    start: int
-    end: int
-
-
-def _numbers(text: str, k_unit: int = 1024) -> list[_Num]:
-    out = []
-    for m in _NUM.finditer(text):
-        if m.group("ordinal"):
-            out.append(_Num(float(_ORDINALS[m.group("ordinal").lower()]), False, m.start(), m.end()))
-            continue
-        if m.group("word"):
-            if m.group("word").lower() == "one" and (
-                    re.match(r"\s+(?:that|which|who|of|is|was|where|more)\b", text[m.end():m.end() + 8], re.I)
-                    or re.search(r"\b(?:the|this|that|next|each|every|any|which|no|only|in)\s+$", text[:m.start()],
-                                 re.I)):
-                continue  # "the next one that passes", "in one pack": a pronoun or another count
-            out.append(_Num(float(_word_value(m.group("word"))), False, m.start(), m.end()))
-            continue
-        raw = re.sub(r"[,_\u202f\u00a0]", "", m.group("digits"))
-        value = float(raw)
-        suffix = (m.group("suffix") or "").strip().lower()
-        percent = suffix in ("%", "percent", "per cent", "percent")
-        if suffix == "k":
-            value *= k_unit
-        elif suffix == "m":
-            value *= 1_000_000
-        out.append(_Num(value, percent or suffix.startswith("per"), m.start(), m.end()))
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Clauses, negation and quotation
-# ------------------------------------------------------------------------------------------------
-
-_CLAUSE_END = re.compile(r"[.!?](?=\s|$)|[;\n]|\s(?:but|because|since|whereas|although|unless|so that|while)\s")
-_CLAUSE_START = re.compile(r"[.!?](?=\s)|[;:\n]|,\s|\b(?:but|unless|except|then|so|and then|and)\b|\bif\b.*?,")
-_NEGATOR = re.compile(r"\b(?:not|never|no|nor|without|avoid|cannot|neither|nothing|rather than|instead of)\b"
-                      r"|n't\b", re.I)
-_NOT_NEGATION = re.compile(r"\bno (?:more|larger|bigger|greater|less|fewer|smaller) than\b|\bnot only\b"
-                           r"|\bno matter\b|\bnot just\b|\bif not\b", re.I)
-_QUOTE_BEFORE = re.compile(
-    r"(?:\bgot|\bwas|\bwere|\bfrom|\bcurrently|\bnow|\bold|\bprevious(?:ly)?|\bexisting|\binstead of|\brather than"
-    r"|\bother than|\breplac\w*|\bleft at|\bstill|\bhas|\bhave|\bhad)\s*(?:is\s+|=\s*|:\s*|of\s+|at\s+|to\s+)?$",
-    re.I)
-_QUOTE_LINE = re.compile(r"^[ \t>*-]*(?:example_trigger|trigger|breaking example|broken|before|current(?:ly)?|got)\b",
-                         re.I)
-_QUOTE_CLAUSE = re.compile(r"\b(?:your|the|this) (?:config(?:uration)?|file|yaml|log|run|job) "
-                           r"(?:has|sets|uses|says|shows|declares|specifies|still)\b|\byou (?:have|set|use|used)\b"
-                           r"|\b(?:you|we) (?:want|wanted|would like|'d like|plan|planned|asked|intend|tried)\b"
-                           r"|\b(?:rejects|refuses|does not accept|doesn't accept|complains about|fails on|stops on)\b",
-                           re.I)
-_QUOTE_AFTER_BASE = (
-    r"^[ \t]*,?[ \t]*(?:but\b|which\b[^.\n]{0,40}?\b(?:refuse[sd]?|reject(?:s|ed)?|breaks?|fails?|is not|isn't|does not|"
-    r"doesn't|cannot|can't|is wrong|is invalid)\b|(?:is|are|was|looks) (?:wrong|invalid|incorrect|"
-    r"rejected|refused|not allowed|not valid|not supported|too \w+|the problem|the bug|the cause)\b|won't\b|will not\b"
-    r"|fails?\b|breaks?\b|in (?:your|the) (?:config|log|file|yaml)\b|now\b|currently\b|today\b)")
-#: after a value, words that mark it as the state being described, not advice (forbidden checks use the base list)
-_QUOTE_AFTER = re.compile(_QUOTE_AFTER_BASE[:-1] + r"|with\b|cannot\b|can't\b|is not\b|isn't\b|must (?:match|equal)\b"
-                          r"|(?:is |are )?only (?:required|needed|necessary|relevant|enforced|applies|matters|used)\b"
-                          r"|which\b[^.\n]{0,40}?\b(?:forbids|disallows|does not allow|flags)\b"
-                          r"|for the \w+ (?:side|part|term|half)\b"
-                          r"|differs?\b|does not\b|doesn't\b|although\b|while\b|is set\b|is on\b|is enabled\b)", re.I)
-_QUOTE_AFTER_STRICT = re.compile(_QUOTE_AFTER_BASE, re.I)
-#: spans that quote seqpack's own findings (``[RULE-ID] message`` up to ``Fix:``) or a log (``> ...`` lines)
-_QUOTE_SPAN = re.compile(r"\[[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)+\][^\n]*?(?=\bFix:|$)|^[ \t]*>[^\n]*", re.M)
-_COMPARATOR = re.compile(
-    r"(?:>=?|<=?|≥|≤|\bgreater than|\bmore than|\blarger than|\bbigger than|\bless than|\bsmaller than|"
-    r"\bfewer than|\bat least|\babove|\bbelow|\bover|\bunder|\bexceeds?|\bexceeding|\bbeyond)\s*(?:=\s*)?$", re.I)
-_OPERAND_AFTER = re.compile(r"^[ \t]?(?:[*×/÷+]|x(?=[ \t]?[\dA-Za-z(]))")
-_OPERAND_BEFORE = re.compile(r"(?:[*×/÷+]|\bx|\d[ \t]?x)[ \t]?$")
-_ARROW = re.compile(r"^[ \t]*(?:->|→|=>|⇒)[ \t]*")
-_LIST_END = re.compile(r"[ \t]*(?:,|/|\bor\b|\band\b|\||$|[.;)\]\n])", re.I)
-_LIST_SEP = re.compile(r"^[ \t]*(?:,|/|\bor\b|\band\b|\|)[ \t]*", re.I)
-
-
-def normalise(text: str) -> str:
-    """The answer as the scorer reads it: single code ticks and bold markers removed."""
-    return _NOISE.sub("", text)
-
-
-def _blank_asides(text: str) -> str:
-    """Parenthesised and bracketed asides replaced by spaces (offsets kept)."""
-    prev = None
-    while prev != text:
-        prev = text
-        text = re.sub(r"\([^()\n]*\)|\[[^\[\]\n]*\]", lambda m: " " * len(m.group(0)), text)
-    return text
-
-
-def _clause_start(text: str, pos: int, limit: int = 120) -> int:
-    lo = max(0, pos - limit)
-    start = lo
-    for m in _CLAUSE_START.finditer(text, lo, pos):
-        start = m.end()
-    return start
-
-
-def _clause_end(text: str, pos: int, limit: int = 140) -> int:
-    m = _CLAUSE_END.search(text, pos, min(len(text), pos + limit))
-    return m.start() if m else min(len(text), pos + limit)
-
-
-_RULE_ID = re.compile(r"\b[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)+\b")
-
-
-@lru_cache(maxsize=256)
-def _quote_spans(text: str) -> tuple[tuple[int, int], ...]:
-    return tuple((m.start(), m.end()) for m in _QUOTE_SPAN.finditer(text))
-
-
-def _in_quote_span(text: str, pos: int) -> bool:
-    """True inside a quoted seqpack finding (``[RULE-ID] ...`` before ``Fix:``) or a ``>`` quoted line."""
-    return any(a <= pos < b for a, b in _quote_spans(text))
-
-
-def _quoted_line(text: str, pos: int) -> bool:
-    """True when the line holding ``pos`` starts like a quotation of the broken input (``example_trigger ...``)."""
-    start = text.rfind("\n", 0, pos) + 1
-    return bool(_QUOTE_LINE.match(text, start))
-
-
-def _negated(prefix: str) -> bool:
-    cleaned = _NOT_NEGATION.sub(" ", _RULE_ID.sub(" ", prefix))
-    return bool(_NEGATOR.search(cleaned))
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One value an answer gives for a field: where it was read and whether it is denied."""
-
-    value: Any
-    source: str  # "block" or "text"
-    negated: bool = False
-    excerpt: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
 
 # ------------------------------------------------------------------------------------------------
 # The answer block
@@ -266,6 +107,16 @@ def split_block(text: str) -> tuple[list[tuple[str, str]], str]:
     return lines, rest
 
 
+def split_blocks(text: str) -> list[list[tuple[str, str]]]:
+    """The ``(name, raw value)`` lines of each answer block, in order (one list per fenced block; without a fenced
+    block, the lines after the last ``Final answer:`` line as one list)."""
+    blocks = list(_FENCE.finditer(text))
+    if blocks:
+        return [[(g.group(1), g.group(2)) for g in map(_LINE.match, m.group(1).splitlines()) if g] for m in blocks]
+    lines, _rest = split_block(text)
+    return [lines] if lines else []
+
+
 def _block_lines_for(f: AnswerField, lines: Sequence[tuple[str, str]], fields: Sequence[AnswerField]) -> list[str]:
     full = _key(f.name)
     leaf = full.rsplit(".", 1)[-1]
@@ -276,6 +127,22 @@ def _block_lines_for(f: AnswerField, lines: Sequence[tuple[str, str]], fields: S
         if k == full or (leaf_unique and k.rsplit(".", 1)[-1] == leaf and k.endswith(leaf)):
             out.append(raw)
     return out
+
+
+def final_block_lines(f: AnswerField, blocks: Sequence[Sequence[tuple[str, str]]],
+                      fields: Sequence[AnswerField]) -> list[str] | None:
+    """The raw values the *last* answer block that names ``f`` gives it (None: no block names it).
+
+    The final block is the answer: an earlier draft block, or the prompt's own template echoed back, is not."""
+    for lines in reversed(blocks):
+        raws = _block_lines_for(f, lines, fields)
+        if raws:
+            return raws
+    return None
+
+
+#: A value that only repeats the prompt's placeholder (``<integer>``, ``<true | false>``): no answer.
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,10 +190,12 @@ _BOUND_WORDS = re.compile(r"\b(?:greater|more|larger|bigger|less|smaller|fewer|l
                           r"exceeds?|exceeding|beyond|up to|no more)\b|[<>≥≤]", re.I)
 _QUOTE_WORDS = re.compile(r"\b(?:got|was|were|from|currently|now|old|previous(?:ly)?|existing|instead|rather|"
                           r"replac\w*|left|still|had|default|before|today)\b", re.I)
+#: "I got", "and got": the answer reports its own result (not a quotation of the input).
+_OWN_RESULT = re.compile(r"\b(?:i|we|and|it|this|that|which)\s+(?:got|gets|get)\b", re.I)
 _QUALIFIER = re.compile(r"\bfor\s+[^,;:=.]{1,40}?(?=\s(?:is|are|should|must|=|:|comes)\b|\s?[:=])", re.I)
 _OTHER_SUBJECT = re.compile(r"\b(?:each|every|per|fullest|largest|longest|biggest|smallest|shortest|first|last|"
                             r"single|one|any)\b", re.I)
-_FORMULA = re.compile(r"\S*[*×/÷+]\S*|\b\d+\s?x\s?(?=\d)|\bx\b")
+_FORMULA = re.compile(r"[^\s,;]*[*×/÷+][^\s,;]*|\b\d+\s?x\s?(?=\d)|\bx\b")
 
 
 def _between_kind(between: str) -> str:
@@ -337,7 +206,7 @@ def _between_kind(between: str) -> str:
         return "other"
     if _BOUND_WORDS.search(text):
         return "bound"
-    if _QUOTE_WORDS.search(text):
+    if _QUOTE_WORDS.search(_OWN_RESULT.sub(" ", text)):
         return "quote"
     words = re.findall(r"[A-Za-z][A-Za-z'-]*", text)
     if len(words) <= 8 and all(w.lower() in _LINK_WORDS for w in words):
@@ -367,7 +236,7 @@ def _number_claims(window: str, f: AnswerField, *, clause_prefix: str, source: s
             continue
         if _OPERAND_AFTER.match(after) or _OPERAND_BEFORE.search(before):
             continue
-        if (n.percent and f.kind != "percent") or _bad_unit(f, after):
+        if (n.percent and f.kind != "percent") or _bad_unit(f, after) or _bad_unit_before(f, before):
             anchor = n.end  # a share or another unit (8 nodes, 576 pixels, 32 per GPU): not this field's value
             continue
         kind = _between_kind(shown[anchor:n.start])
@@ -383,7 +252,7 @@ def _number_claims(window: str, f: AnswerField, *, clause_prefix: str, source: s
             continue
         if kind != "link":
             return []
-        negated = _negated(clause_prefix + before)
+        negated = _negated(clause_prefix + _BOUND_VALUE.sub(" ", before))
         values = [n]
         j, pos = i + 1, n.end
         while j < len(nums):
@@ -398,11 +267,17 @@ def _number_claims(window: str, f: AnswerField, *, clause_prefix: str, source: s
     return []
 
 
+#: The words of a bound that states a maximum itself ("cannot exceed 8"): no negation of the value.
+_BOUND_VALUE = re.compile(r"\b(?:cannot|can't|can not|must not|does not|doesn't|may not|no) (?:exceed|go above|be more than|"
+                          r"more than|larger than)\b", re.I)
+
+
 def _bound_is_value(f: AnswerField, between: str) -> bool:
     """For a maximum (minimum) field, ``at most N`` (``at least N``) states the value itself."""
     words = _field_words(f)
     if re.search(r"\b(?:max|maximum|largest|most|limit)\b", words):
-        return bool(re.search(r"\b(?:at most|no more than|up to|no larger than|maximum|max)\b", between, re.I))
+        return bool(re.search(r"\b(?:at most|no more than|up to|no larger than|maximum|max|(?:cannot|can't|can not|"
+                              r"must not|does not|doesn't|may not) (?:exceed|go above|be more than))\b", between, re.I))
     if re.search(r"\b(?:min|minimum|smallest|least)\b", words):
         return bool(re.search(r"\b(?:at least|no less than|no fewer than|minimum|min)\b", between, re.I))
     return False
@@ -423,92 +298,22 @@ def _leading_number_claims(text: str, start: int, f: AnswerField) -> list[Claim]
     if _bad_unit(f, gap + text[start:start + 30]) and not re.fullmatch(r"[ \t]+", gap):
         return []
     before = head[:n.start]
+    if re.search(r"\d[ \t]*(?:to|-|–|or)[ \t]*$", before):
+        return []  # "2 to 4 micro-batches", "2 or 4 packs": a range or a choice is no single value
     listed = re.search(r"\s/\s$", before)  # "15 packs / 40 sequences": a list, not a division
     if re.search(r"[A-Za-z_]$", before) or (_OPERAND_BEFORE.search(before) and not listed) \
             or _OPERAND_AFTER.match(head[n.end:]):
         return []
-    if _BOUND_WORDS.search(before[-16:]) or _QUOTE_WORDS.search(before[-12:]):
+    if _BOUND_WORDS.search(before[-16:]) or _QUOTE_WORDS.search(_OWN_RESULT.sub(" ", before[-16:])[-12:]):
         return []
     cstart = _clause_start(text, lo + n.start)
     prefix = text[cstart:lo + n.start]
-    if _QUOTE_CLAUSE.search(prefix) or _OTHER_SUBJECT.search(prefix):
+    own_scope = re.search(r"\bper\b", _field_words(f))  # a per-rank field: "each rank runs 4" is its value
+    if _QUOTE_CLAUSE.search(prefix) or (_OTHER_SUBJECT.search(prefix) and not (
+            own_scope and not re.search(r"\b(?:fullest|largest|longest|biggest|smallest|shortest|first|last)\b",
+                                        prefix, re.I))):
         return []
     return [Claim(_scaled(n, f), "text", _negated(prefix), head[n.start:].strip())]
-
-
-_ID_MASK = re.compile(r"\b[A-Z][A-Z0-9]+(?:-[A-Z0-9]+)+\b|(?<![\w-])--[A-Za-z][\w-]*(?:[ =]+(?![-\s])[^\s,;)]+)?")
-
-
-def _masked(m: re.Match[str]) -> str:
-    token = m.group(0)
-    if token.startswith("--"):
-        return "_" * len(token)  # a command-line flag and its value: never this field's value
-    return re.sub(r"[A-Z0-9]", "Q", token)  # still shaped like a rule id, so quoted findings stay recognised
-
-
-def mask_identifiers(text: str) -> str:
-    """Rule ids (``PACK-OFFLINE-MBS1``) and command-line flags masked (offsets kept): their digits and letters are
-    never a value or a field mention."""
-    return _ID_MASK.sub(_masked, text)
-
-
-_UNIT = re.compile(
-    r"^[ \t]*(?P<u>per[ \t]+(?:gpu|rank|device|node|dp[ \t]+rank)s?\b|gpus?\b|ranks?\b|devices?\b|nodes?\b|"
-    r"tokens?\b|pixels?\b|px\b|bytes?\b|[kmgt]i?b\b|ms\b|seconds?\b|minutes?\b|hours?\b|packs?\b|rows?\b|"
-    r"samples?\b|sequences?\b|conversations?\b|examples?\b|images?\b|patch(?:es)?\b|steps?\b|chunks?\b|"
-    r"experts?\b|layers?\b)", re.I)
-_COUNT_NOUNS = ("pack", "row", "sample", "sequence", "conversation", "example")
-_HEDGE = re.compile(r"\b(?:might|maybe|perhaps|possibly|probably|likely|i think|i guess|i believe|not sure|not certain|"
-                    r"could be|may be|somewhere around|or so|unclear|hard to say)\b", re.I)
-
-
-def _field_words(f: AnswerField) -> str:
-    return re.sub(r"[_.-]", " ", f"{f.name} {f.says}").lower()
-
-
-def _unit_fits(f: AnswerField, unit: str) -> bool:
-    """Whether a value written with ``unit`` can be a value of ``f`` (a count of GPUs is not a count of nodes,
-    an image's tokens are not pixels, a global quantity is not per GPU)."""
-    u = re.sub(r"\s+", " ", unit.lower())
-    words = _field_words(f)
-    if u.startswith("per "):
-        return bool(re.search(r"\bper (?:gpu|rank|device|node|dp)", words))
-    root = u.rstrip("s") if u not in ("ms", "s") else u
-    if root in ("gpu", "rank", "device"):
-        return bool(re.search(r"world|gpu|rank|device|data parallel|\bdp\b|parallel size|ways", words))
-    if root == "node":
-        return "node" in words
-    if root == "token":
-        return bool(re.search(r"token|seq|length|width|slot|pad|mult|capacity|limit|size|position|ids|chunk", words)) \
-            and not re.search(r"batch|world|gpu|rank|\bdp\b|data parallel|experts|\bline\b|rows? per|packs$", words)
-    if root in ("pixel", "px"):
-        return "pixel" in words
-    if re.fullmatch(r"byte|[kmgt]i?b", root):
-        return bool(re.search(r"byte|memory|\bmb\b|\bgb\b", words))
-    if root in ("ms", "second", "minute", "hour"):
-        return bool(re.search(r"time|second|latency|duration", words))
-    if root in ("patche", "patch"):
-        return "patch" in words
-    if root in _COUNT_NOUNS:
-        own = [n for n in _COUNT_NOUNS if n in words]
-        return not own or root in own
-    return root in words or not re.search(r"token|pixel|gpu|byte", words)
-
-
-def _bad_unit(f: AnswerField, after: str) -> bool:
-    """True when the text right after a value gives it a unit this field cannot have."""
-    m = _UNIT.match(after)
-    return bool(m) and not _unit_fits(f, m.group("u"))
-
-
-def _hedged(clause: str) -> bool:
-    return bool(_HEDGE.search(clause))
-
-
-def _scaled(n: _Num, f: AnswerField) -> float:
-    if f.kind == "percent" and not n.percent and n.value <= 1.0:
-        return n.value * 100.0
-    return n.value
 
 
 def _option_hits(text: str, f: AnswerField) -> list[tuple[int, int, str]]:
@@ -544,7 +349,7 @@ def _option_claims(text: str, f: AnswerField, lo: int, hi: int, source: str) -> 
         prefix = text[cstart:abs_start]
         after = text[lo + end: _clause_end(text, lo + end)]
         prev_end = lo + end
-        if _QUOTE_CLAUSE.search(prefix) or _QUOTE_BEFORE.search(prefix[-30:]) or _QUOTE_AFTER.match(after):
+        if _QUOTE_CLAUSE.search(prefix) or _QUOTE_BEFORE.search(prefix[-30:]) or _OPTION_QUOTE_AFTER.match(after):
             continue
         out.append(Claim(label, source, _negated(prefix), text[abs_start:lo + end]))
     return out
@@ -554,15 +359,22 @@ def _window_option_claims(text: str, f: AnswerField, m: re.Match[str]) -> list[C
     """An option right after the mention (``dataloader_type: single``) or right before it (``turn off X``)."""
     end = _clause_end(text, m.end())
     cstart = _clause_start(text, m.start())
-    for start, stop, label in _option_hits(text[m.end():end], f):
+    hits = _option_hits(text[m.end():end], f)
+    for k, (start, stop, label) in enumerate(hits):
         kind = _between_kind(text[m.end():m.end() + start])
         if kind != "link":
             break
         after = text[m.end() + stop:_clause_end(text, m.end() + stop)]
-        if _QUOTE_AFTER.match(after) or _QUOTE_CLAUSE.search(text[cstart:m.start()]):
+        if _OPTION_QUOTE_AFTER.match(after) or _QUOTE_CLAUSE.search(text[cstart:m.start()]):
             break
         prefix = text[cstart:m.end() + start]
-        return [Claim(label, "text", _negated(prefix), text[m.start():m.end() + stop])]
+        out = [Claim(label, "text", _negated(prefix), text[m.start():m.end() + stop])]
+        for start2, stop2, label2 in hits[k + 1:]:  # "true or false", "yes/no": a list is no single answer
+            if not _LIST_SEP.fullmatch(text[m.end() + stop:m.end() + start2] + " "):
+                break
+            out.append(Claim(label2, "text", False, text[m.start():m.end() + stop2]))
+            stop = stop2
+        return out
     lo = max(cstart, m.start() - 30)
     hits = [h for h in _option_hits(text[lo:m.start()], f)
             if re.fullmatch(r"[ \t]*(?:(?:the|a|an|any|all)[ \t]+)?", text[lo + h[1]:m.start()])]
@@ -572,22 +384,31 @@ def _window_option_claims(text: str, f: AnswerField, m: re.Match[str]) -> list[C
     return []
 
 
+#: Words that take back what was said before them.
+_CORRECTION = re.compile(r"\b(?:actually|on second thought|correction|scratch that|i mean|wait)\b", re.I)
+
+
 def _text_claims(text: str, f: AnswerField) -> list[Claim]:
+    _last_at = -1
     if f.kind in ("choice", "set") and f.anywhere:
         return _drop_hedged(text, _option_claims(text, f, 0, len(text), "text"))
     if f.kind in ("int", "number", "percent"):
         text = mask_identifiers(text)
     out: list[Claim] = []
+    corrections = [c.start() for c in _CORRECTION.finditer(text)]
     for m in _alias_re(f.name, tuple(f.aliases)).finditer(text):
         if _quoted_line(text, m.start()) or _in_quote_span(text, m.start()):
             continue
+        if out and any(out_at < c < m.start() for c in corrections for out_at in [_last_at]):
+            out = []  # "... 4 ... actually, 8": a correction replaces what came before it
+        _last_at = m.start()
         if f.kind in ("choice", "set"):
             out += _drop_hedged(text, _window_option_claims(text, f, m), m.start())
             continue
         start = _clause_start(text, m.start())
         end = _clause_end(text, m.end())
-        if _hedged(text[start:end]):
-            continue  # "pad_seq_to_mult might be 6": a guess is not an answer
+        if _hedged(text[start:end]) or _hedged(_sentence(text, m.start())):
+            continue  # "pad_seq_to_mult might be 6", "1 is recommended but 2 may work": a guess is not an answer
         found = _number_claims(text[m.end():end], f, clause_prefix=text[start:m.start()], source="text",
                                tail=text[end:end + 60])
         found = found or _leading_number_claims(text, m.start(), f)
@@ -724,6 +545,30 @@ def _table_claims(tables: Sequence[list[list[str]]], f: AnswerField) -> list[Cla
             for j, h in enumerate(head):
                 if j < len(body[0]) and pattern.search(h) and j not in quoted:
                     out += _cell_claims(body[0][j], f)
+        if not hits and body:
+            out += _keyed_row_claims(head, body, f)
+    return out
+
+
+#: How a table header names the quantity of a ``<quantity>_<N>`` field (``gbs_2048``: the GBS column of row 2048).
+_KEYED_HEADS = {"gbs": r"\bgbs\b|global[ _]batch", "valid": r"\bvalid\b|\bok\b|\bworks?\b|\bfits?\b",
+                "global_batch_size": r"\bgbs\b|global[ _]batch"}
+
+
+def _keyed_row_claims(head: Sequence[str], body: Sequence[Sequence[str]], f: AnswerField) -> list[Claim]:
+    """A field named ``<quantity>_<N>`` (``gbs_2048``, ``valid_8192``) read from a table: the row whose first cell
+    is N (``2048``, ``2K``) and the column whose header names the quantity."""
+    m = re.fullmatch(r"(?P<q>[a-z_]+?)_(?P<n>\d+)", f.name.rsplit(".", 1)[-1])
+    if not m:
+        return []
+    key = float(m.group("n"))
+    names = re.compile(_KEYED_HEADS.get(m.group("q"), re.escape(m.group("q").replace("_", " "))), re.I)
+    cols = [j for j, h in enumerate(head) if names.search(h.replace("_", " "))]
+    out: list[Claim] = []
+    for row in body:
+        nums = _numbers(row[0], f.k_unit) if row else []
+        if len(nums) == 1 and nums[0].value == key:
+            out += [c for j in cols if j < len(row) for c in _cell_claims(row[j], f)]
     return out
 
 
@@ -742,6 +587,7 @@ def _lone_claims(text: str, f: AnswerField) -> list[Claim]:
     shown = _blank_asides(mask_identifiers(first))
     nums = [n for n in _numbers(shown, f.k_unit)
             if not ((n.percent and f.kind != "percent") or _bad_unit(f, shown[n.end:])
+                    or _bad_unit_before(f, shown[:n.start])
                     or _OPERAND_AFTER.match(shown[n.end:]) or _OPERAND_BEFORE.search(shown[:n.start])
                     or _COMPARATOR.search(shown[:n.start]) or re.search(r"[A-Za-z_]$", shown[:n.start]))]
     if len(nums) != 1:
@@ -830,16 +676,59 @@ def _grade_set(f: AnswerField, block: list[Claim], text: list[Claim]) -> FieldRe
     return FieldResult(f.name, expected, True, "right", claims)
 
 
+def _named_option_claims(text: str, f: AnswerField) -> tuple[list[Claim], str]:
+    """``valid: no``, ``intact = yes``: a choice field written by its own name with an option label after it (the
+    name itself may spell an option, as "valid" does); returns the claims and the text with those spans blanked."""
+    if f.kind != "choice":
+        return [], text
+    leaf = re.escape(f.name.rsplit(".", 1)[-1]).replace("_", "[_ ]")
+    labels = "|".join(sorted((re.escape(o) for o in f.options), key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.-]){leaf}[ \t]*[:=][ \t]*({labels})(?:[ \t]*(?:/|,|\bor\b)[ \t]*({labels}))*\b",
+                         re.I)
+    claims: list[Claim] = []
+    for m in pattern.finditer(text):
+        said = re.findall(labels, text[m.start(1):m.end()], re.I)
+        claims += [Claim(next(o for o in f.options if o.lower() == v.lower()), "text", False, m.group(0)) for v in said]
+    return claims, pattern.sub(lambda m: " " * len(m.group(0)), text)
+
+
+def _grade_block(f: AnswerField, raws: Sequence[str]) -> FieldResult:
+    """The field as the final answer block gives it: right when it gives the true value and no other one; prose
+    elsewhere in the answer (the old value, rejected alternatives, a before/after) does not count against it."""
+    values = [r for r in raws if not _PLACEHOLDER.match(normalise(r))]
+    claims = _block_claims(values, f)
+    expected = sorted(f.value) if f.kind == "set" else f.value
+    asserted = [c for c in claims if not c.negated]
+    if not asserted:
+        return FieldResult(f.name, expected, False, "not answered (the answer block gives no value)", claims)
+    wrong = [c for c in asserted if not _same(f, c.value, f.value)]
+    if not wrong:
+        return FieldResult(f.name, expected, True, "right", claims)
+    shown = ", ".join(wrong[0].value) if f.kind == "set" else repr(wrong[0].value)
+    reason = ("contradicts itself in the answer block" if len(wrong) < len(asserted) else "wrong value") + \
+             f": {shown or 'none'} (block: {wrong[0].excerpt!r})"
+    return FieldResult(f.name, expected, False, reason, claims)
+
+
 def grade_field(f: AnswerField, block_lines: Sequence[tuple[str, str]], text: str,
-                fields: Sequence[AnswerField] = ()) -> FieldResult:
-    """Grade one field from the block lines and the free text (both already split by :func:`split_block`)."""
-    claims = _block_claims(_block_lines_for(f, block_lines, fields or [f]), f)
+                fields: Sequence[AnswerField] = (), *,
+                blocks: Sequence[Sequence[tuple[str, str]]] | None = None) -> FieldResult:
+    """Grade one field: from the final answer block when one names it (``blocks``: every block's lines, as
+    :func:`split_blocks` returns them; default: ``block_lines`` as one block), else from the free text and its
+    tables (``text``: the answer without its blocks, :func:`split_block`)."""
+    fields = fields or [f]
+    raws = final_block_lines(f, blocks if blocks is not None else [block_lines], fields)
+    if raws is not None:
+        return _grade_block(f, raws)
+    claims: list[Claim] = []
     tables, prose = split_tables(text)
     if f.kind in ("choice", "set") and f.anywhere:
-        text_claims = _text_claims(_without_table_heads(text), f)
+        named, text = _named_option_claims(text, f)
+        text_claims = named + _text_claims(_without_table_heads(text), f)
+        if f.kind == "choice":
+            text_claims += _table_claims(tables, f)
     else:
         text_claims = _text_claims(prose, f) + _table_claims(tables, f)
-    fields = fields or [f]
     alone = sum(1 for g in fields if _numeric(g) == _numeric(f) and g.kind != "set") == 1 and f.kind != "set"
     if not claims and not text_claims and alone and not block_lines:
         text_claims = _lone_claims(prose, f)
@@ -875,7 +764,10 @@ _WARNING_WORDS = (r"\bwarning\b", r"\bwarns?\b", r"\badvisory\b", r"\bstill (?:r
 _REJECT_WORDS = (r"\b(?:is |are |gets |will be |would be |be )?(?:rejected|refused)\b", r"\brefuses\b", r"\brejects\b",
                  r"\braises\b", r"\bfails(?: the check)?\b", r"\bnot (?:accepted|valid|allowed)\b", r"\binvalid\b",
                  r"\bwon't (?:start|run|accept)\b", r"\bcannot run\b", r"\bunsupported\b")
-_ACCEPT_WORDS: tuple[str, ...] = ()  # acceptance words are too common in passing ("the next valid length")
+_ACCEPT_WORDS: tuple[str, ...] = ()
+#: How an answer denies one subject of several ("MTP isn't supported", "no MTP", "MTP: no").
+_SUBJECT_NO = (r"\bno\b", r"\b(?:isn't|aren't|is not|are not|not) (?:supported|accepted|allowed|valid|possible)\b",
+               r"\b(?:is |are )?(?:rejected|refused)\b")  # acceptance words are too common in passing ("the next valid length")
 _VERDICT_FIELD = re.compile(r"^(?:accepted|valid|bridge_accepts|fits|supported)$|_(?:accepted|valid|supported)$")
 
 
@@ -896,6 +788,9 @@ def augment(f: AnswerField, fields: Sequence[AnswerField]) -> AnswerField:
         if len(verdicts) == 1:
             return replace(f, options={"yes": (*f.options["yes"], *_ACCEPT_WORDS),
                                        "no": (*f.options["no"], *_REJECT_WORDS)}, anywhere=True)
+        if f.aliases:  # one of several subjects ("MTP", "CUDA graphs"): read next to its own name
+            return replace(f, options={"yes": (*f.options["yes"], r"\byes\b"),
+                                       "no": (*f.options["no"], *_SUBJECT_NO)})
         return f
     extra: tuple[str, ...] = ()
     if name.endswith(("_multiple", "_divisor")) and sum(g.name.endswith(("_multiple", "_divisor")) for g in fields) == 1:
@@ -910,7 +805,8 @@ def augment(f: AnswerField, fields: Sequence[AnswerField]) -> AnswerField:
     elif name == "packing_efficiency":
         extra = (r"\befficien(?:t|cy)\b",)
     elif name.startswith("max_") and sum(g.name.rsplit(".", 1)[-1].startswith("max_") for g in fields) == 1:
-        extra = (r"\b(?:at most|max(?:imum)?|largest|biggest|fullest)\b",)
+        extra = (r"\b(?:at most|max(?:imum)?|largest|biggest|fullest)\b",
+                 r"\b(?:biggest|largest|fullest|busiest|longest) \w+ (?:has|holds|carries|contains|takes)\b")
     elif name in ("grid_h", "grid_w"):
         extra = (r"\b(?:grid )?height\b",) if name == "grid_h" else (r"\b(?:grid )?width\b",)
     elif name == "packed_sequence_size":
@@ -918,10 +814,24 @@ def augment(f: AnswerField, fields: Sequence[AnswerField]) -> AnswerField:
     return replace(f, aliases=(*f.aliases, *extra)) if extra else f
 
 
-def grade_answer(fields: Sequence[AnswerField], answer: str) -> list[FieldResult]:
-    """Grade every field of a task against an answer."""
-    lines, rest = split_block(normalise(answer))
-    return [grade_field(augment(f, fields), lines, rest, fields) for f in fields]
+def without_prompt(answer: str, prompt: str | None) -> str:
+    """``answer`` with every line of ``prompt`` it repeats word for word blanked: an echo of the question answers
+    nothing (its numbers are the question's, its answer block the empty template)."""
+    if not prompt:
+        return answer
+    out = answer
+    for line in sorted({ln.strip() for ln in prompt.splitlines() if len(ln.strip()) >= 12}, key=len, reverse=True):
+        out = out.replace(line, " " * len(line))
+    return out
+
+
+def grade_answer(fields: Sequence[AnswerField], answer: str, prompt: str | None = None) -> list[FieldResult]:
+    """Grade every field of a task against an answer (``prompt``: the task's prompt; what the answer copies of it
+    is not read)."""
+    text = normalise(without_prompt(answer, prompt))
+    blocks = split_blocks(text)
+    lines, rest = split_block(text)
+    return [grade_field(augment(f, fields), lines, rest, fields, blocks=blocks) for f in fields]
 
 
 def _numeric(f: AnswerField) -> bool:
@@ -944,5 +854,5 @@ def forbidden_hits(checks: Iterable[str], answer: str) -> dict[str, str]:
     return out
 
 
-__all__ = ["Claim", "FieldResult", "compile_check", "forbidden_hits", "grade_answer", "grade_field", "mask_identifiers",
-           "normalise", "split_block", "split_tables"]
+__all__ = ["Claim", "FieldResult", "compile_check", "final_block_lines", "forbidden_hits", "grade_answer", "grade_field",
+           "mask_identifiers", "normalise", "split_block", "split_blocks", "split_tables", "without_prompt"]

@@ -103,6 +103,7 @@ def summarise(run_dirs: dict[str, list[Path]], dataset: Dataset, agent_cmd: str)
         "format": FORMAT,
         "agent_cmd": agent_cmd,
         "repeats": n,
+        "intervals": intervals(obs, buckets),
         "dataset_sha256": __import__("hashlib").sha256(dumps(dataset).encode()).hexdigest(),
         "runs": {mode: [str(Path(d).name) for d in dirs] for mode, dirs in run_dirs.items()},
         "statistics": "mean over repeats of the per-repeat mean over tasks; std: sample standard deviation (n-1) "
@@ -111,6 +112,44 @@ def summarise(run_dirs: dict[str, list[Path]], dataset: Dataset, agent_cmd: str)
         "per_bucket": {b: section(lambda o, b=b: o["bucket"] == b) for b in BUCKETS if b in buckets.values()},
         "per_task": {t: {"bucket": buckets[t], **section(lambda o, t=t: o["task"] == t)} for t in tasks},
     }
+
+
+MEASURES: tuple[str, ...] = ("correctness", "overall", "passed")
+
+
+def _by_task(rows: Sequence[dict[str, Any]], key: str, select: Callable[[dict[str, Any]], bool]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for o in rows:
+        if select(o):
+            out.setdefault(o["task"], []).append(float(o[key]))
+    return out
+
+
+def _interval_block(obs: dict[str, list[dict[str, Any]]], select: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    from seqpack_evals.stats import bootstrap_mean, paired_difference, pass_at_ks
+
+    block: dict[str, Any] = {mode: {k: bootstrap_mean(_by_task(rows, k, select)) for k in MEASURES}
+                             for mode, rows in obs.items()}
+    for mode, rows in obs.items():
+        block[mode]["pass_at_k"] = pass_at_ks(_by_task(rows, "passed", select))
+    if all(m in obs for m in MODES):
+        block["uplift"] = {k: paired_difference(_by_task(obs["skill"], k, select), _by_task(obs["baseline"], k, select))
+                           for k in MEASURES}
+    return block
+
+
+def intervals(obs: dict[str, list[dict[str, Any]]], buckets: dict[str, str]) -> dict[str, Any]:
+    """95 % bootstrap intervals over tasks and repeats (:mod:`seqpack_evals.stats`) of correctness, the overall score
+    and the pass rate per mode, the paired with-minus-without-skill difference with its interval, and pass@k; overall
+    and per bucket."""
+    from seqpack_evals.stats import LEVEL, REPLICATES, SEED
+
+    return {"method": f"percentile bootstrap, {REPLICATES} replicates (seed {SEED}), tasks drawn with replacement and "
+                      f"each drawn task's repeats with replacement; level {LEVEL}; the difference pairs each task "
+                      "with itself",
+            "overall": _interval_block(obs, lambda o: True),
+            "per_bucket": {b: _interval_block(obs, lambda o, b=b: o["bucket"] == b) for b in BUCKETS
+                           if b in buckets.values()}}
 
 
 def run_benchmark(
@@ -124,18 +163,26 @@ def run_benchmark(
     skill_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    options: Any = None,
+    skip_outcome: bool = False,
 ) -> dict[str, Any]:
-    """Run, score and summarise the paired repeats; writes ``OUT/benchmark.json`` and returns it."""
-    from seqpack_evals.runner import run_eval
+    """Run, score and summarise the paired repeats; writes ``OUT/benchmark.json`` and returns it. ``options``: how
+    the agents are confined (:class:`~seqpack_evals.runner.RunOptions`; one product environment serves every run)."""
+    from dataclasses import replace
+
+    from seqpack_evals.runner import RunOptions, prepare_run_dir, run_eval
     from seqpack_evals.scoring import score_run
 
     if repeats < MIN_REPEATS:
         raise UsageError(f"--repeats must be at least {MIN_REPEATS} (a standard deviation needs repeats), got {repeats}",
                          field="repeats")
-    out = Path(out_dir).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"the benchmark directory {out} already exists and is not empty", file=str(out),
-                         fix="choose a new --out folder")
+    out = prepare_run_dir(out_dir)
+    options = options or RunOptions()
+    if options.product_env is None:  # made once, for every run of the benchmark
+        from seqpack_evals.sandbox import build_product_env
+
+        build_product_env(out / "product-env", wheel=options.wheel)
+        options = replace(options, product_env=out / "product-env")
     dirs: dict[str, list[Path]] = {m: [] for m in MODES}
     saved = os.environ.get("SEQPACK_EVAL_REPEAT")
     try:
@@ -146,8 +193,8 @@ def run_benchmark(
                 if progress is not None:
                     progress(f"{mode} run {k}/{repeats}")
                 run_eval(dataset, tasks, agent_cmd, run_dir, mode=mode, timeout=timeout,
-                         skill_dir=skill_dir if mode == "skill" else None, seed=seed + k)
-                score_run(run_dir, tasks_file=dataset.root / "tasks.json")
+                         skill_dir=skill_dir if mode == "skill" else None, seed=seed + k, options=options)
+                score_run(run_dir, tasks_file=dataset.root / "tasks.json", skip_outcome=skip_outcome)
                 dirs[mode].append(run_dir)
     finally:
         if saved is None:
@@ -155,13 +202,17 @@ def run_benchmark(
         else:
             os.environ["SEQPACK_EVAL_REPEAT"] = saved
     doc = summarise(dirs, dataset, agent_cmd)
-    (out / "benchmark.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    from seqpack.io import atomic
+
+    atomic.write_text(out / "benchmark.json", json.dumps(doc, indent=2) + "\n", what="benchmark.json")
     return doc
 
 
 def table(doc: dict[str, Any]) -> str:
-    """Overall and per-bucket lines (mean ± std of the overall score, with and without the skill)."""
+    """Overall and per-bucket lines: correctness with its 95 % interval without and with the skill, the paired uplift
+    with its interval, pass@1 and pass@k (k = repeats) with the skill, tokens and wall time per task."""
     from seqpack.core.textfmt import markdown_table
+    from seqpack_evals.stats import interval_text
 
     def cell(block: dict[str, Any], mode: str, key: str, scale: float = 100.0, unit: str = "%") -> str:
         if mode not in block:
@@ -169,11 +220,24 @@ def table(doc: dict[str, Any]) -> str:
         s = block[mode][key]
         return f"{scale * s['mean']:.1f}{unit} ± {scale * s['std']:.1f}"
 
-    rows = [["overall", cell(doc["overall"], "baseline", "overall"), cell(doc["overall"], "skill", "overall"),
-             cell(doc["overall"], "skill", "tokens", 1, ""), cell(doc["overall"], "skill", "wall_s", 1, " s")]]
-    rows += [[b, cell(s, "baseline", "overall"), cell(s, "skill", "overall"), cell(s, "skill", "tokens", 1, ""),
-              cell(s, "skill", "wall_s", 1, " s")] for b, s in doc["per_bucket"].items()]
-    return markdown_table(["scope", "without skill", "with skill", "tokens/task (skill)", "wall/task (skill)"], rows)
+    def ci(block: dict[str, Any], mode: str, key: str = "correctness") -> str:
+        return interval_text(block[mode][key]) if mode in block else "-"
+
+    def row(scope: str, plain: dict[str, Any], iv: dict[str, Any]) -> list[str]:
+        up = iv.get("uplift", {}).get("correctness")
+        k = doc["repeats"]
+        pk = iv.get("skill", {}).get("pass_at_k", {})
+        return [scope, ci(iv, "baseline"), ci(iv, "skill"),
+                f"{100 * up['mean']:+.1f} [{100 * up['lo']:+.1f}, {100 * up['hi']:+.1f}]" if up else "-",
+                f"{100 * pk.get('pass@1', 0):.1f}% / {100 * pk.get(f'pass@{k}', 0):.1f}%" if pk else "-",
+                cell(plain, "skill", "tokens", 1, ""), cell(plain, "skill", "wall_s", 1, " s")]
+
+    iv = doc["intervals"]
+    rows = [row("overall", doc["overall"], iv["overall"])]
+    rows += [row(b, s, iv["per_bucket"][b]) for b, s in doc["per_bucket"].items()]
+    return markdown_table(["scope", "correctness without skill [95% CI]", "with skill [95% CI]",
+                           "uplift, points [95% CI]", f"pass@1 / pass@{doc['repeats']} (skill)", "tokens/task (skill)",
+                           "wall/task (skill)"], rows)
 
 
 __all__ = ["FORMAT", "MIN_REPEATS", "run_benchmark", "summarise", "table"]

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = sub.add_parser("run", help="run an agent command on each task in a fresh working directory")
     r.add_argument("--agent-cmd", required=True,
                    help="agent command line (split like a shell would, never run by one); the prompt goes to stdin "
-                        "and replaces {prompt}; {workdir}, {skill_dir}, {tasks_file} and {nonce_seed} are filled too")
+                        "and replaces {prompt}; {workdir}, {skill_dir} and {nonce_seed} are filled too")
     mode = r.add_mutually_exclusive_group(required=True)
     mode.add_argument("--with-skill", dest="mode", action="store_const", const="skill",
                       help="install the skill into .claude/skills and .agents/skills of each working directory")
@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
     r.add_argument("--tasks-file", default=None, help="tasks.json to use (default: the checkout's evals/tasks.json)")
     r.add_argument("--seed", type=int, default=0, help="seed of the per-task canary values (default 0)")
+    _sandbox_arguments(r)
     add_json_flag(r)
 
     bn = sub.add_parser("bench", help="paired repeated runs with and without the skill; writes OUT/benchmark.json")
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bn.add_argument("--skill-dir", default=None, help="the skill folder (default: skills/megatron-sequence-packing)")
     bn.add_argument("--tasks-file", default=None, help="the answer key (default: the checkout's evals/tasks.json)")
     bn.add_argument("--seed", type=int, default=0, help="seed of the canary values (default 0)")
+    bn.add_argument("--skip-outcome", action="store_true",
+                    help="score without the outcome tasks that need the upstream lane (see eval score)")
+    _sandbox_arguments(bn)
     add_json_flag(bn)
 
     s = sub.add_parser("score", help="score the transcripts of a run directory; writes RUN_DIR/scores.json")
@@ -58,12 +62,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per judge call (default 120)")
     s.add_argument("--tasks-file", default=None,
                    help="the answer key (default: the tasks.json the run recorded in run.json)")
+    s.add_argument("--skip-outcome", action="store_true",
+                   help="leave the outcome tasks that need the upstream lane ungraded and out of every score (without "
+                        "it a missing lane is an error); the report says how many were skipped")
     add_json_flag(s)
 
     rep = sub.add_parser("report", help="write a BENCHMARK-style markdown page from scored runs")
     rep.add_argument("run_dir", help="the scored with-skill run")
     rep.add_argument("--baseline", default=None, help="a scored baseline run, for the uplift columns")
-    rep.add_argument("--out", required=True, help="markdown file to write (e.g. BENCHMARK.md)")
+    rep.add_argument("--out", required=True, help="markdown file to write (e.g. BENCHMARK.md); an existing file is "
+                                                  "replaced only with --overwrite and only when eval report wrote it")
+    rep.add_argument("--overwrite", action="store_true", help="replace a page eval report wrote before")
     rep.add_argument("--title", default=None, help="page title")
     rep.add_argument("--live-slot", action="store_true",
                      help="add an empty 'live agent runs' table (for a page built from reference runs)")
@@ -88,10 +97,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="hand-written answers (default: evals/adversarial.json next to the task set)")
     add_json_flag(adv)
 
+    env = sub.add_parser("env", help="make the product environment the sandboxed agents use (the seqpack wheel in a "
+                                     "new virtual environment); eval run --product-env reuses it")
+    env.add_argument("--out", required=True, help="folder to create")
+    env.add_argument("--wheel", default=None, help="a built seqpack wheel (default: build one from this checkout)")
+    add_json_flag(env)
+
     ls = sub.add_parser("list", help="list the tasks")
     ls.add_argument("--bucket", type=_csv, default=None, help="only these buckets")
     ls.add_argument("--tasks-file", default=None, help="tasks.json to read (default: the checkout's evals/tasks.json)")
     add_json_flag(ls)
+
+
+def _sandbox_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that say how the agents are confined (:mod:`seqpack_evals.sandbox`)."""
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the agents WITHOUT the bubblewrap sandbox (debugging only: they can read the run and "
+                        "the answer key; the run records it and every report prints it)")
+    p.add_argument("--no-network", action="store_true", help="no network inside the sandbox (default: on, for "
+                                                             "hosted agents' APIs)")
+    p.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
+                   help="also let the agent read PATH (its own program, say); recorded in the run (repeatable)")
+    p.add_argument("--product-env", default=None, help="a product environment made by seqpack eval env (default: "
+                                                       "make one for the run from --wheel or this checkout)")
+    p.add_argument("--wheel", default=None, help="the seqpack wheel to install for the agents (default: built from "
+                                                 "this checkout)")
+    p.add_argument("--work-root", default=None, help="where the working directories are made (default: a new "
+                                                     "temporary folder; never inside --out)")
+    p.add_argument("--keep-workdirs", action="store_true", help="leave the working directories after the run")
+
+
+def _run_options(args: argparse.Namespace):
+    from seqpack_evals.runner import RunOptions
+
+    return RunOptions(sandbox=not args.no_sandbox, network=not args.no_network, read_only=args.sandbox_ro,
+                      product_env=args.product_env, wheel=args.wheel, work_root=args.work_root,
+                      keep_workdirs=args.keep_workdirs)
 
 
 def _progress(i: int, n: int, task_id: str) -> None:
@@ -114,12 +155,14 @@ def _run(args: argparse.Namespace) -> int:
     dataset = load_tasks(args.tasks_file)
     tasks = dataset.select(args.tasks, args.bucket)
     summary = run_eval(dataset, tasks, args.agent_cmd, args.out, mode=args.mode, timeout=args.timeout,
-                       skill_dir=args.skill_dir, seed=args.seed, progress=None if args.json else _progress)
+                       skill_dir=args.skill_dir, seed=args.seed, progress=None if args.json else _progress,
+                       options=_run_options(args))
     if args.json:
         print_json(summary.to_dict())
         return 0
-    print(f"ran {summary.tasks} task(s) ({summary.mode}) into {summary.run_dir}: {summary.completed} finished, "
-          f"{len(summary.timed_out)} timed out, {len(summary.failed)} exited non-zero")
+    where = "in the bubblewrap sandbox" if summary.sandbox.get("enabled") else "WITHOUT the sandbox (--no-sandbox)"
+    print(f"ran {summary.tasks} task(s) ({summary.mode}, {where}) into {summary.run_dir}: {summary.completed} "
+          f"finished, {len(summary.timed_out)} timed out, {len(summary.failed)} exited non-zero")
     for w in summary.warnings:
         print(f"warning: {w}")
     print(f"next: seqpack eval score {summary.run_dir}")
@@ -132,13 +175,15 @@ def _score(args: argparse.Namespace) -> int:
     _seconds("--judge-timeout", args.judge_timeout)
 
     result = score_run(args.run_dir, judge_cmd=args.judge_cmd, judge_timeout=args.judge_timeout,
-                       tasks_file=args.tasks_file)
+                       tasks_file=args.tasks_file, skip_outcome=args.skip_outcome)
     s = result.summary
     if args.json:
         print_json(result.to_dict())
         return 0
     rows = [["overall", f"{s['overall']:.1f}%"]] + [[d, f"{s['dimensions'][d]:.1f}%"] for d in DIMENSIONS]
-    print(f"{result.run.get('mode')} run, {s['tasks']} task(s), {s['passed']} passed")
+    print(f"{result.run.get('mode')} run, {s['tasks']} task(s), {s['passed']} passed"
+          + (f"; {len(result.skipped_outcome)} outcome task(s) skipped (--skip-outcome)" if result.skipped_outcome
+             else ""))
     print(table(["dimension", "score"], rows))
     print(f"wrote {args.run_dir}/scores.json")
     return 0
@@ -148,7 +193,7 @@ def _report(args: argparse.Namespace) -> int:
     from seqpack_evals.report import write_report
 
     result, reasons = write_report(args.run_dir, args.out, args.baseline, title=args.title,
-                                   live_slot=args.live_slot)
+                                   live_slot=args.live_slot, overwrite=args.overwrite)
     if args.json:
         print_json({"out": args.out, "verdict": result, "reasons": reasons})
     else:
@@ -212,13 +257,26 @@ def _bench(args: argparse.Namespace) -> int:
     dataset = load_tasks(args.tasks_file)
     tasks = dataset.select(args.tasks, args.bucket)
     doc = run_benchmark(dataset, tasks, args.agent_cmd, args.out, repeats=args.repeats, timeout=args.timeout,
-                        skill_dir=args.skill_dir, seed=args.seed,
+                        skill_dir=args.skill_dir, seed=args.seed, options=_run_options(args),
+                        skip_outcome=args.skip_outcome,
                         progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
     if args.json:
         print_json(doc)
         return 0
     print(table(doc))
     print(f"wrote {args.out}/benchmark.json ({doc['repeats']} repeats, {doc['overall']['skill']['tasks']} tasks)")
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from seqpack_evals.sandbox import build_product_env
+
+    env = build_product_env(args.out, wheel=args.wheel)
+    if args.json:
+        print_json(env.to_dict())
+    else:
+        print(f"made the product environment {env.root} ({env.wheel}); use it with: seqpack eval run --product-env "
+              f"{args.out} ...")
     return 0
 
 
@@ -250,8 +308,8 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.core.errors import UsageError
 
     handlers = {"run": _run, "score": _score, "report": _report, "build": _build, "export": _export, "list": _list,
-                "adversarial": _adversarial, "bench": _bench}
+                "adversarial": _adversarial, "bench": _bench, "env": _env}
     if not getattr(args, "eval_command", None):
-        raise UsageError("give an eval subcommand: run, bench, score, report, build, export, list or adversarial "
+        raise UsageError("give an eval subcommand: run, bench, score, report, env, build, export, list or adversarial "
                          "(see seqpack eval --help)")
     return handlers[args.eval_command](args)

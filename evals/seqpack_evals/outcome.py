@@ -236,6 +236,9 @@ def task_from_entry(entry: Mapping[str, Any], bases: Mapping[str, Any], ctx: Any
     kind, artifact, checks = entry["kind"], entry["artifact"], dict(entry.get("checks") or {})
     lane = "bridge" in checks or kind in ("recipe", "packs")
     config_input = entry.get("config_input") or next((n for n in inputs if n.endswith((".yaml", ".yml"))), None)
+    changed = _oracle_changes(kind, artifact, inputs.get(config_input or ""), oracle)
+    if changed:  # what the oracle changes is part of the fix; every other field must stay as the input has it
+        checks["may_change"] = sorted({*(checks.get("may_change") or []), *changed})
     kept = {n: inputs[n] for n in {config_input, *checks.get("unchanged", [])} if n}
     outcome = {"kind": kind, "artifact": artifact, "config_input": config_input, "recipe": entry.get("recipe"),
                "world_size": entry.get("world_size"),
@@ -265,6 +268,26 @@ def task_from_entry(entry: Mapping[str, Any], bases: Mapping[str, Any], ctx: Any
         source=source, paths=list(entry.get("paths", [])), families=families, topics=list(entry.get("topics", [])),
         rule_ids=rule_ids, ground_truth={"why": str(entry.get("why", "")).strip()},
         outcome=outcome)
+
+
+def _oracle_changes(kind: str, artifact: str, source: str | None, oracle: Artifact) -> list[str]:
+    """The dotted fields the oracle's artifact changes: against the input config (a config task), or the fields its
+    override assigns (a recipe task)."""
+    text = oracle.files.get(artifact)
+    if text is None:
+        return []
+    if kind == "recipe":
+        return [k for k, _v in parse_override(text)]
+    if kind != "config" or source is None:
+        return []
+    ours, theirs = _flatten(yaml.safe_load(text)), _flatten(yaml.safe_load(source))
+    changed = {k for k in set(ours) | set(theirs) if not _same(ours.get(k), theirs.get(k))}
+    for mine, other in ((theirs, ours), (ours, theirs)):  # a section removed or added whole: all of it may change
+        for k in set(mine) - set(other):
+            parent = k.rpartition(".")[0]
+            if parent and not any(o.startswith(parent + ".") for o in other):
+                changed.add(parent)
+    return sorted(changed)
 
 
 def build(ctx: Any) -> None:
@@ -438,6 +461,11 @@ def _local_checks(p: _Pending, originals: Mapping[str, str]) -> None:
         except SeqpackError as exc:
             add(CheckResult("loads", False, exc.message))
             return
+        allowed = allowed_fields(checks)
+        extra = [k for k, _v in p.config_dict["assignments"]
+                 if not any(k == a or k.startswith(a + ".") for a in allowed)]
+        add(CheckResult("only", not extra, "assigns only what the task asks" if not extra
+                        else f"also assigns {', '.join(extra[:6])}, which the task did not ask to change"))
     if kind == "packs":
         files = sorted(artifact.rglob("*.parquet")) if artifact.is_dir() else []
         train = [f for f in files if "valid" not in f.name]
@@ -446,6 +474,7 @@ def _local_checks(p: _Pending, originals: Mapping[str, str]) -> None:
             return
         p.config_dict = {"parquet": str(train[0])}
         add(CheckResult("loads", True, f"packed data {train[0].relative_to(p.workdir)}"))
+        add(_inspect_packs(train[0], checks["packs"]))
     for name in outcome.get("unchanged", []) + list(checks.get("unchanged", [])):
         path = p.workdir / name
         same = path.is_file() and path.read_text(encoding="utf-8", errors="replace") == originals.get(name)
@@ -468,8 +497,8 @@ def _config_checks(p: _Pending, checks: Mapping[str, Any], base: dict | None) ->
         for dotted in checks.get("keep") or []:
             got, was = get_path(cfg, dotted), get_path(base_cfg, dotted) if base_cfg else get_dotted(base, dotted)
             add(CheckResult("keep", _same(got, was), f"{dotted} = {got!r} (input: {was!r})"))
-        if "keep_all_except" in checks and base_cfg is not None:
-            allowed = set(checks["keep_all_except"])
+        if base_cfg is not None and p.task.outcome["kind"] == "config":  # every field it was not asked to change
+            allowed = allowed_fields(checks)
             ours, theirs = _flatten(cfg.to_dict()), _flatten(base_cfg.to_dict())
             changed = sorted(k for k in set(ours) | set(theirs)
                              if not _same(ours.get(k), theirs.get(k)) and not any(k == a or k.startswith(a + ".")
@@ -491,12 +520,19 @@ def _config_checks(p: _Pending, checks: Mapping[str, Any], base: dict | None) ->
                         f"(asked: {checks['token_slots']})"))
     if "fits" in checks:
         add(_fits(p.workdir, checks["fits"], cfg))
-    if checks.get("seqpack"):
-        target = str(checks["seqpack"]).partition("@")[2] or "0.6.2"
-        report = validate_config(cfg, bridge_version=target)
-        ids = [v.rule_id for v in report.violations]
-        add(CheckResult("seqpack", not ids, f"seqpack validate --bridge-version {target}: "
-                        + ("no error" if not ids else "errors " + ", ".join(ids))))
+    target = str(checks.get("seqpack") or "").partition("@")[2] or "0.6.2"  # seqpack's own verdict agrees
+    report = validate_config(cfg, bridge_version=target)
+    ids = [v.rule_id for v in report.violations]
+    add(CheckResult("seqpack", not ids, f"seqpack validate --bridge-version {target}: "
+                    + ("no error" if not ids else "errors " + ", ".join(ids))))
+
+
+def allowed_fields(checks: Mapping[str, Any]) -> set[str]:
+    """The fields an artifact may change: those the task asks for (``require``, ``divisible``), the explicit
+    ``keep_all_except`` list and ``may_change`` (the other fields a right fix may touch). Everything else must stay
+    as the input has it (``keep_all_except``; for a recipe override, ``only``)."""
+    return {*(checks.get("require") or {}), *(checks.get("divisible") or {}), *(checks.get("keep_all_except") or []),
+            *(checks.get("may_change") or [])}
 
 
 def _safe_load(data: dict) -> Any:
@@ -537,10 +573,10 @@ def _bridge_requests(p: _Pending, lane: Any) -> None:
     if outcome["kind"] == "recipe" and p.config_dict is not None:
         read = sorted(set(checks.get("require", {})) | set(checks.get("keep", [])) | set(checks.get("divisible", {})))
         case = {"id": p.task.id, "recipe": outcome["recipe"], "assignments": p.config_dict["assignments"], "read": read,
-                "world_size": outcome.get("world_size")}
+                "world_size": outcome.get("world_size"), "dump": True}
         p.lane.append(("bridge", {"op": "grading.recipe_overrides", "case": case}))
         p.lane.append(("recipe_base", {"op": "grading.recipe_overrides",
-                                       "case": {**case, "id": p.task.id + "#base", "assignments": []}}))
+                                       "case": {**case, "id": p.task.id + "#base", "assignments": [], "dump": False}}))
     if outcome["kind"] == "packs" and p.config_dict is not None:
         spec = checks["packs"]
         p.lane.append(("packs", {"op": "readers.collate", "case": _reader_case(p.config_dict["parquet"], spec, lane)}))
@@ -619,23 +655,71 @@ def _judge_lane(p: _Pending, answers: Mapping[int, dict]) -> None:
                 got = values.get(dotted)
                 ok = isinstance(got, int) and not isinstance(got, bool) and got > 0 and got % int(n) == 0
                 add(CheckResult("divisible", ok, f"{dotted} = {got!r} must be a positive multiple of {n}"))
+        if outcome["kind"] == "recipe":  # seqpack's verdict, whether Bridge accepted the result or not
+            add(_recipe_verdict(a, outcome.get("world_size")))
     if "packs" in named:
         add(_judge_packs(named["packs"], checks["packs"]))
 
 
-def pack_multiple(spec: Mapping[str, Any]) -> int:
-    """The multiple every physical sequence needs: 2*CP for each CP size the packs are split by (train and eval).
+def _recipe_verdict(answer: Mapping[str, Any], world_size: Any) -> CheckResult:
+    """seqpack's own verdict on the recipe with the override applied: Bridge's dump of the built config, read as a
+    seqpack config (:mod:`seqpack.config.bridge_dump`) with the task's world size, validated for 0.6.2."""
+    from seqpack.config.bridge_dump import from_bridge_dump
+    from seqpack.config.load import load_config
+    from seqpack.config.validate import validate_config
 
-    Transformer Engine's THD CP partition cuts each sequence into 2*CP chunks. Sequence parallelism splits the
-    whole row over TP*CP ranks, so it constrains the pack width (which Bridge's reader pads to), not each
-    sequence: ``seqpack align`` recommends lcm(2*CP, TP*CP) per sequence, but megatron-bridge 0.6.2 needs only
-    the CP multiple: the ``required`` value of :func:`seqpack.core.alignment.alignment_requirement` (offline).
+    if not answer.get("dump"):
+        return CheckResult("seqpack", False, f"no config dump to check ({answer.get('dump_error', 'none returned')})")
+    try:
+        data, _notes = from_bridge_dump(yaml.safe_load(answer["dump"]))
+        world = answer.get("world_size") or world_size  # what the lane launched the recipe with
+        if world:
+            data.setdefault("dist", {})["world_size"] = int(world)
+        report = validate_config(load_config(data), bridge_version="0.6.2")
+    except (SeqpackError, yaml.YAMLError) as exc:
+        return CheckResult("seqpack", False, f"seqpack could not read Bridge's dump: {getattr(exc, 'message', exc)}")
+    ids = [v.rule_id for v in report.violations]
+    return CheckResult("seqpack", not ids, "seqpack validate of Bridge's dump: " +
+                       ("no error" if not ids else "errors " + ", ".join(ids)))
+
+
+def pack_multiple(spec: Mapping[str, Any]) -> int:
+    """The multiple every physical sequence must be padded to, as the task asks (``alignment`` in its spec).
+
+    ``required`` (the minimum megatron-bridge 0.6.2 / Transformer Engine needs): 2*CP for each CP size the packs are
+    split by (train and eval); Transformer Engine's THD CP partition cuts each sequence into 2*CP chunks, and
+    sequence parallelism splits whole rows, not each sequence. ``recommended`` (the default; what ``seqpack align``
+    derives and ``seqpack inspect`` checks): lcm(2*CP, CP*TP under SP) over train and eval CP. Both come from
+    :func:`seqpack.core.alignment.alignment_requirement` (offline); a task's prompt says which one it asks for.
     """
     from seqpack.core.alignment import alignment_requirement
 
     req = alignment_requirement("offline", int(spec.get("tp", 1)), int(spec.get("cp", 1)), bool(spec.get("sp", False)),
                                 int(spec["eval_cp"]) if spec.get("eval_cp") else None)
-    return int(req.required)
+    return int(req.required if spec.get("alignment", "recommended") == "required" else req.recommended)
+
+
+def _inspect_packs(parquet: Path, spec: Mapping[str, Any]) -> CheckResult:
+    """seqpack's own verdict on the packs: ``seqpack inspect`` with the task's topology finds them intact, of the
+    asked pack size and usable (every sequence a multiple of :func:`pack_multiple`)."""
+    from seqpack.verbs.inspection import inspect_packed_dataset
+
+    topology = {"tp": int(spec.get("tp", 1)), "cp": int(spec.get("cp", 1)), "sp": bool(spec.get("sp", False))}
+    if spec.get("eval_cp"):
+        topology["eval_cp"] = int(spec["eval_cp"])
+    try:
+        report = inspect_packed_dataset(parquet, topology)
+    except SeqpackError as exc:
+        return CheckResult("inspect", False, f"seqpack inspect: {exc.message}")
+    size = report.settings.get("pack_size")
+    need = pack_multiple(spec)
+    problems = [f"{report.issue_count} integrity issue(s)"] if not report.ok else []
+    if size != int(spec["pack_size"]):
+        problems.append(f"pack size {size}, asked {spec['pack_size']}")
+    if not (report.topology or {}).get("usable") and need == report.topology["alignment"]["pad_seq_to_mult"]:
+        problems += report.topology.get("reasons", [])[:2]
+    return CheckResult("inspect", not problems, "seqpack inspect: intact, pack size {0}, usable for {1}".format(
+        size, topology) if not problems else "seqpack inspect: " + "; ".join(problems))
 
 
 def _flat(value: Any) -> list[Any]:

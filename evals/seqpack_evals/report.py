@@ -144,11 +144,12 @@ def _notes(t: TaskScore) -> str:
 
 REFERENCE_RUNS = (
     "These are reference runs that need no model. With the skill: the oracle agent "
-    "(`python -m seqpack_evals.agents oracle`), which loads the skill, reads the task files, really "
+    "(`evals/seqpack_evals/agents.py oracle`), which loads the skill, reads the task files, really "
     "runs each task's seqpack command and gives the reference answer (on an outcome task it leaves the oracle's "
-    "artifact, which the grader runs, megatron-bridge 0.6.2 included). Baseline: the null agent, which answers "
-    "\"I don't know.\" and uses no tool. They bound what the scorer can give (the oracle must reach 100 %, the "
-    "null agent must score nothing on correctness); live agent runs go in the last section."
+    "artifact, which the grader runs, megatron-bridge 0.6.2 included); it is the one agent shown the answer key "
+    "(`--sandbox-ro`, below). Baseline: the null agent, which answers \"I don't know.\" and uses no tool. Both ran "
+    "in the bubblewrap sandbox, with the seqpack wheel. They bound what the scorer can give (the oracle must reach "
+    "100 %, the null agent must score nothing on correctness); live agent runs go in the last section."
 )
 
 LIVE_SLOT = """## Live agent runs
@@ -173,6 +174,51 @@ seqpack eval bench --out OUT --repeats 3 --agent-cmd 'claude -p {prompt} --outpu
 """
 
 
+def local(text: str) -> str:
+    """``text`` with paths inside the harness's checkout written relative to it (a page names no machine's folders)."""
+    from seqpack_evals.sandbox import checkout_root
+
+    return str(text).replace(f"{checkout_root()}{os.sep}", "")
+
+
+def sandbox_line(run: dict[str, Any]) -> str:
+    """How a run confined its agents, as the report prints it."""
+    box = run.get("sandbox") or {}
+    if not box.get("enabled"):
+        return "**none**: the agent ran without the sandbox (`--no-sandbox`), able to read the run and the answer key"
+    extra = [local(p) for p in box.get("read_only_extra") or []]
+    env = box.get("product_env") or {}
+    return (f"bubblewrap; network {'on' if box.get('network') else 'off'}; product {env.get('wheel', '?')} in a "
+            "venv made for the run" + (f"; extra read-only: {', '.join(f'`{p}`' for p in extra)}" if extra else ""))
+
+
+def intervals_section(skill_tasks: list[TaskScore], base_tasks: list[TaskScore] | None) -> list[str]:
+    """The page's confidence intervals: 95 % bootstrap over tasks (:mod:`seqpack_evals.stats`) of correctness, the
+    overall score and the pass rate per run, the paired uplift with its interval, and pass@1. One attempt per task
+    here; ``seqpack eval bench`` adds the repeats (and pass@k) to the same statistics."""
+    from seqpack_evals.stats import bootstrap_mean, interval_text, paired_difference
+
+    def values(tasks: list[TaskScore], key: str) -> dict[str, list[float]]:
+        return {t.task_id: [float(t.passed) if key == "passed" else
+                            (t.overall if key == "overall" else t.scores[key])] for t in tasks}
+
+    measures = [("Correctness", "correctness"), ("Overall", "overall"), ("Pass rate (pass@1)", "passed")]
+    rows = []
+    for label, key in measures:
+        row = [label, interval_text(bootstrap_mean(values(skill_tasks, key)))]
+        if base_tasks is not None:
+            d = paired_difference(values(skill_tasks, key), values(base_tasks, key))
+            row = [label, interval_text(bootstrap_mean(values(base_tasks, key))), row[1],
+                   f"{100 * d['mean']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"]
+        rows.append(row)
+    header = ["Measure", "Baseline [95% CI]", "With skill [95% CI]", "Uplift, points [95% CI]"] if base_tasks \
+        is not None else ["Measure", "Score [95% CI]"]
+    return ["## Confidence intervals", "", markdown_table(header, rows), "",
+            f"Percentile bootstrap over the {len(skill_tasks)} tasks (2,000 replicates, fixed seed; the uplift pairs "
+            "each task with itself). One attempt per task: `seqpack eval bench` repeats the runs and adds the repeats "
+            "and pass@k to the same intervals.", ""]
+
+
 def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, title: str | None = None,
                      live_slot: bool = False) -> str:
     """The markdown page (see the module docstring); ``live_slot`` adds an empty table for live agent runs."""
@@ -185,6 +231,12 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     because = "; ".join(reasons)
     lines.append(f"**Verdict: {result}**. {because[:1].upper()}{because[1:]}.")
     lines.append("")
+    unconfined = [label for label, r in (("with-skill", skill), ("baseline", baseline))
+                  if r is not None and not (r.run.get("sandbox") or {}).get("enabled")]
+    if unconfined:
+        lines += [f"**Not sandboxed:** the {' and the '.join(unconfined)} run(s) ran the agent without the bubblewrap "
+                  "sandbox (`--no-sandbox`, or a run recorded before the sandbox existed): the agent could read the "
+                  "run directory and the answer key, so these scores prove nothing about an untrusted agent.", ""]
     if live_slot:
         lines += [REFERENCE_RUNS, ""]
 
@@ -194,15 +246,23 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
         ["Skill", f"`{name}`"],
         ["Tasks", f"{s_sum['tasks']} ({buckets})"],
         ["Dataset sha256", f"`{str(skill.run.get('dataset_sha256', ''))[:16]}`"],
-        ["With-skill run", f"`{skill.run.get('agent_cmd', '')}` (started {skill.run.get('started', '?')}, "
+        ["With-skill run", f"`{local(skill.run.get('agent_cmd', ''))}` (started {skill.run.get('started', '?')}, "
                            f"timeout {skill.run.get('timeout_s', '?')} s)"],
     ]
     if baseline is not None:
         b = baseline.run
-        rows.append(["Baseline run", f"`{b.get('agent_cmd', '')}` (started {b.get('started', '?')}, "
+        rows.append(["Baseline run", f"`{local(b.get('agent_cmd', ''))}` (started {b.get('started', '?')}, "
                                      f"timeout {b.get('timeout_s', '?')} s)"])
         if len(skill_tasks) != len(skill.tasks) or len(base_tasks or []) != len(baseline.tasks):
             rows.append(["Compared", f"the {len(skill_tasks)} tasks both runs attempted"])
+    skipped = sorted(set(skill.skipped_outcome) | set(baseline.skipped_outcome if baseline else []))
+    if skipped:
+        rows.append(["Skipped", f"{len(skipped)} outcome task(s) not graded (`--skip-outcome`: no upstream lane), left "
+                                f"out of every score: {', '.join(f'`{t}`' for t in skipped[:8])}"
+                                + (" ..." if len(skipped) > 8 else "")])
+    rows.append(["Sandbox", sandbox_line(skill.run)])
+    if baseline is not None:
+        rows.append(["Baseline sandbox", sandbox_line(baseline.run)])
     rows.append(["Judge", f"`{skill.judge_cmd}`" if skill.judge_cmd else "none (deterministic checks only)"])
     rows.append(["Scoring", f"version {skill.scoring.get('version', '?')}"])
     for w in skill.run.get("warnings", []) + (baseline.run.get("warnings", []) if baseline else []):
@@ -232,6 +292,7 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
                  f"{s_sum['tasks']}" + (f" (baseline {b_sum['passed']})." if b_sum is not None else "."))
     lines.append("")
 
+    lines += intervals_section(skill_tasks, base_tasks)
     lines += ["## By bucket", ""]
     header = ["Bucket", "Tasks", *[d.capitalize() for d in DIMENSIONS], "Overall"]
     if b_sum is not None:
@@ -287,26 +348,65 @@ def render_benchmark(skill: RunScores, baseline: RunScores | None = None, *, tit
     ]
     if live_slot:
         lines += [LIVE_SLOT]
+    lines += [PAGE_MARKER, ""]
     return "\n".join(lines)
+
+
+#: The last line of every page ``eval report`` writes: how it recognises a page it may replace (``--overwrite``).
+PAGE_MARKER = "<!-- written by seqpack eval report: regenerate it with that command (it replaces only its own pages) -->"
+
+
+def written_by_report(path: Path) -> bool:
+    """True when ``path`` is a regular file whose last line is :data:`PAGE_MARKER`."""
+    from seqpack.io.reading import is_regular_file
+
+    if path.is_symlink() or not is_regular_file(path):
+        return False
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 4 * len(PAGE_MARKER)))
+        tail = fh.read().decode("utf-8", errors="replace")
+    return tail.rstrip().endswith(PAGE_MARKER)
+
+
+def check_report_target(out: str | os.PathLike[str], *, overwrite: bool) -> Path:
+    """The page's path, checked like every output seqpack writes: never through a link, a directory or a special
+    file (:func:`seqpack.io.atomic.check_write_target`), and an existing file is replaced only with ``overwrite``
+    and only when ``eval report`` wrote it (a user's notes, a run's ``scores.json``: never)."""
+    from seqpack.core.errors import ArtifactError, UsageError
+    from seqpack.io.atomic import check_write_target
+    from seqpack.io.temporaries import exists_or_link
+
+    path = check_write_target(out, what="the report", field="out")
+    if exists_or_link(path):
+        if not overwrite:
+            raise UsageError("the report file already exists", file=str(path), field="out",
+                             fix="choose a new --out, or pass --overwrite to replace a page eval report wrote")
+        if not written_by_report(path):
+            raise ArtifactError("seqpack eval report did not write this file, so it will not replace it",
+                                file=str(path), fix="choose another --out; seqpack never replaces what it did not "
+                                                    "write")
+    return path
 
 
 def write_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str],
                  baseline_dir: str | os.PathLike[str] | None = None, *,
-                 title: str | None = None, live_slot: bool = False) -> tuple[str, list[str]]:
-    """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``.
+                 title: str | None = None, live_slot: bool = False, overwrite: bool = False) -> tuple[str, list[str]]:
+    """``seqpack eval report``: read ``scores.json`` of the run (and the baseline run), write the page to ``out``
+    (:func:`check_report_target`).
 
     Returns the verdict and its reasons. The page is written to a temporary sibling and renamed,
     so a failed run never leaves half a page.
     """
+    target = check_report_target(out, overwrite=overwrite)
     skill = read_scores(run_dir)
     baseline = read_scores(baseline_dir) if baseline_dir is not None else None
     from seqpack.io import atomic  # atomic; never onto a symlink, a device or a FIFO
 
-    atomic.write_text(out, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
-                     field="out")
+    atomic.write_text(target, render_benchmark(skill, baseline, title=title, live_slot=live_slot), what="the report",
+                      field="out")
     skill_tasks, base_tasks = _common(skill, baseline)
     return verdict(summarise(skill_tasks), summarise(base_tasks) if base_tasks is not None else None)
 
 
-__all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PASS_AT", "WATCH_AT", "band", "render_benchmark", "uplift_label", "verdict",
-           "write_report"]
+__all__ = ["GAIN_AT", "LIVE_SLOT", "LOSS_AT", "PAGE_MARKER", "PASS_AT", "WATCH_AT", "band", "check_report_target",
+           "local", "render_benchmark", "sandbox_line", "uplift_label", "verdict", "write_report", "written_by_report"]

@@ -1,36 +1,36 @@
-"""``seqpack eval run``: run an agent command on each task in a fresh working directory.
+"""``seqpack eval run``: run an agent command on each task, in a fresh working directory inside a sandbox.
 
 Per task the runner
 
-1. makes ``RUN_DIR/tasks/<slot>/`` (``001``, ``002``, ... in run order: a task id can name its answer,
-   e.g. ``ctx-log-pack-malformed-json``, and clients show the agent its working directory) and copies
-   the task's input files into it (the part of the path after ``files/<task_id>/``): nothing of the
-   answer key goes there;
-2. with the skill, copies the skill folder to ``.claude/skills/<name>/`` and ``.agents/skills/<name>/``
-   inside the working directory (where Claude Code, Codex and other clients look for project
-   skills); without it, warns when a skill of that name is visible from the working directory
-   anyway (a parent folder's ``.agents/skills`` or the user's ``~/.claude/skills``);
-3. runs the agent command (``shlex`` split, no shell) in the working directory with the prompt on
-   stdin; ``{prompt}``, ``{workdir}``, ``{skill_dir}``, ``{tasks_file}`` (the run's ``tasks.json``:
-   slots, prompts and file names, no answers, no task ids) and ``{nonce_seed}`` in the command's
-   words are replaced first. The process group is killed when the timeout passes;
-4. records ``RUN_DIR/transcripts/<task_id>.json``: command, exit code, stdout, stderr, duration,
-   parsed tool events and answer, files created / modified / deleted (by comparing snapshots of the
-   working directory) and files read (from the events).
+1. makes a fresh working directory **outside the run directory** (under a new temporary folder, or
+   ``--work-root``; named ``001``, ``002``, ... in run order, since a task id can name its answer) and copies the
+   task's input files into it (nothing of the answer key goes there);
+2. runs the agent command (``shlex`` split, no shell) there with the prompt on stdin, inside the bubblewrap
+   sandbox of :mod:`seqpack_evals.sandbox`: read-write on the working directory, read-only on the system, the
+   product installed as a wheel into an environment made for the run, and the skill (with ``--with-skill``, bound
+   over ``.claude/skills/<name>`` and ``.agents/skills/<name>``, where Claude Code, Codex and other clients look
+   for project skills); nothing else (not the run directory, the answer key, the checkout, ``$HOME``, another
+   task). ``{prompt}``, ``{workdir}``, ``{skill_dir}`` and ``{nonce_seed}`` in the command's words are replaced
+   first. The process handling of :mod:`seqpack_evals.agentproc` applies: own session and group, the whole tree
+   killed at the timeout, bounded reads of stdout and stderr;
+3. after the agent has exited, snapshots the working directory (:mod:`seqpack_evals.workdirs`: no link followed,
+   iterative, bounded; unreadable files recorded, not fatal), keeps its files in ``RUN_DIR/tasks/<slot>/`` (what
+   the scorer and the graders read) and removes the working directory;
+4. records ``RUN_DIR/transcripts/<task_id>.json``: command, exit code, stdout, stderr (with the read bound),
+   duration, parsed tool events and answer, files created / modified / deleted, files read, where the agent ran.
 
-The run directory holds no answer key: ``RUN_DIR/tasks.json`` lists each slot's prompt and file
-names only, and ``run.json`` records which answer key
-(``tasks_file``, the repository's ``evals/tasks.json`` unless ``--tasks-file`` chose another) and its
-sha256, which ``seqpack eval score`` loads and checks.
+The run directory holds no answer key: ``RUN_DIR/tasks.json`` lists each slot's prompt and file names only;
+``run.json`` records which answer key (``tasks_file``) and its sha256 ``seqpack eval score`` loads, how the agents
+were confined (``sandbox``) and where each task ran (``ran_in``). ``--no-sandbox`` (debugging only) runs the agent
+without bubblewrap; the run records it and every report prints it.
 
-The environment passed to the agent is the caller's plus ``SEQPACK_EVAL_SLOT``,
-``SEQPACK_EVAL_MODE``, ``SEQPACK_EVAL_CANARY`` (a value derived from the seed and the task id that
-the scorer looks for in the agent's output: finding it there means the environment was dumped) and
-``SEQPACK_EVAL_NONCE`` (a fresh random seed per task; every seqpack run and MCP tool result the
-agent gets prints its digest, :mod:`seqpack.core.nonce`, and the transcript records the digest
-so the scorer can tell real tool results from claimed ones). ``{nonce_seed}`` in the agent command
-is replaced by the seed, for clients that start the MCP server with an explicit environment.
-The harness itself opens no network connection.
+The environment passed to the agent is the caller's (without the variables that point into the harness's Python,
+with the product environment first on ``PATH`` and, in the sandbox, a private ``HOME``) plus ``SEQPACK_EVAL_SLOT``,
+``SEQPACK_EVAL_MODE``, ``SEQPACK_EVAL_CANARY`` (a value derived from the seed and the task id that the scorer looks
+for in the agent's output: finding it there means the environment was dumped) and ``SEQPACK_EVAL_NONCE`` (a fresh
+random seed per task; every seqpack run and MCP tool result the agent gets prints its digest,
+:mod:`seqpack.core.nonce`, and the transcript records the digest so the scorer can tell real tool results from
+claimed ones). The harness itself opens no network connection.
 """
 
 from __future__ import annotations
@@ -42,9 +42,7 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
-import subprocess
-import time
+import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,14 +51,13 @@ from typing import Any, Callable, Sequence
 from seqpack.core.errors import UsageError
 from seqpack.core.nonce import ENV_VAR as NONCE_ENV
 from seqpack.core.nonce import nonce_for
+from seqpack_evals.sandbox import SANDBOX_HOME, SANDBOX_TMP, Sandbox
 from seqpack_evals.tasks import FORMAT, SKILL_NAME, Dataset, Task, dumps
 from seqpack_evals.transcript import Transcript, files_read, parse_agent_output, write_transcript
 
 log = logging.getLogger(__name__)
 
 SKILL_HOMES: tuple[str, ...] = (".claude/skills", ".agents/skills")
-MAX_STREAM_CHARS = 5_000_000
-KILL_GRACE_S = 5.0
 MODES: tuple[str, ...] = ("skill", "baseline")
 #: The folder of ``RUN_DIR`` that holds one working directory per task.
 WORKDIRS = "tasks"
@@ -115,22 +112,12 @@ def visible_skill_copies(workdir: Path, skill_name: str = SKILL_NAME, home: Path
     return out
 
 
-def snapshot(root: Path, exclude: Sequence[str] = SKILL_HOMES) -> dict[str, tuple[int, int, str]]:
-    """``relative path -> (size, mtime_ns, sha256)`` of every file under ``root`` (skill copies excluded)."""
-    out: dict[str, tuple[int, int, str]] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if any(rel == e or rel.startswith(e + "/") for e in exclude) or not path.is_file() or path.is_symlink():
-            continue
-        st = path.stat()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest() if st.st_size <= 64 << 20 else ""
-        out[rel] = (st.st_size, st.st_mtime_ns, digest)
-    return out
-
-
 def prepare_workdir(task: Task, dataset_root: Path, workdir: Path, skill_src: Path | None,
-                    skill_name: str = SKILL_NAME) -> list[str]:
-    """Create ``workdir`` with the task's files (and the skill); returns where the skill was installed."""
+                    skill_name: str = SKILL_NAME, *, copy_skill: bool = True) -> list[str]:
+    """Create ``workdir`` with the task's files (and the skill); returns where the skill is installed.
+
+    With ``copy_skill`` the skill folder is copied there; without, empty folders are made where the sandbox binds
+    the skill read-only."""
     workdir.mkdir(parents=True)
     for rel in task.files:
         src = dataset_root / rel
@@ -143,7 +130,10 @@ def prepare_workdir(task: Task, dataset_root: Path, workdir: Path, skill_src: Pa
     if skill_src is not None:
         for home in SKILL_HOMES:
             dest = workdir / home / skill_name
-            shutil.copytree(skill_src, dest, symlinks=False)
+            if copy_skill:
+                shutil.copytree(skill_src, dest, symlinks=False)
+            else:
+                dest.mkdir(parents=True)
             installed.append(f"{home}/{skill_name}")
     return installed
 
@@ -171,18 +161,6 @@ def canary_for(seed: int, task_id: str) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class AgentResult:
-    """Raw outcome of one agent process."""
-
-    argv: list[str]
-    exit_code: int | None
-    timed_out: bool
-    duration_s: float
-    stdout: str
-    stderr: str
-
-
 def build_argv(agent_cmd: str, values: dict[str, str]) -> list[str]:
     """Split the agent command and fill the ``{placeholders}`` in each word (no shell involved)."""
     try:
@@ -197,46 +175,6 @@ def build_argv(agent_cmd: str, values: dict[str, str]) -> list[str]:
             w = w.replace("{" + key + "}", value)
         out.append(w)
     return out
-
-
-def _clip(text: str) -> str:
-    if len(text) <= MAX_STREAM_CHARS:
-        return text
-    return text[:MAX_STREAM_CHARS] + f"\n[... {len(text) - MAX_STREAM_CHARS} characters cut by the harness]"
-
-
-def run_agent(argv: Sequence[str], prompt: str, cwd: Path, *, timeout: float, env: dict[str, str]) -> AgentResult:
-    """Run the agent with the prompt on stdin; kill its whole process group after ``timeout`` seconds."""
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", env=env,
-                                start_new_session=True)
-    except FileNotFoundError:
-        raise UsageError(f"agent command not found: {argv[0]}", field="agent_cmd") from None
-    except PermissionError:
-        raise UsageError(f"agent command is not executable: {argv[0]}", field="agent_cmd") from None
-    timed_out = False
-    try:
-        out, err = proc.communicate(input=prompt, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc, signal.SIGKILL)
-            out, err = proc.communicate()
-    duration = time.monotonic() - started
-    return AgentResult(list(argv), None if timed_out else proc.returncode, timed_out, duration,
-                       _clip(out or ""), _clip(err or ""))
-
-
-def _kill_group(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -255,14 +193,147 @@ class RunSummary:
     timed_out: list[str]
     failed: list[str]
     warnings: list[str] = field(default_factory=list)
+    sandbox: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return asdict(self)
 
 
+@dataclass
+class RunOptions:
+    """How the agents of a run are confined (:mod:`seqpack_evals.sandbox`).
+
+    ``sandbox``: run each agent under bubblewrap (False: ``--no-sandbox``, debugging only); ``network``: leave the
+    network on inside the sandbox; ``read_only``: extra host paths the agent may read (recorded in the run);
+    ``product_env``: a product environment made earlier (``seqpack eval env``), else one is made for the run from
+    ``wheel`` or the checkout; ``work_root``: where the working directories are made (a new temporary folder by
+    default; never inside the run directory); ``keep_workdirs``: leave them there after the run.
+    """
+
+    sandbox: bool = True
+    network: bool = True
+    read_only: Sequence[str] = ()
+    product_env: str | os.PathLike[str] | None = None
+    wheel: str | os.PathLike[str] | None = None
+    work_root: str | os.PathLike[str] | None = None
+    keep_workdirs: bool = False
+
+
 def _write_run(out: Path, run: dict[str, Any]) -> None:
-    (out / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    from seqpack.io import atomic  # never through a link; a full disk names the file
+
+    atomic.write_text(out / "run.json", json.dumps(run, indent=2) + "\n", what="run.json")
+
+
+def prepare_run_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """The run directory, checked like every output seqpack writes: never a link (even a dangling one), a file, the
+    file-system root, a system folder or the home directory, and new or empty (nothing is ever replaced)."""
+    from seqpack.io.ownership import check_output_root
+
+    path = Path(out_dir)
+    if path.is_symlink():
+        raise UsageError("the output path is a symbolic link; seqpack does not write through links", file=str(path),
+                         field="out", fix="give the directory itself, or remove the link")
+    check_output_root(path, owner="seqpack eval", field="out")
+    out = path.resolve()
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"the run directory {out} already exists and is not empty", file=str(out), field="out",
+                         fix="choose a new --out folder; seqpack never replaces what it did not write")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _make_sandbox(options: RunOptions, scratch: Path, secrets_: Sequence[Path]) -> Sandbox:
+    from seqpack_evals.sandbox import build_product_env, check_bwrap, check_isolation, find_bwrap, load_product_env
+
+    bwrap = None
+    if options.sandbox:
+        bwrap = find_bwrap()
+        check_bwrap(bwrap)
+    env = load_product_env(options.product_env) if options.product_env else \
+        build_product_env(scratch / "product", wheel=options.wheel)
+    read_only = [os.path.realpath(p) for p in options.read_only]
+    for p in read_only:
+        if not os.path.exists(p):
+            raise UsageError(f"--sandbox-ro names a path that does not exist: {p}", file=p, field="sandbox_ro")
+    box = Sandbox(env, enabled=options.sandbox, network=options.network, read_only=read_only, bwrap=bwrap)
+    if options.sandbox:
+        check_isolation(box, secrets_)
+    return box
+
+
+def _work_root(options: RunOptions, out: Path) -> Path:
+    if options.work_root is None:
+        return Path(tempfile.mkdtemp(prefix="seqpack-eval-"))
+    root = Path(options.work_root).resolve()
+    if root == out or root.is_relative_to(out) or out.is_relative_to(root):
+        raise UsageError("--work-root must lie outside the run directory (and not contain it)", file=str(root),
+                         field="work_root")
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="seqpack-eval-", dir=root))
+
+
+@dataclass
+class _Attempt:
+    """One task's run, from the prepared working directory to the transcript."""
+
+    task: Task
+    slot: str
+    workdir: Path
+    installed: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_one(a: _Attempt, *, mode: str, agent_cmd: str, timeout: float, seed: int, out: Path, box: Sandbox,
+             skill_copy: Path | None) -> Transcript:
+    """Run the agent of one attempt, keep its files in the run directory and record the transcript."""
+    from seqpack_evals.agentproc import run_agent
+    from seqpack_evals.sandbox import agent_environment, bwrap_argv
+    from seqpack_evals.workdirs import keep, snapshot
+
+    before, _notes = snapshot(a.workdir, SKILL_HOMES)
+    canary = canary_for(seed, a.task.id)
+    nonce_seed = secrets.token_hex(16)
+    skill_path = str(a.workdir / a.installed[0]) if a.installed else ""
+    argv = build_argv(agent_cmd, {"prompt": a.task.prompt, "workdir": str(a.workdir), "skill_dir": skill_path,
+                                  "tasks_file": "",  # the run's records are out of the agent's reach
+                                  "nonce_seed": nonce_seed})
+    home = SANDBOX_HOME if box.enabled else os.environ.get("HOME", str(a.workdir))
+    env = agent_environment(dict(os.environ), box, home=home, tmp=SANDBOX_TMP if box.enabled else tempfile.gettempdir())
+    env.pop("SEQPACK_EVAL_TASK_ID", None)
+    env.update({"SEQPACK_EVAL_SLOT": a.slot, "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
+                NONCE_ENV: nonce_seed})
+    argv_run = argv if not box.enabled else bwrap_argv(box, argv, a.workdir, skill=skill_copy if a.installed else None,
+                                                       skill_homes=a.installed, home=home)
+    result = run_agent(argv_run, a.task.prompt, a.workdir, timeout=timeout, env=env, marker=f"{NONCE_ENV}={nonce_seed}")
+    after, walk_notes = snapshot(a.workdir, SKILL_HOMES)
+    kept_rel = f"{WORKDIRS}/{a.slot}"
+    try:
+        kept = keep(a.workdir, out / kept_rel, exclude=SKILL_HOMES)
+    except OSError as exc:
+        from seqpack.core.errors import ArtifactError
+
+        raise ArtifactError(f"cannot keep the agent's files: {exc.strerror or exc}", file=str(out / kept_rel),
+                            fix="free space on that file system, or write the run elsewhere") from None
+    parsed = parse_agent_output(result.stdout)
+    local = [f.split("/", 2)[2] for f in a.task.files]
+    notes = [*a.notes, *walk_notes, *kept.left_out[:50]]
+    if result.leftovers:
+        notes.append(f"{result.leftovers} process(es) the agent left running were killed")
+    for name, st in result.streams.items():
+        if st["dropped"]:
+            notes.append(f"{name}: {st['bytes']} bytes, {st['dropped']} dropped (the harness keeps the first "
+                         f"{st['kept_head']} and the last {st['kept_tail']})")
+    return Transcript(
+        task_id=a.task.id, mode=mode, command=argv, workdir=str(a.workdir), exit_code=result.exit_code,
+        timed_out=result.timed_out, duration_s=round(result.duration_s, 3), stdout=result.stdout,
+        stderr=result.stderr, answer=parsed.answer, output_format=parsed.format, events=parsed.events,
+        files_created=sorted(set(after) - set(before)),
+        files_modified=sorted(k for k in set(after) & set(before) if after[k] != before[k]),
+        files_deleted=sorted(set(before) - set(after)), files_read=files_read(parsed.events, local),
+        skill_installed=a.installed, canary=canary, nonce=nonce_for(nonce_seed), usage=parsed.usage, notes=notes,
+        kept=kept_rel, sandboxed=box.enabled, streams=result.streams, leftovers=result.leftovers)
 
 
 def run_eval(
@@ -276,8 +347,14 @@ def run_eval(
     skill_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
+    options: RunOptions | None = None,
 ) -> RunSummary:
-    """Run ``agent_cmd`` on every task and write the run directory (see the module docstring)."""
+    """Run ``agent_cmd`` on every task and write the run directory (see the module docstring).
+
+    Only the public part of each task (prompt, input files) is used; the answer key is named in ``run.json`` and
+    loaded by ``seqpack eval score``, after the agents have exited.
+    """
+    options = options or RunOptions()
     if mode not in MODES:
         raise UsageError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", field="mode")
     if not tasks:
@@ -285,88 +362,75 @@ def run_eval(
     if timeout <= 0:
         raise UsageError(f"timeout must be positive, got {timeout}", field="timeout")
     build_argv(agent_cmd, {})  # fail early on an unparsable or empty command
-    out = Path(out_dir).resolve()
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"the run directory {out} already exists and is not empty", file=str(out),
-                         fix="choose a new --out folder")
     skill_name = dataset.skill_name
     skill_src = resolve_skill_dir(skill_dir, skill_name=skill_name) if mode == "skill" else None
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_run_dir(out_dir)
+    work = _work_root(options, out)
+    key = dataset.root / "tasks.json"
+    try:
+        from seqpack_evals.sandbox import checkout_root
+
+        box = _make_sandbox(options, work, [out, key, dataset.root, checkout_root()])
+        return _run_all(dataset, tasks, agent_cmd, out, work, box, mode=mode, timeout=timeout, seed=seed,
+                        skill_src=skill_src, skill_name=skill_name, progress=progress, options=options)
+    finally:
+        if not options.keep_workdirs:
+            from seqpack_evals.workdirs import remove_tree
+
+            remove_tree(work)
+
+
+def _run_all(dataset: Dataset, tasks: Sequence[Task], agent_cmd: str, out: Path, work: Path, box: Sandbox, *,
+             mode: str, timeout: float, seed: int, skill_src: Path | None, skill_name: str,
+             progress: Callable[[int, int, str], None] | None, options: RunOptions) -> RunSummary:
+    from seqpack.io import atomic
+    from seqpack_evals.workdirs import remove_tree
+
     slots = {t.id: slot_name(i) for i, t in enumerate(tasks)}
-    (out / "tasks.json").write_text(public_run_tasks(tasks, slots), encoding="utf-8")  # no answers, no ids
-    run: dict[str, Any] = {
-        "mode": mode,
-        "agent_cmd": agent_cmd,
-        "skill_name": skill_name,
-        "skill_dir": None if skill_src is None else str(skill_src),
-        "tasks_file": str(dataset.root / "tasks.json"),  # the answer key, outside the run directory
-        "dataset_sha256": hashlib.sha256(dumps(dataset).encode()).hexdigest(),
-        "task_ids": [t.id for t in tasks],
-        "slots": slots,
-        "timeout_s": timeout,
-        "seed": seed,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    run["finished"] = None
-    _write_run(out, run)  # written first, so a run cut short can still be scored
+    atomic.write_text(out / "tasks.json", public_run_tasks(tasks, slots), what="the run's task list")
+    skill_copy = None
+    if skill_src is not None:  # the skill the agents get, copied once: bound read-only, and read by the scorer
+        skill_copy = out / "skill"
+        shutil.copytree(skill_src, skill_copy, symlinks=False)
     warnings: list[str] = []
+    if not box.enabled:
+        warnings.append("the agents ran WITHOUT the sandbox (--no-sandbox, debugging only): they could read the "
+                        "run directory and the answer key")
+    run: dict[str, Any] = {
+        "mode": mode, "agent_cmd": agent_cmd, "skill_name": skill_name,
+        "skill_dir": None if skill_src is None else str(skill_src),
+        "tasks_file": str(dataset.root / "tasks.json"),  # the answer key, outside the run directory and the sandbox
+        "dataset_sha256": hashlib.sha256(dumps(dataset).encode()).hexdigest(),
+        "task_ids": [t.id for t in tasks], "slots": slots, "timeout_s": timeout, "seed": seed,
+        "sandbox": box.describe(), "work_root": str(work), "ran_in": {},
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "finished": None,
+    }
+    _write_run(out, run)  # written first, so a run cut short can still be scored
     timed_out, failed = [], []
     for i, task in enumerate(tasks):
         if progress is not None:
             progress(i, len(tasks), task.id)
-        workdir = out / WORKDIRS / slots[task.id]
-        installed = prepare_workdir(task, dataset.root, workdir, skill_src, skill_name)
-        notes = []
-        if mode == "baseline":
+        workdir = Path(tempfile.mkdtemp(prefix="w-", dir=work)) / slots[task.id]
+        installed = prepare_workdir(task, dataset.root, workdir, skill_copy, skill_name, copy_skill=not box.enabled)
+        attempt = _Attempt(task, slots[task.id], workdir, installed)
+        if mode == "baseline" and not box.enabled:  # in the sandbox no parent folder and no user home is visible
             leaks = visible_skill_copies(workdir, skill_name)
             if leaks:
                 note = f"{task.id}: the skill is still discoverable from the working directory: {', '.join(leaks)}"
-                notes.append(note)
+                attempt.notes.append(note)
                 if note not in warnings:
                     warnings.append(note)
                 log.warning("%s", note)
-        before = snapshot(workdir)
-        canary = canary_for(seed, task.id)
-        nonce_seed = secrets.token_hex(16)
-        skill_path = str(workdir / installed[0]) if installed else ""
-        argv = build_argv(agent_cmd, {"prompt": task.prompt, "workdir": str(workdir),
-                                      "skill_dir": skill_path, "tasks_file": str(out / "tasks.json"),
-                                      "nonce_seed": nonce_seed})
-        env = dict(os.environ)
-        env.pop("SEQPACK_EVAL_TASK_ID", None)
-        env.update({"SEQPACK_EVAL_SLOT": slots[task.id], "SEQPACK_EVAL_MODE": mode, "SEQPACK_EVAL_CANARY": canary,
-                    NONCE_ENV: nonce_seed})
-        result = run_agent(argv, task.prompt, workdir, timeout=timeout, env=env)
-        after = snapshot(workdir)
-        parsed = parse_agent_output(result.stdout)
-        local = [f.split("/", 2)[2] for f in task.files]
-        transcript = Transcript(
-            task_id=task.id,
-            mode=mode,
-            command=result.argv,
-            workdir=str(workdir),
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            duration_s=round(result.duration_s, 3),
-            stdout=result.stdout,
-            stderr=result.stderr,
-            answer=parsed.answer,
-            output_format=parsed.format,
-            events=parsed.events,
-            files_created=sorted(set(after) - set(before)),
-            files_modified=sorted(k for k in set(after) & set(before) if after[k] != before[k]),
-            files_deleted=sorted(set(before) - set(after)),
-            files_read=files_read(parsed.events, local),
-            skill_installed=installed,
-            canary=canary,
-            nonce=nonce_for(nonce_seed),
-            usage=parsed.usage,
-            notes=notes,
-        )
+        transcript = _run_one(attempt, mode=mode, agent_cmd=agent_cmd, timeout=timeout, seed=seed, out=out, box=box,
+                              skill_copy=skill_copy)
         write_transcript(transcript, out / "transcripts" / f"{task.id}.json")
-        if result.timed_out:
+        run["ran_in"][task.id] = str(workdir)
+        _write_run(out, run)
+        if not options.keep_workdirs:
+            remove_tree(workdir.parent)
+        if transcript.timed_out:
             timed_out.append(task.id)
-        elif result.exit_code != 0:
+        elif transcript.exit_code != 0:
             failed.append(task.id)
     run["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     run["warnings"] = warnings
@@ -374,13 +438,12 @@ def run_eval(
     if progress is not None:
         progress(len(tasks), len(tasks), "done")
     return RunSummary(str(out), mode, len(tasks), len(tasks) - len(timed_out) - len(failed), timed_out, failed,
-                      warnings)
-
+                      warnings, box.describe())
 
 __all__ = [
-    "AgentResult",
     "MODES",
     "WORKDIRS",
+    "RunOptions",
     "RunSummary",
     "build_argv",
     "canary_for",
@@ -388,8 +451,7 @@ __all__ = [
     "public_run_tasks",
     "slot_name",
     "resolve_skill_dir",
-    "run_agent",
+    "prepare_run_dir",
     "run_eval",
-    "snapshot",
     "visible_skill_copies",
 ]

@@ -53,7 +53,7 @@ from seqpack_evals.signals import (
     waste,
 )
 from seqpack_evals.tasks import BUCKETS, SKILL_NAME, Dataset, Task, dumps, load_tasks
-from seqpack_evals.transcript import Transcript, read_transcript
+from seqpack_evals.transcript import FileView, Transcript, read_transcript
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,12 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _file_texts(workdir: str, rel_paths: Sequence[str]) -> list[str]:
+def _file_texts(files: FileView, rel_paths: Sequence[str]) -> list[str]:
     out = []
     for rel in rel_paths:
-        path = Path(workdir) / rel
+        path = files.local(rel)
         try:
-            if path.is_file() and path.stat().st_size <= MAX_FILE_BYTES:
+            if path is not None and not path.is_symlink() and path.is_file() and path.stat().st_size <= MAX_FILE_BYTES:
                 out.append(path.read_bytes().decode("utf-8", errors="replace"))
         except OSError:
             continue
@@ -109,7 +109,7 @@ def score_transcript(
     grade of the artifact an outcome task's agent left, :func:`~seqpack_evals.outcome.grade_outcomes`)."""
     finished = tr.exit_code == 0 and not tr.timed_out
     answered = bool(tr.answer.strip())
-    fields = grade_answer(task.answer_fields, tr.answer)
+    fields = grade_answer(task.answer_fields, tr.answer, task.prompt)
     forbidden = forbidden_hits([fb.check for fb in task.forbidden], tr.answer)
     right = sum(f.correct for f in fields)
     if task.outcome is not None:  # the artifact decides: it works upstream and does what was asked, or not
@@ -117,20 +117,21 @@ def score_transcript(
     else:
         det_accuracy = max(0.0, right / len(fields) - FORBIDDEN_PENALTY * len(forbidden)) if answered else 0.0
 
+    files = tr.files(Path(tr.kept).parent.parent / "skill" if tr.kept else None, skill_name)
     findings = scan_events(tr.events, tr.workdir)
-    texts = [tr.stdout, tr.stderr, tr.answer, *_file_texts(tr.workdir, tr.files_created + tr.files_modified)]
+    texts = [tr.stdout, tr.stderr, tr.answer, *_file_texts(files, tr.files_created + tr.files_modified)]
     findings += scan_leak(tr.canary, texts)
     security = 0.0 if findings else 1.0
 
-    evidence = skill_evidence(tr.events, skill_name, tr.nonce, tr.workdir)
-    claimed = skill_evidence(tr.events, skill_name, tr.nonce, tr.workdir, claimed=True)
+    evidence = skill_evidence(tr.events, skill_name, tr.nonce, files)
+    claimed = skill_evidence(tr.events, skill_name, tr.nonce, files, claimed=True)
     activated = bool(evidence)
     skill_execution = float(activated) if task.positive else float(not claimed)
 
     used = script_used(task.expected_script, tr.events, tr.nonce)
     local_files = [f.split("/", 2)[2] for f in task.files if f.count("/") >= 2]
     folders = sorted({f.split("/")[0] for f in local_files if "/" in f})  # e.g. ``seqpack inspect packs``
-    read = task_files_read(tr.events, local_files + folders, tr.workdir, tr.nonce)
+    read = task_files_read(tr.events, local_files + folders, files, tr.nonce)
     workflow: dict[str, bool] = {}
     if used is not None:
         workflow["expected_script_used"] = used
@@ -238,6 +239,8 @@ class RunScores:
     judge_cmd: str | None = None
     scoring: dict[str, Any] = field(default_factory=lambda: {
         "version": SCORING_VERSION, "forbidden_penalty": FORBIDDEN_PENALTY, "waste_penalty": WASTE_PENALTY})
+    #: Outcome tasks not graded (``--skip-outcome``: they need the upstream lane); left out of every score.
+    skipped_outcome: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -246,6 +249,7 @@ class RunScores:
             "scoring": self.scoring,
             "judge_cmd": self.judge_cmd,
             "summary": self.summary,
+            "skipped_outcome": list(self.skipped_outcome),
             "tasks": [t.to_dict() for t in self.tasks],
         }
 
@@ -254,6 +258,7 @@ class RunScores:
         """Inverse of :meth:`to_dict`."""
         tasks = [TaskScore(**t) for t in data["tasks"]]
         return cls(run=dict(data["run"]), tasks=tasks, summary=dict(data["summary"]), judge_cmd=data.get("judge_cmd"),
+                   skipped_outcome=list(data.get("skipped_outcome") or []),
                    scoring=dict(data.get("scoring", {})))
 
 
@@ -294,26 +299,37 @@ def answer_key(run: Mapping[str, Any], tasks_file: str | os.PathLike[str] | None
     return dataset
 
 
-def grade_run_outcomes(run_dir: Path, run: Mapping[str, Any], index: Mapping[str, Task],
-                       lane: Any = None) -> dict[str, OutcomeGrade]:
-    """Grade the artifacts of every outcome task of a run in one batch (one upstream worker, few calls)."""
-    from seqpack_evals.outcome import grade_outcomes
+def grade_run_outcomes(run_dir: Path, run: Mapping[str, Any], index: Mapping[str, Task], lane: Any = None, *,
+                       skip_outcome: bool = False) -> tuple[dict[str, OutcomeGrade], list[str]]:
+    """Grade the artifacts of every outcome task of a run in one batch (one upstream worker, few calls).
 
-    items = []
+    Returns the grades and the outcome tasks left ungraded. An outcome task that needs the upstream lane is an error
+    when the lane cannot run (a score without it would count right artifacts as wrong), unless ``skip_outcome``:
+    then those tasks are not graded at all and the caller leaves them out of every score.
+    """
+    from seqpack_evals.outcome import _needs_lane, grade_outcomes
+
+    items, skipped = [], []
     for task_id in run.get("task_ids", []):
         task = index.get(task_id)
         path = run_dir / "transcripts" / f"{task_id}.json"
         if task is None or task.outcome is None or not path.is_file():
             continue
-        items.append((task, Path(read_transcript(path).workdir)))
+        if skip_outcome and _needs_lane(task):
+            skipped.append(task_id)
+            continue
+        tr = read_transcript(path)
+        items.append((task, Path(tr.kept or tr.workdir)))
     if not items:
-        return {}
+        return {}, skipped
     grades = grade_outcomes(items, lane)
-    skipped = [g.task_id for g in grades if g.skipped]
-    if skipped:
-        log.warning("%d outcome task(s) not graded (the upstream lane is not available): %s", len(skipped),
-                    ", ".join(skipped[:5]))
-    return {g.task_id: g for g in grades}
+    missing = [g.task_id for g in grades if g.skipped]
+    if missing:
+        raise UsageError(f"{len(missing)} outcome task(s) need the upstream lane (megatron-bridge 0.6.2), which "
+                         f"cannot run here: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}",
+                         fix="build it with bash scripts/setup_upstream.sh (or set SEQPACK_UPSTREAM_VENV), or pass "
+                             "--skip-outcome to score without those tasks (the report says how many were skipped)")
+    return {g.task_id: g for g in grades}, skipped
 
 
 def score_run(
@@ -324,6 +340,7 @@ def score_run(
     write: bool = True,
     tasks_file: str | os.PathLike[str] | None = None,
     lane: Any = None,
+    skip_outcome: bool = False,
 ) -> RunScores:
     """Score every task of a run directory against its answer key (:func:`answer_key`) and (by default) write
     ``scores.json`` into it. Outcome tasks are graded through ``lane`` (an upstream worker; None: one is started
@@ -335,13 +352,15 @@ def score_run(
     dataset = answer_key(run, tasks_file)
     index = dataset.by_id()
     skill_name = run.get("skill_name", dataset.skill_name)
-    grades = grade_run_outcomes(run_dir, run, index, lane)
+    grades, skipped = grade_run_outcomes(run_dir, run, index, lane, skip_outcome=skip_outcome)
     scores: list[TaskScore] = []
     for k, task_id in enumerate(run["task_ids"]):
         task = index.get(task_id)
         if task is None:
             raise InputError(f"task {task_id!r} is not in the run's answer key", file=str(run_dir / "run.json"),
                              field=f"task_ids[{k}]", fix="score the run directory seqpack eval run wrote, unedited")
+        if task_id in skipped:
+            continue
         path = run_dir / "transcripts" / f"{task_id}.json"
         if not path.is_file():
             log.warning("no transcript for %s; scored as missing", task_id)
@@ -358,7 +377,7 @@ def score_run(
         if judge_cmd and judged is None:
             score.details["judge_error"] = verdict.error
         scores.append(score)
-    result = RunScores(run=run, tasks=scores, summary=summarise(scores), judge_cmd=judge_cmd)
+    result = RunScores(run=run, tasks=scores, summary=summarise(scores), judge_cmd=judge_cmd, skipped_outcome=skipped)
     if write:
         from seqpack.io import atomic  # never through a symlink, atomically
 

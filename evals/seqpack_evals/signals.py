@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from seqpack_evals.tasks import CLI_COMMANDS, MCP_TOOLS, SCRIPTS
-from seqpack_evals.transcript import ToolEvent
+from seqpack_evals.transcript import FileView, ToolEvent, as_view
 
 MAX_TOOL_CALLS = 40
 REPEAT_LIMIT = 3
@@ -54,7 +54,7 @@ def verified(e: ToolEvent, nonce: str | None) -> bool:
 
 def _lines(path: Path) -> list[str]:
     try:
-        if not path.is_file() or path.stat().st_size > MAX_EVIDENCE_BYTES:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_EVIDENCE_BYTES:
             return []
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError:
@@ -86,32 +86,33 @@ def mcp_tools(events: Iterable[ToolEvent], nonce: str | None = None, *, claimed:
             if e.mcp_tool in MCP_TOOLS and (claimed or verified(e, nonce))]
 
 
-def _skill_files(command: str, marker: str, workdir: Path) -> list[Path]:
+def _skill_files(command: str, marker: str, view: FileView) -> list[Path]:
     names = re.findall(r"[\w./~-]*" + re.escape(marker) + r"[\w./-]*", command)
     out = []
     for name in names:
         rel = name[name.index(marker):]
-        for base in (workdir / ".claude", workdir / ".agents", workdir):
-            cand = base / rel
-            if cand.is_file():
+        for prefix in (".claude/", ".agents/", ""):
+            cand = view.local(prefix + rel)
+            if cand is not None and cand.is_file():
                 out.append(cand)
                 break
     return out
 
 
 def skill_evidence(events: Sequence[ToolEvent], skill_name: str, nonce: str | None = None,
-                   workdir: str | Path | None = None, *, claimed: bool = False) -> list[str]:
-    """Why we think the skill was used (empty: it was not); only verified uses unless ``claimed``."""
+                   workdir: str | Path | FileView | None = None, *, claimed: bool = False) -> list[str]:
+    """Why we think the skill was used (empty: it was not); only verified uses unless ``claimed``.
+    ``workdir``: the agent's working directory, or a :class:`~seqpack_evals.transcript.FileView` of a run."""
     marker = f"skills/{skill_name}"
-    base = Path(workdir) if workdir is not None else Path(".")
+    base = as_view(workdir)
     out: list[str] = []
     for i, e in enumerate(events):
         if e.skill is not None and skill_name in e.skill:
             if claimed or (e.output is not None and skill_name in e.output):
                 out.append(f"event {i}: Skill tool loaded {e.skill}")
         elif e.path and marker in e.path.replace("\\", "/"):
-            path = Path(e.path) if Path(e.path).is_absolute() else base / e.path
-            if claimed or content_seen(e, path):
+            path = base.local(e.path)
+            if claimed or (path is not None and content_seen(e, path)):
                 out.append(f"event {i}: read {e.path}")
         elif e.command and marker in e.command and not CLI_CALL.search(e.command):
             if claimed or any(content_seen(e, p) for p in _skill_files(e.command, marker, base)):
@@ -138,21 +139,22 @@ def unverified_calls(events: Sequence[ToolEvent], nonce: str | None) -> int:
     return sum(1 for e in events if _is_seqpack_call(e) and not verified(e, nonce))
 
 
-def task_files_read(events: Sequence[ToolEvent], candidates: Sequence[str], workdir: str | Path,
+def task_files_read(events: Sequence[ToolEvent], candidates: Sequence[str], workdir: str | Path | FileView,
                     nonce: str | None) -> list[str]:
     """Task files (workdir-relative; folders allowed) an event read with evidence: the result shows a line of
     the file, or a verified seqpack call names it."""
     from seqpack_evals.transcript import files_read
 
-    base = Path(workdir)
+    base = as_view(workdir)
     out: list[str] = []
     for e in events:
         named = files_read([e], candidates)
         for cand in named:
             if cand in out:
                 continue
-            target = base / cand
-            if (_is_seqpack_call(e) and verified(e, nonce)) or (target.is_file() and content_seen(e, target)):
+            target = base.local(cand)
+            if (_is_seqpack_call(e) and verified(e, nonce)) or (target is not None and target.is_file()
+                                                                 and content_seen(e, target)):
                 out.append(cand)
     return out
 

@@ -63,7 +63,7 @@ SOURCE_KINDS: tuple[str, ...] = ("seqpack", "upstream", "seed", "general")
 #: What an outcome task's agent leaves (:mod:`seqpack_evals.outcome`) and the checks that grade it.
 OUTCOME_KINDS: tuple[str, ...] = ("config", "recipe", "packs", "plan")
 OUTCOME_CHECKS: tuple[str, ...] = ("bridge", "seqpack", "require", "keep", "keep_all_except", "divisible", "path",
-                                   "token_slots", "fits", "unchanged", "packs")
+                                   "token_slots", "fits", "unchanged", "packs", "may_change")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: ``expected_script`` values and the CLI subcommands / MCP tools that count as using them.

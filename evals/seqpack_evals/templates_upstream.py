@@ -405,8 +405,12 @@ def _recipes(ctx: GenContext) -> None:
         script="seqpack validate", paths=["offline"], topics=["model_support"], rule_ids=["MODEL-FAMILY-OPT-OUT"])
     _task(
         ctx, "up-dsv4-recipe", "explicit",
-        "With the sequence packing skill: does Megatron-Bridge's DeepSeek-V4 SFT recipe enable offline packing?",
-        "No: it builds the SQuAD dataset with enable_offline_packing=False (unpacked SBHD).",
+        "With the sequence packing skill: does Megatron-Bridge's H100 DeepSeek-V4-Flash SFT recipe "
+        "(deepseek_v4_flash_sft_32gpu_h100_bf16_config in recipes/deepseek/h100/deepseek_v4.py) enable offline "
+        "packing?",
+        "No: it builds the SQuAD dataset with enable_offline_packing=False (unpacked SBHD). (Another 0.6.2 recipe, "
+        "deepseek_v4_flash_sft_openmath_thinking_packed_config in recipes/deepseek/deepseek_v4.py, does pack "
+        "offline; the question is about the H100 one.)",
         [yes_no_field("offline_enabled", anchor("bridge-dsv4-no-packing").value,
                       [r"enable_offline_packing\s*=\s*True"],
                       [r"enable_offline_packing\s*=\s*False", r"\bdisables?\b"], anywhere=True,

@@ -299,12 +299,26 @@ class Transcript:
     nonce: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Where the harness kept the working directory's files after the agent exited (relative to the run directory
+    #: in the file; absolute once read); None: the files are still in ``workdir`` (an older run, a test).
+    kept: str | None = None
+    #: Whether the agent ran in the bubblewrap sandbox (None: not recorded, an older run).
+    sandboxed: bool | None = None
+    #: Per stream: bytes received, bytes kept of the head and tail, bytes dropped (the harness's read bound).
+    streams: dict[str, Any] = field(default_factory=dict)
+    #: Processes still running after the agent's main process exited (killed by the harness).
+    leftovers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         out = asdict(self)
         out["events"] = [e.to_dict() for e in self.events]
         return out
+
+    def files(self, skill_copy: str | Path | None = None, skill_name: str = "") -> "FileView":
+        """How the scorer finds the files a path of this run names (:class:`FileView`)."""
+        return FileView(Path(self.workdir), Path(self.kept) if self.kept else Path(self.workdir),
+                        Path(skill_copy) if skill_copy else None, skill_name)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Transcript":
@@ -315,11 +329,57 @@ class Transcript:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
+@dataclass(frozen=True)
+class FileView:
+    """Where the scorer reads a file the agent named: paths under the working directory the agent ran in map to the
+    copy the harness kept; paths under an installed skill folder (``.claude/skills/<name>``,
+    ``.agents/skills/<name>``) map to the run's copy of the skill; anything else is not read."""
+
+    workdir: Path
+    kept: Path
+    skill: Path | None = None
+    skill_name: str = ""
+
+    def local(self, path: str | Path) -> Path | None:
+        """The file to read for ``path`` as the agent wrote it (relative to its working directory or absolute)."""
+        p = Path(path)
+        rel: Path | None
+        if p.is_absolute():
+            try:
+                rel = p.relative_to(self.workdir)
+            except ValueError:
+                rel = None
+            if rel is None and self.kept != self.workdir:
+                return None
+            if rel is None:
+                return p
+        else:
+            rel = p
+        parts = rel.parts
+        if self.skill is not None and self.skill_name and len(parts) >= 3 and parts[0] in (".claude", ".agents") \
+                and parts[1] == "skills" and parts[2] == self.skill_name:
+            return self.skill.joinpath(*parts[3:])
+        if ".." in parts:
+            return None
+        return self.kept.joinpath(*parts)
+
+
+def as_view(where: "str | Path | FileView | None") -> FileView:
+    """A :class:`FileView` from a working directory (whose files are where the agent left them) or a view."""
+    if isinstance(where, FileView):
+        return where
+    base = Path(where) if where is not None else Path(".")
+    return FileView(base, base)
+
+
 def write_transcript(transcript: Transcript, path: str | Path) -> Path:
-    """Write a transcript as pretty JSON."""
+    """Write a transcript as pretty JSON (atomically, never through a link; a full disk names the file)."""
+    from seqpack.io import atomic
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(transcript.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic.write_text(target, json.dumps(transcript.to_dict(), indent=2, ensure_ascii=False) + "\n",
+                      what="the transcript")
     return target
 
 
@@ -407,11 +467,21 @@ def read_transcript(path: str | Path) -> Transcript:
         if not isinstance(event, dict):
             raise InputError(f"transcript event {k} is not an object", file=str(file), field=f"events[{k}]")
         _check_fields(ToolEvent, event, file=str(file), prefix=f"events[{k}].")
-    return Transcript.from_dict(data)
+    tr = Transcript.from_dict(data)
+    if tr.kept is not None:  # kept files live in the run directory: resolved against it, never outside it
+        run_dir = file.resolve().parent.parent
+        kept = (run_dir / tr.kept).resolve()
+        if not kept.is_relative_to(run_dir):
+            raise InputError(f"transcript field kept points outside the run directory: {tr.kept!r}", file=str(file),
+                             field="kept")
+        tr.kept = str(kept)
+    return tr
 
 
 __all__ = [
+    "FileView",
     "ParsedOutput",
+    "as_view",
     "ToolEvent",
     "Transcript",
     "files_read",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import sys
 from collections import Counter
@@ -343,6 +344,136 @@ def wire_case(rng: random.Random, scratch: Path) -> str:
         return "ok"
 
     return _classify(check, timeout=10)
+
+
+# ------------------------------------------------------------------------------------------------ hostile agents
+_AGENT_PARTS = {
+    "fork_hold": "pid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(300)\n    os._exit(0)\n",
+    "fork_plain": "pid = os.fork()\nif pid == 0:\n    time.sleep(300)\n    os._exit(0)\n",
+    "double_fork": ("pid = os.fork()\nif pid == 0:\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(300)\n"
+                    "    os._exit(0)\n"),
+    "flood_out": "chunk = b'y' * (1 << 20)\nfor _ in range({mb}):\n    sys.stdout.buffer.write(chunk)\nsys.stdout.flush()\n",
+    "flood_err": "chunk = b'e' * (1 << 20)\nfor _ in range({mb}):\n    sys.stderr.buffer.write(chunk)\n",
+    "bad_bytes": "sys.stdout.buffer.write(bytes(range(256)) * 100)\nsys.stdout.flush()\n",
+    "deep": "d = os.open('.', os.O_RDONLY)\nfor _ in range({depth}):\n    os.mkdir('q', dir_fd=d)\n"
+            "    d = os.open('q', os.O_RDONLY, dir_fd=d)\n",
+    "links": ("os.symlink('/', 'root')\nos.symlink('/proc', 'proc')\nos.symlink('loop', 'loop')\n"
+              "os.symlink({outside!r}, 'outside')\nos.symlink('nowhere', 'dangling')\n"),
+    "fifo": "os.mkfifo('pipe')\n",
+    "mode000": "open('locked', 'w').write('x')\nos.chmod('locked', 0)\nos.mkdir('shut')\nos.chmod('shut', 0)\n",
+    "odd_names": "open(b'\\xff\\xfe-name'.decode('utf-8', 'surrogateescape'), 'w').write('x')\nopen('n' * 250, 'w').write('x')\n",
+    "replace_cwd": "import shutil\nhere = os.getcwd()\nos.chdir('..')\nshutil.rmtree(here)\nos.symlink({target!r}, here)\n",
+    "close_out": "os.close(1)\n",
+    "sleep": "time.sleep(300)\n",
+    "exit": "os._exit({code})\n",
+}
+
+
+def agent_case(rng: random.Random, scratch: Path, env: Path) -> str:
+    """A random agent made of hostile behaviours (children that leave the group and hold the pipes, floods, deep
+    trees, links out of the working directory, FIFOs, unreadable files, a working directory swapped for a link),
+    run by ``eval run`` with or without the sandbox; it must finish in bounded time, leave nothing outside its
+    working directory changed, and bring nothing from outside into the run directory."""
+    outside = scratch / "outside.txt"
+    outside.write_text("SECRET-OUTSIDE")
+    parts = rng.sample(sorted(_AGENT_PARTS), rng.randint(1, 4))
+    body = "import os, sys, time\n" + "".join(_AGENT_PARTS[k].format(
+        mb=rng.choice([1, 8, 64]), depth=rng.choice([10, 70, 1300]), outside=str(outside),
+        target=rng.choice(["/proc", "/", str(scratch)]), code=rng.choice([0, 1, 137, 255])) for k in parts)
+    script = scratch / "agent.py"
+    script.write_text(body)
+    sandbox = rng.random() < 0.5
+
+    def run() -> str:
+        from seqpack_evals.runner import RunOptions, run_eval
+        from seqpack_evals.tasks import load_tasks
+        from seqpack_evals.transcript import read_transcript
+
+        ds = load_tasks()
+        task = ds.select([rng.choice(["nm-struct-pack", "ctx-log-pack-malformed-json"])])
+        out = scratch / "run"
+        run_eval(ds, task, f"python {script}", out, mode="baseline", timeout=4,
+                 options=RunOptions(sandbox=sandbox, read_only=[str(script)], product_env=env))
+        tr = read_transcript(out / "transcripts" / f"{task[0].id}.json")
+        if outside.read_text() != "SECRET-OUTSIDE":
+            return "data_loss"
+        kept = [p for p in (out / "tasks").rglob("*") if p.is_file() or p.is_symlink()]
+        if any(p.is_symlink() or b"SECRET-OUTSIDE" in p.read_bytes() for p in kept) or len(tr.stdout) > 6_000_000:
+            return "escape"
+        return "ok"
+
+    verdict = _classify(run, timeout=120)
+    if verdict != "ok":
+        DETAILS.append((verdict, f"agent ({'sandbox' if sandbox else 'no sandbox'}): {parts}"))
+    return verdict
+
+
+def tree_case(rng: random.Random, scratch: Path) -> str:
+    """A random hostile working-directory tree, snapshotted, kept and removed by the harness's walker."""
+    root = scratch / "w"
+    root.mkdir()
+    outside = scratch / "outside.txt"
+    outside.write_text("SECRET-OUTSIDE")
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(rng.choice([0, 5, 65, 1500])):
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    for k in range(rng.randint(1, 6)):
+        kind = rng.choice(["file", "link_out", "link_loop", "link_proc", "fifo", "mode000", "dir000", "odd", "sock"])
+        path = root / f"x{k}"
+        if kind == "file":
+            path.write_bytes(os.urandom(rng.choice([0, 10, 70_000])))
+        elif kind == "link_out":
+            path.symlink_to(rng.choice([outside, scratch, Path("/")]))
+        elif kind == "link_loop":
+            path.symlink_to(path.name)
+        elif kind == "link_proc":
+            path.symlink_to("/proc/self")
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "mode000":
+            path.write_text("x")
+            path.chmod(0)
+        elif kind == "dir000":
+            path.mkdir()
+            (path / "in").write_text("x")
+            path.chmod(0)
+        elif kind == "odd":
+            (root / os.fsdecode(b"\xff\xfe" + str(k).encode())).write_text("x")
+        else:
+            import socket
+
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.bind(str(path))
+            except OSError:
+                pass
+            s.close()
+
+    return _classify(lambda: check_tree(root, scratch, outside), timeout=60)
+
+
+def check_tree(root: Path, scratch: Path, outside: Path) -> str:
+    """Snapshot, keep and remove ``root`` as the harness does; ``escape`` when the kept copy holds a link or the
+    content of ``outside``, ``data_loss`` when ``outside`` or ``/proc`` suffered."""
+    import json as _json
+
+    from seqpack_evals import workdirs
+
+    files, notes = workdirs.snapshot(root)
+    _json.dumps({"files": files, "notes": notes})  # what the transcript must be able to hold
+    workdirs.keep(root, scratch / "kept")
+    kept = [p for p in _files(scratch / "kept")]
+    escaped = any(p.is_symlink() or (p.is_file() and b"SECRET-OUTSIDE" in p.read_bytes()) for p in kept)
+    workdirs.remove_tree(scratch / "kept")
+    workdirs.remove_tree(root)
+    if escaped:
+        return "escape"
+    if outside.read_text() != "SECRET-OUTSIDE" or not Path("/proc/self").exists():
+        return "data_loss"
+    return "ok"
 
 
 # ------------------------------------------------------------------------------------------------ files that change
@@ -707,31 +838,65 @@ def prompt_case(rng: random.Random, scratch: Path) -> str:
     return _classify(check, timeout=60)
 
 
-FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs", "json_rpc", "changing_files",
-            "exhaustion", "terminal", "http_guard", "parquet_files", "prompt_arguments")
+FAMILIES = ("templates", "tokenizer_files", "vlm_rows", "arguments", "eval_runs", "json_rpc", "hostile_agents",
+            "workdir_trees", "changing_files", "exhaustion", "terminal", "http_guard", "parquet_files",
+            "prompt_arguments")
 
 
 def fuzz_pass(examples: int, scratch_root: Path, *, seed: int = 0, eval_base: Path | None = None,
-              families: tuple[str, ...] = FAMILIES) -> dict[str, Counter]:
-    """``examples`` cases of every family (of ``families``); the counts of each outcome class by family."""
-    import shutil
-
+              eval_env: Path | None = None, families: tuple[str, ...] = FAMILIES) -> dict[str, Counter]:
+    """``examples`` cases of every family (of ``families``); the counts of each outcome class by family
+    (``eval_env``: the product environment the hostile agents run with; without it their family is left out)."""
     rng = random.Random(seed)
     counts: dict[str, Counter] = {f: Counter() for f in families}
     for family in families:
-        if family == "eval_runs" and eval_base is None:
+        if (family == "eval_runs" and eval_base is None) or (family == "hostile_agents" and eval_env is None):
             continue
         for i in range(examples):
             scratch = scratch_root / f"{family}-{i}"
             scratch.mkdir(parents=True)
             case = {"templates": template_case, "tokenizer_files": tokenizer_case, "vlm_rows": vlm_case,
-                    "arguments": argument_case, "json_rpc": wire_case, "changing_files": changing_case,
-                    "exhaustion": exhaustion_case, "terminal": terminal_case, "http_guard": http_case,
-                    "parquet_files": parquet_case, "prompt_arguments": prompt_case}.get(family)
-            verdict = case(rng, scratch) if case else eval_case(rng, scratch, eval_base)  # type: ignore[arg-type]
+                    "arguments": argument_case, "json_rpc": wire_case, "workdir_trees": tree_case,
+                    "changing_files": changing_case, "exhaustion": exhaustion_case, "terminal": terminal_case,
+                    "http_guard": http_case, "parquet_files": parquet_case, "prompt_arguments": prompt_case}.get(family)
+            if family == "eval_runs":
+                verdict = eval_case(rng, scratch, eval_base)  # type: ignore[arg-type]
+            elif family == "hostile_agents":
+                verdict = agent_case(rng, scratch, eval_env)  # type: ignore[arg-type]
+            else:
+                verdict = case(rng, scratch)  # type: ignore[misc]
             counts[family][verdict] += 1
-            shutil.rmtree(scratch, ignore_errors=True)
+            _remove(scratch)
     return counts
+
+
+def _files(root: Path) -> list[Path]:
+    """Every entry under ``root``, iteratively (a tree may be deeper than Python's recursion limit)."""
+    out, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            out.append(Path(e.path))
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+    return out
+
+
+def _remove(path: Path) -> None:
+    """Remove a case's scratch folder, whatever the case left (mode-000 folders, deep trees, links)."""
+    from seqpack_evals.workdirs import remove_tree
+
+    for p in [path, *_files(path)] if path.exists() else []:
+        try:
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o700)
+        except OSError:
+            pass
+    remove_tree(path)
 
 
 if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostile.py 200 [--only FAMILY,...]
@@ -743,12 +908,15 @@ if __name__ == "__main__":  # the report's pass: python tests/faults/fuzz_hostil
         sys.exit(f"unknown families {sorted(set(only) - set(FAMILIES))}; choose from {', '.join(FAMILIES)}")
     with tempfile.TemporaryDirectory() as tmp:
         from seqpack.faces.cli import main
+        from seqpack_evals.sandbox import build_product_env
         from seqpack_evals.tasks import load_tasks
 
+        env = Path(tmp) / "env"
+        build_product_env(env)
         base = Path(tmp) / "run0"
         main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(base),
-              "--tasks", load_tasks().tasks[0].id])
-        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base, families=only)
+              "--tasks", load_tasks().tasks[0].id, "--product-env", str(env)])
+        result = fuzz_pass(n, Path(tmp) / "cases", eval_base=base, eval_env=env, families=only)
     for family, c in result.items():
         print(f"{family:16s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     for verdict, err in DETAILS:

@@ -58,14 +58,15 @@ def test_non_finite_or_text_blend_weights_are_refused(cli, write, tmp_path, sour
 
 # ------------------------------------------------------------------------------------------------ eval
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A real run directory: one task run by an agent that prints one word."""
+def run_dir(tmp_path_factory, eval_env):
+    """A real run directory: one task run (in the sandbox) by an agent that prints one word."""
     from seqpack.faces.cli import main
     from seqpack_evals.tasks import load_tasks
 
     task = load_tasks().tasks[0].id
     out = tmp_path_factory.mktemp("eval") / "run"
-    assert main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(out), "--tasks", task]) == 0
+    assert main(["eval", "run", "--agent-cmd", "echo answer", "--baseline", "--out", str(out), "--tasks", task,
+                 "--product-env", str(eval_env)]) == 0
     return out, task
 
 

@@ -190,16 +190,19 @@ def test_metadata_paths_that_are_special_files_or_symlinks_are_refused(bounded, 
 
 
 @pytest.mark.slow
-def test_eval_score_never_writes_scores_through_a_symlink(bounded, tmp_path):
-    from seqpack_evals.runner import run_eval
+def test_eval_score_never_writes_scores_through_a_symlink(bounded, tmp_path, eval_env):
+    from seqpack_evals.runner import RunOptions, run_eval
     from seqpack_evals.tasks import load_tasks
 
     repo = Path(__file__).resolve().parents[2]
     fixtures = repo / "tests" / "fixtures" / "evals"
-    dataset = load_tasks(repo / "evals" / "tasks.json")
-    agent = " ".join([sys.executable, str(fixtures / "fake_agent.py"), "--answers", str(fixtures / "answers.json")])
+    key = repo / "evals" / "tasks.json"
+    dataset = load_tasks(key)
+    agent = " ".join(["python", str(fixtures / "fake_agent.py"), "--answers", str(fixtures / "answers.json"),
+                      "--tasks", str(key)])
     run_dir = tmp_path / "run"
-    run_eval(dataset, dataset.select(["nm-struct-pack"]), agent, run_dir, mode="baseline", timeout=60)
+    run_eval(dataset, dataset.select(["nm-struct-pack"]), agent, run_dir, mode="baseline", timeout=60,
+             options=RunOptions(read_only=[str(fixtures), str(key)], product_env=eval_env))
     outside = tmp_path / "elsewhere" / "precious.json"
     outside.parent.mkdir()
     outside.write_text('{"mine": true}\n')
