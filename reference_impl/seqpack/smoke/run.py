@@ -69,6 +69,7 @@ Results and names live in :mod:`.report`, the checks in :mod:`.checks`.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from contextlib import contextmanager
@@ -79,6 +80,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
 from seqpack.core.packing_paths import PathBatches, get_path
+from seqpack.data.tokenizers import tokenizer_label
 from seqpack.io import confine
 from seqpack.smoke.checks import (
     apply_faults,
@@ -92,6 +94,7 @@ from seqpack.smoke.checks import (
     equivalence_checks,
     exactly_once_check,
     loss_tokens_check,
+    match_sequences,
     positions_check,
 )
 from seqpack.smoke.report import FAULTS, SIZES, TOLERANCE, Check, SmokeReport, default_config, model_config
@@ -99,6 +102,10 @@ from seqpack.smoke.vlm import (
     model_options,
     report_details,
 )
+from seqpack.smoke.vocab import compact_vocabulary
+
+#: Data whose largest token id reaches this is renumbered for the reference model (:mod:`seqpack.smoke.vocab`).
+COMPACT_ABOVE = 4096
 
 __all__ = ["PSP_FIELDS_ONLY", "SmokeRequest", "run_packing_smoke_test", "run_packing_smoke_tests"]
 
@@ -175,6 +182,7 @@ class SmokeRequest:
     overrides: Sequence[str] = ()
     faults: Sequence[str] = ()
     model: Mapping[str, Any] = field(default_factory=dict)
+    tokenizer: str | os.PathLike[str] | None = None
 
 
 @dataclass
@@ -189,6 +197,8 @@ class _Run:
     batches: list[dict[str, Any]] = field(default_factory=list)
     source: Path | None = None
     model: Any = None
+    matches: list[Any] = field(default_factory=list)
+    tokenizer: Any = None
     cp_job: dict[str, Any] | None = None
     cp: Check | None = None
     packed_seq_params: str = ""
@@ -207,7 +217,12 @@ def _checked_request(request: SmokeRequest) -> _Run:
     if request.path not in cfg.active_paths():
         raise UsageError(f"the config does not turn on the {request.path} path (active: {cfg.active_paths() or 'none'})",
                          field="dataset")
-    return _Run(request, cfg)
+    run = _Run(request, cfg)
+    if request.tokenizer is not None:
+        from seqpack.data import load_tokenizer
+
+        run.tokenizer = load_tokenizer(request.tokenizer)
+    return run
 
 
 def _check_model(request: SmokeRequest) -> None:
@@ -283,12 +298,20 @@ def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str
     jsonl = _subset(run.source, SIZES[size], scratch)
     run.checks.append(config_check(run.cfg))
     notify("build batches", 0.1)
-    run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
+    adapter = spec.load("smoke_adapter")
+    if run.request.tokenizer is not None:
+        if "tokenizer" not in inspect.signature(adapter).parameters:
+            raise UsageError(f"the smoke adapter of the {run.request.path} path takes no tokenizer", field="tokenizer",
+                             fix="give the adapter a `tokenizer=None` parameter, or leave the tokenizer out")
+        run.pb = adapter(run.cfg, jsonl, scratch, tokenizer=run.tokenizer)
+    else:
+        run.pb = adapter(run.cfg, jsonl, scratch)
     run.timings["build_batches_s"] = time.perf_counter() - started
     run.batches = apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
-    run.checks.append(exactly_once_check(run.pb, run.batches))
+    run.matches = match_sequences(run.pb.samples, run.batches)
+    run.checks.append(exactly_once_check(run.pb, run.matches))
     run.checks.append(loss_tokens_check(run.pb, run.batches))
-    run.checks.append(positions_check(run.batches, run.pb))
+    run.checks.append(positions_check(run.batches, run.pb, run.matches))
     run.timings["in_process_s"] = time.perf_counter() - started
 
 
@@ -304,11 +327,14 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
     notify("forward/backward, packed and unpacked (batched)", 0.4)
     t0 = time.perf_counter()
     torch.manual_seed(seed)
+    # ids of a real tokenizer renumbered into a small vocabulary, the same map on both sides (smoke.vocab)
+    run.pb, run.batches, vocab = compact_vocabulary(run.pb, run.batches, COMPACT_ABOVE)
     # VLM data: the vision stem, M-RoPE and a vocabulary with the vision tokens (smoke_vlm.model_options)
-    vlm = model_options(run.pb, model_config(**run.request.model))
+    vlm = {**({"vocab_size": vocab} if vocab else {}), **model_options(run.pb, model_config(**run.request.model))}
     run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
-    rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs)
+    rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs,
+                                                run.matches)
     if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
         run.model.mtp_roll = "row"
     eq, leak, res = equivalence_checks(run.model, rows, unpacked, match, full, seed)
@@ -345,7 +371,7 @@ def _report(run: _Run) -> SmokeReport:
                 "context_parallel_size": cfg.model.context_parallel_size,
                 "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size,
                 "reference_model": run.model.config.to_dict()},
-        data={"source": str(run.source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
+        data={"source": str(run.source), "tokenizer": tokenizer_label(run.request.tokenizer), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
               "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details)},
         timings=run.timings,

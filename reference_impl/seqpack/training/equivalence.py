@@ -355,6 +355,9 @@ def compare_packed_unpacked(
     count_diffs: dict[str, float] = {}
     for name, sums in p.sums.items():
         if name not in u.sums:
+            if not bool(matched.any()):  # nothing to compare with: no sequence counts (``sequences`` is 0)
+                outside += float(p.counts[name][-1])
+                continue
             raise InputError(f"the model gave the loss {name!r} for packed rows only")
         loss_diffs[name] = _largest((sums[:-1] - u.sums[name][target])[matched])
         count_diffs[name] = _largest((p.counts[name][:-1] - u.counts[name][target])[matched])
@@ -362,7 +365,7 @@ def compare_packed_unpacked(
 
     # tokens of packed sequence k against the tokens of its unpacked row, in order
     p_len = torch.bincount(p.token_segments, minlength=k_total)
-    u_len = torch.bincount(u.token_segments, minlength=len(unpacked))
+    u_len = torch.bincount(u.token_segments, minlength=max(len(unpacked), 1))
     comparable = matched & (p_len == u_len[target])
     p_start = torch.cumsum(p_len, 0) - p_len
     u_start = torch.cumsum(u_len, 0) - u_len
@@ -371,7 +374,8 @@ def compare_packed_unpacked(
     offset = torch.arange(int(count.sum())) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
     p_index = torch.repeat_interleave(p_start[ks], count) + offset
     u_index = torch.repeat_interleave(u_start[target[ks]], count) + offset
-    output_diffs = {name: _largest(values[p_index] - u.outputs[name][u_index]) for name, values in p.outputs.items()}
+    output_diffs = {name: _largest(values[p_index] - u.outputs[name][u_index]) if ks.numel() else 0.0
+                    for name, values in p.outputs.items()}
     if int((matched & ~comparable).sum()):  # a matched sequence of another length: a difference, not a pass
         output_diffs = {name: float("inf") for name in output_diffs}
 
