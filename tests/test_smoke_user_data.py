@@ -112,3 +112,45 @@ def test_chat_rows_with_qwen3s_template_pass_with_cp2(path, smoke_cp_reports):
 def test_the_byte_tokenizer_is_named_when_none_is_given():
     report = run_packing_smoke_tests([SmokeRequest("offline")], size="tiny", cp_check=False)[0]
     assert report.data["tokenizer"] == "byte (default)" and "compact_vocabulary" not in report.data
+
+
+def test_a_users_config_is_checked_for_the_release_validate_checks_by_default():
+    from seqpack.smoke.report import default_config
+
+    config = default_config("in_batch")  # a path the release does not have (PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION)
+    report = run_packing_smoke_tests([SmokeRequest("in_batch", config)], size="tiny", cp_check=False)[0]
+    check = report.check("config_valid")
+    assert check.status == "failed" and check.rule_id == "PACK-IN-BATCH-GPT-SFT-BRIDGE-VERSION"
+    assert "0.6.2" in check.message and "main" in check.fix and report.result == "fail"
+    on_main = run_packing_smoke_tests([SmokeRequest("in_batch", config, bridge_version="main")], size="tiny",
+                                      cp_check=False)[0]
+    assert on_main.check("config_valid").status == "passed" and on_main.check("config_valid").value["bridge_version"] == "main"
+    demo = run_packing_smoke_tests([SmokeRequest("in_batch")], size="tiny", cp_check=False)[0]
+    assert demo.check("config_valid").status == "passed" and "needs main" in demo.check("config_valid").message
+
+
+def test_a_run_that_rejected_most_rows_is_incomplete(write_jsonl):
+    rows = [{"prompt": "p" * 400, "completion": "c" * 400}] * 5 + [{"prompt": "p", "completion": "c" * 20}] * 2
+    data = write_jsonl(rows)
+    report = run_packing_smoke_tests([SmokeRequest("energon", data=data)], size="tiny", cp_check=False)[0]
+    assert all(c.status != "failed" for c in report.checks)
+    assert report.result == "incomplete" and report.data["rows_rejected"] == 5 and "5 of 7 rows" in report.notes[0]
+    assert report.data["rejected"] == {"too_long": 5}
+
+
+@pytest.mark.parametrize("path", ["in_batch", "energon"])
+def test_every_dp_rank_is_simulated_so_no_sample_looks_dropped(path):
+    overrides = ("dist.world_size=8", "train.global_batch_size=16")  # CP 2 -> DP 4
+    report = run_packing_smoke_tests([SmokeRequest(path, overrides=overrides)], size="tiny", cp_check=False)[0]
+    assert report.data["dp_size"] == 4 and report.data["simulated_dp_ranks"] is True
+    assert _status(report)["samples_exactly_once"] == "passed" and _status(report)["loss_tokens_preserved"] == "passed"
+    assert report.result == "incomplete"  # only the CP check was left out
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("path", ["in_batch", "energon"])
+def test_vlm_rows_read_in_place_pass_with_cp2_when_a_rank_holds_no_image(path, smoke_cp_reports):
+    require_tokenizer_dir("qwen2_5")
+    report = smoke_cp_reports[f"vlm-big-{path}"]
+    assert report.result == "pass", [(c.name, c.message) for c in report.checks]
+    assert report.data["source"].endswith("vlm.jsonl") and report.data["rows_rejected"] == 0

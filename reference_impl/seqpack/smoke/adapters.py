@@ -29,6 +29,7 @@ __all__ = [
     "in_batch_batches",
     "offline_batches",
     "reference_samples",
+    "copy_rows",
     "schema_for",
     "stored_rows",
     "synthetic_short_rows",
@@ -223,7 +224,7 @@ def energon_batches(cfg: Any, jsonl: Path, workdir: Path, tokenizer: Any = None)
                                                     reasons=reasons)
     source, kept = jsonl, [int(s["id"]) for s in samples]
     if rejected:
-        source = _rows_subset(jsonl, kept, workdir / "energon_input.jsonl")
+        source = copy_rows(jsonl, kept, workdir / "energon_input.jsonl")
     dp = _dp_size(cfg)
     micro: list[Any] = []
     for rank in range(dp):
@@ -245,15 +246,25 @@ def _energon_cap(cfg: Any) -> int:
     return cfg.seq_length // multiple * multiple
 
 
-def _rows_subset(jsonl: Path, rows: list[int], out: Path) -> Path:
-    """The given rows of ``jsonl``, in order, as a new file (raw lines: nothing re-encoded)."""
+def copy_rows(jsonl: Path, rows: Any, out: Path) -> Path:
+    """The given rows of ``jsonl``, in order, as a new file: raw lines, except that a row's relative image
+    and video paths are made absolute against ``jsonl``'s folder (they must still resolve from the copy)."""
+    import json
+
     from seqpack.data.jsonl import JsonlFile
+    from seqpack.data.vlm.sample import row_has_visuals, with_absolute_paths
 
     jf = JsonlFile(jsonl)
+    base = Path(jf.path).resolve().parent
     try:
         with open(out, "wb") as fh:
             for r in rows:
-                fh.write(jf.raw(r) + b"\n")
+                raw = jf.raw(r)
+                if b'"image' in raw or b'"video' in raw:
+                    row = jf.row(r)
+                    if row_has_visuals(row):
+                        raw = json.dumps(with_absolute_paths(row, base), ensure_ascii=False).encode("utf-8")
+                fh.write(raw + b"\n")
     finally:
         jf.close()
     return out

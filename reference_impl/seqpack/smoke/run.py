@@ -79,7 +79,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
-from seqpack.core.packing_paths import PathBatches, get_path
+from seqpack.core.packing_paths import PathBatches, get_path, visual_paths
 from seqpack.data.tokenizers import tokenizer_label
 from seqpack.io import confine
 from seqpack.smoke.checks import (
@@ -151,30 +151,25 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = No
 
 
 def _subset(data: Path, n: int, workdir: Path) -> Path:
-    import json
-
+    """The rows the run reads: ``data`` itself when it has at most ``n`` rows (read in place: relative
+    image and video paths resolve against its folder, errors name it), else a copy of its first ``n`` rows
+    (:func:`seqpack.smoke.adapters.copy_rows`)."""
     from seqpack.data.jsonl import JsonlFile
-    from seqpack.data.vlm.sample import row_has_visuals, with_absolute_paths
+    from seqpack.smoke.adapters import copy_rows
 
-    jf = JsonlFile(data)
-    out = workdir / "smoke_input.jsonl"
-    with open(out, "wb") as fh:
-        for i in range(min(n, len(jf))):
-            raw = jf.raw(i)
-            if b'"image' in raw or b'"video' in raw:  # relative image paths must still resolve from the copy
-                row = jf.row(i)
-                if row_has_visuals(row):
-                    raw = json.dumps(with_absolute_paths(row, jf.path.parent), ensure_ascii=False).encode("utf-8")
-            fh.write(raw + b"\n")
-    return out
+    with JsonlFile(data) as jf:
+        rows = len(jf)
+    return data if rows <= n else copy_rows(data, range(n), workdir / "smoke_input.jsonl")
 
 
 @dataclass(frozen=True)
 class SmokeRequest:
     """One path's run in :func:`run_packing_smoke_tests`: the path, its config (None: the path's
     default CP=2 config) with dotted overrides, its data (None: the path's smoke data), the
-    deliberate ``faults`` of a negative control, and ``model`` options of the reference model
-    (:func:`model_config`)."""
+    deliberate ``faults`` of a negative control, ``model`` options of the reference model
+    (:func:`model_config`), the ``tokenizer`` (a ``tokenizer.json`` or its folder; None: the byte
+    tokenizer) and the ``bridge_version`` the config is checked for (None: the release ``seqpack
+    validate`` checks by default; the demo config of a path only Bridge main has is checked for main)."""
 
     path: str = "offline"
     config: Any = None
@@ -183,6 +178,7 @@ class SmokeRequest:
     faults: Sequence[str] = ()
     model: Mapping[str, Any] = field(default_factory=dict)
     tokenizer: str | os.PathLike[str] | None = None
+    bridge_version: str | None = None
 
 
 @dataclass
@@ -217,6 +213,13 @@ def _checked_request(request: SmokeRequest) -> _Run:
     if request.path not in cfg.active_paths():
         raise UsageError(f"the config does not turn on the {request.path} path (active: {cfg.active_paths() or 'none'})",
                          field="dataset")
+    if request.data is not None and not get_path(request.path).visual_rows:
+        from seqpack.data.vlm.sample import file_has_visuals
+
+        if file_has_visuals(request.data):
+            raise UsageError(
+                f"{request.data} holds rows with images or videos, which the {request.path} path does not read",
+                field="data", fix=f"run the smoke test on a path that reads VLM rows: {', '.join(visual_paths())}")
     run = _Run(request, cfg)
     if request.tokenizer is not None:
         from seqpack.data import load_tokenizer
@@ -296,7 +299,7 @@ def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str
     data = run.request.data
     run.source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
     jsonl = _subset(run.source, SIZES[size], scratch)
-    run.checks.append(config_check(run.cfg))
+    run.checks.append(config_check(run.cfg, run.request.bridge_version, demo=run.request.config is None))
     notify("build batches", 0.1)
     adapter = spec.load("smoke_adapter")
     if run.request.tokenizer is not None:
@@ -479,8 +482,11 @@ def run_packing_smoke_test(
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     model: Mapping[str, Any] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
+    bridge_version: str | None = None,
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
-    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}))
+    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}), tokenizer,
+                           bridge_version)
     return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
                                    cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]
