@@ -275,14 +275,15 @@ def positions_check(batches: list[dict[str, Any]], pb: PathBatches | None = None
 
 def compared_rows(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
                   extra_keys: tuple[str, ...] = (), matches: list[list[SequenceMatch]] | None = None,
-                  ) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
+                  mtp_source: Any = None) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
     """The packed rows (boundaries read through the ``PackedSeqParams`` field mapping, as Megatron-Core's
     attention would receive them), the unpacked rows of the samples they hold, the unpacked row of
     every packed sequence (-1: no sample), and every batch with the model's per-token inputs.
 
     A sequence matched with an unsupervised tail (:class:`SequenceMatch`) is compared on its sample's
     positions; the tail stays in the row (attention sees it) but belongs to no compared sequence, so
-    a loss on it would count as supervised tokens outside every sequence."""
+    a loss on it would count as supervised tokens outside every sequence. ``mtp_source(batch)`` (optional)
+    gives each packed row the map its MTP inputs and targets are rolled by (Megatron-Core's own roll)."""
     from seqpack.training.equivalence import packed_row, unpacked_row
     from seqpack.training.packed_seq_params import batch_with_params, packed_seq_params_kwargs
 
@@ -295,6 +296,8 @@ def compared_rows(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mo
         full.append(batch)
         view = batch_with_params(batch, packed_seq_params_kwargs(batch), extra_keys)
         row = packed_row(view, mode=mode, first_segment=len(match), extra_keys=extra_keys)
+        if mtp_source is not None:
+            row.mtp_source = mtp_source(batch)
         for k, m in enumerate(matched):
             if m.status == "tail":  # compare the common positions; a packed tail belongs to no sequence
                 row.segments[m.start + m.compared : m.start + m.real] = -1

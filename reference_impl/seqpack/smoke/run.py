@@ -22,7 +22,8 @@ numbers:
    batches also the M-RoPE ids: (0, 0, 0) at every sequence start and, on the real tokens, the ids
    of the sample alone on all three axes;
 4. ``loss_tokens_preserved``: supervised-token count of the batches equals that of the samples;
-5. ``samples_exactly_once``: the multiset of packed sequences equals the multiset of samples;
+5. ``samples_exactly_once``: every sample is in exactly one packed sequence, unaltered (matched by its
+   row; missing, duplicated, altered and unknown sequences counted apart);
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
    gloo processes (real Megatron-Core ``PackedSeqParams``, parallel state, K/V exchange) give the
    CP=1 loss and gradients;
@@ -35,14 +36,18 @@ default config and data of every path make every check run.
 :func:`run_packing_smoke_tests` runs several paths in one go: their CP checks share one launch of
 CP ranks, which is where Megatron-Core is imported and real ``PackedSeqParams`` are built (the
 import's cost is reported as ``timings["megatron_core_import_s"]``); the process that runs the
-smoke test never imports Megatron-Core. The ranks are forked from a rank server
+smoke test imports Megatron-Core only for the MTP option, to roll packed rows with Megatron-Core's own
+``roll_tensor`` (``mtp_roll="megatron_core"``, the default). The ranks are forked from a rank server
 (:mod:`seqpack.training.rank_server`) started before the in-process checks, so torch and
 Megatron-Core are imported once, while those checks run. Torch runs on one thread per worker
 meanwhile (the tiny model's operations are too small for intra-op threads to pay); the model's
 forward and backward of one path run on a worker thread while the next path builds its batches.
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
-same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
+same rows, with the same tokenization rules and tokenizer (``tokenizer``; the byte tokenizer by default;
+the ids of a real tokenizer are renumbered for the reference model, :mod:`seqpack.smoke.vocab`), and
+matched to the packed sequences by their source row (:func:`~seqpack.smoke.checks.match_sequences`).
+A run whose tokenization rejected more than half the rows is ``incomplete``. ``faults`` deliberately breaks one thing (used by
 the negative controls in the test-suite): ``no_boundaries`` (attention ignores ``cu_seqlens``),
 ``shift_loss_mask``, ``drop_sample``, ``no_position_reset``, and for VLM batches
 ``misaligned_image_tokens`` (every image token shows the next merged patch window) and
@@ -60,7 +65,10 @@ some.
 losses (MTP logits and losses) join check 1 through the model's hooks; each option also adds its
 own check (:mod:`seqpack.smoke.options`: ``moe_router_statistics``,
 ``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
-``mtp_cross_boundary``. The router check also needs every batch's ``padding_mask`` to agree with
+``mtp_cross_boundary``. MTP inputs and targets of packed rows are rolled by the installed
+Megatron-Core's own ``roll_tensor`` (:func:`~seqpack.training.mtp.upstream_roll_source`), so the MTP
+check fails where that roll trains wrong targets (across alignment padding: MTP-PACKED-ALIGNMENT-ROLL);
+``mtp_roll="reference"`` rolls inside each sequence instead (what a fixed Megatron-Core does). The router check also needs every batch's ``padding_mask`` to agree with
 its boundaries (negative control ``wrong_padding_mask``).
 
 
@@ -104,6 +112,8 @@ from seqpack.smoke.vlm import (
 )
 from seqpack.smoke.vocab import compact_vocabulary
 
+#: How the smoke test rolls MTP inputs and targets of packed rows (:class:`SmokeRequest`).
+MTP_ROLLS = ("megatron_core", "reference")
 #: Data whose largest token id reaches this is renumbered for the reference model (:mod:`seqpack.smoke.vocab`).
 COMPACT_ABOVE = 4096
 
@@ -169,7 +179,11 @@ class SmokeRequest:
     deliberate ``faults`` of a negative control, ``model`` options of the reference model
     (:func:`model_config`), the ``tokenizer`` (a ``tokenizer.json`` or its folder; None: the byte
     tokenizer) and the ``bridge_version`` the config is checked for (None: the release ``seqpack
-    validate`` checks by default; the demo config of a path only Bridge main has is checked for main)."""
+    validate`` checks by default; the demo config of a path only Bridge main has is checked for main).
+    ``mtp_roll`` (with the ``mtp`` model option): ``"megatron_core"`` rolls each packed row's MTP inputs
+    and targets with the installed Megatron-Core's own ``roll_tensor`` (what training runs; imports
+    Megatron-Core in this process), ``"reference"`` with seqpack's roll inside each sequence (what a
+    Megatron-Core with the fix does)."""
 
     path: str = "offline"
     config: Any = None
@@ -179,6 +193,7 @@ class SmokeRequest:
     model: Mapping[str, Any] = field(default_factory=dict)
     tokenizer: str | os.PathLike[str] | None = None
     bridge_version: str | None = None
+    mtp_roll: str = "megatron_core"
 
 
 @dataclass
@@ -195,6 +210,7 @@ class _Run:
     model: Any = None
     matches: list[Any] = field(default_factory=list)
     tokenizer: Any = None
+    mtp_roll: str | None = None
     cp_job: dict[str, Any] | None = None
     cp: Check | None = None
     packed_seq_params: str = ""
@@ -205,6 +221,9 @@ def _checked_request(request: SmokeRequest) -> _Run:
     from seqpack.config import load_config
 
     get_path(request.path)
+    if request.mtp_roll not in MTP_ROLLS:
+        raise UsageError(f"unknown MTP roll {request.mtp_roll!r}; choose one of {', '.join(MTP_ROLLS)}",
+                         field="mtp_roll")
     bad = [f for f in request.faults if f not in FAULTS]
     if bad:
         raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
@@ -336,15 +355,24 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
     vlm = {**({"vocab_size": vocab} if vocab else {}), **model_options(run.pb, model_config(**run.request.model))}
     run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
+    upstream = run.model.config.mtp is not None and run.request.mtp_roll == "megatron_core"
+    if upstream:
+        from seqpack.training.mtp import upstream_roll_name, upstream_roll_source
+
+        notify("MTP roll by Megatron-Core (imports it)", 0.3)
+        run.mtp_roll = upstream_roll_name()
     rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs,
-                                                run.matches)
+                                                run.matches, upstream_roll_source if upstream else None)
     if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
         run.model.mtp_roll = "row"
+    elif upstream:  # packed rows roll as the installed Megatron-Core's roll_tensor does
+        run.model.mtp_roll = "given"
     eq, leak, res = equivalence_checks(run.model, rows, unpacked, match, full, seed)
     run.model.mtp_roll = "sequence"
     run.checks.extend((eq, leak))
     run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, attention_budget(run.model),
-                                    padding_mask_mismatches=count_padding_mask_mismatches(run.batches)))
+                                    padding_mask_mismatches=count_padding_mask_mismatches(run.batches),
+                                    mtp_roll=run.mtp_roll))
     run.timings["equivalence_s"] = time.perf_counter() - t0
     cp = run.cfg.model.context_parallel_size
     if not cp_check:
@@ -376,7 +404,8 @@ def _report(run: _Run) -> SmokeReport:
                 "reference_model": run.model.config.to_dict()},
         data={"source": str(run.source), "tokenizer": tokenizer_label(run.request.tokenizer), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
-              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details)},
+              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details),
+              **({"mtp_roll": run.mtp_roll or "reference (inside each sequence)"} if run.model.config.mtp else {})},
         timings=run.timings,
         faults=list(run.request.faults),
     )
@@ -484,9 +513,10 @@ def run_packing_smoke_test(
     model: Mapping[str, Any] | None = None,
     tokenizer: str | os.PathLike[str] | None = None,
     bridge_version: str | None = None,
+    mtp_roll: str = "megatron_core",
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
     request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}), tokenizer,
-                           bridge_version)
+                           bridge_version, mtp_roll)
     return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
                                    cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]

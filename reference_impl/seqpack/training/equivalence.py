@@ -98,6 +98,8 @@ class Row(_PerToken):
 
     sequences: list[tuple[int, int, int]] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: How MTP rolls this row, when given (:func:`~seqpack.training.mtp.roll_by_source`; None: inside each segment).
+    mtp_source: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -117,6 +119,8 @@ class TokenRows(_PerToken):
 
     lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: ``[B, T]`` MTP source maps when some row gave one (the others roll inside their segments), else None.
+    mtp_source: torch.Tensor | None = None
 
 
 class EquivalenceModel(Protocol):
@@ -209,7 +213,17 @@ def stack_rows(rows: Sequence[Row]) -> TokenRows:
         segments=_pad([r.segments for r in rows], width, -1),
         lengths=torch.tensor([r.length for r in rows], dtype=torch.int64),
         extras={k: _pad([r.extras[k] for r in rows], width, 0) for k in rows[0].extras},
+        mtp_source=_sources(rows, width),
     )
+
+
+def _sources(rows: Sequence[Row], width: int) -> torch.Tensor | None:
+    """The rows' MTP source maps padded to ``width`` (a row without one: its in-segment map), or None."""
+    if all(r.mtp_source is None for r in rows):
+        return None
+    from seqpack.training.mtp import segment_source
+
+    return _pad([r.mtp_source if r.mtp_source is not None else segment_source(r.segments) for r in rows], width, 0)
 
 
 def stack_chunks(rows: Sequence[Row], budget: int) -> list[list[int]]:
