@@ -120,9 +120,12 @@ class PreparedPacks(Result):
     is :attr:`manifest` (not part of the JSON form). ``reused``: an existing pack of the same
     fingerprint verified against its manifest (sizes, hashes, row counts) was returned;
     ``rebuilt``: why an existing pack of seqpack's own was written again (null otherwise).
+    ``pack_dir`` is the fingerprinted folder inside the output root that holds the packs (what
+    ``inspect`` and a training config's ``dataset_root`` read); ``root`` repeats it under its old name
+    for one release (deprecated: read ``pack_dir``).
     """
 
-    root: Path
+    pack_dir: Path
     files: dict[str, Path]
     metadata_path: Path
     manifest_path: Path
@@ -130,6 +133,10 @@ class PreparedPacks(Result):
     fingerprint: str
     splits: dict[str, Any]
     rebuilt: str | None = None
+    root: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", self.pack_dir)
 
     @property
     def manifest(self) -> dict[str, Any]:

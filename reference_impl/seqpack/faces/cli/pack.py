@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return 0
-    print(f"{'reused' if result.reused else 'wrote'} {result.root}"
+    print(f"{'reused' if result.reused else 'wrote'} {result.pack_dir}"
           + (f" (rebuilt: {result.rebuilt})" if result.rebuilt else ""))
     rows = []
     for split, info in result.splits.items():

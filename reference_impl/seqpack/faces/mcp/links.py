@@ -28,7 +28,7 @@ __all__ = ["LinkSpec", "add_links", "energon_links", "pack_links"]
 
 def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
     """pack_dataset: the pack directory, its manifest, its metadata file and the Parquet file of each split."""
-    yield data["root"], "packs", "the fingerprinted pack directory", DIRECTORY
+    yield data["pack_dir"], "packs", "the fingerprinted pack directory", DIRECTORY
     yield data["manifest_path"], "manifest", "seqpack manifest: fingerprint, options, per-split accounting", JSON
     yield data["metadata_path"], "metadata", "pack metadata entries (Megatron-Bridge form)", JSON
     for split, path in sorted(data.get("files", {}).items()):

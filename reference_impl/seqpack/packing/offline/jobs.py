@@ -61,6 +61,7 @@ class TokenizedJob:
     rejected: list[tuple[str, dict[str, Any]]]  # (reason, {"file", "line", "row"}) in draw order
     spill: str | None
     start: int
+    rows: np.ndarray | None = None  # the source row of every kept sample (lengths-only jobs; None when spilled)
 
 
 def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob]:
@@ -172,6 +173,7 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
         rejected=rejected,
         spill=spill,
         start=start,
+        rows=job.rows[batch.positions] if ctx.spill_dir is None else None,
     )
 
 
