@@ -51,7 +51,7 @@ class _Ctx:
     def __init__(self, source: str, locations: _Locations | None = None) -> None:
         self.source = source
         self.locations = locations or {}
-        self.ignored: list[str] = []  # Bridge fields given that seqpack's model has no place for
+        self.ignored: dict[str, Any] = {}  # Bridge fields given that seqpack's model has no place for, and values
 
     def where(self, path: str) -> tuple[str, int | None]:
         probe = path
@@ -97,9 +97,10 @@ def load_config_with_keys(
 def load_config_report(
     source: str | Path | Mapping[str, Any] | TrainingConfig | None = None,
     overrides: Iterable[str | tuple[str, Any]] = (),
-) -> tuple[TrainingConfig, frozenset[str] | None, list[str]]:
+) -> tuple[TrainingConfig, frozenset[str] | None, dict[str, Any]]:
     """:func:`load_config`, the dotted keys the source and overrides set to a value (not null), and the
-    Megatron-Bridge fields given that no rule reads (accepted and ignored, in the order given).
+    Megatron-Bridge fields given that no rule reads (accepted and ignored; dotted key -> value, in the order
+    given; a null where Bridge allows one and seqpack takes its default is listed with None).
 
     The keys are None for a :class:`TrainingConfig` source (every field has a definite value); a
     verb uses them to tell a value the user gave from a default it must not assume (an unset
@@ -300,7 +301,7 @@ def _build(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
                 continue
             bridge = bridge_section(path) or frozenset()
             if key in bridge:  # a real Bridge field no rule reads: accepted, ignored, its own keys checked
-                ctx.ignored.append(child)
+                ctx.ignored[child] = value
                 _check_bridge_value(value, child, ctx)
                 continue
             _unknown(key, child, path, sorted(by_name), bridge, ctx)
@@ -308,12 +309,12 @@ def _build(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
                 and key in (bridge_section(path) or ())):
             # Bridge allows null here (its default applies): seqpack's default does too, and says so; a number
             # (a batch size, a length) is never assumed: null stays an error there
-            ctx.ignored.append(f"{child}=null")
+            ctx.ignored[child] = None
             continue
         if isinstance(value, Mapping) and _dataclass_in(hints[key]) is None and bridge_section(child) is not None:
             value = task_encoder_name(value) if key == "task_encoder" else None
             if value is None:  # Bridge's object where seqpack keeps a name, and nothing names it: not checked
-                ctx.ignored.append(child)
+                ctx.ignored[child] = data[key]
                 _check_bridge_value(data[key], child, ctx)
                 continue
         kwargs[key] = _coerce(hints[key], value, child, ctx, by_name[key].metadata)

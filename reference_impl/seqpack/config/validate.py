@@ -102,7 +102,7 @@ def validate_config(
     checked. ``None`` checks every given rule whatever its versions, for the Bridge that has the config's
     packing features (:func:`version_target`; seqpack's own loaders use that).
     """
-    ignored: list[str] = []
+    ignored: dict[str, Any] = {}
     if isinstance(config, TrainingConfig) and not overrides:
         cfg = config
     else:
