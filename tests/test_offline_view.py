@@ -13,7 +13,9 @@ from seqpack.training.offline_view import inspect_offline_batches
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory):
     out = tmp_path_factory.mktemp("packs")
-    return prepare_packed_dataset(demo_path("chat"), out, pack_size=1024, pad_seq_to_mult=4)
+    rows = out / "chat.jsonl"
+    rows.write_bytes(b"".join(demo_path("chat").read_bytes().splitlines(keepends=True)[:120]))
+    return prepare_packed_dataset(rows, out / "packs", pack_size=1024, pad_seq_to_mult=4)
 
 
 def test_boundaries_padding_and_cp_shares_add_up(packs):
