@@ -154,3 +154,11 @@ def test_vlm_rows_read_in_place_pass_with_cp2_when_a_rank_holds_no_image(path, s
     report = smoke_cp_reports[f"vlm-big-{path}"]
     assert report.result == "pass", [(c.name, c.message) for c in report.checks]
     assert report.data["source"].endswith("vlm.jsonl") and report.data["rows_rejected"] == 0
+
+
+def test_the_users_rows_in_bytes_get_a_warning_and_a_real_tokenizer_none():
+    data = demo_path("chat")
+    report = run_packing_smoke_tests([SmokeRequest("offline", data=data)], size="tiny", cp_check=False)[0]
+    assert any("byte tokenizer" in n and "--tokenizer" in n for n in report.notes)
+    demo = run_packing_smoke_tests([SmokeRequest("offline")], size="tiny", cp_check=False)[0]
+    assert not any("byte tokenizer" in n for n in demo.notes)  # the demo data is not the user's

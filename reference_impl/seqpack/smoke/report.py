@@ -100,7 +100,7 @@ class SmokeReport(Result):
     faults: list[str] = field(default_factory=list)
     result: str = field(init=False, default="")
     skipped: list[str] = field(init=False, default_factory=list)
-    notes: list[str] = field(init=False, default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.skipped = [c.name for c in self.checks if c.passed is None]

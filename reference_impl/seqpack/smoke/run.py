@@ -209,6 +209,7 @@ class _Run:
     source: Path | None = None
     model: Any = None
     matches: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     tokenizer: Any = None
     mtp_roll: str | None = None
     cp_job: dict[str, Any] | None = None
@@ -318,6 +319,12 @@ def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str
     data = run.request.data
     run.source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
     jsonl = _subset(run.source, SIZES[size], scratch)
+    if data is not None and run.request.tokenizer is None:  # the user's rows, measured in bytes: say so
+        from seqpack.data.tokenizers import byte_tokenizer_warning
+        from seqpack.smoke.adapters import schema_for
+
+        note = byte_tokenizer_warning(None, schema_for(jsonl).kind)
+        run.notes.append(note + "; the smoke test then checks another token stream than the one that will train")
     run.checks.append(config_check(run.cfg, run.request.bridge_version, demo=run.request.config is None))
     notify("build batches", 0.1)
     adapter = spec.load("smoke_adapter")
@@ -408,6 +415,7 @@ def _report(run: _Run) -> SmokeReport:
               **({"mtp_roll": run.mtp_roll or "reference (inside each sequence)"} if run.model.config.mtp else {})},
         timings=run.timings,
         faults=list(run.request.faults),
+        notes=list(run.notes),
     )
 
 
