@@ -61,3 +61,18 @@ def test_without_the_marker_twin_a_bpe_merge_hides_the_marker(family):
     # the twin is built once and the original tokenizer keeps reading "<image>" as text
     assert marker_tokenizer(tok) is twin and tok.encode(text) == plain.tolist()
     assert twin.fingerprint() == tok.fingerprint() and twin.vocab_size == tok.vocab_size + 2
+
+
+def test_a_pixel_budget_replaces_the_presets():
+    from seqpack.data.vlm.sample import resolve_vision
+    from seqpack.data.vlm.vision import smart_resize
+
+    base = vision_spec("qwen2_5_vl")
+    big = vision_spec("qwen2_5_vl", max_pixels=12845056)
+    assert (big.min_pixels, big.max_pixels) == (base.min_pixels, 12845056) and big.name == base.name
+    h, w = smart_resize(1080, 1920, big.factor, big.min_pixels, big.max_pixels)
+    h0, w0 = smart_resize(1080, 1920, base.factor, base.min_pixels, base.max_pixels)
+    assert h * w > h0 * w0  # the user's budget keeps more pixels than the preset's
+    assert resolve_vision("qwen2_vl", min_pixels=3136 * 4).min_pixels == 3136 * 4
+    with pytest.raises(Exception, match="below min_pixels"):
+        vision_spec("qwen2_vl", min_pixels=10_000, max_pixels=5_000)

@@ -502,20 +502,24 @@ def file_has_visuals(path: str | os.PathLike[str], *, cache_dir: str | os.PathLi
         jf.close()
 
 
-def resolve_vision(option: str | VisionSpec | None, path: str | os.PathLike[str] | None = None) -> VisionSpec | None:
+def resolve_vision(option: str | VisionSpec | None, path: str | os.PathLike[str] | None = None, *,
+                   min_pixels: int | None = None, max_pixels: int | None = None) -> VisionSpec | None:
     """The vision spec an option asks for: a preset name or spec as given; ``"none"``/None: text
-    only; ``"auto"``: ``qwen2_vl`` when the file at ``path`` carries images or videos, else text only."""
+    only; ``"auto"``: ``qwen2_vl`` when the file at ``path`` carries images or videos, else text only.
+    ``min_pixels`` / ``max_pixels``: the user's pixel budget in place of the preset's."""
     from seqpack.core.choices import VISION_OPTIONS
     from seqpack.data.vlm.vision import vision_spec
 
     if option is None or option == "none":
         return None
     if option == "auto":
-        return vision_spec("qwen2_vl") if path is not None and file_has_visuals(path) else None
+        if path is None or not file_has_visuals(path):
+            return None
+        return vision_spec("qwen2_vl", min_pixels=min_pixels, max_pixels=max_pixels)
     if isinstance(option, str) and option not in VISION_OPTIONS:
         raise UsageError(f"unknown vision option {option!r}; choose one of {', '.join(VISION_OPTIONS)}",
                          field="vision")
-    return vision_spec(option)
+    return vision_spec(option, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
 @dataclass(frozen=True, eq=False)
