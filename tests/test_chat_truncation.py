@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import require_tokenizer_dir
+from tests.tokenizer_bundles import require_tokenizer_dir
 from seqpack.core.errors import UsageError
 from seqpack.data import ByteTokenizer, load_tokenizer, tokenize_batch, tokenize_row
 from seqpack.data.chat_render import TemplateRefused

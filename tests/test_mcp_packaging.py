@@ -260,7 +260,7 @@ def test_links_outside_the_roots_or_gone_are_left_out(tmp_path):
     outside.mkdir()
     (inside / "m.json").write_text("{}")
     (outside / "meta.json").write_text("[]")
-    data = {"root": str(inside), "manifest_path": str(inside / "m.json"), "metadata_path": str(outside / "meta.json"),
+    data = {"pack_dir": str(inside), "root": str(inside), "manifest_path": str(inside / "m.json"), "metadata_path": str(outside / "meta.json"),
             "files": {"training": str(inside / "gone.parquet")}}
     result = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content=data)
     linked = add_links(result, pack_links, AllowedRoots([inside]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tokenizer_dir
+from tests.tokenizer_bundles import require_tokenizer_dir
 from seqpack.core.errors import ArtifactError
 from seqpack.data.schemas import ChatSchema
 from seqpack.packing.offline.bins import aligned_lengths

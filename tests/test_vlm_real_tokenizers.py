@@ -5,7 +5,7 @@ cannot hide them."""
 import numpy as np
 import pytest
 
-from conftest import require_tokenizer_dir
+from tests.tokenizer_bundles import require_tokenizer_dir
 from seqpack.data.jsonl import JsonlFile
 from seqpack.data.schemas import default_schema, detect_schema
 from seqpack.data.tokenizers import load_tokenizer
