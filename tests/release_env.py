@@ -115,7 +115,7 @@ def clean_env(bin_dir: Path | None = None, **extra: str) -> dict[str, str]:
 def tool_names() -> set[str]:
     """The names of every MCP tool the server registers (importing the tool modules registers them)."""
     import seqpack.faces.mcp.server  # noqa: F401 - registers server_info
-    from seqpack.faces.mcp import tools_config, tools_packing, tools_smoke  # noqa: F401 - they register
+    from seqpack.faces.mcp import generate  # noqa: F401 - registers the verbs' tools
     from seqpack.faces.mcp.registry import TOOLS
 
     return set(TOOLS)

@@ -60,7 +60,7 @@ def test_rejects_non_positive_or_non_int(bad):
 def test_token_slots_and_equal_slot_table():
     assert token_slots_per_step(8192, 8) == 65536
     rows = equal_slot_candidates(65536)
-    assert [(r.pack_len, r.global_batch_size, r.token_slots, r.valid) for r in rows] == [
+    assert [(r.pack_size, r.global_batch_size, r.token_slots, r.valid) for r in rows] == [
         (2048, 32, 65536, True),
         (4096, 16, 65536, True),
         (8192, 8, 65536, True),
@@ -68,10 +68,10 @@ def test_token_slots_and_equal_slot_table():
 
 
 def test_equal_slot_candidates_flag_dp_problems():
-    rows = {r.pack_len: r for r in equal_slot_candidates(65536, dp=16)}
+    rows = {r.pack_size: r for r in equal_slot_candidates(65536, dp=16)}
     assert rows[8192].valid is False and "smaller than DP=16" in rows[8192].reason
     assert rows[4096].valid is True
-    rows = {r.pack_len: r for r in equal_slot_candidates(65536, (3000, 4096), dp=3)}
+    rows = {r.pack_size: r for r in equal_slot_candidates(65536, (3000, 4096), dp=3)}
     assert rows[3000].valid is False and "not a multiple" in rows[3000].reason
     assert rows[4096].valid is False and "not divisible by DP=3" in rows[4096].reason
 

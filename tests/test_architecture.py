@@ -266,8 +266,8 @@ def test_limits_are_published_and_enforced(mcp_tools):
     assert props["plan_pack_length"]["candidates"]["maxItems"] == limits.MAX_CANDIDATES
     with pytest.raises(UsageError, match=rf"n={limits.MAX_PLAN_SAMPLES + 1} is over the limit of {limits.MAX_PLAN_SAMPLES}.*limits.py"):
         plan(PlanOptions(mix="uniform", n=limits.MAX_PLAN_SAMPLES + 1))
-    with pytest.raises(UsageError, match="capacity=4194305 is over the limit"):
-        simulate_packing(SimulateOptions(lengths=[1], capacity=limits.MAX_PACK_LEN + 1))
+    with pytest.raises(UsageError, match="pack_size=4194305 is over the limit"):
+        simulate_packing(SimulateOptions(lengths=[1], pack_size=limits.MAX_PACK_LEN + 1))
     with pytest.raises(UsageError, match="the limit is 16"):
         plan(PlanOptions(lengths=[5], candidates=tuple(range(8, 8 + 17 * 8, 8))))
 

@@ -31,7 +31,7 @@ def test_align_text_and_json(capsys):
 def test_align_candidates_json(capsys):
     assert main(["align", "--token-slots", "65536", "--dp", "16", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["candidates"]
-    assert [(r["pack_len"], r["valid"]) for r in rows] == [(2048, True), (4096, True), (8192, False)]
+    assert [(r["pack_size"], r["valid"]) for r in rows] == [(2048, True), (4096, True), (8192, False)]
 
 
 def test_validate_exit_codes_and_json(tmp_path, capsys):

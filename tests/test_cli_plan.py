@@ -13,8 +13,11 @@ def test_lengths_json_is_the_library_result(capsys):
     assert main(["plan", "--lengths", "5,3,3,2,7", "--candidates", "8,16", "--token-slots", "32", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).to_dict()
-    assert data["recommended_pack_len"] == 8
+    assert data["recommended_pack_size"] == 8
     assert [r["packs"] for r in data["rows"]] == [3, 2]
+    # the old names stay in the JSON for one release (deprecated), with the same values
+    assert data["recommended_pack_len"] == 8 and [r["pack_len"] for r in data["rows"]] == [r["pack_size"]
+                                                                                        for r in data["rows"]]
 
 
 def test_text_table_marks_the_recommendation(capsys):
@@ -24,7 +27,7 @@ def test_text_table_marks_the_recommendation(capsys):
     assert lines[0].startswith("5 samples from lengths, 20 tokens")
     row8 = next(line for line in lines if line.startswith("8*"))
     assert row8.split()[:6] == ["8*", "4", "yes", "3", "3", "83.33%"]
-    assert "recommended: pack_len 8 (global batch size 4)" in out
+    assert "recommended: pack_size 8 (global batch size 4)" in out
     assert "rule: Among the valid candidates" in out
 
 
@@ -51,7 +54,7 @@ def test_jsonl_source(write_jsonl, capsys):
     assert main(["plan", "--jsonl", str(path), "--candidates", "8,16", "--token-slots", "16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["lengths"]["source"] == "jsonl" and data["lengths"]["total_tokens"] == 6 + 12
-    assert data["recommended_pack_len"] == 16
+    assert data["recommended_pack_size"] == 16
 
 
 def test_no_valid_candidate_exits_1(capsys):

@@ -184,7 +184,7 @@ def test_hand_checked_ground_truth(dataset):
     assert tasks["explicit-align-tp2-cp2-sp-evalcp4"].ground_truth["pad_seq_to_mult"] == 8
     assert tasks["implicit-align-tp2-cp3-sp"].ground_truth["pad_seq_to_mult"] == 6
     rows = tasks["explicit-slots-65536-dp16"].ground_truth["candidates"]
-    assert [(r["pack_len"], r["global_batch_size"], r["valid"]) for r in rows] == [
+    assert [(r["pack_size"], r["global_batch_size"], r["valid"]) for r in rows] == [
         (2048, 32, True), (4096, 16, True), (8192, 8, False)]
     broken = tasks["ctx-broken-offline-cp2"].ground_truth
     assert sorted(broken["violations"]) == sorted(

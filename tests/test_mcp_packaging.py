@@ -30,7 +30,8 @@ from seqpack.core.errors import UsageError
 from seqpack.core.extras import MissingExtraError, missing_extra_error, require_extra
 from seqpack.faces.mcp.server import build_server
 from seqpack.faces.mcp.http_auth import UNAUTHORIZED_BODY, BearerTokenGuard, read_token_file
-from seqpack.faces.mcp.links import add_links, pack_links
+from seqpack.faces.mcp.links import add_links
+from seqpack.verbs.packing import pack_links
 from seqpack.faces.mcp.registry import TOOLS
 from seqpack.faces.mcp.roots import AllowedRoots
 from seqpack.faces.mcp.skills import SKILLS_EXTENSION, GetSkillParams, SkillBundle
@@ -99,12 +100,12 @@ def test_cli_prints_the_hint_in_one_line_and_exits_2(no_torch, capsys):
 
 def test_cli_maps_a_late_import_error_to_the_hint(monkeypatch, capsys, tmp_path):
     """A command without a declared extra that fails importing one (a chat template needs jinja2) says so too."""
-    import seqpack.faces.cli.align as align
+    import seqpack.verbs.alignment as alignment
 
-    def run(args):
+    def run(options):
         raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
 
-    monkeypatch.setattr(align, "run", run)
+    monkeypatch.setattr(alignment, "align", run)
     assert main(["align", "--tp", "2"]) == 2
     assert capsys.readouterr().err == ("seqpack align: error: the 'hf' extra is not installed (jinja2 is missing). "
                                        "Fix: pip install 'seqpack[hf]'\n")

@@ -118,7 +118,7 @@ async def test_tools_are_listed_with_schemas_and_annotations(client: Client):
     assert tools["derive_alignment"].input_schema["properties"]["tp"]["minimum"] == 1
     family = tools["list_rules"].input_schema["properties"]["family"]
     assert set(family["anyOf"][0]["enum"]) == set(FAMILIES)
-    assert tools["simulate_packing"].input_schema["required"] == ["lengths", "capacity"]
+    assert tools["simulate_packing"].input_schema["required"] == ["lengths", "pack_size"]
     assert set(tools["pack_dataset"].input_schema["required"]) == {"input_path", "output_dir", "pack_size"}
     assert "pad_seq_to_mult" in tools["plan_pack_length"].output_schema["properties"]
 
@@ -130,7 +130,7 @@ async def test_tools_are_listed_with_schemas_and_annotations(client: Client):
         ("derive_alignment", {"tp": 0}),
         ("derive_alignment", {"tp": "four"}),
         ("simulate_packing", {"lengths": [1, 2]}),
-        ("simulate_packing", {"lengths": [1, -2], "capacity": 8}),
+        ("simulate_packing", {"lengths": [1, -2], "pack_size": 8}),
         ("list_rules", {"family": "nope"}),
         ("plan_pack_length", {"lengths": [5], "candidates": []}),
         ("validate_config", {"overrides": ["no equals sign"]}),
@@ -209,7 +209,7 @@ async def test_plan_pack_length(client: Client, root: Path):
     out = await call(client, "plan_pack_length", {"lengths": [5, 3, 3, 2, 7], "candidates": [8, 16], "token_slots": 32})
     assert out == json.loads(json.dumps(
         plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).to_dict()))
-    assert out["recommended_pack_len"] == 8
+    assert out["recommended_pack_size"] == 8
     hist = await call(client, "plan_pack_length", {"histogram": {"2": 1, "3": 2, "5": 1, "7": 1},
                                                    "candidates": [8, 16], "token_slots": 32, "tp": 4, "cp": 2,
                                                    "sp": True})
@@ -229,18 +229,18 @@ async def test_plan_pack_length(client: Client, root: Path):
 @pytest.mark.anyio
 async def test_simulate_packing_pages_bins(client: Client):
     # best fit decreasing: 7 (item 4) | 5 + 3 (items 0, 1) | 3 + 2 (items 2, 3)
-    out = await call(client, "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "capacity": 8, "max_bins": 2})
+    out = await call(client, "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "pack_size": 8, "max_bins": 2})
     assert out["stats"]["num_bins"] == 3 and out["stats"]["efficiency"] == pytest.approx(20 / 24)
     assert out["bins"] == [
         {"bin": 0, "tokens": 7, "items": [4], "lengths": [7]},
         {"bin": 1, "tokens": 8, "items": [0, 1], "lengths": [5, 3]},
     ]
     assert out["has_more"] is True and out["bins_returned"] == 2
-    rest = await call(client, "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "capacity": 8, "bin_offset": 2})
+    rest = await call(client, "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "pack_size": 8, "bin_offset": 2})
     assert rest["bins"] == [{"bin": 2, "tokens": 5, "items": [2, 3], "lengths": [3, 2]}] and rest["has_more"] is False
-    reported = await call(client, "simulate_packing", {"lengths": [9, 3], "capacity": 8, "oversize": "report"})
+    reported = await call(client, "simulate_packing", {"lengths": [9, 3], "pack_size": 8, "oversize": "report"})
     assert reported["oversize"] == [0] and reported["stats"]["num_packed"] == 1
-    text = await call_error(client, "simulate_packing", {"lengths": [9, 3], "capacity": 8})
+    text = await call_error(client, "simulate_packing", {"lengths": [9, 3], "pack_size": 8})
     assert "longer than the pack capacity 8" in text and "Fix: raise the capacity" in text
 
 
@@ -476,7 +476,7 @@ async def test_stdio_subprocess(root: Path, tmp_path: Path):
                     tg.start_soon(one, i)
             assert sorted(results) == list(range(20)) and not any(r.is_error for r in results.values())
 
-            await session.call_tool("simulate_packing", {"lengths": [3, 4], "capacity": 8})
+            await session.call_tool("simulate_packing", {"lengths": [3, 4], "pack_size": 8})
             await session.call_tool("list_rules", {})
             info = await session.call_tool("server_info", {})
             loaded = info.structured_content["heavy_modules_loaded"]

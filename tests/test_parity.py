@@ -149,10 +149,10 @@ SUCCESSES = [
          ["plan", "--jsonl", "{root}/data.jsonl", "--candidates", "128,256", "--token-slots", "1024", "--tp", "4",
           "--cp", "2", "--sp"],
          "plan_pack_length", dict(TOPO, jsonl_path="{root}/data.jsonl", candidates=[128, 256], token_slots=1024)),
-    Case("simulate", lambda r, f: verbs.simulate_packing(verbs.SimulateOptions(lengths=[5, 3, 3, 2, 7], capacity=8,
+    Case("simulate", lambda r, f: verbs.simulate_packing(verbs.SimulateOptions(lengths=[5, 3, 3, 2, 7], pack_size=8,
                                                                                max_bins=2)),
-         ["simulate", "--lengths", "5,3,3,2,7", "--capacity", "8", "--max-bins", "2"],
-         "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "capacity": 8, "max_bins": 2}),
+         ["simulate", "--lengths", "5,3,3,2,7", "--pack-size", "8", "--max-bins", "2"],
+         "simulate_packing", {"lengths": [5, 3, 3, 2, 7], "pack_size": 8, "max_bins": 2}),
     Case("pack", lambda r, f: verbs.pack(verbs.PackOptions(input=r / "data.jsonl", out=r / f, **PACK)),
          ["pack", "{root}/data.jsonl", "--out", "{root}/{face}", "--pack-size", "256", "--cp", "2", "--seed", "7"],
          "pack_dataset", dict(input_path="{root}/data.jsonl", output_dir="{root}/{face}", pack_size=256, cp=2, seed=7)),
@@ -222,9 +222,9 @@ REFUSALS = [
          ["validate", "{root}/bad.yaml"], "validate_config", {"path": "{root}/bad.yaml"}, exit_code=2),
     Case("rules-no-match", lambda r, f: verbs.query_rules(verbs.RulesOptions(query="PACK-OFFLINE-MBS2")),
          ["rules", "PACK-OFFLINE-MBS2"], "explain_rule", {"query": "PACK-OFFLINE-MBS2"}, exit_code=2),
-    Case("simulate-oversize", lambda r, f: verbs.simulate_packing(verbs.SimulateOptions(lengths=[9, 3], capacity=8)),
-         ["simulate", "--lengths", "9,3", "--capacity", "8"], "simulate_packing",
-         {"lengths": [9, 3], "capacity": 8}, exit_code=2),
+    Case("simulate-oversize", lambda r, f: verbs.simulate_packing(verbs.SimulateOptions(lengths=[9, 3], pack_size=8)),
+         ["simulate", "--lengths", "9,3", "--pack-size", "8"], "simulate_packing",
+         {"lengths": [9, 3], "pack_size": 8}, exit_code=2),
     Case("inspect-not-parquet", lambda r, f: verbs.inspect_packs(verbs.InspectOptions(path=r / "existing")),
          ["inspect", "{root}/existing"], "inspect_packed_dataset", {"path": "{root}/existing"}, exit_code=2),
     Case("batches-in-batch-mbs1", lambda r, f: verbs.batches(verbs.BatchesOptions(input=r / "data.jsonl", mbs=1)),
@@ -319,12 +319,9 @@ async def test_every_face_refuses_alike(case: Case, root: Path, capsys: pytest.C
 
 
 def test_every_verb_and_tool_is_covered():
-    from seqpack.faces.cli import COMMANDS
     from seqpack.faces.mcp.registry import TOOLS
 
     build_server([Path.cwd()], skill_dir=None)  # registers every tool
     verbs_covered = {c.cli[0] for c in SUCCESSES}
-    commands = {m.rsplit(".", 1)[1].replace("_cmd", "").replace("_", "-") for m in COMMANDS}
-    edge_only = {"mcp", "install-skill", "eval", "demo-data"}  # not verbs of the library
-    assert commands - edge_only == verbs_covered
-    assert set(TOOLS) - {"server_info"} == {c.tool for c in SUCCESSES}
+    assert set(verbs.VERB_SPECS) == verbs_covered
+    assert set(TOOLS) - {"server_info"} == {c.tool for c in SUCCESSES} == {t.name for v in verbs.VERBS for t in v.tools}

@@ -22,7 +22,7 @@ def test_small_table_exact():
     #       3 packs, 20 tokens in 24 slots.
     # P=16: 7,5,3 -> b0 (15); 3 -> b1; 2 -> b1 -> 2 packs, 20 tokens in 32 slots.
     plan = plan_pack_length(SMALL, candidates=(16, 8), token_slots=32)
-    assert [r.pack_len for r in plan.rows] == [8, 16]  # sorted
+    assert [r.pack_size for r in plan.rows] == [8, 16]  # sorted
     r8, r16 = plan.rows
     assert (r8.global_batch_size, r8.packs, r8.lower_bound, r8.max_seqs_in_pack) == (4, 3, 3, 2)
     assert r8.token_efficiency == pytest.approx(20 / 24)
@@ -36,7 +36,7 @@ def test_small_table_exact():
     assert r16.token_efficiency == pytest.approx(20 / 32)
     assert r16.steps_per_epoch == 1.0 and r16.full_steps_per_epoch == 1 and r16.notes == []
     assert all(r.valid and r.reasons == [] and r.too_long == 0 and r.packed_samples == 5 for r in plan.rows)
-    assert plan.recommended_pack_len == 8
+    assert plan.recommended_pack_size == 8
     s = plan.lengths
     assert (s.source, s.num_samples, s.total_tokens, s.min, s.p50, s.max) == ("lengths", 5, 20, 2, 3, 7)
     assert s.mean == 4.0
@@ -53,7 +53,7 @@ def test_alignment_padding_and_tie_goes_to_the_longer_pack():
         assert r.packing_efficiency == pytest.approx(28 / 32)
         assert r.alignment_padding_share == pytest.approx(8 / 32)
         assert r.tail_padding_share == pytest.approx(4 / 32)
-    assert plan.recommended_pack_len == 16
+    assert plan.recommended_pack_size == 16
     assert "tied with 8" in plan.recommendation
     assert plan.pad_seq_to_mult == 4
 
@@ -66,7 +66,7 @@ def test_candidates_that_cut_samples_lose_to_ones_that_keep_them_whole():
     assert (r8.sample_cap, r8.too_long, r8.truncated, r8.rejected, r8.tokens_lost) == (8, 1, 1, 0, 1)
     assert r8.packs == 3 and r8.token_efficiency == pytest.approx(22 / 24)
     assert r16.packs == 2 and r16.token_efficiency == pytest.approx(23 / 32)
-    assert plan.recommended_pack_len == 16
+    assert plan.recommended_pack_size == 16
     assert "8 would cut or drop samples" in plan.recommendation
     assert any("cut to 8 tokens" in n for n in r8.notes)
 
@@ -74,14 +74,14 @@ def test_candidates_that_cut_samples_lose_to_ones_that_keep_them_whole():
     r8 = rejected.rows[0]
     assert (r8.too_long, r8.truncated, r8.rejected, r8.tokens_lost, r8.packed_samples) == (1, 0, 1, 9, 2)
     assert r8.packs == 2 and r8.token_efficiency == pytest.approx(14 / 16)
-    assert rejected.recommended_pack_len == 16
+    assert rejected.recommended_pack_size == 16
 
 
 def test_all_candidates_cut_samples_then_the_best_still_wins_with_a_warning():
     plan = plan_pack_length([20, 3], candidates=(8, 16), token_slots=16)
     # P=8: 8 | 3 -> 11/16; P=16: 16 | 3 -> 19/32 (0.594) -> 8 wins on efficiency (0.6875)
     assert [r.too_long for r in plan.rows] == [1, 1]
-    assert plan.recommended_pack_len == 8
+    assert plan.recommended_pack_size == 8
     assert "every valid candidate truncates or drops" in plan.recommendation
 
 
@@ -95,7 +95,7 @@ def test_dp_makes_the_most_efficient_candidate_invalid():
     assert r8k.token_efficiency == pytest.approx(8000 / 8192)
     assert r2k.valid and r2k.too_long == 2 and r2k.tokens_lost == 2 * (3000 - 2048)
     assert r4k.valid and r4k.packs == 3 and r4k.token_efficiency == pytest.approx(8000 / (3 * 4096))
-    assert plan.recommended_pack_len == 4096
+    assert plan.recommended_pack_size == 4096
 
 
 def test_slots_and_alignment_reasons():
@@ -105,12 +105,12 @@ def test_slots_and_alignment_reasons():
     assert r3000.reasons == ["12288 is not a multiple of 3000"]
     assert not r4096.valid and r4096.global_batch_size == 3  # 12288/4096 = 3, odd: DP=2 breaks it
     assert r4096.reasons == ["[BATCH-GBS-DIVISIBLE] global_batch_size 3 is not divisible by DP=2"]
-    assert plan.recommended_pack_len is None
+    assert plan.recommended_pack_size is None
     assert plan.recommendation.startswith("no candidate is valid")
 
     unaligned = plan_pack_length([5, 5], candidates=(8,), token_slots=8, pad_seq_to_mult=3)
     row = unaligned.rows[0]
-    assert row.reasons == ["[PACK-OFFLINE-WIDTH-ALIGNED] pack_len 8 is not a multiple of pad_seq_to_mult=3"]
+    assert row.reasons == ["[PACK-OFFLINE-WIDTH-ALIGNED] pack_size 8 is not a multiple of pad_seq_to_mult=3"]
     assert row.sample_cap == 6  # floor(8/3)*3
     assert row.packs == 2  # aligned lengths 6 and 6 do not share an 8-token pack
 
@@ -139,13 +139,13 @@ def test_jsonl_input_counts_runtime_lengths_and_rejections(write_jsonl):
     r8, r16 = plan.rows
     assert r8.too_long == 1 and r8.tokens_lost == 4  # 12 cut to 8
     assert r16.packs == 2 and r16.too_long == 0  # 6 + 12 > 16
-    assert plan.recommended_pack_len == 16
+    assert plan.recommended_pack_size == 16
 
 
 def test_to_dict_is_json_and_complete():
     plan = plan_pack_length(SMALL, candidates=(8, 16), token_slots=32, seed=3, max_seqs_per_pack=2)
     data = json.loads(json.dumps(plan.to_dict()))
-    assert data["recommended_pack_len"] == plan.recommended_pack_len
+    assert data["recommended_pack_size"] == plan.recommended_pack_size
     assert data["rule"] == plan.rule and str(TIE_TOLERANCE * 100) in data["rule"]
     assert data["max_seqs_per_pack"] == 2 and data["seed"] == 3
     assert [r["max_seqs_in_pack"] for r in data["rows"]] == [2, 2]  # the cap holds
@@ -213,11 +213,11 @@ def test_plan_invariants(lengths, candidates, m, dp, truncation):
         assert r.valid == (not r.reasons)
     valid = [r for r in plan.rows if r.valid]
     if not valid:
-        assert plan.recommended_pack_len is None
+        assert plan.recommended_pack_size is None
         return
-    pick = plan.row(plan.recommended_pack_len)
+    pick = plan.row(plan.recommended_pack_size)
     assert pick.valid
     pool = [r for r in valid if r.too_long == 0] or valid
     best = max(r.token_efficiency for r in pool)
     tied = [r for r in pool if r.token_efficiency >= best - TIE_TOLERANCE]
-    assert pick.pack_len == max(r.pack_len for r in tied)
+    assert pick.pack_size == max(r.pack_size for r in tied)

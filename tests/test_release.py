@@ -140,7 +140,7 @@ def test_light_install_runs_the_light_verbs(light_install, tmp_path):
     bad = run([seqpack, "validate", "--example", "broken_offline_cp2"], env=env, cwd=tmp_path, check=False)
     assert bad.returncode == 1 and "[PACK-OFFLINE-MBS1]" in bad.stdout
     plan = run([seqpack, "plan", "--lengths", "900,300,1500", "--json"], env=env, cwd=tmp_path)
-    assert json.loads(plan.stdout)["recommended_pack_len"] > 0
+    assert json.loads(plan.stdout)["recommended_pack_size"] > 0
     demo = run([seqpack, "demo-data"], env=env, cwd=tmp_path).stdout.strip()
     packed = run([seqpack, "pack", demo, "--out", tmp_path / "packs", "--pack-size", "4096", "--cp", "2", "--json"],
                  env=env, cwd=tmp_path)

@@ -131,18 +131,18 @@ def slot_fields(rows: Sequence[Any], dp: int) -> list[AnswerField]:
     """Per candidate pack length: the global batch size at equal token slots, and whether it is valid."""
     out: list[AnswerField] = []
     for c in rows:
-        n = _len_re(c.pack_len)
+        n = _len_re(c.pack_size)
         out.append(int_field(
-            f"gbs_{c.pack_len}", c.global_batch_size,
+            f"gbs_{c.pack_size}", c.global_batch_size,
             rf"{n}(?:[- ]?tokens?)?[^.\n\d]{{0,30}}?(?:\bGBS|global[_ ]batch(?:[_ ]size)?)",
             rf"^[ \t|]*{n}[ \t|]+(?=\d)", rf"{n}(?:[- ]?tokens?)?(?: packs?| rows?)?[ \t]+(?:needs?|gets?|takes|requires)",
-            says=f"global batch size for {c.pack_len}-token packs"))
+            says=f"global batch size for {c.pack_size}-token packs"))
         out.append(yes_no_field(
-            f"valid_{c.pack_len}", c.valid,
+            f"valid_{c.pack_size}", c.valid,
             [rf"{n}[^\n.;,]{{0,60}}?(?<!not )(?<!in)\b(?:valid|works?|ok|fine)\b", rf"^[ \t|]*{n}[ \t|]+\d+[ \t|]+\d+[ \t|]+yes\b"],
             [rf"{n}[^\n.;,]{{0,60}}?(?:not valid|invalid|not allowed|impossible|cannot|can't|does not work|"
              rf"doesn't work|too small|smaller than|is out\b|ruled out)", rf"^[ \t|]*{n}[ \t|]+\d+[ \t|]+\d+[ \t|]+no\b"],
-            anywhere=True, says=f"{c.pack_len}-token packs valid at DP={dp}"))
+            anywhere=True, says=f"{c.pack_size}-token packs valid at DP={dp}"))
     return out
 
 
@@ -152,16 +152,16 @@ def _slots_task(ctx: GenContext, task_id: str, bucket: str, token_slots: int, le
     lines = []
     for c in rows:
         if c.valid:
-            lines.append(f"- {c.pack_len} tokens x GBS {c.global_batch_size} = {c.token_slots} slots: valid")
+            lines.append(f"- {c.pack_size} tokens x GBS {c.global_batch_size} = {c.token_slots} slots: valid")
         else:
-            lines.append(f"- {c.pack_len} tokens x GBS {c.global_batch_size}: not valid, {c.reason}")
+            lines.append(f"- {c.pack_size} tokens x GBS {c.global_batch_size}: not valid, {c.reason}")
     ctx.add(make_task(
         task_id, bucket, prompt,
         f"Equal token slots ({token_slots} per step, MBS 1, DP={dp}):\n" + "\n".join(lines),
         slot_fields(rows, dp),
         claims.path_claims(["offline"]),
         script="seqpack align",
-        command=["align", "--token-slots", str(token_slots), "--pack-lengths", ",".join(map(str, lengths)),
+        command=["align", "--token-slots", str(token_slots), "--pack-sizes", ",".join(map(str, lengths)),
                  "--dp", str(dp)],
         paths=["offline"],
         topics=["token_slots"],
@@ -209,7 +209,7 @@ def _token_slot_tasks(ctx: GenContext) -> None:
                    says="global batch size with 8192-token rows")],
         claims.path_claims(["offline"]),
         script="seqpack align",
-        command=["align", "--token-slots", str(slots), "--pack-lengths", "4096,8192"],
+        command=["align", "--token-slots", str(slots), "--pack-sizes", "4096,8192"],
         paths=["offline"],
         topics=["token_slots"],
         truth={"token_slots": slots, "gbs_8192": slots // 8192},

@@ -323,10 +323,10 @@ def _context_tasks(ctx: GenContext) -> None:
         "context parallel 2, 2048 token slots per step), how many image tokens does the file hold in total, what "
         "share of all tokens is that, and which of 256 or 512 should the pack length be?",
         f"seqpack plan reads the images' sizes and counts {vlm['vision_tokens']} image tokens, "
-        f"{vlm['vision_token_share']:.1%} of all tokens. It recommends a pack length of {p.recommended_pack_len}: "
+        f"{vlm['vision_token_share']:.1%} of all tokens. It recommends a pack length of {p.recommended_pack_size}: "
         f"{p.recommendation}",
         [int_field("image_tokens", vlm["vision_tokens"], r"image tokens?", says="image tokens in the file"),
-         choice_field("pack_length", str(p.recommended_pack_len),
+         choice_field("pack_length", str(p.recommended_pack_size),
                       {"256": (r"(?<!\d)256(?!\d)",), "512": (r"(?<!\d)512(?!\d)",)},
                       r"pack[_ ]len(?:gth)?", r"recommend(?:ed|s)?", says="recommended pack length")],
         [truncate_images()] + claims.path_claims(["context_parallel"]),
@@ -335,7 +335,7 @@ def _context_tasks(ctx: GenContext) -> None:
                  "--vision", "qwen2_vl"],
         files=files, paths=["context_parallel"], topics=["vlm", "planning"],
         truth={"lengths": {k: v for k, v in p.lengths.to_dict().items() if k != "details"}, "vlm": vlm,
-               "recommended": p.recommended_pack_len},
+               "recommended": p.recommended_pack_size},
     ))
 
 

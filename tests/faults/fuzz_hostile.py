@@ -264,7 +264,7 @@ def argument_case(rng: random.Random, scratch: Path) -> str:
             "mrope": ["mrope", "text:3,video:2x4x4@" + odd + ",text:2", "--model", "qwen2_5_vl",
                       "--tokens-per-second", odd],
             "lifetime": ["mcp", "--transport", "http", "--port", "18998", "--lifetime", odd],
-            "simulate": ["simulate", "--lengths", f"{odd},3", "--capacity", "8"],
+            "simulate": ["simulate", "--lengths", f"{odd},3", "--pack-size", "8"],
             "image-tokens": ["image-tokens", "--height", odd, "--width", "4000", "--frames", odd],
             "judge": ["eval", "score", str(scratch / "nowhere"), "--judge-timeout", odd],
         }[which]

@@ -193,7 +193,7 @@ def test_mcp_lifetime_must_be_finite(value, line):
     ("5,-3", "lengths[1] is -3; every item holds at least one token"),
 ])
 def test_simulate_refuses_an_empty_item(cli, lengths, line):
-    cli("simulate", "--lengths", lengths, "--capacity", 8).refused_with(f"seqpack simulate: error: field 'lengths': {line}")
+    cli("simulate", "--lengths", lengths, "--pack-size", 8).refused_with(f"seqpack simulate: error: field 'lengths': {line}")
 
 
 @pytest.fixture
@@ -204,8 +204,8 @@ def anyio_backend():
 @pytest.mark.anyio
 async def test_simulate_packing_over_mcp_refuses_an_empty_item(tmp_path):
     async with Client(build_server([tmp_path])) as client:
-        bad = await client.call_tool("simulate_packing", {"lengths": [0, 5], "capacity": 8})
-        good = await client.call_tool("simulate_packing", {"lengths": [3, 5], "capacity": 8})
+        bad = await client.call_tool("simulate_packing", {"lengths": [0, 5], "pack_size": 8})
+        good = await client.call_tool("simulate_packing", {"lengths": [3, 5], "pack_size": 8})
     assert bad.is_error and "greater than or equal to 1" in bad.content[0].text
     assert not good.is_error
 

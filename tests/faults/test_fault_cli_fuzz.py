@@ -163,11 +163,11 @@ def test_no_input_reaches_the_catch_all(name, pool, capsys, monkeypatch):
 
 def test_the_fuzz_would_notice_an_internal_error(pool, capsys, monkeypatch):
     """Negative control: a command that crashes is reported by the same check."""
-    import seqpack.faces.cli.align as align
+    import seqpack.verbs.alignment as alignment
 
-    def crash(args):
+    def crash(options):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(align, "run", crash)
+    monkeypatch.setattr(alignment, "align", crash)
     code, err = _run(["align"], pool["root"][0], capsys)
     assert code == 2 and "internal error" in err

@@ -72,7 +72,7 @@ async def _call(root, name, args):
         ("plan_pack_length", {"mix": "lognormal", "n": BILLION}, "less than or equal to"),
         ("derive_alignment", {"tp": True}, "expected a number, got a boolean"),
         ("plan_pack_length", {"lengths": [True, 5]}, "expected a number, got a boolean"),
-        ("simulate_packing", {"lengths": [1, 2], "capacity": 8, "max_bins": False}, "got a boolean"),
+        ("simulate_packing", {"lengths": [1, 2], "pack_size": 8, "max_bins": False}, "got a boolean"),
         ("pack_dataset", {"input_path": "data.jsonl", "output_dir": "o", "pack_size": True}, "got a boolean"),
     ],
     ids=["pack-num-samples", "histogram-key", "histogram-count", "plan-n", "bool-tp", "bool-in-list", "bool-max-bins",

@@ -85,12 +85,9 @@ async def test_an_unexpected_exception_carries_its_reason(data, monkeypatch):
     def broken(options):
         raise ZeroDivisionError("the simulated bug")
 
-    monkeypatch.setattr(simulation, "simulate_packing", broken)
-    import seqpack.faces.mcp.tools_packing as tools
-
-    monkeypatch.setattr(tools, "simulate", broken)
+    monkeypatch.setattr(simulation, "simulate_packing", broken)  # the tool calls the verb its module holds now
     async with Client(build_server([data.parent])) as client:
-        result = await client.call_tool("simulate_packing", {"lengths": [1, 2], "capacity": 4})
+        result = await client.call_tool("simulate_packing", {"lengths": [1, 2], "pack_size": 4})
     text = result.content[0].text
     assert result.is_error and "internal error: ZeroDivisionError: the simulated bug" in text
     assert "Traceback" not in text and text != "Error executing tool simulate_packing"

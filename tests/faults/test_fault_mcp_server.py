@@ -55,7 +55,7 @@ def _panic() -> BaseException:
 
 @pytest.mark.anyio
 async def test_a_rust_panic_inside_a_tool_is_a_tool_error_and_the_server_lives(tmp_path, monkeypatch):
-    import seqpack.faces.mcp.tools_packing as tools
+    import seqpack.verbs.simulation as simulation
 
     panic = _panic()
     assert not isinstance(panic, Exception)  # the point: every `except Exception` lets it through
@@ -63,9 +63,9 @@ async def test_a_rust_panic_inside_a_tool_is_a_tool_error_and_the_server_lives(t
     def panicking(options):
         raise panic
 
-    monkeypatch.setattr(tools, "simulate", panicking)
+    monkeypatch.setattr(simulation, "simulate_packing", panicking)
     async with Client(build_server([tmp_path])) as client:
-        result = await client.call_tool("simulate_packing", {"lengths": [1, 2], "capacity": 4})
+        result = await client.call_tool("simulate_packing", {"lengths": [1, 2], "pack_size": 4})
         alive = await client.call_tool("derive_alignment", {"cp": 2})
     text = result.content[0].text
     assert result.is_error and "internal error: PanicException: `stride` must be strictly less than" in text, text
@@ -147,11 +147,11 @@ async def test_concurrent_pack_dataset_calls_share_nothing(tmp_path, cli):
 
 @pytest.mark.anyio
 async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
-    import seqpack.faces.mcp.tools_packing as tools
+    import seqpack.verbs.planning as planning
 
     state = {"now": 0, "most": 0}
     lock = threading.Lock()
-    real = tools.plan
+    real = planning.plan
 
     def counted(options):
         with lock:
@@ -164,7 +164,7 @@ async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
             with lock:
                 state["now"] -= 1
 
-    monkeypatch.setattr(tools, "plan", counted)
+    monkeypatch.setattr(planning, "plan", counted)
     async with Client(build_server([tmp_path])) as client:
         answers = []
 
@@ -184,7 +184,7 @@ async def test_concurrent_jobs_are_bounded(tmp_path, monkeypatch):
     ("derive_alignment", {"cp": "2"}, "cp: expected an integer, got a string ('2')"),
     ("plan_pack_length", {"lengths": ["5", 7]}, "lengths: expected an integer, got a string ('5')"),
     ("plan_pack_length", {"histogram": {"512": "3"}}, "histogram: expected an integer, got a string ('3')"),
-    ("simulate_packing", {"lengths": [3], "capacity": "8"}, "capacity: expected an integer, got a string ('8')"),
+    ("simulate_packing", {"lengths": [3], "pack_size": "8"}, "pack_size: expected an integer, got a string ('8')"),
 ])
 async def test_numeric_strings_are_refused_where_integers_are_declared(tmp_path, tool, arguments, why):
     async with Client(build_server([tmp_path])) as client:

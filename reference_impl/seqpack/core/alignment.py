@@ -179,14 +179,19 @@ def token_slots_per_step(pack_len: int, gbs: int) -> int:
 
 @dataclass(frozen=True)
 class SlotCandidate(Result):
-    """One row of an equal-token-slot table."""
+    """One row of an equal-token-slot table (``pack_len`` repeats ``pack_size`` under its old name for one
+    release; deprecated)."""
 
-    pack_len: int
+    pack_size: int
     global_batch_size: int
     token_slots: int
     dp: int | None
     valid: bool
     reason: str
+    pack_len: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pack_len", self.pack_size)
 
 
 DEFAULT_PACK_LENGTHS: tuple[int, ...] = (2048, 4096, 8192)

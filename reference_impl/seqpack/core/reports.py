@@ -38,9 +38,12 @@ class LengthSummary(Result):
 
 @dataclass(frozen=True)
 class PlanRow(Result):
-    """One candidate pack length of the equal-token-slot table."""
+    """One candidate pack size of the equal-token-slot table.
 
-    pack_len: int
+    ``pack_len`` repeats ``pack_size`` under its old name for one release (deprecated: read ``pack_size``).
+    """
+
+    pack_size: int
     global_batch_size: int | None
     token_slots: int
     valid: bool
@@ -65,14 +68,22 @@ class PlanRow(Result):
     full_steps_per_epoch: int | None
     notes: list[str] = field(default_factory=list)
     dispatch: dict[str, Any] | None = None
+    pack_len: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pack_len", self.pack_size)
 
 
 @dataclass(frozen=True)
 class PackPlan(Result):
-    """Result of :func:`plan_pack_length`: the table, the recommendation and its reason."""
+    """Result of :func:`plan_pack_length`: the table, the recommendation and its reason.
+
+    ``recommended_pack_len`` repeats ``recommended_pack_size`` under its old name for one release
+    (deprecated: read ``recommended_pack_size``).
+    """
 
     rows: list[PlanRow]
-    recommended_pack_len: int | None
+    recommended_pack_size: int | None
     recommendation: str
     rule: str
     lengths: LengthSummary
@@ -84,13 +95,17 @@ class PackPlan(Result):
     max_seqs_per_pack: int | None
     truncation: str
     moe: dict[str, Any] | None = None
+    recommended_pack_len: int | None = None
 
-    def row(self, pack_len: int) -> PlanRow:
-        """The row of one candidate pack length."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recommended_pack_len", self.recommended_pack_size)
+
+    def row(self, pack_size: int) -> PlanRow:
+        """The row of one candidate pack size."""
         for r in self.rows:
-            if r.pack_len == pack_len:
+            if r.pack_size == pack_size:
                 return r
-        raise UsageError(f"pack length {pack_len} is not a candidate of this plan", field="pack_len")
+        raise UsageError(f"pack size {pack_size} is not a candidate of this plan", field="pack_size")
 
 
 @dataclass

@@ -7,18 +7,9 @@ each path with a batches view names its function here in its spec.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seqpack.core.arguments import positive_int
-from seqpack.core.choices import (
-    BATCH_MODES,
-    RUNTIME_DATALOADER_TYPES,
-    SCHEDULERS,
-    SCHEMA_KINDS,
-    TRUNCATION_MODES,
-    VISION_OPTIONS,
-)
+from seqpack.core.choices import BATCH_MODES, RUNTIME_DATALOADER_TYPES, SCHEDULERS, SCHEMA_KINDS
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import (
     MAX_BATCHES_SHOWN,
@@ -27,15 +18,28 @@ from seqpack.core.limits import (
     MAX_PACK_LEN,
     MAX_STEPS_SHOWN,
 )
-from seqpack.packing.global_batch.report import GlobalBatchReport
-from seqpack.packing.in_batch_report import InBatchReport
 from seqpack.core.packing_paths import path_for_mode
-from seqpack.verbs.common import TopologyOptions, check_choice, check_path, check_seed
+from seqpack.core.textfmt import text_table
+from seqpack.verbs.common import (
+    TopologyOptions,
+    schema_option,
+    seed_option,
+    tokenizer_option,
+    truncation_option,
+    vision_option,
+)
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["BatchesOptions", "batches", "global_batch_report", "in_batch_report"]
+__all__ = ["BATCHES", "BatchesOptions", "batches", "global_batch_report", "in_batch_report", "render_batches"]
+
+if TYPE_CHECKING:  # the reports' modules load when a view is built (the CLI's start stays light)
+    from seqpack.packing.global_batch.report import GlobalBatchReport
+    from seqpack.packing.in_batch_report import InBatchReport
+
+_GLOBAL = "global-batch mode"  # the CLI's argument group of the global-batch settings
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class BatchesOptions(TopologyOptions):
     """The JSONL file, the mode (a path's batch mode), the run's settings and how much to show.
 
@@ -46,24 +50,35 @@ class BatchesOptions(TopologyOptions):
     global-batch.
     """
 
-    input: str | os.PathLike[str]
-    mode: str = "in-batch"
-    mbs: int | None = None
-    seq_length: int = 4096
-    num_batches: int = 3
-    dataloader: str = "single"
-    seed: int = 1234
-    schema: str | None = None
-    tokenizer: Any = None
-    truncation: str = "right"
-    pad_to_max_length: bool = False
-    width: int | None = None
-    dp: int = 2
-    gbs: int = 16
-    max_seqlen_per_rank: int | None = None
-    scheduler: str = "dp_balanced"
-    num_steps: int = 2
-    vision: str = "auto"
+    input: str | os.PathLike[str] = option(help="prompt/completion or chat JSONL file", positional=True,
+                                           metavar="INPUT.jsonl", path="file")
+    mode: str = option("in-batch", help="packing path, by its batch mode", choices=BATCH_MODES)
+    mbs: int | None = option(None, help="micro-batch size: rows packed into one THD row (default 4; global-batch "
+                             "needs 1)", minimum=1, maximum=MAX_GLOBAL_BATCH_SIZE)
+    seq_length: int = option(4096, help="sequence length; bounds every row", minimum=1, maximum=MAX_PACK_LEN)
+    num_batches: int = option(3, help="micro-batches to show", minimum=1, maximum=MAX_BATCHES_SHOWN)
+    dataloader: str = option("single", help="dataloader type (batch is refused by the rules)",
+                             choices=RUNTIME_DATALOADER_TYPES)
+    seed: int = seed_option(1234, "seed of the cyclic order")
+    schema: str | None = schema_option(None, SCHEMA_KINDS, "row schema (default: detected from the first row)")
+    tokenizer: Any = tokenizer_option("local Hugging Face tokenizer.json or its folder (default: the byte "
+                                      "tokenizer)")
+    truncation: str = truncation_option("rows longer than seq_length: cut the end, cut the start, or reject")
+    pad_to_max_length: bool = option(False, help="fixed packed width (kernels that need a static shape)")
+    width: int | None = option(None, help="the fixed width with pad_to_max_length (default: seq_length)", minimum=1,
+                               maximum=MAX_PACK_LEN)
+    dp: int = option(2, help="data-parallel ranks to simulate", minimum=1, maximum=MAX_DATA_PARALLEL_SIZE,
+                     section=_GLOBAL)
+    gbs: int = option(16, help="global batch size in samples", minimum=1, maximum=MAX_GLOBAL_BATCH_SIZE,
+                      section=_GLOBAL)
+    max_seqlen_per_rank: int | None = option(
+        None, help="model.max_seqlen_per_dp_cp_rank: a pack holds this times CP tokens (default "
+        "ceil(seq_length / CP))", minimum=1, maximum=MAX_PACK_LEN, section=_GLOBAL)
+    scheduler: str = option("dp_balanced", help="dp_balanced (Megatron-Core) or balanced (tokens and attention "
+                            "cost)", choices=SCHEDULERS, section=_GLOBAL)
+    num_steps: int = option(2, help="steps to show", minimum=1, maximum=MAX_STEPS_SHOWN, section=_GLOBAL)
+    vision: str = vision_option("in-batch: how rows with images are read (auto: the qwen2_vl preset when the file "
+                                "has images; none refuses them); see docs/vlm.md")
 
 
 def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
@@ -72,15 +87,7 @@ def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
     A config the settings describe that breaks a packing rule raises ``ConfigViolationError``
     (the CLI exits 1 on it).
     """
-    check_choice("mode", options.mode, BATCH_MODES)
-    check_path("input", options.input)
-    check_choice("dataloader", options.dataloader, RUNTIME_DATALOADER_TYPES)
-    check_choice("schema", options.schema, SCHEMA_KINDS, allow_none=True)
-    check_choice("truncation", options.truncation, TRUNCATION_MODES)
-    check_choice("vision", options.vision, VISION_OPTIONS)
-    positive_int("seq_length", options.seq_length, maximum=MAX_PACK_LEN)
-    positive_int("mbs", options.mbs, allow_none=True, maximum=MAX_GLOBAL_BATCH_SIZE)
-    check_seed(options.seed)
+    check_options(options)
     return path_for_mode(options.mode).load("batches")(options)
 
 
@@ -95,14 +102,12 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
     cfg = in_batch_config(
         micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs,
         seq_length=options.seq_length, tp=options.topology.tp, cp=options.topology.cp, sp=options.sp,
-        eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=check_seed(options.seed),
+        eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=options.seed,
         pad_to_max_length=options.pad_to_max_length,
     )
     return inspect_in_batch(
-        options.input, cfg, num_batches=positive_int("num_batches", options.num_batches, maximum=MAX_BATCHES_SHOWN),
-        tokenizer=options.tokenizer, schema=options.schema, truncation=options.truncation,
-        width=positive_int("width", options.width, allow_none=True, maximum=MAX_PACK_LEN),
-        vision=resolve_vision(options.vision, options.input),
+        options.input, cfg, num_batches=options.num_batches, tokenizer=options.tokenizer, schema=options.schema,
+        truncation=options.truncation, width=options.width, vision=resolve_vision(options.vision, options.input),
     )
 
 
@@ -117,19 +122,102 @@ def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
         raise UsageError("--eval-cp is not supported with --mode global-batch", field="eval_cp")
     if options.vision not in ("auto", "none"):
         raise UsageError("--vision does not apply to --mode global-batch (its samples are text only)", field="vision")
-    check_choice("scheduler", options.scheduler, SCHEDULERS)
     spec = path_for_mode("global-batch")
     cfg = global_batch_config(
-        dp=positive_int("dp", options.dp, maximum=MAX_DATA_PARALLEL_SIZE), seq_length=options.seq_length,
-        global_batch_size=positive_int("gbs", options.gbs, maximum=MAX_GLOBAL_BATCH_SIZE),
-        max_seqlen_per_dp_cp_rank=positive_int("max_seqlen_per_rank", options.max_seqlen_per_rank, allow_none=True,
-                                               maximum=MAX_PACK_LEN),
-        cp=options.topology.cp, tp=options.topology.tp, sp=options.sp, scheduler=options.scheduler,
-        dataloader_type=options.dataloader,
-        micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs,
-        seed=check_seed(options.seed),
+        dp=options.dp, seq_length=options.seq_length, global_batch_size=options.gbs,
+        max_seqlen_per_dp_cp_rank=options.max_seqlen_per_rank, cp=options.topology.cp, tp=options.topology.tp,
+        sp=options.sp, scheduler=options.scheduler, dataloader_type=options.dataloader,
+        micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs, seed=options.seed,
     )
     return inspect_global_batch(
-        options.input, cfg, num_steps=positive_int("num_steps", options.num_steps, maximum=MAX_STEPS_SHOWN),
-        tokenizer=options.tokenizer, schema=options.schema, truncation=options.truncation,
+        options.input, cfg, num_steps=options.num_steps, tokenizer=options.tokenizer, schema=options.schema,
+        truncation=options.truncation,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# The CLI's view
+# ------------------------------------------------------------------------------------------------
+
+
+def _cells(values: list[int], limit: int = 10) -> str:
+    text = ",".join(str(v) for v in values[:limit])
+    return f"[{text}{',...' if len(values) > limit else ''}]"
+
+
+def render_batches(report: InBatchReport | GlobalBatchReport, options: BatchesOptions) -> str:
+    """The CLI's text: the micro-batches (in-batch) or the steps per DP rank (global-batch)."""
+    return _render_global_batch(report) if report.mode == "global-batch" else _render_in_batch(report)
+
+
+def _render_in_batch(report: Any) -> str:
+    al = report.alignment
+    width = f"fixed {report.width}" if report.pad_to_max_length else "emergent (sum of aligned rows)"
+    out = [f"{report.mode}: {report.file} ({report.rows} rows, {report.schema['kind']}, tokenizer {report.tokenizer})",
+           f"MBS {report.micro_batch_size}, seq_length {report.seq_length}, dataloader {report.dataloader_type}, "
+           f"{report.steps_per_pass} micro-batches per pass, width {width}", al["explanation"]]
+    vlm = report.vision is not None
+    if vlm:
+        v = report.vision
+        out.append(f"VLM rows: vision preset {v['name']} (patch {v['patch_size']}, merge {v['merge_size']}); image "
+                   "tokens count as real tokens and are aligned with the text")
+    rows = [[b.step, _cells(list(b.rows)), _cells(list(b.lengths)), _cells(b.cu_seqlens),
+             "-" if b.cu_seqlens_padded is None else _cells(b.cu_seqlens_padded), b.width, b.max_seqlen,
+             b.alignment_padding, b.width_padding, f"{b.padding_share:.1%}",
+             *([b.images + b.videos, b.vision_tokens] if vlm else [])] for b in report.batches]
+    out.append(text_table(["step", "rows", "lengths", "cu_seqlens", "cu_seqlens_padded", "width", "max_seqlen",
+                           "align_pad", "width_pad", "pad_share", *(["visuals", "image_tokens"] if vlm else [])],
+                          rows))
+    t = report.totals
+    out.append(f"padding over {t.batches} micro-batch(es): {t.real_tokens} real tokens, {t.alignment_padding} "
+               f"alignment padding, {t.width_padding} width padding, share {t.padding_share:.2%}"
+               + (f"; {t.truncated_rows} row(s) truncated" if t.truncated_rows else ""))
+    return "\n".join(out)
+
+
+def _render_global_batch(report: Any) -> str:
+    st = report.settings
+    out = [f"{report.mode}: {report.file} ({report.rows} rows), scheduler {st['scheduler']} (DP ranks simulated)",
+           f"DP {st['dp_size']}, CP {st['cp_size']}, GBS {st['global_batch_size']} ({st['micro_batches_per_rank']} "
+           f"samples per rank), pack capacity {st['max_seqlen_per_dp_cp_rank']}*{st['cp_size']} = {st['capacity']} "
+           f"tokens, pad_seq_to_mult {st['pad_seq_to_mult']}"]
+    for step in report.steps:
+        imb = step.imbalance
+        out.append(f"\nstep {step.step}: {step.num_samples} samples -> {step.num_micro_batches} micro-batch(es) per "
+                   f"rank; sum L = {step.seqlen_sum}, sum L^2 = {step.seqlen_squared_sum}; rank load max/mean: "
+                   f"tokens {imb['tokens']:.3f}, attention {imb['attention']:.3f}")
+        rows = [[k, d, _cells(pack["rows"]), _cells(pack["lengths"]), pack["tokens"], pack["attention"]]
+                for k, mb in enumerate(step.packs) for d, pack in enumerate(mb)]
+        out.append(text_table(["micro_batch", "dp_rank", "rows", "lengths", "tokens", "sum_L^2"], rows))
+        out.append(text_table(["dp_rank", "tokens", "sum_L^2"],
+                              [[d, t, a] for d, (t, a) in enumerate(zip(step.rank_tokens, step.rank_attention))]))
+        out += [f"note: {note}" for note in step.adjustments]
+    out.append(f"\n{report.full_steps} full step(s) in {report.rows} rows"
+               + (f"; the last {report.dropped_rows} row(s) do not fill a global batch of {st['global_batch_size']} "
+                  "and are dropped, as training does (drop_last)" if report.dropped_rows else ""))
+    return "\n".join(out)
+
+
+_IN_BATCH_ONLY = ("eval_cp", "mbs", "num_batches", "pad_to_max_length", "width", "vision")
+_GLOBAL_ONLY = ("dp", "gbs", "max_seqlen_per_rank", "scheduler", "num_steps")
+
+BATCHES = Verb(
+    name="batches", options=BatchesOptions, function=batches, render=render_batches, violations_exit=1,
+    extra="train",
+    help="build the first packed micro-batches of a JSONL file and print their layout and padding",
+    tools=(
+        Tool("inspect_in_batch", title="Show the first in-batch packed micro-batches of a JSONL file", job=True,
+             fixed={"mode": "in-batch"}, exclude=_GLOBAL_ONLY,
+             result="seqpack.packing.in_batch_report:InBatchReport",
+             description="""Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
+micro-batches: rows, lengths, cu_seqlens (real and padded), width, alignment and width padding
+(like `seqpack batches --mode in-batch`). Settings that break a packing rule are a tool error
+naming the rule."""),
+        Tool("inspect_global_batch", job=True, fixed={"mode": "global-batch"}, exclude=_IN_BATCH_ONLY,
+             title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)",
+             result="seqpack.packing.global_batch.report:GlobalBatchReport",
+             description="""Simulate the DP ranks of global-batch packing in one process (the training scheduler and pack
+builder, no collectives) and return every step's packs per (micro-batch, DP rank), the per-rank
+token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`)."""),
+    ),
+)

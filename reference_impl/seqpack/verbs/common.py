@@ -1,28 +1,80 @@
-"""What several verbs' options share: the topology fields and argument checks against the limits."""
+"""What several verbs' options share: the topology fields (declared once) and a few field declarations."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from seqpack.core.alignment import Topology
-from seqpack.core.arguments import non_negative_int, positive_int
+from seqpack.core.choices import ALGORITHMS, DEFAULT_ALGORITHM, SCHEMA_OPTIONS, TRUNCATION_MODES, VISION_OPTIONS
 from seqpack.core.errors import UsageError
-from seqpack.core.limits import MAX_PATH_CHARS, MAX_SEED
+from seqpack.core.limits import MAX_PAD_SEQ_TO_MULT, MAX_PARALLEL_SIZE, MAX_SEED, MAX_SEQS_PER_PACK
+from seqpack.verbs.declare import option, verb_options
 
-__all__ = ["AlignedOptions", "TopologyOptions", "check_choice", "check_path", "check_seed", "int_list"]
+__all__ = [
+    "AlignedOptions",
+    "TopologyOptions",
+    "algorithm_option",
+    "check_choice",
+    "max_seqs_option",
+    "parallel_option",
+    "schema_option",
+    "seed_option",
+    "tokenizer_option",
+    "truncation_option",
+    "vision_option",
+]
 
 
-@dataclass(frozen=True, kw_only=True)
+def parallel_option(default: Any, help: str, **meta: Any) -> Any:
+    """A parallel size (TP, CP, evaluation CP) from 1 to MAX_PARALLEL_SIZE."""
+    return option(default, help=help, minimum=1, maximum=MAX_PARALLEL_SIZE, **meta)
+
+
+def seed_option(default: int, help: str = "random seed", **meta: Any) -> Any:
+    """A seed: an integer from 0 to MAX_SEED (NumPy and torch take a signed 64-bit integer)."""
+    return option(default, help=help, minimum=0, maximum=MAX_SEED, **meta)
+
+
+def algorithm_option() -> Any:
+    """The bin-packing algorithm."""
+    return option(DEFAULT_ALGORITHM, help="bin-packing algorithm", choices=ALGORITHMS, label="packing algorithm")
+
+
+def truncation_option(help: str = "samples longer than their cap: cut the end (right), the start (left), or leave "
+                      "them out (reject)") -> Any:
+    """What happens to a sample longer than its cap."""
+    return option("right", help=help, choices=TRUNCATION_MODES)
+
+
+def max_seqs_option() -> Any:
+    """The most sequences one pack may hold (None: no limit)."""
+    return option(None, help="most sequences in one pack (default: no limit)", minimum=1, maximum=MAX_SEQS_PER_PACK)
+
+
+def schema_option(default: Any = "auto", choices: Any = SCHEMA_OPTIONS,
+                  help: str = "row schema of the JSONL (auto: detected from the first row)") -> Any:
+    """The row schema of JSONL data."""
+    return option(default, help=help, choices=choices)
+
+
+def tokenizer_option(help: str = "local Hugging Face tokenizer.json (default: the embedded byte tokenizer)") -> Any:
+    """A tokenizer: a path on the faces, a path or a tokenizer object in the library."""
+    return option(None, help=help, path="tokenizer")
+
+
+def vision_option(help: str) -> Any:
+    """How rows with images are read: auto, none, or a vision preset."""
+    return option("auto", help=help, choices=VISION_OPTIONS)
+
+
+@verb_options
 class TopologyOptions:
     """TP / CP / SP / evaluation CP of the run (unset sizes mean 1)."""
 
-    tp: int | None = None
-    cp: int | None = None
-    sp: bool = False
-    eval_cp: int | None = None
+    tp: int | None = parallel_option(None, "tensor-parallel size (derives the alignment; default 1)")
+    cp: int | None = parallel_option(None, "context-parallel size (derives the alignment; default 1)")
+    sp: bool = option(False, help="sequence parallelism on (derives the alignment)")
+    eval_cp: int | None = parallel_option(None, "a distinct evaluation CP size (derives the alignment)")
 
     @property
     def topology(self) -> Topology:
@@ -35,8 +87,7 @@ class TopologyOptions:
         return self.tp is not None or self.cp is not None or self.sp or self.eval_cp is not None
 
 
-
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class AlignedOptions(TopologyOptions):
     """The topology plus an optional explicit ``pad_seq_to_mult``.
 
@@ -45,45 +96,21 @@ class AlignedOptions(TopologyOptions):
     derived one (:func:`seqpack.core.alignment.alignment_multiple`).
     """
 
-    pad_seq_to_mult: int | None = None
+    pad_seq_to_mult: int | None = option(
+        None, help="explicit per-sequence alignment (default: derived from TP/CP/SP; a given value must be a "
+        "multiple of the derived one)", minimum=1, maximum=MAX_PAD_SEQ_TO_MULT)
 
     def multiple(self) -> int:
         """The per-sequence alignment multiple (see the class docstring)."""
         return self.topology.multiple(self.pad_seq_to_mult)
 
 
-def check_choice(name: str, value: Any, choices: Iterable[str], *, allow_none: bool = False) -> Any:
-    """``value`` when it is one of ``choices`` (or None with ``allow_none``), else a UsageError listing them."""
+def check_choice(name: str, value: Any, choices: Any, *, allow_none: bool = False) -> Any:
+    """``value`` when it is one of ``choices`` (or None with ``allow_none``), else a UsageError listing them
+    (for a value a verb derives itself; declared fields are checked by ``check_options``)."""
     if value is None and allow_none:
         return None
     options = tuple(choices)
     if value not in options:
         raise UsageError(f"unknown {name} {value!r}; choose one of {', '.join(options)}", field=name)
     return value
-
-
-def check_seed(value: Any, name: str = "seed") -> int:
-    """A seed: an integer from 0 to MAX_SEED (NumPy and torch take a signed 64-bit integer)."""
-    return non_negative_int(name, value, maximum=MAX_SEED)
-
-
-def check_path(name: str, value: Any, *, allow_none: bool = False) -> Any:
-    """A file path argument: a non-empty string or path of at most MAX_PATH_CHARS characters."""
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise UsageError(f"{name} must be a file path, got {value!r}", field=name)
-    if len(os.fspath(value)) > MAX_PATH_CHARS:
-        raise UsageError(f"{name} is longer than {MAX_PATH_CHARS} characters", field=name)
-    return value
-
-
-def int_list(name: str, values: Sequence[Any], *, maximum: int, most: int, minimum: int = 1) -> tuple[int, ...]:
-    """A list of integers in ``[minimum, maximum]``, at most ``most`` of them."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise UsageError(f"{name} must be a list of integers, got {values!r}", field=name)
-    items = list(values)
-    if len(items) > most:
-        raise UsageError(f"{name} holds {len(items)} values; the limit is {most}", field=name,
-                         fix=f"give at most {most} (limits live in reference_impl/seqpack/core/limits.py)")
-    return tuple(positive_int(name, v, minimum=minimum, maximum=maximum) for v in items)

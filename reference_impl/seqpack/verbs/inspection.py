@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from seqpack.core.alignment import Alignment, Topology
-from seqpack.core.arguments import non_negative_int, positive_int
-from seqpack.core.choices import VISION_OPTIONS
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_PACK_LEN, MAX_TOKEN_ID
 from seqpack.core.reports import InspectReport
-from seqpack.verbs.common import TopologyOptions, check_path
+from seqpack.verbs.common import TopologyOptions, vision_option
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["InspectOptions", "inspect_packed_dataset", "inspect_packs"]
+__all__ = ["INSPECT", "InspectOptions", "Topology", "inspect_packed_dataset", "inspect_packs", "render_inspection"]
 
 if TYPE_CHECKING:
     import numpy as np
@@ -428,7 +427,7 @@ def _check_topology(
 
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class InspectOptions(TopologyOptions):
     """The artifact (file, glob or directory), an optional topology to check it against, and what a
     foreign artifact cannot tell (``pack_size``, ``eos_id``); ``fixed_width``: the run pads rows to
@@ -436,24 +435,103 @@ class InspectOptions(TopologyOptions):
     too: ``vision`` (``auto``: ``qwen2_vl`` when it holds images) measures its image tokens and
     ``pack_size`` is the ``seq_length`` every sample must fit."""
 
-    path: str | os.PathLike[str]
-    pack_size: int | None = None
-    eos_id: int | None = None
-    fixed_width: bool | None = None
-    vision: str = "auto"
+    path: str | os.PathLike[str] = option(
+        help="packed Parquet file, glob or directory (MCP: no glob), or a prepared Energon dataset directory",
+        positional=True, path="artifact")
+    pack_size: int | None = option(None, help="needed for artifacts without a seqpack manifest; for an Energon "
+                                   "dataset: the seq_length every sample must fit", minimum=1, maximum=MAX_PACK_LEN)
+    eos_id: int | None = option(None, help="EOS id (real-token counts of foreign packs)", minimum=0,
+                                maximum=MAX_TOKEN_ID)
+    fixed_width: bool | None = option(None, help="the run pads rows to pack_size (pad_to_max_length)")
+    vision: str = vision_option("Energon datasets: the vision preset that counts image tokens (auto: qwen2_vl when "
+                                "the dataset holds images)")
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
     """Inspect the packs (:func:`seqpack.verbs.inspection.inspect_packed_dataset`); the topology check
     runs when any topology field is set."""
-    from seqpack.verbs.common import check_choice
-
-    check_choice("vision", options.vision, VISION_OPTIONS)
+    check_options(options)
     return inspect_packed_dataset(
-        check_path("path", options.path),
+        options.path,
         options.topology if options.topology_given else None,
-        pack_size=positive_int("pack_size", options.pack_size, allow_none=True, maximum=MAX_PACK_LEN),
-        eos_id=non_negative_int("eos_id", options.eos_id, allow_none=True, maximum=MAX_TOKEN_ID),
+        pack_size=options.pack_size,
+        eos_id=options.eos_id,
         pad_to_max_length=options.fixed_width,
         vision=options.vision,
     )
+
+
+def _inspect_failed(report: InspectReport, options: InspectOptions) -> int:
+    """1 when integrity issues were found or the topology does not fit, else 0."""
+    return 1 if not report.ok or (report.topology is not None and not report.topology["usable"]) else 0
+
+
+def render_inspection(report: InspectReport, options: InspectOptions) -> str:
+    """The CLI's text: integrity, statistics, issues, the topology verdict and the result."""
+    failed = _inspect_failed(report, options)
+    s = report.stats
+    if s.get("kind") == "energon":
+        return _render_energon(report, failed)
+    spp = s["sequences_per_pack"]
+    out = [f"integrity {'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in "
+           f"{len(report.files)} file(s)",
+           f"  packing efficiency {s['packing_efficiency']:.2%} (real tokens {s['real_token_efficiency']:.2%}), "
+           f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}",
+           f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
+           f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}"]
+    out += _issue_lines(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
+    if report.topology is not None:
+        t = report.topology
+        al = t["alignment"]
+        out.append(f"  topology TP{al['tp']}/CP{al['cp']}/{'SP' if al['sp'] else 'no SP'}: "
+                   f"{'usable' if t['usable'] else 'NOT usable'} (needs multiples of {al['pad_seq_to_mult']})")
+        out += [f"    - {reason}" for reason in t["reasons"]]
+    out.append("RESULT: " + ("usable" if not failed else "NOT usable" if report.ok else "integrity issues"))
+    return "\n".join(out)
+
+
+def _issue_lines(report: InspectReport, where: Any) -> list[str]:
+    out = [f"  issue [{issue['check']}]{where(issue)}: {issue['message']}" for issue in report.issues]
+    if report.issue_count > len(report.issues):
+        out.append(f"  ... {report.issue_count - len(report.issues)} more issue(s)")
+    return out
+
+
+def _render_energon(report: InspectReport, failed: int) -> str:
+    s, st = report.stats, report.settings
+    counts = ", ".join(f"{split} {n}" for split, n in s["samples"].items())
+    ln = s["length"]
+    out = [f"Energon dataset {'OK' if report.ok else 'ISSUES'}: {sum(s['samples'].values())} samples ({counts}) in "
+           f"{len(report.files)} shard(s), schema {st['schema']}, vision {st['vision'] or 'none'}",
+           f"  {s['rows_with_visuals']} samples carry {s['images']} image(s) and {s['videos']} video(s): "
+           f"{s['vision_tokens']} image tokens, {s['text_tokens']} text tokens ({s['vision_token_share']:.1%} image)",
+           f"  sample length min {ln['min']} / p50 {ln['p50']} / max {ln['max']} tokens; aligned to "
+           f"{st['pad_seq_to_mult']}: {s['aligned_tokens']} tokens"]
+    out += _issue_lines(report, lambda issue: f" {issue['sample']}")
+    if report.topology is not None:
+        t = report.topology
+        out.append(f"  topology: {'usable' if t['usable'] else 'NOT usable'} (needs multiples of "
+                   f"{t['alignment']['pad_seq_to_mult']})")
+        out += [f"    - {reason}" for reason in t["reasons"]]
+    out.append("RESULT: " + ("usable" if not failed else "NOT usable"))
+    return "\n".join(out)
+
+
+INSPECT = Verb(
+    name="inspect_packs", options=InspectOptions, function=inspect_packs, render=render_inspection,
+    exit_code=_inspect_failed,
+    help="check a packed Parquet artifact (ours or Megatron-Bridge's) or a prepared Energon dataset, and whether "
+         "it fits a TP/CP/SP topology",
+    tools=(Tool(
+        "inspect_packed_dataset", job=True,
+        title="Inspect packed Parquet or a prepared Energon dataset (integrity, stats, topology fit)",
+        description="""Check a packed artifact (seqpack's or Megatron-Bridge's) and, given tp/cp/sp, whether it fits.
+
+Reports integrity issues (segment structure, loss on positions without a label, rows over
+capacity, manifest mismatches), statistics (efficiency, padding shares, sequences per
+pack, inferred alignment), and with a topology whether every physical segment is a
+multiple of the derived pad_seq_to_mult (topology.usable and reasons). For a prepared
+Energon dataset: shard checksums, samples, images, videos and image tokens, sample lengths,
+and with pack_size (its seq_length) the samples that would not fit.""",
+    ),),
+)

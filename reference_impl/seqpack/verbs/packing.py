@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from seqpack.core.arguments import positive_int
-from seqpack.core.choices import (
-    ALGORITHMS,
-    DEFAULT_ALGORITHM,
-    LOSS_MODES,
-    REASONING_POLICIES,
-    SCHEMA_OPTIONS,
-    TRUNCATION_MODES,
-)
-from seqpack.core.limits import (
-    MAX_BLEND_SAMPLES,
-    MAX_PACK_LEN,
-    MAX_PAD_SEQ_TO_MULT,
-    MAX_SEQS_PER_PACK,
-    MAX_WORKERS,
-)
+from seqpack.core.choices import LOSS_MODES, REASONING_POLICIES
+from seqpack.core.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
-from seqpack.verbs.common import AlignedOptions, check_choice, check_path, check_seed
+from seqpack.core.textfmt import text_table
+from seqpack.verbs.common import (
+    AlignedOptions,
+    algorithm_option,
+    max_seqs_option,
+    schema_option,
+    seed_option,
+    tokenizer_option,
+    truncation_option,
+)
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["PackOptions", "pack"]
+__all__ = ["PACK", "PackOptions", "pack", "pack_links", "render_pack"]
+
+_COLUMN = dict(min_length=1, max_length=200)
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class PackOptions(AlignedOptions):
     """Inputs (``input``: JSONL or blend manifest, optional ``validation`` JSONL), output root,
     pack size, the topology (or an explicit ``pad_seq_to_mult``) and every packing setting.
@@ -39,29 +36,45 @@ class PackOptions(AlignedOptions):
     metadata entries to that JSON array file; ``distributed`` runs on the ranks of a ``torchrun``
     job (``None``: detected from the environment)."""
 
-    input: str | os.PathLike[str] | Mapping[str, Any]
-    out: str | os.PathLike[str]
-    pack_size: int
-    validation: str | os.PathLike[str] | None = None
-    max_seq_length: int | None = None
-    schema: str = "auto"
-    prompt_column: str = "prompt"
-    completion_column: str = "completion"
-    loss_mode: str | None = None
-    reasoning: str | None = None
-    tokenizer: Any = None
-    truncation: str = "right"
-    algorithm: str = DEFAULT_ALGORITHM
-    seed: int = 1234
-    max_seqs_per_pack: int | None = None
-    bridge_compat: bool = False
-    num_samples: int | None = None
-    pad_seq_length_to_mult: int | None = None
-    metadata_path: str | os.PathLike[str] | None = None
-    workers: int = 1
-    distributed: bool | None = None
-    overwrite: bool = False
-    progress: bool = False
+    input: str | os.PathLike[str] | Mapping[str, Any] = option(
+        help="JSONL file, or a blend manifest (.json/.yaml: [weight, path, ...])", positional=True, path="inputs")
+    out: str | os.PathLike[str] = option(
+        help="output root; the packs go to a fingerprinted directory inside it", path="out_dir")
+    pack_size: int = option(help="pack capacity in runtime tokens (e.g. 8192)", minimum=1, maximum=MAX_PACK_LEN)
+    validation: str | os.PathLike[str] | None = option(None, help="validation JSONL packed with the same settings",
+                                                       path="inputs")
+    max_seq_length: int | None = option(None, help="per-sample cap (default: the pack size)", minimum=1,
+                                        maximum=MAX_PACK_LEN)
+    schema: str = schema_option()
+    prompt_column: str = option("prompt", help="prompt column of prompt/completion rows", **_COLUMN)
+    completion_column: str = option("completion", help="completion column of prompt/completion rows", **_COLUMN)
+    loss_mode: str | None = option(None, help="completion|full (prompt/completion), assistant|last_turn|full (chat)",
+                                   choices=LOSS_MODES)
+    reasoning: str | None = option(None, help="chat only: train on the reasoning of assistant turns (train, the "
+                                   "default) or mask it", choices=REASONING_POLICIES)
+    tokenizer: Any = tokenizer_option()
+    truncation: str = truncation_option()
+    algorithm: str = algorithm_option()
+    seed: int = seed_option(1234)
+    max_seqs_per_pack: int | None = max_seqs_option()
+    bridge_compat: bool = option(False, help="reproduce Megatron-Bridge's packing strategy and fill exactly")
+    num_samples: int | None = option(None, help="draws from a blend (default: the sum of the source rows)",
+                                     minimum=1, maximum=MAX_BLEND_SAMPLES)
+    pad_seq_length_to_mult: int | None = option(
+        None, help="pre-pad samples to this multiple instead (a multiple of the alignment; capped at the per-sample "
+        "cap), as Megatron-Bridge's dataset_kwargs override does", minimum=1, maximum=MAX_PAD_SEQ_TO_MULT)
+    metadata_path: str | os.PathLike[str] | None = option(
+        None, help="also append the metadata entries to this JSON array file (created when absent), as "
+        "Megatron-Bridge does", path="out_file")
+    workers: int = option(1, help="tokenizer and writer processes (per rank under torchrun)", minimum=1,
+                          maximum=MAX_WORKERS, mcp=False)
+    distributed: bool | None = option(None, help="run on the ranks of a torchrun job (detected from WORLD_SIZE when "
+                                      "not given); every rank must see the output root", mcp=False)
+    overwrite: bool = option(False, help="rewrite the pack directory of this fingerprint (only one seqpack wrote: a "
+                             "directory with other files is never replaced)")
+    progress: bool = option(False, help="show a progress bar on stderr", cli_help="no progress bar (the CLI shows "
+                            "one on a terminal unless --json)", flag="--no-progress", inverse=True, interactive=True,
+                            cli_default=True, mcp=False)
 
 
 def pack(options: PackOptions) -> PreparedPacks:
@@ -74,43 +87,76 @@ def pack(options: PackOptions) -> PreparedPacks:
     from seqpack.data.schemas import schema_from_options
     from seqpack.packing.offline.prepare import prepare_packed_dataset
 
+    check_options(options)
     multiple = options.multiple()
-    check_choice("schema", options.schema, SCHEMA_OPTIONS)
-    check_choice("loss_mode", options.loss_mode, LOSS_MODES, allow_none=True)
-    check_choice("reasoning", options.reasoning, REASONING_POLICIES, allow_none=True)
-    check_choice("truncation", options.truncation, TRUNCATION_MODES)
-    check_choice("algorithm", options.algorithm, ALGORITHMS)
-    if not isinstance(options.input, Mapping):
-        check_path("input", options.input)
-    check_path("out", options.out)
     inputs: Any = options.input
-    if options.metadata_path is not None:
-        check_path("metadata_path", options.metadata_path)
     if options.validation is not None:
-        inputs = {"training": os.fspath(check_path("input", options.input)),
-                  "validation": os.fspath(check_path("validation", options.validation))}
+        inputs = {"training": os.fspath(options.input), "validation": os.fspath(options.validation)}
     return prepare_packed_dataset(
         inputs,
         options.out,
-        pack_size=positive_int("pack_size", options.pack_size, maximum=MAX_PACK_LEN),
+        pack_size=options.pack_size,
         pad_seq_to_mult=multiple,
-        max_seq_length=positive_int("max_seq_length", options.max_seq_length, allow_none=True, maximum=MAX_PACK_LEN),
+        max_seq_length=options.max_seq_length,
         schema=schema_from_options(options.schema, prompt_column=options.prompt_column,
                                    completion_column=options.completion_column, loss_mode=options.loss_mode,
                                    reasoning=options.reasoning),
         tokenizer=options.tokenizer,
         truncation=options.truncation,
         algorithm=options.algorithm,
-        seed=check_seed(options.seed),
-        max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
-                                       maximum=MAX_SEQS_PER_PACK),
+        seed=options.seed,
+        max_seqs_per_pack=options.max_seqs_per_pack,
         bridge_compat=options.bridge_compat,
-        num_samples=positive_int("num_samples", options.num_samples, allow_none=True, maximum=MAX_BLEND_SAMPLES),
-        pad_seq_length_to_mult=positive_int("pad_seq_length_to_mult", options.pad_seq_length_to_mult, allow_none=True,
-                                            maximum=MAX_PAD_SEQ_TO_MULT),
+        num_samples=options.num_samples,
+        pad_seq_length_to_mult=options.pad_seq_length_to_mult,
         metadata_path=options.metadata_path,
-        num_workers=positive_int("workers", options.workers, maximum=MAX_WORKERS),
+        num_workers=options.workers,
         distributed=options.distributed,
         overwrite=options.overwrite,
         progress=options.progress,
     )
+
+
+def render_pack(result: PreparedPacks, options: PackOptions) -> str:
+    """The CLI's text: where the packs went and how every row was accounted for."""
+    rows = []
+    for split, info in result.splits.items():
+        acc = info["accounting"]
+        skipped = ", ".join(f"{k}={v['count']}" for k, v in acc["skipped"].items()) or "-"
+        rows.append([split, acc["rows_in"], acc["packed"], acc["truncated"], skipped, info["packs"],
+                     f"{info['aligned_tokens'] / info['token_slots']:.2%}"])
+    return "\n".join([
+        f"{'reused' if result.reused else 'wrote'} {result.pack_dir}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
+                                                                     else ""),
+        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "efficiency"], rows),
+        f"pad_seq_to_mult={options.multiple()} pack_size={options.pack_size} algorithm={options.algorithm} "
+        f"seed={options.seed}",
+    ])
+
+
+#: MIME types of what a writing tool links to.
+DIRECTORY, JSON, PARQUET = "inode/directory", "application/json", "application/vnd.apache.parquet"
+
+
+def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
+    """pack_dataset wrote: the pack directory, its manifest, its metadata file and the Parquet file of each split."""
+    yield data["pack_dir"], "packs", "the fingerprinted pack directory", DIRECTORY
+    yield data["manifest_path"], "manifest", "seqpack manifest: fingerprint, options, per-split accounting", JSON
+    yield data["metadata_path"], "metadata", "pack metadata entries (Megatron-Bridge form)", JSON
+    for split, path in sorted(data.get("files", {}).items()):
+        yield path, f"{split} packs", f"packed Parquet of the {split} split", PARQUET
+
+
+PACK = Verb(
+    name="pack", options=PackOptions, function=pack, render=render_pack,
+    help="pack JSONL (or a blend manifest) offline into packed Parquet + metadata + manifest",
+    tools=(Tool(
+        "pack_dataset", title="Pack a JSONL dataset offline (writes packed Parquet)", writes=True, job=True,
+        fixed={"distributed": False}, links=pack_links,
+        description="""Tokenize, align, bin-pack and write packed Parquet + metadata + manifest (like `seqpack pack`).
+
+pad_seq_to_mult comes from tp/cp/sp/eval_cp unless given. The output directory name
+carries a fingerprint of the inputs and options: the same call again reuses it. Every
+input row is accounted for per split (packed, truncated, skipped by reason).""",
+    ),),
+)

@@ -41,20 +41,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from seqpack.config.dispatch import DISPATCHERS, DispatchWidth, dispatch_width
 from seqpack.core.alignment import DEFAULT_PACK_LENGTHS, alignment_multiple, equal_slot_candidates
 from seqpack.core.arguments import positive_int
-from seqpack.core.choices import (
-    ALGORITHMS,
-    DEFAULT_ALGORITHM,
-    LENGTH_MIXES,
-    SCHEMA_OPTIONS,
-    TRUNCATION_MODES,
-    VISION_OPTIONS,
-)
+from seqpack.core.choices import ALGORITHMS, LENGTH_MIXES, TRUNCATION_MODES
 from seqpack.core.errors import InputError, UsageError
 from seqpack.core.limits import (
     MAX_CANDIDATES,
@@ -65,11 +57,21 @@ from seqpack.core.limits import (
     MAX_PARALLEL_SIZE,
     MAX_PLAN_SAMPLES,
     MAX_SAMPLE_TOKENS,
-    MAX_SEQS_PER_PACK,
     MAX_TOKEN_SLOTS,
 )
 from seqpack.core.reports import LengthSummary, PackPlan, PlanRow
-from seqpack.verbs.common import AlignedOptions, check_choice, check_path, check_seed, int_list
+from seqpack.core.textfmt import text_table
+from seqpack.verbs.common import (
+    AlignedOptions,
+    algorithm_option,
+    max_seqs_option,
+    schema_option,
+    seed_option,
+    tokenizer_option,
+    truncation_option,
+    vision_option,
+)
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 if TYPE_CHECKING:
     import numpy as np
@@ -231,7 +233,7 @@ def _validity(pack_len: int, token_slots: int, dp: int, m: int) -> tuple[int | N
         reasons.append(rule + slot.reason)
     if pack_len % m:
         reasons.append(
-            f"[PACK-OFFLINE-WIDTH-ALIGNED] pack_len {pack_len} is not a multiple of pad_seq_to_mult={m}"
+            f"[PACK-OFFLINE-WIDTH-ALIGNED] pack_size {pack_len} is not a multiple of pad_seq_to_mult={m}"
         )
     return gbs, reasons
 
@@ -331,7 +333,7 @@ def _simulate(
                 f"{packs} pack(s) fill less than one global batch of {gbs}: under one optimizer step per epoch"
             )
     return PlanRow(
-        pack_len=pack_len,
+        pack_size=pack_len,
         global_batch_size=gbs,
         token_slots=token_slots,
         valid=not reasons,
@@ -360,21 +362,21 @@ def _simulate(
 
 
 def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
-    """Apply :data:`RECOMMENDATION_RULE`: the recommended pack length (or None) and why."""
+    """Apply :data:`RECOMMENDATION_RULE`: the recommended pack size (or None) and why."""
     valid = [r for r in rows if r.valid]
     if not valid:
-        why = "; ".join(f"{r.pack_len}: {', '.join(r.reasons)}" for r in rows)
+        why = "; ".join(f"{r.pack_size}: {', '.join(r.reasons)}" for r in rows)
         return None, f"no candidate is valid ({why})"
     whole = [r for r in valid if r.too_long == 0]
     pool = whole or valid
     best = max(r.token_efficiency for r in pool)
     tied = [r for r in pool if r.token_efficiency >= best - TIE_TOLERANCE]
-    pick = max(tied, key=lambda r: r.pack_len)
+    pick = max(tied, key=lambda r: r.pack_size)
     text = (
-        f"pack_len {pick.pack_len} (global batch size {pick.global_batch_size}): "
+        f"pack_size {pick.pack_size} (global batch size {pick.global_batch_size}): "
         f"token efficiency {pick.token_efficiency:.1%}"
     )
-    others = [r.pack_len for r in tied if r is not pick]
+    others = [r.pack_size for r in tied if r is not pick]
     if others:
         text += (
             f", tied with {', '.join(map(str, others))} within {TIE_TOLERANCE * 100:g} points, "
@@ -383,9 +385,9 @@ def recommend(rows: Sequence[PlanRow]) -> tuple[int | None, str]:
     if not whole:
         text += "; every valid candidate truncates or drops some samples, consider a longer pack length"
     elif len(whole) < len(valid):
-        skipped = [r.pack_len for r in valid if r.too_long]
+        skipped = [r.pack_size for r in valid if r.too_long]
         text += f"; {', '.join(map(str, skipped))} would cut or drop samples"
-    return pick.pack_len, text
+    return pick.pack_size, text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -427,7 +429,7 @@ def plan_pack_length(
     ``moe_dispatcher`` (one of ``alltoall``, ``allgather``, ``deepep``, ``hybridep``) with ``ep``,
     ``tp``, ``cp``, ``sp`` and ``pad_to_max_length`` adds the MoE dispatch overhead to every row.
 
-    >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_len
+    >>> plan_pack_length([5, 3, 3, 2, 7], candidates=(8, 16), token_slots=32).recommended_pack_size
     8
     """
     token_slots = positive_int("token_slots", token_slots)
@@ -470,7 +472,7 @@ def plan_pack_length(
     pick, text = recommend(rows)
     return PackPlan(
         rows=rows,
-        recommended_pack_len=pick,
+        recommended_pack_size=pick,
         recommendation=text,
         rule=RECOMMENDATION_RULE,
         lengths=summary,
@@ -486,7 +488,7 @@ def plan_pack_length(
 
 
 __all__ = [
-    "DEFAULT_MIX_SAMPLES", "PlanOptions", "plan",
+    "DEFAULT_MIX_SAMPLES", "PLAN", "PlanOptions", "plan", "render_plan",
     "MAX_PLAN_SAMPLES",
     "dispatch_overhead",
     "RECOMMENDATION_RULE",
@@ -502,9 +504,10 @@ __all__ = [
 
 
 DEFAULT_MIX_SAMPLES = 100_000
+_SOURCE = "source"  # the CLI group of the four ways to give lengths
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class PlanOptions(AlignedOptions):
     """The lengths (exactly one of ``lengths``, ``histogram``, ``jsonl`` or a synthetic ``mix``), the
     candidates, token slots and DP, the topology (or an explicit ``pad_seq_to_mult``) and the packing
@@ -515,30 +518,43 @@ class PlanOptions(AlignedOptions):
     dispatch overhead for expert-parallel size ``ep``, with fixed-width packs when ``pad_to_max_length``.
     """
 
-    lengths: Sequence[int] | None = None
-    histogram: Mapping[Any, Any] | None = None
-    jsonl: str | os.PathLike[str] | None = None
-    mix: str | None = None
-    n: int = DEFAULT_MIX_SAMPLES
-    max_len: int = 4096
-    candidates: Sequence[int] = DEFAULT_PACK_LENGTHS
-    token_slots: int = 65536
-    dp: int = 1
-    algorithm: str = DEFAULT_ALGORITHM
-    seed: int = 0
-    max_seqs_per_pack: int | None = None
-    truncation: str = "right"
-    schema: str = "auto"
-    tokenizer: Any = None
-    vision: str = "auto"
-    moe_dispatcher: str | None = None
-    ep: int = 1
-    pad_to_max_length: bool = False
+    lengths: Sequence[int] | None = option(
+        None, help="sample lengths in tokens (CLI: comma-separated, e.g. 900,300,1500)", exclusive=_SOURCE,
+        item_minimum=1, item_maximum=MAX_SAMPLE_TOKENS, max_items=MAX_INLINE_LENGTHS, check_items=False,
+        fix="pass a {length: count} histogram or a JSONL file instead")
+    histogram: Mapping[Any, Any] | None = option(
+        None, help='sample counts by length, e.g. {"512": 1200, "3000": 40}', cli=False, key_minimum=1,
+        key_maximum=MAX_SAMPLE_TOKENS, item_minimum=0, item_maximum=MAX_PLAN_SAMPLES, max_items=MAX_INLINE_LENGTHS)
+    jsonl: str | os.PathLike[str] | None = option(
+        None, help="JSONL file (or blend manifest) tokenized like `seqpack pack` does", path="inputs",
+        exclusive=_SOURCE)
+    mix: str | None = option(None, help="a synthetic length mix (with n, max_len, seed)", choices=LENGTH_MIXES,
+                             label="length mix", exclusive=_SOURCE)
+    n: int = option(DEFAULT_MIX_SAMPLES, help="samples drawn from mix", minimum=1, maximum=MAX_PLAN_SAMPLES)
+    max_len: int = option(4096, help="longest sample mix draws", minimum=1, maximum=MAX_MIX_LENGTH)
+    candidates: Sequence[int] = option(DEFAULT_PACK_LENGTHS, help="pack sizes to compare (default 2048,4096,8192)",
+                                       item_minimum=1, item_maximum=MAX_PACK_LEN, min_items=1,
+                                       max_items=MAX_CANDIDATES)
+    token_slots: int = option(65536, help="token slots per optimizer step", minimum=1, maximum=MAX_TOKEN_SLOTS)
+    dp: int = option(1, help="data-parallel size", minimum=1, maximum=MAX_DATA_PARALLEL_SIZE)
+    algorithm: str = algorithm_option()
+    seed: int = seed_option(0, "seed of mix and of first_fit_shuffle")
+    max_seqs_per_pack: int | None = max_seqs_option()
+    truncation: str = truncation_option("samples longer than a pack: cut (right/left) or leave out (reject)")
+    schema: str = schema_option(help="row schema of jsonl")
+    tokenizer: Any = tokenizer_option("with jsonl: local tokenizer.json (default: the byte tokenizer)")
+    vision: str = vision_option("with jsonl: rows with images count their image tokens (auto: the qwen2_vl preset "
+                                "when the file has images; none refuses them); see docs/vlm.md")
+    moe_dispatcher: str | None = option(None, help="an MoE model's token dispatcher: add its dispatch padding "
+                                        "overhead to every row", choices=DISPATCHERS)
+    ep: int = option(1, help="expert-parallel size, with moe_dispatcher", minimum=1, maximum=MAX_PARALLEL_SIZE)
+    pad_to_max_length: bool = option(False, help="fixed-width packs (every pack pack_size wide), with "
+                                     "moe_dispatcher")
 
 
 def plan(options: PlanOptions) -> PackPlan:
     """The equal-token-slot plan (:func:`seqpack.verbs.planning.plan_pack_length`) for ``options``."""
-
+    check_options(options)
     given = [n for n in ("lengths", "histogram", "jsonl", "mix") if getattr(options, n) is not None]
     if len(given) != 1:
         raise UsageError(
@@ -546,57 +562,97 @@ def plan(options: PlanOptions) -> PackPlan:
             fix="pass a list of sample lengths, a {length: count} histogram, a JSONL path or a length mix",
         )
     multiple = options.multiple()
-    check_choice("algorithm", options.algorithm, ALGORITHMS)
-    check_choice("truncation", options.truncation, TRUNCATION_MODES)
-    check_choice("schema", options.schema, SCHEMA_OPTIONS)
-    check_choice("vision", options.vision, VISION_OPTIONS)
-    check_choice("moe_dispatcher", options.moe_dispatcher, DISPATCHERS, allow_none=True)
-    candidates = int_list("candidates", options.candidates, maximum=MAX_PACK_LEN, most=MAX_CANDIDATES)
     lengths = options.lengths
-    if lengths is not None and len(lengths) > MAX_INLINE_LENGTHS:
-        raise UsageError(f"{len(lengths)} lengths given; the limit is {MAX_INLINE_LENGTHS}", field="lengths",
-                         fix="pass a {length: count} histogram or a JSONL file instead")
-    if options.histogram is not None and len(options.histogram) > MAX_INLINE_LENGTHS:
-        raise UsageError(f"the histogram lists {len(options.histogram)} lengths; the limit is {MAX_INLINE_LENGTHS}",
-                         field="histogram")
     if options.mix is not None:
         from seqpack.data.length_mixes import sample_lengths
 
-        check_choice("length mix", options.mix, LENGTH_MIXES)
-        n = positive_int("n", options.n, maximum=MAX_PLAN_SAMPLES)
-        max_len = positive_int("max_len", options.max_len, maximum=MAX_MIX_LENGTH)
-        lengths = sample_lengths(options.mix, n, seed=check_seed(options.seed), max_len=max_len)
+        lengths = sample_lengths(options.mix, options.n, seed=options.seed, max_len=options.max_len)
     schema = None
     vision = None
     if options.jsonl is not None:
         from seqpack.data.vlm.sample import resolve_vision
 
-        check_path("jsonl", options.jsonl)
         vision = resolve_vision(options.vision, options.jsonl)
         if options.schema != "auto":
             from seqpack.data.schemas import default_schema
 
             schema = default_schema(options.schema)
     return plan_pack_length(
-        lengths,
-        histogram=options.histogram,
-        jsonl=options.jsonl,
-        candidates=candidates,
-        token_slots=positive_int("token_slots", options.token_slots, maximum=MAX_TOKEN_SLOTS),
-        dp=positive_int("dp", options.dp, maximum=MAX_DATA_PARALLEL_SIZE),
-        pad_seq_to_mult=multiple,
-        algorithm=options.algorithm,
-        seed=check_seed(options.seed),
-        max_seqs_per_pack=positive_int("max_seqs_per_pack", options.max_seqs_per_pack, allow_none=True,
-                                       maximum=MAX_SEQS_PER_PACK),
-        truncation=options.truncation,
-        schema=schema,
-        tokenizer=options.tokenizer,
-        vision=vision,
-        moe_dispatcher=options.moe_dispatcher,
-        ep=positive_int("ep", options.ep, maximum=MAX_PARALLEL_SIZE),
-        tp=options.topology.tp,
-        cp=options.topology.cp,
-        sp=options.topology.sp,
+        lengths, histogram=options.histogram, jsonl=options.jsonl, candidates=tuple(options.candidates),
+        token_slots=options.token_slots, dp=options.dp, pad_seq_to_mult=multiple, algorithm=options.algorithm,
+        seed=options.seed, max_seqs_per_pack=options.max_seqs_per_pack, truncation=options.truncation,
+        schema=schema, tokenizer=options.tokenizer, vision=vision, moe_dispatcher=options.moe_dispatcher,
+        ep=options.ep, tp=options.topology.tp, cp=options.topology.cp, sp=options.topology.sp,
         pad_to_max_length=bool(options.pad_to_max_length),
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# The CLI's view
+# ------------------------------------------------------------------------------------------------
+
+
+def render_plan(plan: PackPlan, options: PlanOptions) -> str:
+    """The CLI's text: the lengths, the table (the recommended size starred), reasons, notes and the verdict."""
+    s = plan.lengths
+    origin = f"--mix {options.mix} (seed {options.seed})" if options.mix else s.source
+    out = [f"{s.num_samples} samples from {origin}, {s.total_tokens} tokens; length min {s.min} / p50 {s.p50} / "
+           f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}, token slots {plan.token_slots}, "
+           f"DP={plan.dp}"]
+    vlm = (s.details or {}).get("vlm")
+    if vlm:
+        out.append(f"VLM rows ({vlm['vision']} preset): {vlm['rows_with_visuals']} of {vlm['samples']} samples carry "
+                   f"{vlm['images']} image(s) and {vlm['videos']} video(s), {vlm['vision_tokens']} image tokens "
+                   f"({vlm['vision_token_share']:.1%} of all tokens); VLM samples are never cut (truncation reject)")
+    acc = (s.details or {}).get("accounting")
+    if acc:
+        skipped = ", ".join(f"{k}={v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]
+                            else f"{k}={v['count']}" for k, v in acc["skipped"].items())
+        out.append(f"rows: {acc['rows_in']} read, {acc['packed']} planned, {acc['truncated']} truncated, "
+                   f"{acc['skipped_total']} skipped" + (f" ({skipped})" if skipped else ""))
+    rows = [[f"{r.pack_size}{'*' if r.pack_size == plan.recommended_pack_size else ''}",
+             r.global_batch_size if r.global_batch_size is not None else "-", "yes" if r.valid else "no", r.packs,
+             r.lower_bound, f"{r.token_efficiency:.2%}", f"{r.alignment_padding_share:.2%}",
+             f"{r.tail_padding_share:.2%}", r.max_seqs_in_pack, r.too_long,
+             f"{r.steps_per_epoch:.2f}" if r.steps_per_epoch is not None else "-"] for r in plan.rows]
+    out.append(text_table(["pack_size", "GBS", "valid", "packs", "lower bound", "token eff", "align pad", "tail pad",
+                           "max seqs", "too long", "steps/epoch"], rows))
+    out += [f"  {r.pack_size}: {line}" for r in plan.rows for line in r.reasons + r.notes]
+    if plan.moe is not None:
+        out.append(_render_dispatch(plan))
+    verdict = "recommended" if plan.recommended_pack_size is not None else "no recommendation"
+    out += [f"{verdict}: {plan.recommendation}", f"rule: {plan.rule}"]
+    return "\n".join(out)
+
+
+def _render_dispatch(plan: PackPlan) -> str:
+    moe = plan.moe or {}
+    rows = [[r.pack_size, d["width_rule"], d["tokens_divisor"], f"{d['mean_dispatched_per_rank']:.1f}",
+             d["max_dispatched_per_rank"], f"{d['dispatch_padding_share']:.2%}", f"{d['dispatcher_padding_share']:.2%}"]
+            for r in plan.rows if (d := r.dispatch) is not None]
+    out = [f"MoE dispatch ({moe['dispatcher']}, EP={moe['ep']}, "
+           f"{'fixed-width' if moe['pad_to_max_length'] else 'variable-width'} packs):",
+           text_table(["pack_size", "width rule", "CP*TP_sp", "mean/rank", "max/rank", "dispatched padding",
+                       "added by dispatcher"], rows)]
+    out += [f"  {r.pack_size}: {line}" for r in plan.rows if r.dispatch is not None for line in r.dispatch["notes"]]
+    return "\n".join(out)
+
+
+PLAN = Verb(
+    name="plan", options=PlanOptions, function=plan, render=render_plan, required_groups=(_SOURCE,),
+    exit_code=lambda plan, options: 0 if plan.recommended_pack_size is not None else 1,
+    help="simulate packing at several pack sizes (equal token slots per step) and recommend one",
+    tools=(Tool(
+        "plan_pack_length", title="Plan the pack length (equal token slots per step)", job=True,
+        description="""Compare candidate pack sizes at equal token slots per step and recommend one.
+
+Give exactly one of lengths, histogram, jsonl_path or mix. Each candidate gets global batch
+size = token_slots / pack_size, a validity check (slots divisible, GBS divisible by DP and
+>= DP, pack_size a multiple of pad_seq_to_mult) and a simulated packing of the aligned
+lengths: packs, lower bound, token efficiency, padding waste, sequences per pack, samples
+too long, optimizer steps per epoch. The rule behind the recommendation is returned too.
+With moe_dispatcher, each row also gives the MoE dispatch width rule and the share of
+dispatched tokens that are padding. recommended_pack_size is the pick (recommended_pack_len,
+the same value under its old name, is deprecated).""",
+    ),),
+)

@@ -4,63 +4,84 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from seqpack.core.arguments import positive_int
-from seqpack.core.choices import PACKING_PATHS, SMOKE_SIZES
+from seqpack.core.choices import PACKING_PATHS, SMOKE_SIZES, LazyChoices
 from seqpack.core.errors import SeqpackError, UsageError
-from seqpack.core.limits import MAX_SMOKE_SECONDS
-from seqpack.smoke.report import SmokeReport
-from seqpack.verbs.common import check_choice, check_path, check_seed
-from seqpack.verbs.validation import check_overrides, config_source
+from seqpack.core.limits import MAX_SMOKE_SECONDS, SMOKE_ROWS
+from seqpack.core.results import Result
+from seqpack.core.textfmt import text_table
+from seqpack.verbs.common import seed_option
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
+from seqpack.verbs.validation import config_source, config_text_option, overrides_option
 
-__all__ = ["SmokeOptions", "smoke", "smoke_paths"]
+if TYPE_CHECKING:  # the smoke test's modules load when it runs (the CLI's start stays light)
+    from seqpack.smoke.report import SmokeReport
+
+__all__ = ["SMOKE", "SmokeOptions", "SmokeRun", "render_smoke", "smoke", "smoke_cli", "smoke_paths"]
 
 #: The name of the smoke test's working copy of the data rows (``smoke._subset`` writes it).
 SMOKE_COPY_NAME = "smoke_input.jsonl"
+#: The CLI's ``--path`` values: every registered packing path, or ``all`` of them.
+PATH_CHOICES = LazyChoices(lambda: ("all", *PACKING_PATHS))
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class SmokeOptions:
     """The path, its config (``config_path``, ``config_text`` or a mapping ``config``; none: the path's
     default CP=2 config) with overrides, the data (default: the path's smoke data) and the run's size.
 
     ``cp_check=False`` skips the multi-process CP check (the report is then ``incomplete``).
-    ``model``: options of the reference model (``{"moe": True, "mtp": True}`` or their fields); each adds
-    its own check (:mod:`seqpack.smoke.options`).
+    ``moe`` / ``mtp`` (or ``model``: options of the reference model, ``{"moe": True, "mtp": True}`` or
+    their fields) each add their own check (:mod:`seqpack.smoke.options`).
     """
 
-    path: str = "offline"
-    config_path: str | os.PathLike[str] | None = None
-    config_text: str | None = None
-    config: Mapping[str, Any] | Any = None
-    overrides: Sequence[str] = ()
-    data: str | os.PathLike[str] | None = None
-    size: str = "small"
-    seed: int = 1234
-    cp_check: bool = True
-    cp_max_batches: int = 2
-    cp_timeout: float = 120.0
-    progress: Callable[[str, float], None] | None = None
-    model: Mapping[str, Any] | None = None
+    path: str = option("offline", help="which packing path to build batches with (CLI: or all, the default)",
+                       choices=PACKING_PATHS, label="packing path", cli_choices=PATH_CHOICES, cli_default="all",
+                       metavar="PATH")
+    config_path: str | os.PathLike[str] | None = option(
+        None, help="training config (YAML/JSON); default: a small CP=2 config for the path", flag="--config",
+        path="file")
+    config_text: str | None = config_text_option("training config as YAML/JSON text (default: a small CP=2 "
+                                                 "config for the path)")
+    config: Mapping[str, Any] | Any = option(None, help="a mapping or TrainingConfig", cli=False, mcp=False)
+    overrides: Sequence[str] = overrides_option("dotted override on the config, e.g. model.context_parallel_size=1 "
+                                                "(repeatable)")
+    data: str | os.PathLike[str] | None = option(None, help="JSONL rows to pack (default: the path's smoke data)",
+                                                 path="file")
+    size: str = option("small", help="rows used: " + ", ".join(f"{k} {v}" for k, v in SMOKE_ROWS.items()),
+                       choices=SMOKE_SIZES)
+    seed: int = seed_option(1234)
+    cp_check: bool = option(True, help="run the real CP=2 check on gloo processes (slower; without it the result is "
+                            "incomplete)", cli_help="skip the multi-process CP=2 check (the result is then "
+                            "INCOMPLETE, not PASS)", flag="--no-cp", inverse=True)
+    cp_max_batches: int = option(2, help="batches the CP check compares", minimum=1, maximum=16, cli=False,
+                                 mcp=False)
+    cp_timeout: float = option(120.0, help="seconds the CP ranks may take", minimum=0.0, exclusive_minimum=True,
+                               maximum=MAX_SMOKE_SECONDS, cli=False, mcp=False)
+    progress: Callable[[str, float], None] | None = option(None, help="called with (stage, fraction done)",
+                                                           cli=False, mcp=False)
+    moe: bool = option(False, help="reference model with a mixture-of-experts MLP: adds the moe_router_statistics "
+                       "check (padding out of every routing statistic)")
+    mtp: bool = option(False, help="reference model with a multi-token-prediction depth: adds the "
+                       "mtp_equals_unpacked check (MTP targets rolled inside each sequence)")
+    model: Mapping[str, Any] | None = option(None, help="options of the reference model", cli=False, mcp=False)
 
 
 def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
     """The checked request for ``path`` and the run's shared keyword arguments."""
+    from seqpack.smoke.options import model_options
     from seqpack.smoke.run import SmokeRequest
 
-    check_choice("packing path", path, PACKING_PATHS)
-    check_choice("size", options.size, SMOKE_SIZES)
-    if not 0 < float(options.cp_timeout) <= MAX_SMOKE_SECONDS:
-        raise UsageError(f"cp_timeout must be in (0, {MAX_SMOKE_SECONDS:g}] seconds", field="cp_timeout")
+    if path not in PACKING_PATHS:
+        raise UsageError(f"unknown packing path {path!r}; choose one of {', '.join(PACKING_PATHS)}", field="path")
     source = config_source(options.config_path, options.config_text, None, options.config,
                            offered=("config_text", "config_path"))
-    request = SmokeRequest(path, source, check_path("data", options.data, allow_none=True),
-                           check_overrides(options.overrides), model=dict(options.model or {}))
+    model = {**model_options(options.moe, options.mtp), **dict(options.model or {})}
+    request = SmokeRequest(path, source, options.data, list(options.overrides), model=model)
     shared = dict(
-        size=options.size, seed=check_seed(options.seed), cp_check=options.cp_check,
-        cp_max_batches=positive_int("cp_max_batches", options.cp_max_batches, maximum=16),
+        size=options.size, seed=options.seed, cp_check=options.cp_check, cp_max_batches=options.cp_max_batches,
         cp_timeout=float(options.cp_timeout), progress=options.progress,
     )
     return request, shared
@@ -96,6 +117,7 @@ def smoke_paths(options: SmokeOptions, paths: Sequence[str]) -> list[SmokeReport
     (:func:`seqpack.smoke.run.run_packing_smoke_tests`)."""
     from seqpack.smoke.run import run_packing_smoke_tests
 
+    check_options(options)
     if not paths:
         raise UsageError("name at least one packing path", field="path")
     if len(paths) > 1 and (options.config_path is not None or options.config_text is not None
@@ -106,3 +128,71 @@ def smoke_paths(options: SmokeOptions, paths: Sequence[str]) -> list[SmokeReport
         return run_packing_smoke_tests([request for request, _ in checked], **checked[0][1])
     except SeqpackError as err:
         raise _in_user_file(err, checked[0][0].data) from None
+
+
+# ------------------------------------------------------------------------------------------------
+# The CLI's view
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SmokeRun(Result):
+    """What ``seqpack smoke`` reports: every path's report, and the verdict over all of them."""
+
+    ok: bool
+    result: str
+    reports: list[SmokeReport]
+
+
+def smoke_cli(options: SmokeOptions) -> SmokeRun:
+    """What ``seqpack smoke`` runs: the path's smoke test, or every path's (``all``) in one launch of CP ranks."""
+    paths = list(PACKING_PATHS) if options.path == "all" else [options.path]
+    if options.config_path is not None and len(paths) > 1:
+        raise UsageError("--config describes one packing path; pass --path too")
+    reports = smoke_paths(replace(options, path=paths[0]), paths)
+    ok = all(r.ok for r in reports)
+    result = "pass" if ok else ("fail" if any(r.result == "fail" for r in reports) else "incomplete")
+    return SmokeRun(ok=ok, result=result, reports=reports)
+
+
+def render_smoke(run: SmokeRun, options: SmokeOptions) -> str:
+    """The CLI's text: a table of checks per path, the fixes of failed checks, and the verdict."""
+    out = []
+    for r in run.reports:
+        d = r.data
+        out.append(f"{r.path}: {r.result.upper()}  ({d['samples']} samples from {d['rows']} rows, "
+                   f"{d['batches']} batches, {r.timings['total_s']:.1f} s)")
+        rows = [[c.name, {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[c.status],
+                 c.reason if c.status == "skipped" else c.message] for c in r.checks]
+        out.append(text_table(["check", "result", "detail"], rows))
+        out += [f"  fix ({c.name}{', ' + c.rule_id if c.rule_id else ''}): {c.fix}"
+                for c in r.checks if c.status == "failed" and c.fix]
+        out.append("")
+    skipped = sum(len(r.skipped) for r in run.reports)
+    incomplete = f"INCOMPLETE: {skipped} check(s) skipped, so this run proves less than a pass"
+    out.append({"pass": "ALL PASS", "fail": "SOME CHECKS FAILED", "incomplete": incomplete}[run.result])
+    return "\n".join(out)
+
+
+def _cp_timeout(options: SmokeOptions, time_limit_s: float | None) -> SmokeOptions:
+    """MCP: the CP ranks get the tool's time limit, within 10 to 120 seconds."""
+    return replace(options, cp_timeout=max(10.0, min(120.0, time_limit_s or 120.0)))
+
+
+SMOKE = Verb(
+    name="smoke", options=SmokeOptions, function=smoke, cli_function=smoke_cli, render=render_smoke,
+    exit_code=lambda run, options: 0 if run.ok else 1, extra="train",
+    help="run the packing smoke test on the embedded demo data (or your config/data) and report each check",
+    tools=(Tool(
+        "run_packing_smoke_test", title="Run the packing smoke test (packed == unpacked, CP=2 == CP=1)", job=True,
+        time_limit=(300.0, MAX_SMOKE_SECONDS), progress=True, adjust=_cp_timeout, result="seqpack.smoke.report:SmokeReport",
+        description="""Build real batches through a packing path, read their boundaries as Megatron-Core PackedSeqParams
+fields, run a tiny float64 GPT forward and backward, and report each check as passed, failed or
+skipped (with the reason), with numbers: packed outputs, losses and gradients equal the unpacked
+ones, no cross-sequence leakage, position ids restart, supervised tokens preserved, every sample
+exactly once, CP=2 equals CP=1 (multi-process gloo, real PackedSeqParams), config valid. result is
+pass only when every check ran and passed (incomplete when one was skipped). Sends progress
+notifications; honours cancellation and time_limit_s. Takes seconds; the CP check adds a few more
+(longer on a busy machine).""",
+    ),),
+)

@@ -9,15 +9,32 @@ from typing import Any
 
 from seqpack.config.schema import TrainingConfig
 from seqpack.config.validate import ValidationReport, validate_config
+from seqpack.core.choices import BRIDGE_VERSIONS, EXAMPLES
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_CONFIG_CHARS, MAX_OVERRIDE_CHARS, MAX_OVERRIDES
-from seqpack.verbs.common import check_path
+from seqpack.core.results import Result
 from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["UNKNOWN_WHEN_UNSET", "ValidateOptions", "check_overrides", "config_source", "validate"]
+__all__ = ["UNKNOWN_WHEN_UNSET", "VALIDATE", "ExampleList", "ValidateOptions", "config_source", "overrides_option",
+           "validate"]
+
+#: The form of a dotted override (published in the MCP schema; the config loader checks it with a clear message).
+OVERRIDE_PATTERN = r"^[A-Za-z_][\w.]*="
 
 
-@dataclass(frozen=True, kw_only=True)
+def overrides_option(help: str = "dotted override, e.g. dataset.enable_in_batch_packing=true (repeatable)") -> Any:
+    """Dotted ``KEY=VALUE`` overrides on a config (``--set`` on the CLI)."""
+    return option((), help=help, flag="--set", metavar="KEY=VALUE", max_items=MAX_OVERRIDES,
+                  max_length=MAX_OVERRIDE_CHARS, min_length=3, pattern=OVERRIDE_PATTERN)
+
+
+def config_text_option(help: str = "the config as YAML or JSON text") -> Any:
+    """A config given as text (MCP and the library; the CLI reads files)."""
+    return option(None, help=help, max_length=MAX_CONFIG_CHARS, cli=False)
+
+
+@verb_options
 class ValidateOptions:
     """Where the config comes from (at most one; none: the defaults) and the dotted overrides.
 
@@ -25,26 +42,22 @@ class ValidateOptions:
     config by name; ``config``: a mapping or :class:`~seqpack.config.TrainingConfig`.
     ``bridge_version``: the Megatron-Bridge the config is for (``seqpack.core.versions.BRIDGE_TARGETS``;
     default: the newest release the upstream lane checks); only the rules that hold for it are checked.
+    ``strict`` (exit 1 on warnings too) and ``list_examples`` are the CLI's.
     """
 
-    path: str | os.PathLike[str] | None = None
-    config_text: str | None = None
-    example: str | None = None
-    config: Mapping[str, Any] | Any = None
-    overrides: Sequence[str] = ()
-    bridge_version: str = DEFAULT_BRIDGE_TARGET
-
-
-def check_overrides(overrides: Sequence[str]) -> list[str]:
-    """The overrides as a list, within the limits (count and length)."""
-    items = list(overrides)
-    if len(items) > MAX_OVERRIDES:
-        raise UsageError(f"{len(items)} overrides given; the limit is {MAX_OVERRIDES}", field="overrides")
-    for item in items:
-        if not isinstance(item, str) or len(item) > MAX_OVERRIDE_CHARS:
-            raise UsageError(f"an override must be a string of at most {MAX_OVERRIDE_CHARS} characters",
-                             field="overrides")
-    return items
+    path: str | os.PathLike[str] | None = option(None, help="config file (YAML or JSON); omit with --example",
+                                                 positional=True, metavar="config", path="file")
+    config_text: str | None = config_text_option()
+    example: str | None = option(None, help="a bundled example config by name (see --list-examples)",
+                                 choices=EXAMPLES, check_choices=False)
+    config: Mapping[str, Any] | Any = option(None, help="a mapping or TrainingConfig", cli=False, mcp=False)
+    overrides: Sequence[str] = overrides_option()
+    bridge_version: str = option(
+        DEFAULT_BRIDGE_TARGET, choices=BRIDGE_VERSIONS,
+        help=f"the Megatron-Bridge the config is for: {DEFAULT_BRIDGE_TARGET} (the release the upstream lane checks, "
+        "default) or main (Bridge main, read but not checkable in the lane)")
+    strict: bool = option(False, help="exit 1 on warnings too", mcp=False)
+    list_examples: bool = option(False, help="list the bundled example configs", mcp=False)
 
 
 def config_source(path: Any = None, config_text: str | None = None, example: str | None = None,
@@ -60,9 +73,6 @@ def config_source(path: Any = None, config_text: str | None = None, example: str
     if len(given) > 1:
         raise UsageError(f"give one of {', '.join(offered[:-1])} or {offered[-1]}, not {' and '.join(given)}.")
     if config_text is not None:
-        if not isinstance(config_text, str) or len(config_text) > MAX_CONFIG_CHARS:
-            raise UsageError(f"config_text must be text of at most {MAX_CONFIG_CHARS} characters",
-                             field="config_text")
         if ":" not in config_text and not config_text.lstrip().startswith("{"):
             raise UsageError(
                 "config_text must be a YAML or JSON mapping, e.g. 'train: {micro_batch_size: 1}'",
@@ -71,7 +81,7 @@ def config_source(path: Any = None, config_text: str | None = None, example: str
         # A trailing newline makes the loader read the string as text, never as a file name.
         return config_text if config_text.endswith("\n") else config_text + "\n"
     if path is not None:
-        return check_path(names["path"], path)
+        return path
     if example is not None:
         from seqpack.config.examples import example_path
 
@@ -136,9 +146,10 @@ def validate(options: ValidateOptions) -> ValidationReport:
 
     from seqpack.config.validate import bridge_target
 
+    check_options(options)
     target = bridge_target(options.bridge_version)
     source = config_source(options.path, options.config_text, options.example, options.config)
-    cfg, given = load_config_with_keys(source, check_overrides(options.overrides))
+    cfg, given = load_config_with_keys(source, list(options.overrides))
     unknown = [] if given is None else [
         name for name, (keys, _) in UNKNOWN_WHEN_UNSET.items() if not any(k in given for k in keys)
     ]
@@ -162,3 +173,85 @@ def validate(options: ValidateOptions) -> ValidationReport:
         if resolved.get("packing_path") != "offline":
             resolved["token_slots_per_step"] = None
     return replace(report, resolved=resolved, config=config)
+
+
+# ------------------------------------------------------------------------------------------------
+# The CLI's view
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExampleList(Result):
+    """The bundled example configs (``seqpack validate --list-examples``)."""
+
+    names: list[str]
+
+
+def validate_cli(options: ValidateOptions) -> ValidationReport | ExampleList:
+    """What ``seqpack validate`` runs: the example list, or the validation of a file or an example."""
+    if options.list_examples:
+        from seqpack.config.examples import list_examples
+
+        return ExampleList(names=list_examples())
+    if options.example is None and options.path is None:
+        raise UsageError("give a config file (or --example NAME)")
+    return validate(options)
+
+
+def render_validation(report: ValidationReport | ExampleList, options: ValidateOptions) -> str:
+    """The CLI's text: the verdict, each finding in one line, the unknowns and the resolved values."""
+    if isinstance(report, ExampleList):
+        return "\n".join(report.names)
+    from seqpack.config.examples import example_path
+
+    source = options.path or example_path(options.example)
+    out = [f"{'VALID' if report.ok else 'INVALID'}: {report.rules_checked} rules checked, "
+           f"{len(report.violations)} violation(s), {len(report.warnings)} warning(s) for Megatron-Bridge "
+           f"{report.bridge_version} [{source}]"]
+    out += [f"  error   {f.one_line()}" for f in report.violations]
+    out += [f"  warning {f.one_line()}" for f in report.warnings]
+    r = report.resolved
+    out += [f"  unknown {why}" for why in r.get("unknown", {}).values()]
+    if r.get("unchecked_rules"):
+        out.append(f"  not checked (they depend on an unset value): "
+                   f"{', '.join(u['rule_id'] for u in r['unchecked_rules'])}")
+    out.append(f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} "
+               f"pad_seq_to_mult={r['pad_seq_to_mult']} seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
+               f"token_slots_per_step={r['token_slots_per_step']}")
+    moe = r.get("moe_dispatch")
+    if moe:
+        width = f" {moe['per_rank_tokens']} tokens per rank" if moe["per_rank_tokens"] is not None else ""
+        chunk = f", chunk padding {moe['chunk_padding']} per dispatch" if moe["chunk_padding"] is not None else ""
+        out.append(f"moe_dispatch: {moe['dispatcher']} EP={moe['ep']} rule={moe['width_rule']}{width}{chunk}, "
+                   f"width multiple {moe['width_multiple']} ({moe['reason']})")
+        out += [f"  note: {note}" for note in moe["notes"]]
+    return "\n".join(out)
+
+
+def _validation_json(report: ValidationReport | ExampleList, options: ValidateOptions) -> Any:
+    return report.names if isinstance(report, ExampleList) else report.to_dict()
+
+
+def _validation_exit(report: ValidationReport | ExampleList, options: ValidateOptions) -> int:
+    if isinstance(report, ExampleList):
+        return 0
+    return 1 if not report.ok or (options.strict and report.warnings) else 0
+
+
+VALIDATE = Verb(
+    name="validate", options=ValidateOptions, function=validate, cli_function=validate_cli,
+    render=render_validation, to_json=_validation_json, exit_code=_validation_exit,
+    help="validate a training config (YAML/JSON) against the packing rules; exit 1 on violations",
+    tools=(Tool(
+        "validate_config", title="Validate a training config against the packing rules",
+        description="""Check a Megatron-Bridge-style training config against every packing rule.
+
+Give one of config_text, path or example (or none: the defaults), plus optional overrides.
+bridge_version selects the rules for that Megatron-Bridge: under the release, GPT-SFT in-batch,
+Energon native and global-batch packing are errors (no release has them).
+Returns ok, the violations and warnings (rule id, message naming the fields and values,
+fix), the resolved values (data-parallel size, pad_seq_to_mult, token slots per step) and
+the config that was checked. A config that breaks rules is a normal result (ok=false);
+a config that cannot be read (bad YAML, unknown key) is a tool error naming the line.""",
+    ),),
+)

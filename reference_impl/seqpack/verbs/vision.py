@@ -3,26 +3,33 @@ vision preset) and ``mrope_positions`` (the multimodal RoPE ids of a described l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from seqpack.core.arguments import positive_float, positive_int
-from seqpack.core.choices import VISION_PRESETS
+from seqpack.core.arguments import positive_float
+from seqpack.core.choices import MROPE_MODELS, TEXT_AFTER_VISION, VISION_PRESETS
 from seqpack.core.errors import UsageError
-from seqpack.core.limits import MAX_SECONDS_PER_GRID, MAX_TOKENS_PER_SECOND, MAX_VIDEO_FRAMES
+from seqpack.core.limits import (
+    MAX_CONFIG_CHARS,
+    MAX_IMAGE_PIXELS,
+    MAX_SECONDS_PER_GRID,
+    MAX_TOKENS_PER_SECOND,
+    MAX_VIDEO_FRAMES,
+)
 from seqpack.core.reports import ImageTokens, MRopeLayout
-from seqpack.verbs.common import check_choice
+from seqpack.core.textfmt import text_table
+from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
-__all__ = ["ImageTokensOptions", "MRopeOptions", "image_tokens", "mrope_positions"]
+__all__ = ["IMAGE_TOKENS", "MROPE", "ImageTokensOptions", "MRopeOptions", "image_tokens", "mrope_positions",
+           "render_image_tokens", "render_mrope"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class ImageTokensOptions:
     """The image size in pixels, how many frames (1: an image; more: a video) and the vision preset."""
 
-    height: int
-    width: int
-    frames: int = 1
-    vision: str = "qwen2_vl"
+    height: int = option(help="image height in pixels", minimum=1, maximum=MAX_IMAGE_PIXELS)
+    width: int = option(help="image width in pixels", minimum=1, maximum=MAX_IMAGE_PIXELS)
+    frames: int = option(1, help="frames of a video (1: an image)", minimum=1, maximum=MAX_VIDEO_FRAMES)
+    vision: str = option("qwen2_vl", help="vision preset (qwen2_vl, qwen2_5_vl: patch 14, merge 2, temporal patch 2)",
+                         choices=VISION_PRESETS)
 
 
 def image_tokens(options: ImageTokensOptions) -> ImageTokens:
@@ -35,10 +42,8 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     from seqpack.data.vlm.vision import smart_resize, vision_spec
     from seqpack.data.vlm.images import check_image_size
 
-    check_choice("vision", options.vision, VISION_PRESETS)
-    h = positive_int("height", options.height)
-    w = positive_int("width", options.width)
-    frames = positive_int("frames", options.frames, maximum=MAX_VIDEO_FRAMES)
+    check_options(options)
+    h, w, frames = options.height, options.width, options.frames
     check_image_size(h, w, what="image", field="height", error=UsageError)  # the rows' check (visual_inputs)
     spec = vision_spec(options.vision)
     rh, rw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
@@ -58,7 +63,7 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@verb_options
 class MRopeOptions:
     """A layout to number: sequences separated by ``|``, each a comma-separated list of items
     ``text:N``, ``image:TxHxW`` and ``video:TxHxW`` (optionally ``@S``, seconds per temporal patch);
@@ -69,12 +74,18 @@ class MRopeOptions:
     or ``spatial`` (transformers >= 5.3); ``pad_seq_to_mult``: the alignment of packed sequences.
     """
 
-    layout: str
-    merge_size: int = 2
-    model: str = "qwen2_vl"
-    tokens_per_second: float = 2.0
-    text_after_vision: str = "max"
-    pad_seq_to_mult: int = 1
+    layout: str = option(help="sequences separated by |, each a comma-separated list of text:N, image:1xHxW, "
+                         "video:TxHxW[@seconds], e.g. 'text:3,image:1x4x6,text:2|text:5'; every image/video gets "
+                         "vision start and end tokens", positional=True, min_length=1, max_length=MAX_CONFIG_CHARS)
+    merge_size: int = option(2, help="spatial merge size", minimum=1, maximum=64)
+    model: str = option("qwen2_vl", help="qwen2_vl (temporal interval 1) or qwen2_5_vl (tokens_per_second x seconds "
+                        "per patch)", choices=MROPE_MODELS)
+    tokens_per_second: float = option(2.0, help="qwen2_5_vl's tokens_per_second", minimum=0.0, exclusive_minimum=True,
+                                      maximum=MAX_TOKENS_PER_SECOND)
+    text_after_vision: str = option("max", help="max: one past the block's largest id (the Qwen code, transformers "
+                                    "< 5.3); spatial: start + max(h, w)/merge (transformers >= 5.3)",
+                                    choices=TEXT_AFTER_VISION)
+    pad_seq_to_mult: int = option(1, help="alignment of each packed sequence", minimum=1, maximum=65536)
 
 
 def _parse_layout(layout: str, merge: int) -> list[list[tuple[str, tuple[int, ...], float]]]:
@@ -127,15 +138,11 @@ def mrope_positions(options: MRopeOptions) -> MRopeLayout:
     import numpy as np
 
     from seqpack.core.alignment import round_up
-    from seqpack.core.choices import MROPE_MODELS, TEXT_AFTER_VISION
     from seqpack.data.vlm.mrope import MRopeSpec, packed_rope_index
     from seqpack.core.limits import MAX_MROPE_TOKENS_SHOWN
 
-    merge = positive_int("merge_size", options.merge_size, maximum=64)
-    check_choice("model", options.model, MROPE_MODELS)
-    check_choice("text_after_vision", options.text_after_vision, TEXT_AFTER_VISION)
-    m = positive_int("pad_seq_to_mult", options.pad_seq_to_mult, maximum=65536)
-    tps = positive_float("tokens_per_second", options.tokens_per_second, maximum=MAX_TOKENS_PER_SECOND)
+    check_options(options)
+    merge, m, tps = options.merge_size, options.pad_seq_to_mult, float(options.tokens_per_second)
     image_id, video_id, start_id, end_id, text_id = 3, 4, 1, 2, 0
     spec = MRopeSpec(image_id, video_id, merge, tokens_per_second=tps if options.model == "qwen2_5_vl" else None,
                      text_after_vision=options.text_after_vision)
@@ -175,3 +182,45 @@ def mrope_positions(options: MRopeOptions) -> MRopeLayout:
         pad_seq_to_mult=m, total_tokens=int(tokens.size), blocks=blocks, sequences=sequences,
         position_ids=pos.tolist() if tokens.size <= MAX_MROPE_TOKENS_SHOWN else None,
     )
+
+
+def render_image_tokens(r: ImageTokens, options: ImageTokensOptions) -> str:
+    """The CLI's text: the grid, the token count and how they come about."""
+    return "\n".join([f"{r.vision}: {r.height}x{r.width}" + (f", {r.frames} frames" if r.frames > 1 else "")
+                      + f" -> grid (t={r.grid_t}, h={r.grid_h}, w={r.grid_w}), {r.patch_rows} patch rows, {r.tokens} "
+                      f"tokens ({r.sequence_tokens} with vision start/end)", r.explanation])
+
+
+def render_mrope(r: MRopeLayout, options: MRopeOptions) -> str:
+    """The CLI's text: every block's first and last (t, h, w) ids and every sequence's restart."""
+    out = [f"{r.model}, merge {r.merge_size}, text after vision: {r.text_after_vision}; {len(r.sequences)} "
+           f"sequence(s), {r.total_tokens} tokens",
+           text_table(["seq", "block", "grid", "positions", "first (t,h,w)", "last (t,h,w)"],
+                      [[b["sequence"], b["kind"], "x".join(map(str, b.get("grid", []))) or "-",
+                        f"{b['start']}-{b['end'] - 1}", tuple(b["first"]), tuple(b["last"])] for b in r.blocks])]
+    out += [f"sequence {s['sequence']}: starts at {s['start']} with (0, 0, 0), {s['length']} tokens, next id "
+            f"{s['next_position']}" for s in r.sequences]
+    return "\n".join(out)
+
+
+IMAGE_TOKENS = Verb(
+    name="image_tokens", options=ImageTokensOptions, function=image_tokens, render=render_image_tokens,
+    help="patch grid and language-model tokens of an image (or a video of N frames) under a Qwen-VL vision preset",
+    tools=(Tool(
+        "count_image_tokens", title="Count the tokens of an image or video in a Qwen-VL sample",
+        description="""How an image (or frames of one size) becomes patches and language-model tokens, as the Qwen2-VL
+processor does: resized size, (t, h, w) grid, patch rows and tokens (t*h*w / merge**2; +2 for the
+vision start and end tokens in a sample). Packed VLM samples align these tokens with the text.""",
+    ),),
+)
+
+MROPE = Verb(
+    name="mrope_positions", options=MRopeOptions, function=mrope_positions, render=render_mrope,
+    help="M-RoPE position ids of a layout of text, images and videos (sequences separated by |, packed into one row)",
+    tools=(Tool(
+        "mrope_position_ids", title="Multimodal RoPE position ids of a Qwen-VL layout",
+        description="""(temporal, height, width) position ids of text, images and videos as Qwen2-VL/Qwen2.5-VL's get_rope_index
+computes them; several sequences are packed into one THD row and each restarts at (0, 0, 0). Every image
+and video is wrapped in vision start/end tokens. Blocks give each item's offsets and first/last ids.""",
+    ),),
+)

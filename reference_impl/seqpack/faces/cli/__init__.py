@@ -1,10 +1,16 @@
-"""The ``seqpack`` command line: one subcommand module per verb, heavy imports inside ``run``.
+"""The ``seqpack`` command line: a subcommand per verb, generated from the verbs' declarations, plus a few
+hand-written commands.
+
+The verbs' subcommands come from :data:`seqpack.verbs.VERB_SPECS` (:mod:`seqpack.faces.cli.generate`);
+``mcp``, ``install-skill`` and ``demo-data`` are modules of this package (:data:`COMMANDS`), and other
+installed distributions add theirs through the :data:`PLUGIN_GROUP` entry points.
 
 Exit codes: 0 success (a config is valid), 1 rule violations (or a failed check), 2 usage or
 input error. Errors are printed as one readable line on stderr, never as a traceback
-(``SEQPACK_DEBUG=1`` shows it). A command module may set ``EXTRA`` (the optional extra it needs,
-:mod:`seqpack.core.extras`): without that extra the command prints which one to install and
-exits 2 before doing anything; an import of another extra's module failing later says the same.
+(``SEQPACK_DEBUG=1`` shows it). A verb (its ``extra``) or a command module (``EXTRA``) may name the
+optional extra it needs (:mod:`seqpack.core.extras`): without that extra the command prints which one
+to install and exits 2 before doing anything; an import of another extra's module failing later says
+the same.
 """
 
 from __future__ import annotations
@@ -17,22 +23,9 @@ from typing import Sequence
 
 from seqpack.core.errors import SeqpackError, UsageError, is_foreign_panic
 
-#: Subcommand modules, in the order ``seqpack --help`` lists them. Each defines
-#: ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
+#: The hand-written subcommand modules (not verbs of the library), listed after the verbs' subcommands.
+#: Each defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``EXTRA``.
 COMMANDS: tuple[str, ...] = (
-    "seqpack.faces.cli.align",
-    "seqpack.faces.cli.validate",
-    "seqpack.faces.cli.rules",
-    "seqpack.faces.cli.plan",
-    "seqpack.faces.cli.simulate",
-    "seqpack.faces.cli.pack",
-    "seqpack.faces.cli.inspect_cmd",
-    "seqpack.faces.cli.batches",
-    "seqpack.faces.cli.energon_prepare",
-    "seqpack.faces.cli.smoke",
-    "seqpack.faces.cli.model_support",
-    "seqpack.faces.cli.image_tokens",
-    "seqpack.faces.cli.mrope",
     "seqpack.faces.cli.mcp",
     "seqpack.faces.cli.install_skill",
     "seqpack.faces.cli.demo_data",
@@ -52,12 +45,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser (imports only the light command modules)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser: every verb's generated subcommand, then the hand-written commands and the plugins
+    (imports the verbs' declarations, no numpy, torch or pyarrow). ``only``: a verb's subcommand alone
+    (what running it needs; ``main`` builds that when the command line starts with a verb's name)."""
     from seqpack import __version__
+    from seqpack import verbs
+    from seqpack.faces.cli.generate import add_verb
+
     parser = _Parser(prog="seqpack", description="Sequence packing for Megatron-style fine-tuning.")
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in [only] if only is not None else list(verbs.VERB_SPECS):
+        add_verb(sub, name, verbs.command(name))
+    if only is not None:
+        return parser
     for module in [*map(importlib.import_module, COMMANDS), *_plugins()]:
         extra = getattr(module, "EXTRA", None)
         text = module.HELP if extra is None else f"{module.HELP} (needs seqpack[{extra}])"
@@ -88,8 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Megatron-Core warns at import that TE/Apex are missing; on CPU that is expected noise.
     warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
     _tolerant_streams()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from seqpack.verbs import VERB_SPECS
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=words[0] if words and words[0] in VERB_SPECS else None)
+    args = parser.parse_args(words)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return EXIT_ERROR
@@ -123,6 +128,7 @@ def _tolerant_streams() -> None:
 def _undecodable_argument(args: argparse.Namespace) -> None:
     """Refuse an argument holding bytes that are not UTF-8 (the shell passes them through ``surrogateescape``):
     seqpack writes paths into JSON manifests and prints them, so they must be text."""
+    names = getattr(args, "_names", None) or {}
     for dest, value in vars(args).items():
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if not isinstance(item, str):
@@ -131,7 +137,8 @@ def _undecodable_argument(args: argparse.Namespace) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError as exc:
                 shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                name = dest if dest in {"input", "layout", "path", "config", "file"} else "--" + dest.replace("_", "-")
+                name = names.get(dest) or (dest if dest in {"input", "layout", "path", "config", "file"}
+                                           else "--" + dest.replace("_", "-"))
                 raise UsageError(
                     f"{name} '{shown}' holds bytes that are not UTF-8 (character {exc.start}); seqpack records "
                     "paths in JSON manifests and prints them, so they must be valid UTF-8",

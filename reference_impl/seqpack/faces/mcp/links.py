@@ -1,6 +1,7 @@
 """``resource_link`` content items for what a writing tool wrote (MCP ``server/tools``: resource links).
 
-A tool registered with ``links=`` (``@tool(..., links=pack_links)``) keeps returning its result
+A tool declared with ``links=`` (a verb's :class:`~seqpack.verbs.declare.Tool`, e.g. ``pack_dataset``'s
+:func:`seqpack.verbs.packing.pack_links`) keeps returning its result
 dataclass (structured content plus its JSON text); after a successful call the server appends one
 ``resource_link`` per directory, manifest and data file the result names, as ``file://`` URIs with
 a MIME type and, for a file, its size. A path that is gone, or that lies outside the allowed
@@ -19,29 +20,7 @@ from seqpack.faces.mcp.roots import AllowedRoots
 
 #: Turns a tool's structured result into (path, name, description, MIME type) of what it wrote.
 LinkSpec = Callable[[dict[str, Any]], Iterable[tuple[str, str, str, str]]]
-DIRECTORY = "inode/directory"
-JSON = "application/json"
-PARQUET = "application/vnd.apache.parquet"
-
-__all__ = ["LinkSpec", "add_links", "energon_links", "pack_links"]
-
-
-def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
-    """pack_dataset: the pack directory, its manifest, its metadata file and the Parquet file of each split."""
-    yield data["pack_dir"], "packs", "the fingerprinted pack directory", DIRECTORY
-    yield data["manifest_path"], "manifest", "seqpack manifest: fingerprint, options, per-split accounting", JSON
-    yield data["metadata_path"], "metadata", "pack metadata entries (Megatron-Bridge form)", JSON
-    for split, path in sorted(data.get("files", {}).items()):
-        yield path, f"{split} packs", f"packed Parquet of the {split} split", PARQUET
-
-
-def energon_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
-    """prepare_energon_dataset: the dataset directory and its seqpack manifest."""
-    from seqpack.packing.energon.prepare import MANIFEST_NAME
-
-    yield data["root"], "dataset", "the prepared Energon dataset directory", DIRECTORY
-    manifest = str(Path(data["root"]) / MANIFEST_NAME)
-    yield manifest, "manifest", "seqpack manifest: source, counts, media, fingerprint", JSON
+__all__ = ["LinkSpec", "add_links"]
 
 
 def _link(path: Path, name: str, description: str, mime_type: str) -> ResourceLink:

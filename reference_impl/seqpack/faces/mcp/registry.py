@@ -1,9 +1,13 @@
-"""The MCP tool registry: module-level tool functions, registered with the :func:`tool` decorator.
+"""The MCP tool registry: every tool the server offers, as a function the SDK reads.
 
-A tool is a plain function of its module (``tools_config``, ``tools_packing``, ``tools_smoke``,
-``mcp_server``) that parses its arguments into the verb's options, calls the verb and returns the
-verb's result dataclass; the SDK derives the output schema from that return annotation. A tool
-that touches files takes ``ctx: Context`` and confines every path with :func:`roots_of`. Errors:
+The verbs' tools are generated from their declarations (:mod:`seqpack.faces.mcp.generate`, which
+registers them with :func:`register`); a hand-written tool (``server_info``) is a module-level
+function registered with the :func:`tool` decorator. A tool parses its arguments into the verb's
+options, calls the verb and returns the verb's result dataclass; the SDK derives the output schema
+from that return annotation. A tool that touches files takes ``ctx: Context`` and confines every
+path with :func:`roots_of`. An argument the schema does not name is refused with the closest valid
+one (the published schema says ``additionalProperties: false``); a renamed argument's old name is
+accepted for one release (:attr:`ToolSpec.aliases`, the server adds a warning to the result). Errors:
 a :class:`~seqpack.core.errors.SeqpackError`, an ``OSError`` or a ``ToolError`` becomes a tool
 error result (:func:`seqpack.faces.mcp.errors.error_result`); any other exception too,
 as "internal error: <type>: <message>" (its traceback goes to the server log), so a client always
@@ -37,7 +41,7 @@ from seqpack.faces.mcp.hints import READ_ONLY
 from seqpack.faces.mcp.links import LinkSpec
 from seqpack.faces.mcp.roots import AllowedRoots
 
-__all__ = ["TOOLS", "ToolSpec", "register_tools", "roots_of", "tool"]
+__all__ = ["TOOLS", "ToolSpec", "register", "register_tools", "roots_of", "tool"]
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,16 @@ class ToolSpec:
     annotations: ToolAnnotations
     extra: str | None = None
     links: LinkSpec | None = None
+    description_text: str | None = None
+    aliases: dict[str, str] | None = None
 
     @property
     def description(self) -> str | None:
-        """The function's docstring plus the extra it needs; None (the docstring as is) when it needs none."""
+        """The description (declared, else the function's docstring) plus the extra it needs; None (the
+        docstring as is) when there is nothing to add."""
         if self.extra is None:
-            return None
-        text = (self.fn.__doc__ or "").rstrip()
+            return self.description_text
+        text = (self.description_text or self.fn.__doc__ or "").rstrip()
         return f"{text}\n\nNeeds the optional '{self.extra}' extra ({install_hint(self.extra)})."
 
 
@@ -112,12 +119,20 @@ def _not_a_number(tp: Any, value: Any) -> str | None:
     return None
 
 
-def _strict_numbers(model: type[BaseModel]) -> type[BaseModel]:
-    """``model`` refusing a JSON boolean or string for an integer or number argument (:func:`_not_a_number`)."""
+def _strict_arguments(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` refusing an argument it does not name (with the closest valid one) and a JSON boolean or
+    string for an integer or number argument (:func:`_not_a_number`)."""
+    import difflib
+
     slots = {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
 
     def no_bools(cls: Any, data: Any) -> Any:
         if isinstance(data, dict):
+            for key in data:
+                if key not in slots:
+                    close = difflib.get_close_matches(str(key), list(slots), n=1, cutoff=0.5)
+                    hint = f"; did you mean {close[0]!r}?" if close else f"; the arguments are {', '.join(slots)}"
+                    raise ValueError(f"unknown argument {str(key)[:80]!r}{hint}")
             for key, annotation in slots.items():
                 if key in data and (why := _not_a_number(annotation, data[key])):
                     raise ValueError(f"{key}: {why}")
@@ -187,13 +202,23 @@ def tool(
     what the tool wrote, as ``resource_link`` items (:mod:`seqpack.faces.mcp.links`).
     """
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if fn.__name__ in TOOLS:
-            raise ValueError(f"an MCP tool named {fn.__name__!r} is already registered")
-        TOOLS[fn.__name__] = ToolSpec(fn.__name__, _guarded(fn, extra), title, annotations, extra, links)
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        register(fn.__name__, fn, title=title, annotations=annotations, extra=extra, links=links)
         return fn
 
-    return register
+    return decorate
+
+
+def register(name: str, fn: Callable[..., Any], *, title: str, annotations: ToolAnnotations = READ_ONLY,
+             extra: str | None = None, links: LinkSpec | None = None, description: str | None = None,
+             aliases: dict[str, str] | None = None) -> ToolSpec:
+    """Register ``fn`` as the MCP tool ``name`` (``description``: instead of its docstring; ``aliases``: old
+    argument names, accepted with a warning, to the current ones)."""
+    if name in TOOLS:
+        raise ValueError(f"an MCP tool named {name!r} is already registered")
+    spec = ToolSpec(name, _guarded(fn, extra), title, annotations, extra, links, description, aliases)
+    TOOLS[name] = spec
+    return spec
 
 
 def roots_of(ctx: Context) -> AllowedRoots:
@@ -209,7 +234,7 @@ _SDK_TOOLS: dict[str, Any] = {}
 
 def register_tools(server: MCPServer) -> None:
     """Add every registered tool to ``server``."""
-    from seqpack.faces.mcp import tools_config, tools_packing, tools_smoke  # noqa: F401 - they register
+    from seqpack.faces.mcp import generate  # noqa: F401 - registers the verbs' tools
 
     manager = server._tool_manager  # noqa: SLF001 - the SDK offers no public hook
     with warnings.catch_warnings():
@@ -224,6 +249,7 @@ def register_tools(server: MCPServer) -> None:
             server.add_tool(spec.fn, name=spec.name, title=spec.title, description=spec.description,
                             annotations=spec.annotations)
             registered = manager.get_tool(spec.name)
-            if registered is not None:  # read live by the SDK: booleans are refused where numbers are wanted
-                registered.fn_metadata.arg_model = _strict_numbers(registered.fn_metadata.arg_model)
+            if registered is not None:  # read live by the SDK: unknown arguments and booleans for numbers refused
+                registered.fn_metadata.arg_model = _strict_arguments(registered.fn_metadata.arg_model)
+                registered.parameters["additionalProperties"] = False
                 _SDK_TOOLS[spec.name] = registered

@@ -91,3 +91,38 @@ class AllowedRoots:
                 for _, source in pairs:
                     self.check_resolved(source, field=f"{field} (blend split {split!r})")
         return path
+
+    def confine(self, kind: str, user_path: str, *, field: str) -> Path:
+        """Resolve and confine a path argument of a declared path kind (:data:`seqpack.verbs.declare.PATH_KINDS`).
+
+        ``file`` and ``tokenizer``: an existing file; ``inputs``: an existing JSONL file or blend
+        manifest (:meth:`resolve_inputs`); ``out_dir``: a directory, created when absent; ``out_file``:
+        a file, created when absent; ``artifact``: an existing entry, and, unless it is a prepared Energon
+        dataset, every packed Parquet file it names and the manifest beside them (what inspection reads).
+        """
+        if kind in ("file", "tokenizer"):
+            return self.resolve(user_path, field=field, kind="file")
+        if kind == "inputs":
+            return self.resolve_inputs(user_path, field=field)
+        if kind == "out_dir":
+            return self.resolve(user_path, field=field, must_exist=False, kind="dir")
+        if kind == "out_file":
+            return self.resolve(user_path, field=field, must_exist=False)
+        if kind == "artifact":
+            return self._artifact(user_path, field=field)
+        raise ValueError(f"unknown path kind {kind!r}")
+
+    def _artifact(self, user_path: str, *, field: str) -> Path:
+        from seqpack.packing.energon.inspect import is_energon_dataset
+        from seqpack.packing.parquet import resolve_parquet_paths
+
+        target = self.resolve(user_path, field=field)
+        if is_energon_dataset(target):
+            return target
+        files = resolve_parquet_paths(target)
+        for f in files:
+            self.check_resolved(f, field=field)
+        manifest = Path(files[0]).parent / "seqpack_manifest.json"  # read by inspection when present
+        if manifest.exists():
+            self.check_resolved(manifest, field=field)
+        return target

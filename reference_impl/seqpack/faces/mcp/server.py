@@ -1,9 +1,10 @@
 """The seqpack MCP server: the library's verbs as MCP tools, the skill and rules as resources, two prompts.
 
-Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Every tool is a module-level function
-(:mod:`seqpack.faces.mcp.registry`) that calls the same verb as the CLI and the Python
-API (:mod:`seqpack.verbs`) and returns the verb's result dataclass: the SDK derives the
-output schema from it and returns its fields as structured content.
+Built on the official ``mcp`` SDK (2.x, ``MCPServer``). The verbs' tools are generated from the verbs'
+declarations (:mod:`seqpack.faces.mcp.generate`); each calls the same verb as the CLI and the Python
+API (:mod:`seqpack.verbs`) and returns the verb's result dataclass: the SDK derives the output schema
+from it and returns its fields as structured content. The registry (:mod:`seqpack.faces.mcp.registry`)
+holds them and the hand-written ``server_info``.
 
 Security model:
 
@@ -25,13 +26,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent
 
 from seqpack import __version__
 from seqpack.faces.mcp.content import find_skill_dir, register_prompts, register_resources
@@ -53,6 +55,8 @@ INSTRUCTIONS = (
     "lists them)."
 )
 _AUTO = object()
+#: The deprecation notes of the tool call in progress (read by :meth:`SeqpackServer.finish_result`).
+_NOTES: ContextVar[list[str]] = ContextVar("seqpack_mcp_notes", default=[])
 
 
 class SeqpackServer(StampedMCPServer):
@@ -72,10 +76,37 @@ class SeqpackServer(StampedMCPServer):
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}")
         return await super().get_prompt(name, arguments, context)
 
-    def finish_result(self, name: str, result: Any) -> Any:
-        """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots)."""
+    async def call_tool(  # type: ignore[override]
+            self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Run the tool; an argument under its old name (:attr:`ToolSpec.aliases`) is passed under the new one,
+        and the result says so in a text block (the old name goes in the next release)."""
         spec = TOOLS.get(name)
-        return add_links(result, spec.links, self.seqpack_roots) if spec is not None and spec.links else result
+        notes: list[str] = []
+        if spec is not None and spec.aliases and isinstance(arguments, dict):
+            arguments = dict(arguments)
+            for old, new in spec.aliases.items():
+                if old in arguments and new not in arguments:
+                    arguments[new] = arguments.pop(old)
+                    notes.append(f"warning: the argument {old!r} is deprecated; use {new!r} (the old name goes "
+                                 "in the next release)")
+                    log.warning("tool %s: argument %r is deprecated, use %r", name, old, new)
+        token = _NOTES.set(notes)
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            _NOTES.reset(token)
+
+    def finish_result(self, name: str, result: Any) -> Any:
+        """A writing tool's result plus ``resource_link`` items for what it wrote (inside the roots), and the
+        deprecation notes of the call."""
+        spec = TOOLS.get(name)
+        if spec is not None and spec.links:
+            result = add_links(result, spec.links, self.seqpack_roots)
+        notes = _NOTES.get()
+        if notes and isinstance(result, CallToolResult):
+            result = result.model_copy(update={"content": [*result.content,
+                                                           *(TextContent(type="text", text=n) for n in notes)]})
+        return result
 
 
 @dataclass(frozen=True)
@@ -203,7 +234,9 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
-if __name__ == "__main__":  # python -m seqpack.faces.mcp.server [--root DIR ...]
-    from seqpack.faces.cli import main
+if __name__ == "__main__":  # python -m seqpack.faces.mcp.server [--root DIR ...]: stdio (`seqpack mcp` has the rest)
+    import argparse
 
-    raise SystemExit(main(["mcp", *sys.argv[1:]]))
+    _parser = argparse.ArgumentParser(prog="python -m seqpack.faces.mcp.server")
+    _parser.add_argument("--root", action="append", default=None, metavar="DIR")
+    serve(_parser.parse_args().root)
