@@ -78,3 +78,34 @@ def test_an_output_root_leads_to_its_pack_folder_or_lists_them(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ArtifactError, match="no pack folder"):
         resolve_parquet_paths(tmp_path / "empty")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("truncation", ["right", "oldest_turns"])
+def test_the_plan_verb_predicts_the_pack_verbs_packs_and_accounting(truncation, tmp_path):
+    from seqpack.verbs import PackOptions, PlanOptions, pack, plan
+
+    qwen3 = str(require_tokenizer_dir("qwen3"))
+    data = tmp_path / "chat.jsonl"
+    write_rows(data, 300, seed=5, long_rows=3)
+    topo = dict(tp=4, cp=2, sp=True, tokenizer=qwen3, truncation=truncation)
+    predicted = plan(PlanOptions(jsonl=str(data), candidates=(2048, 4096), token_slots=65536, dp=2, **topo))
+    for row in predicted.rows:
+        made = pack(PackOptions(input=str(data), out=str(tmp_path / "out"), pack_size=row.pack_size, **topo))
+        split = made.splits["training"]
+        assert row.packs == split["packs"], (truncation, row.pack_size)
+        assert _counts(row.accounting) == _counts(split["accounting"])
+        assert row.truncated == split["accounting"]["truncated"]
+    assert predicted.tokenizer == qwen3 and made.tokenizer == qwen3 and not predicted.warnings
+
+
+def test_plan_suggests_token_slots_that_fit_the_dp():
+    from seqpack.verbs import PlanOptions, plan
+
+    result = plan(PlanOptions(lengths=[300, 900, 1500, 2500] * 20, dp=3))
+    assert result.recommended_pack_size is None and result.suggestions
+    for s in result.suggestions:
+        assert s["token_slots"] == s["pack_size"] * s["global_batch_size"] and s["global_batch_size"] % 3 == 0
+    assert "--token-slots 49152 (GBS 6 at 8192)" in result.recommendation
+    fixed = plan(PlanOptions(lengths=[300, 900, 1500, 2500] * 20, dp=3, token_slots=49152))
+    assert fixed.recommended_pack_size is not None and fixed.suggestions == []

@@ -41,6 +41,8 @@ class PlanRow(Result):
     """One candidate pack size of the equal-token-slot table.
 
     ``pack_len`` repeats ``pack_size`` under its old name for one release (deprecated: read ``pack_size``).
+    ``accounting`` (JSONL input): every row as ``seqpack pack`` at this size would count it (packed, truncated,
+    skipped by reason), from the same tokenization, truncation and skip rules.
     """
 
     pack_size: int
@@ -69,6 +71,7 @@ class PlanRow(Result):
     notes: list[str] = field(default_factory=list)
     dispatch: dict[str, Any] | None = None
     pack_len: int | None = None
+    accounting: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pack_len", self.pack_size)
@@ -79,7 +82,10 @@ class PackPlan(Result):
     """Result of :func:`plan_pack_length`: the table, the recommendation and its reason.
 
     ``recommended_pack_len`` repeats ``recommended_pack_size`` under its old name for one release
-    (deprecated: read ``recommended_pack_size``).
+    (deprecated: read ``recommended_pack_size``). ``tokenizer`` names the tokenizer of JSONL input
+    (``byte (default)`` when none was given); ``suggestions``: when no candidate is valid for the DP,
+    token-slot counts (and their global batch sizes) that would make a candidate valid; ``warnings``:
+    rows of natural language measured in bytes.
     """
 
     rows: list[PlanRow]
@@ -96,6 +102,9 @@ class PackPlan(Result):
     truncation: str
     moe: dict[str, Any] | None = None
     recommended_pack_len: int | None = None
+    tokenizer: str | None = None
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recommended_pack_len", self.recommended_pack_size)
@@ -137,7 +146,9 @@ class PreparedPacks(Result):
     ``rebuilt``: why an existing pack of seqpack's own was written again (null otherwise).
     ``pack_dir`` is the fingerprinted folder inside the output root that holds the packs (what
     ``inspect`` and a training config's ``dataset_root`` read); ``root`` repeats it under its old name
-    for one release (deprecated: read ``pack_dir``).
+    for one release (deprecated: read ``pack_dir``). ``tokenizer`` names the tokenizer (``byte (default)``
+    when none was given); ``warnings`` are what the run found worth saying (rows of natural language
+    measured in bytes).
     """
 
     pack_dir: Path
@@ -149,6 +160,8 @@ class PreparedPacks(Result):
     splits: dict[str, Any]
     rebuilt: str | None = None
     root: Path | None = None
+    tokenizer: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", self.pack_dir)

@@ -64,7 +64,7 @@ PATH_KINDS: dict[str, str] = {
     "artifact": "packed Parquet (a file or a directory) or a prepared Energon dataset directory",
     "out_dir": "an output directory (created when absent)",
     "out_file": "an output file (created when absent)",
-    "tokenizer": "a tokenizer.json (or, on the CLI, its folder)",
+    "tokenizer": "a tokenizer.json or the folder holding it",
 }
 #: Field kinds: how a face carries the value (from the annotation, see :func:`_kind`).
 KINDS = ("int", "float", "bool", "str", "int_list", "str_list", "mapping", "object")

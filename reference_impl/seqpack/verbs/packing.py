@@ -9,6 +9,7 @@ from typing import Any
 from seqpack.core.choices import LOSS_MODES, REASONING_POLICIES
 from seqpack.core.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
+from seqpack.core.glossary import glossary_line
 from seqpack.core.textfmt import text_table
 from seqpack.verbs.common import (
     AlignedOptions,
@@ -16,6 +17,7 @@ from seqpack.verbs.common import (
     max_seqs_option,
     schema_option,
     seed_option,
+    template_error_option,
     tokenizer_option,
     truncation_option,
 )
@@ -54,6 +56,7 @@ class PackOptions(AlignedOptions):
                                    "default) or mask it", choices=REASONING_POLICIES)
     tokenizer: Any = tokenizer_option()
     truncation: str = truncation_option()
+    on_template_error: str = template_error_option()
     algorithm: str = algorithm_option()
     seed: int = seed_option(1234)
     max_seqs_per_pack: int | None = max_seqs_option()
@@ -84,7 +87,10 @@ def pack(options: PackOptions) -> PreparedPacks:
     multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``): the CLI and the MCP
     tool refuse the same packs.
     """
-    from seqpack.data.schemas import schema_from_options
+    from dataclasses import replace
+
+    from seqpack.data.schemas import schema_for_file
+    from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
     from seqpack.packing.offline.prepare import prepare_packed_dataset
 
     check_options(options)
@@ -92,15 +98,16 @@ def pack(options: PackOptions) -> PreparedPacks:
     inputs: Any = options.input
     if options.validation is not None:
         inputs = {"training": os.fspath(options.input), "validation": os.fspath(options.validation)}
-    return prepare_packed_dataset(
+    schema = schema_for_file(options.schema, first_source(options.input), prompt_column=options.prompt_column,
+                             completion_column=options.completion_column, loss_mode=options.loss_mode,
+                             reasoning=options.reasoning, on_template_error=options.on_template_error)
+    result = prepare_packed_dataset(
         inputs,
         options.out,
         pack_size=options.pack_size,
         pad_seq_to_mult=multiple,
         max_seq_length=options.max_seq_length,
-        schema=schema_from_options(options.schema, prompt_column=options.prompt_column,
-                                   completion_column=options.completion_column, loss_mode=options.loss_mode,
-                                   reasoning=options.reasoning),
+        schema=schema,
         tokenizer=options.tokenizer,
         truncation=options.truncation,
         algorithm=options.algorithm,
@@ -115,6 +122,20 @@ def pack(options: PackOptions) -> PreparedPacks:
         overwrite=options.overwrite,
         progress=options.progress,
     )
+    warning = byte_tokenizer_warning(options.tokenizer, result.manifest.get("schema", {}).get("kind"))
+    return replace(result, tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
+
+
+def first_source(source: Any) -> str | None:
+    """The JSONL whose first row shows the schema: the file itself, or a blend manifest's first source."""
+    from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest
+
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    if is_blend_manifest(source):
+        blends = read_blend_manifest(source)
+        return next((path for pairs in blends.values() for _, path in pairs), None)
+    return os.fspath(source)
 
 
 def render_pack(result: PreparedPacks, options: PackOptions) -> str:
@@ -128,9 +149,12 @@ def render_pack(result: PreparedPacks, options: PackOptions) -> str:
     return "\n".join([
         f"{'reused' if result.reused else 'wrote'} {result.pack_dir}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
                                                                      else ""),
-        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "efficiency"], rows),
+        f"tokenizer: {result.tokenizer}",
+        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "packing eff."], rows),
         f"pad_seq_to_mult={options.multiple()} pack_size={options.pack_size} algorithm={options.algorithm} "
-        f"seed={options.seed}",
+        f"seed={options.seed} truncation={options.truncation}",
+        glossary_line("packing efficiency"),
+        *(f"warning: {w}" for w in result.warnings),
     ])
 
 
