@@ -464,6 +464,8 @@ def run_packing_smoke_tests(
     reqs = [SmokeRequest(r) if isinstance(r, str) else r for r in requests]
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
+    if progress is not None:
+        progress("configs and tokenizers", 0.0)
     runs = [_checked_request(r) for r in reqs]
     workers = min(2, os.cpu_count() or 1) if workers is None else positive_int("workers", workers)
     lock = threading.Lock()
@@ -477,6 +479,7 @@ def run_packing_smoke_tests(
     with confine.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
         server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
         try:
+            notify("reference model (imports torch)" + (", rank server" if server is not None else ""), 0.02)
             for r in reqs:
                 _check_model(r)
 
