@@ -214,6 +214,8 @@ register_path(PackingPath(
         "train": {"micro_batch_size": 1, "global_batch_size": 8},
         "dist": {"world_size": 2},
     },
+    batches=f"{_BATCHES}:offline_report",
+    batch_mode="offline",
     doc="docs/offline.md",
 ))
 

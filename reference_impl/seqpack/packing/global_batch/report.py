@@ -171,6 +171,9 @@ class GlobalBatchReport(Result):
     full_steps: int = 0
     dropped_rows: int = 0
     balance: dict[str, Any] | None = None
+    schema: str | None = None
+    tokenizer: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def inspect_global_batch(
@@ -202,7 +205,8 @@ def inspect_global_batch(
     return GlobalBatchReport(str(dataset.path), len(dataset), settings.to_dict(),
                              [_summary(i, sim) for i, sim in enumerate(steps)],
                              full_steps=len(dataset) // gbs, dropped_rows=len(dataset) % gbs,
-                             balance=_balance(cfg, dataset, settings.scheduler, steps, num_steps))
+                             balance=_balance(cfg, dataset, settings.scheduler, steps, num_steps),
+                             schema=dataset.schema.kind, tokenizer=dataset.tokenizer.name)
 
 
 #: Another scheduler is worth a hint when its worst rank load is at most this share of the current one's.
