@@ -74,3 +74,17 @@ def test_missing_metadata_is_an_error(packs, tmp_path):
     cfg, _, given = load_config_report(CONFIG.replace("{root}", str(copy)).replace("{{", "{").replace("}}", "}"))
     report = check_packs(cfg, copy, given=given)
     assert not report.ok and [f["id"] for f in report.findings] == ["PACKS-METADATA"]
+
+
+def test_the_validate_verb_and_cli_check_the_packs(packs, tmp_path, capsys):
+    from seqpack.faces.cli import main
+
+    config = tmp_path / "train.yaml"
+    config.write_text(CONFIG.replace("{root}", str(packs.pack_dir.parent)).replace("{{", "{").replace("}}", "}"))
+    assert main(["validate", str(config), "--packs", str(packs.pack_dir.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "packs: OK" in out and "train_iters for 1 epoch(s)" in out and "not checked: 2 Megatron-Bridge" in out
+    bad = ["validate", str(config), "--packs", str(packs.pack_dir), "--set", "dataset.offline_packing_specs.pad_seq_to_mult=8"]
+    assert main(bad) == 1
+    out = capsys.readouterr().out
+    assert "INVALID" in out and "[PACKS-PAD-MULT]" in out and "the packs do not fit" in out

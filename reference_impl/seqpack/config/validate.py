@@ -47,6 +47,8 @@ class ValidationReport(Result):
     bridge_version: str = DEFAULT_BRIDGE_TARGET
     #: Megatron-Bridge fields the config gave that no rule reads (accepted, not checked).
     not_checked: list[str] = field(default_factory=list)
+    #: ``validate --packs``: the config against the packs on disk (``seqpack.packing.offline.config_check``).
+    packs: dict[str, Any] | None = None
 
     @property
     def rule_ids(self) -> list[str]:
