@@ -104,8 +104,11 @@ def glossary_document() -> str:
     return ("# Glossary of the efficiency figures\n\n<!-- generated from reference_impl/seqpack/core/glossary.py; "
             "edit that file, then run python -m scripts.docgen -->\n\n"
             "Every command that prints one of these figures means this by it. Token slots are packs x pack_size; "
-            "real tokens are the samples' tokens (ids minus one); aligned tokens add each sample's alignment "
-            "padding up to a multiple of pad_seq_to_mult.\n\n" + glossary_markdown())
+            "real tokens are the samples' tokens (ids minus one; inspect and batches --mode offline count them as "
+            "the packs' reader bounds them, stopping a sequence at its last input that is not EOS, which adds or "
+            "drops one untrained token per sequence when a chat template closes with another token); aligned "
+            "tokens add each sample's alignment padding up to a multiple of pad_seq_to_mult.\n\n"
+            + glossary_markdown())
 
 
 #: Repository-relative path -> function producing its full text.

@@ -3,8 +3,10 @@
 Every command that prints one of these figures names it with the term here and can print its definition
 (:func:`glossary_line`), so ``pack``, ``inspect``, ``plan``, ``batches`` and the MCP results mean the same
 thing by the same word. The token slots of a set of packs are ``packs x pack_size``; real tokens are the
-tokens of the samples (runtime length: ids minus one); aligned tokens add each sample's alignment padding
-(up to a multiple of ``pad_seq_to_mult``).
+tokens of the samples (runtime length: ids minus one; ``inspect`` and ``batches --mode offline`` count them
+as the packs' reader bounds them, stopping a sequence at its last input that is not EOS, which adds or
+drops one untrained token per sequence when a chat template closes with another token); aligned tokens add
+each sample's alignment padding (up to a multiple of ``pad_seq_to_mult``).
 """
 
 from __future__ import annotations
