@@ -200,6 +200,7 @@ class PreparedEnergonDataset(Result):
     fingerprint: str
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
+    tokenizer: str | None = None
 
     @property
     def manifest(self) -> dict[str, Any]:

@@ -90,6 +90,9 @@ def inspect_energon_dataset(
     prepared = read_manifest(path, check_files=False)
     manifest = prepared.manifest
     root = prepared.root
+    recorded = (manifest.get("tokenizer") or {}).get("file")
+    if tokenizer is None and recorded is not None and os.path.exists(recorded):
+        tokenizer = recorded  # what energon-prepare recorded
     tok = load_tokenizer(tokenizer)
     schema = default_schema(prepared.schema)
     has_media = bool(prepared.media)
