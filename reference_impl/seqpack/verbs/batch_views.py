@@ -292,7 +292,8 @@ builder, no collectives) and return every step's packs per (micro-batch, DP rank
 token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`); balance
 gives the worst rank load under each scheduler on the same steps and a hint when another is more even."""),
         Tool("inspect_offline_batches", job=True, fixed={"mode": "offline"},
-             exclude=tuple(dict.fromkeys(_IN_BATCH_ONLY + _GLOBAL_ONLY + _JSONL_ONLY)) + ("eval_cp", "tp", "sp"),
+             exclude=tuple(n for n in dict.fromkeys(_IN_BATCH_ONLY + _GLOBAL_ONLY + _JSONL_ONLY + ("tp", "sp"))
+                           if n != "num_batches"),
              title="Show offline packs as the THD micro-batches training gets, and each CP rank's share",
              result="seqpack.training.offline_view:OfflineBatchReport",
              description="""Read offline packed Parquet (a pack folder, or the output root pack_dataset wrote) with the runtime

@@ -161,7 +161,7 @@ class SmokeRun(Result):
 
 def smoke_cli(options: SmokeOptions) -> SmokeRun:
     """What ``seqpack smoke`` runs: the path's smoke test, or every path's (``all``: for rows with images, every
-    path that reads them) in one launch of CP ranks; progress lines go to stderr."""
+    path that reads them) in one launch of CP ranks; on a terminal, progress lines go to stderr."""
     paths = list(PACKING_PATHS) if options.path == "all" else [options.path]
     notes = []
     if options.path == "all" and options.data is not None:
@@ -175,12 +175,19 @@ def smoke_cli(options: SmokeOptions) -> SmokeRun:
                          f"{', '.join(skipped)} take text rows only")
     if options.config_path is not None and len(paths) > 1:
         raise UsageError("--config describes one packing path; pass --path too")
-    if options.progress is None:
+    if options.progress is None and _terminal():
         options = replace(options, progress=_progress_lines())
     reports = smoke_paths(replace(options, path=paths[0]), paths)
     ok = all(r.ok for r in reports)
     result = "pass" if ok else ("fail" if any(r.result == "fail" for r in reports) else "incomplete")
     return SmokeRun(ok=ok, result=result, reports=reports, notes=notes)
+
+
+def _terminal() -> bool:
+    """Whether stderr is a terminal (progress lines go there; a pipe or a log gets only the result)."""
+    import sys
+
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _progress_lines() -> Callable[[str, float], None]:
