@@ -194,7 +194,7 @@ SUCCESSES = [
     Case("batches-offline", lambda r, f: verbs.batches(verbs.BatchesOptions(
         input=r / "artifact", mode="offline", cp=2, num_batches=2)),
          ["batches", "{root}/artifact", "--mode", "offline", "--cp", "2", "--num-batches", "2"],
-         "inspect_offline_batches", {"input_path": "{root}/artifact", "cp": 2, "num_batches": 2}),
+         "inspect_offline_batches", {"input_path": "{root}/artifact", "cp": 2, "num_batches": 2}, slow=True),
     Case("energon-prepare", lambda r, f: verbs.energon_prepare(verbs.EnergonPrepareOptions(
         input=r / "data.jsonl", out=r / f, shard_size=10, val_fraction=0.25)),
          ["energon-prepare", "{root}/data.jsonl", "--out", "{root}/{face}", "--shard-size", "10",

@@ -179,8 +179,14 @@ PACK = Verb(
         fixed={"distributed": False}, links=pack_links,
         description="""Tokenize, align, bin-pack and write packed Parquet + metadata + manifest (like `seqpack pack`).
 
-pad_seq_to_mult comes from tp/cp/sp/eval_cp unless given. The output directory name
-carries a fingerprint of the inputs and options: the same call again reuses it. Every
-input row is accounted for per split (packed, truncated, skipped by reason).""",
+Pass the model's tokenizer folder as tokenizer_path (tokenizer.json with tokenizer_config.json and
+its chat template): chat rows are rendered with that template and lengths are the model's; without it
+the byte tokenizer is used and the result's warnings say so. Chat rows: loss_mode assistant (every
+assistant turn, default), last_turn or full; reasoning train or mask; truncation oldest_turns drops a
+long chat's oldest exchanges (system prompt and last answer kept); on_template_error skip counts rows
+the template refuses instead of stopping. pad_seq_to_mult comes from tp/cp/sp/eval_cp unless given.
+The packs go to pack_dir, a fingerprinted folder inside output_dir (root: the same, deprecated): the
+same call again reuses it. Every input row is accounted for per split (packed, truncated, skipped by
+reason).""",
     ),),
 )

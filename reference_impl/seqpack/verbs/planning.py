@@ -740,7 +740,11 @@ PLAN = Verb(
         "plan_pack_length", title="Plan the pack length (equal token slots per step)", job=True,
         description="""Compare candidate pack sizes at equal token slots per step and recommend one.
 
-Give exactly one of lengths, histogram, jsonl_path or mix. Each candidate gets global batch
+Give exactly one of lengths, histogram, jsonl_path or mix. With jsonl_path pass the model's
+tokenizer folder as tokenizer_path (else lengths are bytes, 3-5x a real tokenizer's; warnings say
+so) and the same truncation, loss_mode and reasoning as pack_dataset will get: every row is then
+tokenized, truncated and skipped exactly as pack_dataset would at each size (rows[].accounting).
+When no candidate fits dp, suggestions gives token slots that do. Each candidate gets global batch
 size = token_slots / pack_size, a validity check (slots divisible, GBS divisible by DP and
 >= DP, pack_size a multiple of pad_seq_to_mult) and a simulated packing of the aligned
 lengths: packs, lower bound, token efficiency, padding waste, sequences per pack, samples
