@@ -171,6 +171,12 @@ def choice_field(name: str, value: str, options: Mapping[str, Iterable[str]], *a
                        anywhere=anywhere, hint=hint, says=says)
 
 
+def pick_field(name: str, value: str, options: Mapping[str, Iterable[str]], *aliases: str, says: str = "") -> AnswerField:
+    """A choice read from the whole answer (for spellings specific enough to stand alone), its options as the hint."""
+    return choice_field(name, value, options, *aliases, anywhere=True, says=says or name,
+                        hint="<" + " | ".join(options) + ">")
+
+
 def yes_no_field(name: str, value: bool, yes: Iterable[str], no: Iterable[str], *aliases: str, says: str = "",
                  anywhere: bool = False) -> AnswerField:
     """A yes/no fact: labels ``yes`` and ``no`` (what the block writes) and their spellings in free text."""
@@ -199,6 +205,7 @@ __all__ = [
     "int_field",
     "literal",
     "percent_field",
+    "pick_field",
     "prompt_footer",
     "set_field",
     "yes_no_field",

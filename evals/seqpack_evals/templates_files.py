@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from seqpack.core.alignment import derive_alignment, round_up
 from seqpack.core.errors import SeqpackError, UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, paths_of
 from seqpack_evals.capture import capture_cli
 from seqpack_evals.facts import facts_for, merge
@@ -88,16 +88,12 @@ def _workdir_with(ctx: GenContext, name: str, files: dict[str, Path | str]) -> P
 
 def dp_field(dp: int) -> AnswerField:
     """The data-parallel size."""
-    return int_field("data_parallel_size", dp, r"\bDP\b", r"data[- ]parallel(?: size)?", says="data-parallel size")
+    return tables.named_field("data_parallel_size", value=dp)
 
 
 def valid_field(ok: bool) -> AnswerField:
     """Whether the validator accepts the config."""
-    return yes_no_field(
-        "valid", ok,
-        [r"(?<!not )(?<!in)\bvalid\b(?! only)", r"\bpasses\b", r"\bno violations\b", r"\bis accepted\b"],
-        [r"\binvalid\b", r"\bnot valid\b", r"\brejected\b", r"\bwill fail\b", r"\bfails validation\b"],
-        anywhere=True, says="the config is valid")
+    return tables.named_field("valid", value=ok)
 
 
 def pad_field(value: int, name: str = "pad_seq_to_mult") -> AnswerField:
@@ -107,11 +103,8 @@ def pad_field(value: int, name: str = "pad_seq_to_mult") -> AnswerField:
 
 def usable_field(name: str, usable: bool, *aliases: str, says: str = "") -> AnswerField:
     """Whether packs can be used as they are (``usable`` / ``not usable``)."""
-    return choice_field(name, "usable" if usable else "not usable", {
-        "usable": (r"(?<!not )(?<!un)\busable\b", r"\bcan be used\b", r"\bworks?\b(?! only)"),
-        "not usable": (r"\bnot usable\b", r"\bunusable\b", r"\bcannot be used\b", r"\bcan't be used\b",
-                       r"\bnot compatible\b", r"\bincompatible\b"),
-    }, *aliases, says=says or name, hint="<usable | not usable>")
+    return tables.named_field("usable", name=name, value="usable" if usable else "not usable", aliases=list(aliases),
+                              says=says or name)
 
 
 def count_field(name: str, value: int, *nouns: str, says: str = "") -> AnswerField:
@@ -169,71 +162,13 @@ def _example_text(name: str) -> str:
 
 
 def _config_tasks(ctx: GenContext) -> None:
-    _review_task(
-        ctx, "ctx-broken-offline-cp2",
-        "config.yaml in this directory is the config of our offline packed SFT run (context parallel 2 on 8 GPUs). "
-        "Review it before we launch: list every problem and give the corrected values.",
-        _example_text("broken_offline_cp2"),
-    )
-    _review_task(
-        ctx, "ctx-energon-mbs2",
-        "config.yaml runs fine today. We would like to change train.micro_batch_size to 2 to speed it up. What will "
-        "break, and what should we do instead?",
-        _example_text("energon_qwen_vl"), overrides=("train.micro_batch_size=2",),
-    )
-    for task_id, prompt, overrides in (
-        ("ctx-energon-pp-mtp",
-         "Check config.yaml (Qwen-VL fine-tuning from Energon shards). It fails at startup; explain every problem.",
-         {"model.family": "qwen_vl", "model.pipeline_model_parallel_size": 2, "model.mtp_num_layers": 1,
-          "model.calculate_per_token_loss": True, "dataset.kind": "energon", "dataset.packing_buffer_size": 16,
-          "dist.world_size": 2}),
-        ("ctx-global-graphs-loader",
-         "Review config.yaml for our SFT run with packs formed across the global batch. What must change?",
-         {"model.seq_length": 8192, "model.max_seqlen_per_dp_cp_rank": 8192, "model.calculate_per_token_loss": True,
-          "model.cuda_graph_impl": "local", "dataset.enable_global_batch_packing": True,
-          "dataset.dataloader_type": "batch"}),
-        ("ctx-offline-te-graphs",
-         "We enabled Transformer Engine CUDA graphs in config.yaml (offline packed SFT). Will the run work as "
-         "configured?",
-         {"model.seq_length": 4096, "model.cuda_graph_impl": "transformer_engine",
-          "dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 4096}),
-        ("ctx-seq-mismatch",
-         "config.yaml: the data team built 8K packs but the training side still says 4096 somewhere. Find and fix "
-         "the inconsistency.",
-         {"model.seq_length": 8192, "dataset.seq_length": 4096, "dataset.enable_offline_packing": True,
-          "dataset.offline_packing_specs.packed_sequence_size": 8192}),
-        ("ctx-pad-cu-metadata",
-         "config.yaml points the run at pre-built packs with static cu_seqlens for CUDA graphs. Validation fails; "
-         "what is missing?",
-         {"model.seq_length": 2048, "dataset.enable_offline_packing": True,
-          "dataset.offline_packing_specs.packed_sequence_size": 2048,
-          "dataset.offline_packing_specs.pad_cu_seqlens": True,
-          "dataset.offline_packing_specs.packed_train_data_path": "/data/packed/training_2048.idx.parquet",
-          "dataset.dataset_kwargs.pad_to_max_length": True}),
-        ("ctx-world-size-tp",
-         "config.yaml is for a 12-GPU node group with TP 8. Can it run, and what are the options?",
-         {"model.tensor_model_parallel_size": 8, "dist.world_size": 12, "dataset.enable_offline_packing": True,
-          "dataset.offline_packing_specs.packed_sequence_size": 2048, "model.seq_length": 2048}),
-    ):
-        _review_task(ctx, task_id, prompt, config_yaml(overrides))
-    _review_task(
-        ctx, "ctx-qwen3-next-offline",
-        "Our Qwen3-Next fine-tuning config is in config.yaml. Anything to worry about before launch?",
-        config_yaml({"model.family": "qwen3_next", "model.seq_length": 4096, "dataset.enable_offline_packing": True,
-                     "dataset.offline_packing_specs.packed_sequence_size": 4096}),
-        warnings=True,
-    )
-    _review_task(
-        ctx, "ctx-eval-cp-warning",
-        "The validator accepts config.yaml but prints a warning about the evaluation context-parallel size. What "
-        "does it mean and what should we do?",
-        config_yaml({"model.context_parallel_size": 2, "model.calculate_per_token_loss": True,
-                     "model.seq_length": 8192, "dataset.enable_offline_packing": True,
-                     "dataset.offline_packing_specs.packed_sequence_size": 8192,
-                     "dataset.offline_packing_specs.pad_seq_to_mult": 8, "ddp.average_in_collective": False,
-                     "dist.world_size": 8, "dist.eval_context_parallel_size": 4}),
-        warnings=True,
-    )
+    for r in tables.rows("contextual", "reviews", ("id", "prompt"), ("example", "config", "overrides", "warnings"),
+                         {"example": str, "config": dict, "warnings": bool}):
+        if ("example" in r) == ("config" in r):
+            raise UsageError(f"contextual.yaml: reviews: {r['id']}: give exactly one of example and config")
+        text = _example_text(r["example"]) if "example" in r else config_yaml(r["config"])
+        overrides = tables.strings(r.get("overrides", []), f"contextual.yaml: reviews: {r['id']}: overrides")
+        _review_task(ctx, r["id"], r["prompt"], text, overrides=overrides, warnings=r.get("warnings", False))
 
 
 def _launch_check_tasks(ctx: GenContext) -> None:
@@ -365,7 +300,7 @@ def _error_of(fn: Any) -> SeqpackError:
 
 def line_field(line: int) -> AnswerField:
     """The 1-based line of a data file."""
-    return int_field("line", line, r"\bline\b(?: number)?", r"train\.jsonl:", says="line of train.jsonl")
+    return tables.named_field("line", value=line)
 
 
 def _log_tasks(ctx: GenContext) -> None:
@@ -564,10 +499,7 @@ def _log_tasks(ctx: GenContext) -> None:
 
 def rebuild_field() -> AnswerField:
     """Whether the packs have to be rebuilt."""
-    return yes_no_field("rebuild_packs", True,
-                        [r"\bre-?pack", r"\brebuild", r"\bre-?build", r"\bregenerate", r"pack (?:it|them|the data) again"],
-                        [r"(?:keep|reuse) (?:the|these|your) packs", r"no need to re-?(?:pack|build)"],
-                        anywhere=True, says="the packs must be rebuilt")
+    return tables.named_field("rebuild_packs", value=True)
 
 
 def _cp_partition_task(ctx: GenContext, packs: Path) -> None:
@@ -607,12 +539,11 @@ def _cp_partition_task(ctx: GenContext, packs: Path) -> None:
 # Artifacts and data
 # ------------------------------------------------------------------------------------------------
 
-_TOPOLOGY_CHOICES: tuple[tuple[str, dict[str, Any], str], ...] = (
-    ("A", {"tp": 1, "cp": 2, "sp": False}, "TP=1, CP=2"),
-    ("B", {"tp": 2, "cp": 2, "sp": True}, "TP=2, CP=2 with sequence parallel"),
-    ("C", {"tp": 1, "cp": 4, "sp": False}, "TP=1, CP=4"),
-    ("D", {"tp": 4, "cp": 2, "sp": True}, "TP=4, CP=2 with sequence parallel"),
-)
+def _topology_choices() -> list[tuple[str, dict[str, Any], str]]:
+    """(label, topology, words) of the options of ctx-packs-topologies (``contextual.yaml``)."""
+    return [(r["label"], r["topology"], r["words"])
+            for r in tables.rows("contextual", "topology_choices", ("label", "topology", "words"),
+                                 types={"topology": dict})]
 
 
 def stats_fields(s: dict[str, Any], *, intact: bool | None = None) -> list[AnswerField]:
@@ -627,10 +558,7 @@ def stats_fields(s: dict[str, Any], *, intact: bool | None = None) -> list[Answe
                   says="most sequences in one pack"),
     ]
     if intact is not None:
-        out.append(yes_no_field("intact", intact,
-                                [r"\bintact\b", r"no integrity (?:issues|problems|errors)", r"found nothing wrong"],
-                                [r"\bcorrupt\w*", r"\bdamaged\b", r"integrity (?:issues|problems|errors) found"],
-                                anywhere=True, says="the data is intact"))
+        out.append(tables.named_field("intact", value=intact))
     return out
 
 
@@ -643,7 +571,8 @@ def _artifact_tasks(ctx: GenContext) -> None:
     files = ctx.put_tree(task_id, "packs", packs4)
     lines, verdicts, fields = [], {}, []
     forbidden: list[Forbidden] = []
-    for label, topo, words in _TOPOLOGY_CHOICES:
+    choices = _topology_choices()
+    for label, topo, words in choices:
         rep = inspect_packed_dataset(packs4, Topology(**topo))
         t = rep.topology or {}
         usable = bool(t["usable"])
@@ -656,7 +585,7 @@ def _artifact_tasks(ctx: GenContext) -> None:
     ctx.add(make_task(
         task_id, "contextual",
         "packs/ holds pre-built packed Parquet data. Which of these topologies can train on it as it is? "
-        + "; ".join(f"{label}) {words}" for label, _, words in _TOPOLOGY_CHOICES) + ".",
+        + "; ".join(f"{label}) {words}" for label, _, words in choices) + ".",
         "\n".join(lines),
         fields, forbidden + [claims.reuse_packs()] + claims.path_claims(["offline"]),
         script="seqpack inspect", command=["inspect", "packs", "--tp", "4", "--cp", "2", "--sp"], files=files,
@@ -755,8 +684,7 @@ def _corrupt_artifact_task(ctx: GenContext) -> None:
                       says="safe to train on"),
          set_field("affected_rows", [str(r) for r in bad], row_options, r"\brows?\b", anywhere=False,
                    says="affected rows", hint="<row numbers, comma-separated>")],
-        [Forbidden("re:(?:is|looks|are) (?:fine|safe|ok|good) to train", "says the damaged packs are safe",
-                   "The file is fine to train on as it is.")] + claims.path_claims(["offline"]),
+        [claims.claim("damaged_packs_safe")] + claims.path_claims(["offline"]),
         script="seqpack inspect", command=["inspect", "packs/training.parquet", "--pack-size", str(PACK_SIZE)],
         files=files, paths=["offline"], topics=["inspection", "diagnosis"],
         truth={"issues": rep.issues, "issue_count": rep.issue_count},

@@ -15,13 +15,14 @@ from seqpack.config import get_rule
 from seqpack.config.model_support import check_model_support, find_family
 from seqpack.config.rules import FAMILIES, RULES, RULES_BY_ID
 from seqpack.core.errors import UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import MAIN_NOTE, GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for, facts_for_rule, merge
 from seqpack_evals.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from seqpack_evals.render import config_yaml, topology_words
 from seqpack_evals.vocab import KEY_ALIASES, rule_ids_field, supported_field
 
+_FILE = "knowledge"
 PAD = "dataset.offline_packing_specs.pad_seq_to_mult"
 PAD_ALIASES = KEY_ALIASES[PAD]
 
@@ -30,20 +31,12 @@ PAD_ALIASES = KEY_ALIASES[PAD]
 # Alignment
 # ------------------------------------------------------------------------------------------------
 
-EXPLICIT_TOPOLOGIES: tuple[tuple[int, int, bool, int | None], ...] = (
-    (4, 2, True, None),
-    (1, 1, False, None),
-    (4, 1, True, None),
-    (8, 2, True, None),
-    (2, 4, False, None),
-    (2, 2, True, 4),
-)
-IMPLICIT_TOPOLOGIES: tuple[tuple[int, int, bool, int | None, int], ...] = (
-    (2, 3, True, None, 6144),
-    (8, 1, True, None, 8192),
-    (4, 4, False, None, 32768),
-    (1, 2, False, None, 4096),
-)
+
+def _topologies(key: str) -> list[tuple[int, int, bool, int | None, int | None]]:
+    """(tp, cp, sp, eval_cp, seq_length) of the alignment tasks in ``knowledge.yaml``'s ``key``."""
+    return [(r["tp"], r["cp"], r["sp"], r.get("eval_cp"), r.get("seq_length"))
+            for r in tables.rows(_FILE, key, ("tp", "cp", "sp"), ("eval_cp", "seq_length"),
+                                 {"tp": int, "cp": int, "sp": bool, "eval_cp": int, "seq_length": int})]
 
 
 def alignment_fields(al: Any, *, parts: bool) -> list[AnswerField]:
@@ -73,7 +66,7 @@ def _slug(tp: int, cp: int, sp: bool, eval_cp: int | None) -> str:
 
 
 def _alignment_tasks(ctx: GenContext) -> None:
-    for tp, cp, sp, eval_cp in EXPLICIT_TOPOLOGIES:
+    for tp, cp, sp, eval_cp, _ in _topologies("alignment_explicit"):
         al = derive_alignment(tp, cp, sp, eval_cp)
         topo = topology_words(tp, cp, sp, eval_cp)
         paths = ["offline"] + (["context_parallel"] if cp > 1 or eval_cp else [])
@@ -95,7 +88,7 @@ def _alignment_tasks(ctx: GenContext) -> None:
             topics=["alignment"],
             truth=al.to_dict(),
         ))
-    for tp, cp, sp, eval_cp, seq in IMPLICIT_TOPOLOGIES:
+    for tp, cp, sp, eval_cp, seq in _topologies("alignment_implicit"):
         al = derive_alignment(tp, cp, sp, eval_cp)
         paths = ["offline"] + (["context_parallel"] if cp > 1 else [])
         ctx.add(make_task(
@@ -170,31 +163,9 @@ def _slots_task(ctx: GenContext, task_id: str, bucket: str, token_slots: int, le
 
 
 def _token_slot_tasks(ctx: GenContext) -> None:
-    _slots_task(
-        ctx, "explicit-slots-65536-dp8", "explicit", 65536, (2048, 4096, 8192), 8,
-        "With the seqpack sequence packing skill, list equal token-slot candidates for 65,536 token slots per "
-        "optimizer step at pack lengths 2048, 4096 and 8192 (offline packing, MBS 1) on a data-parallel size "
-        "of 8. Which global batch size goes with each length, and are they all valid?",
-    )
-    _slots_task(
-        ctx, "explicit-slots-65536-dp16", "explicit", 65536, (2048, 4096, 8192), 16,
-        "Using seqpack (the Megatron sequence packing skill): we keep 65,536 token slots per step and compare "
-        "2K, 4K and 8K offline packs on DP=16. Give the matching global batch sizes and say which combinations "
-        "cannot run.",
-    )
-    _slots_task(
-        ctx, "implicit-slots-98304-dp4", "implicit", 98304, (4096, 8192, 16384), 4,
-        "I want a fair comparison of 4096-, 8192- and 16384-token rows of concatenated SFT samples in "
-        "Megatron-Bridge: every optimizer step should see 98,304 token positions, one row per micro-batch, "
-        "4 data-parallel replicas. What global batch size does each row length need, and does each one work "
-        "with DP=4?",
-    )
-    _slots_task(
-        ctx, "explicit-slots-131072-dp32", "explicit", 131072, (4096, 8192, 16384), 32,
-        "Use seqpack's equal token-slot check: 131,072 token slots per step, offline packs of 4096, 8192 and "
-        "16384 tokens (MBS 1), data-parallel size 32. Which global batch size does each length need, and which "
-        "of them can run on DP=32?",
-    )
+    for r in tables.rows(_FILE, "token_slots", ("id", "bucket", "token_slots", "lengths", "dp", "prompt"),
+                         types={"token_slots": int, "lengths": list, "dp": int, "prompt": str}):
+        _slots_task(ctx, r["id"], r["bucket"], r["token_slots"], tuple(r["lengths"]), r["dp"], r["prompt"])
     slots = token_slots_per_step(4096, 24)
     ctx.add(make_task(
         "implicit-slots-per-step-4k-gbs24", "implicit",
@@ -220,157 +191,6 @@ def _token_slot_tasks(ctx: GenContext) -> None:
 # Rules: explicit explanations, explicit validate runs, implicit scenarios
 # ------------------------------------------------------------------------------------------------
 
-VALIDATE_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("global-batch-loader", (
-        "dataset.enable_global_batch_packing=true",
-        "model.calculate_per_token_loss=true",
-        "dataset.dataloader_type=batch",
-    )),
-    ("energon-mtp-graphs", (
-        "dataset.kind=energon",
-        "dataset.packing_buffer_size=16",
-        "model.calculate_per_token_loss=true",
-        "model.mtp_num_layers=1",
-        "model.vision_cuda_graph_impl=transformer_engine",
-    )),
-    ("offline-te-graphs", (
-        "dataset.enable_offline_packing=true",
-        "dataset.offline_packing_specs.packed_sequence_size=4096",
-        "model.seq_length=4096",
-        "model.cuda_graph_impl=transformer_engine",
-    )),
-)
-
-
-#: Rules explained by "explain rule X" tasks: at least one per family, every rule whose fix is a
-#: value of its own (a boolean, an enum, a derived number) rather than a choice among many.
-EXPLAIN_RULES: tuple[str, ...] = (
-    "SEQ-LENGTH-MATCH",
-    "CP-FT-AVG-COLLECTIVE",
-    "CP-SEQ-DIVISIBLE",
-    "ALIGN-SEQ-LENGTH",
-    "CP-EVAL-DECENTRALIZED",
-    "PACK-OFFLINE-MBS1",
-    "PACK-OFFLINE-PAD-MULT-NULL",
-    "PACK-OFFLINE-PAD-MULT-TOPOLOGY",
-    "PACK-OFFLINE-DATASET-KIND",
-    "PACK-OFFLINE-WIDTH-ROUNDING",
-    "PACK-OFFLINE-PAD-CU-FIXED-WIDTH",
-    "PACK-CUDA-GRAPH-FIXED-WIDTH",
-    "CUDA-GRAPH-NAN-CHECK",
-    "PACK-EXCLUSIVE-OFFLINE-IN-BATCH",
-    "PACK-IN-BATCH-DATALOADER",
-    "PACK-IN-BATCH-DEFERRED",
-    "PACK-ENERGON-NO-PP",
-    "PACK-ENERGON-DATALOADER",
-    "PACK-ENERGON-DATASET-MBS",
-    "PACK-ENERGON-NO-DISTTRAIN",
-    "PACK-ENERGON-EP-OVERLAP",
-    "PACK-GLOBAL-NO-CUDA-GRAPHS",
-    "PACK-GLOBAL-SCHEDULER",
-    "PACK-GLOBAL-NO-FSDP",
-    "PACK-GLOBAL-NO-HYBRID",
-    "PACK-MTP-DOCUMENTED",
-    "DATASET-KWARGS-MAX-NUM-SAMPLES",
-    "HF-REWRITE-EXPLICIT-PATHS",
-)
-
-
-#: Implicit scenarios: (slug, story, dotted config, rules whose facts are graded).
-SCENARIOS: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
-    ("world-size", "We have 6 GPUs and want tensor parallel 4 for an SFT run. Is this layout going to start?",
-     {"model.tensor_model_parallel_size": 4, "dist.world_size": 6}, ("TOPO-WORLD-DIVISIBLE",)),
-    ("gbs-dp", "Eight GPUs, pure data parallel, micro batch 1 and a global batch of 12 for SFT. Any problem?",
-     {"train.micro_batch_size": 1, "train.global_batch_size": 12, "dist.world_size": 8}, ("BATCH-GBS-DIVISIBLE",)),
-    ("long-context-loss", "We are moving a 16K-context SFT job to context parallel 2 on 8 GPUs. The config below "
-     "is our old one with CP added; will the loss be computed correctly?",
-     {"model.context_parallel_size": 2, "model.seq_length": 16384, "dataset.seq_length": 16384,
-      "train.global_batch_size": 16, "dist.world_size": 8},
-     ("CP-FT-PER-TOKEN-LOSS",)),
-    ("cp3-seq-length", "Context parallel 3 on 6 GPUs for 32000-token SFT samples. Is the sequence length OK?",
-     {"model.context_parallel_size": 3, "model.calculate_per_token_loss": True, "model.seq_length": 32000,
-      "ddp.average_in_collective": False, "dist.world_size": 6, "train.global_batch_size": 4},
-     ("CP-SEQ-DIVISIBLE",)),
-    ("offline-mbs4", "We pre-concatenated our SFT data into 2048-token rows with Megatron-Bridge's offline "
-     "tooling and now want 4 rows per micro-batch to keep the GPUs busy. What will Bridge say?",
-     {"dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 2048,
-      "model.seq_length": 2048, "train.micro_batch_size": 4, "train.global_batch_size": 32, "dist.world_size": 8},
-     ("PACK-OFFLINE-MBS1",)),
-    ("te-graphs-pad-cu", "We turned on Transformer Engine CUDA graphs (attention captured) for a job that trains "
-     "on pre-concatenated fixed-width SFT rows. What else must be set?",
-     {"dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 2048,
-      "model.seq_length": 2048, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["attn"],
-      "dataset.dataset_kwargs.pad_to_max_length": True},
-     ("PACK-CUDA-GRAPH-PAD-CU",)),
-    ("full-iteration-graph", "Capturing the whole training iteration as one local CUDA graph: anything in the "
-     "config that blocks it?",
-     {"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]}, ("CUDA-GRAPH-NAN-CHECK",)),
-    ("both-packings", "Someone enabled both the pre-built dataset of concatenated rows and runtime concatenation of "
-     "rows in the same fine-tuning config. Which one wins?",
-     {"dataset.enable_offline_packing": True, "dataset.offline_packing_specs.packed_sequence_size": 2048,
-      "model.seq_length": 2048, "dataset.enable_in_batch_packing": True},
-     ("PACK-EXCLUSIVE-OFFLINE-IN-BATCH",)),
-    ("in-batch-mbs1", "Our GPT-SFT run concatenates the rows of each micro-batch into one THD row at collate time. "
-     "We left micro_batch_size at 1. Does that make sense?",
-     {"dataset.enable_in_batch_packing": True, "dataset.dataloader_type": "single", "train.micro_batch_size": 1},
-     ("PACK-IN-BATCH-MBS",)),
-    ("pretrain-in-batch", "Can I switch on collate-time row concatenation for my pretraining dataset to save "
-     "padding?",
-     {"dataset.kind": "pretrain", "dataset.enable_in_batch_packing": True, "dataset.dataloader_type": "single",
-      "train.micro_batch_size": 4},
-     ("PACK-IN-BATCH-DATASET-KIND",)),
-    ("energon-mbs2", "Qwen-VL fine-tuning on Energon WebDataset shards with a 16-sample buffer per worker that merges "
-     "samples into one sequence; we would like two merged sequences per micro-batch. Will it run?",
-     {"model.family": "qwen_vl", "dataset.kind": "energon", "dataset.packing_buffer_size": 16,
-      "model.calculate_per_token_loss": True, "train.micro_batch_size": 2, "dataset.micro_batch_size": 2},
-     ("PACK-ENERGON-MBS1",)),
-    ("energon-encoder", "We want Energon's per-worker buffer that merges samples into one sequence, for a Nemotron "
-     "Omni model using its own task encoder. Supported?",
-     {"dataset.kind": "energon", "dataset.packing_buffer_size": 16, "model.calculate_per_token_loss": True,
-      "dataset.task_encoder": "nemotron_omni"},
-     ("PACK-ENERGON-TASK-ENCODER",)),
-    ("global-no-capacity", "We want samples regrouped into long sequences across the whole global batch every "
-     "step (balanced over DP ranks) for 8K SFT. What is missing from this config?",
-     {"dataset.enable_global_batch_packing": True, "dataset.dataloader_type": "single",
-      "model.calculate_per_token_loss": True, "model.seq_length": 8192},
-     ("PACK-GLOBAL-MAX-SEQLEN-REQUIRED",)),
-    ("global-capacity-cp2", "Samples are regrouped across the global batch every step, with context parallel 2, "
-     "16K samples and 4096 tokens per DP*CP rank. Will every sample fit?",
-     {"dataset.enable_global_batch_packing": True, "dataset.dataloader_type": "single",
-      "model.calculate_per_token_loss": True, "model.context_parallel_size": 2, "model.seq_length": 16384,
-      "model.max_seqlen_per_dp_cp_rank": 4096, "dist.world_size": 2},
-     ("PACK-GLOBAL-CAPACITY",)),
-    ("glm45-offline", "Fine-tuning GLM-4.5 on pre-built rows of concatenated samples to cut padding. Any known issue?",
-     {"model.family": "glm45", "dataset.enable_offline_packing": True,
-      "dataset.offline_packing_specs.packed_sequence_size": 4096, "model.seq_length": 4096},
-     ("MODEL-FAMILY-OPT-OUT",)),
-    ("llava-pp2", "LLaVA SFT with concatenated rows and pipeline parallel 2 on 2 GPUs. OK?",
-     {"model.family": "llava", "dataset.enable_offline_packing": True,
-      "dataset.offline_packing_specs.packed_sequence_size": 2048, "model.seq_length": 2048,
-      "model.pipeline_model_parallel_size": 2, "dist.world_size": 2},
-     ("PACK-LLAVA-PP-CP",)),
-    ("num-epochs", "We set train.num_epochs=2 on a GPT-SFT run that uses the single dataloader so each "
-     "micro-batch is concatenated at collate time. Problem?",
-     {"train.num_epochs": 2, "dataset.dataloader_type": "single", "dataset.enable_in_batch_packing": True,
-      "train.micro_batch_size": 4},
-     ("DATALOADER-NUM-EPOCHS",)),
-)
-
-
-_FAMILY_PATHS: dict[str, list[str]] = {
-    "topology": ["offline"],
-    "context_parallel": ["context_parallel"],
-    "offline": ["offline"],
-    "cuda_graphs": ["offline"],
-    "exclusive": ["offline", "in_batch"],
-    "in_batch": ["in_batch"],
-    "energon": ["energon"],
-    "global_batch": ["global_batch"],
-    "model": ["offline"],
-    "moe": ["offline"],
-    "dataset": ["offline"],
-}
-
 
 def severity_field(rule_id: str, severity: str) -> AnswerField:
     """Whether a rule is an error or a warning."""
@@ -379,15 +199,16 @@ def severity_field(rule_id: str, severity: str) -> AnswerField:
 
 
 def _explain_tasks(ctx: GenContext) -> None:
-    for rule_id in EXPLAIN_RULES:
+    family_paths = tables.table(_FILE, "family_paths")
+    for rule_id in tables.strings(tables.table(_FILE, "explain_rules", list), "knowledge.yaml: explain_rules"):
         rule = get_rule(rule_id)
         if rule is None:
-            raise UsageError(f"EXPLAIN_RULES names unknown rule {rule_id}")
+            raise UsageError(f"knowledge.yaml: explain_rules names unknown rule {rule_id}")
         report = ctx.validate(None, list(rule.trigger.items()))
         finding = next(f for f in report.violations + report.warnings if f.rule_id == rule_id)
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id))
         fields = [severity_field(rule_id, rule.severity)] + [f for f in fields if not f.name.startswith("severity_")]
-        paths = _FAMILY_PATHS[rule.family]
+        paths = tables.strings(family_paths.get(rule.family), f"knowledge.yaml: family_paths: {rule.family}")
         ctx.add(make_task(
             f"explicit-rule-{rule_id.lower()}",
             "explicit",
@@ -409,7 +230,8 @@ def _explain_tasks(ctx: GenContext) -> None:
 
 
 def _validate_tasks(ctx: GenContext) -> None:
-    for slug, overrides in VALIDATE_RUNS:
+    for r in tables.rows(_FILE, "validate_runs", ("slug", "overrides")):
+        slug, overrides = r["slug"], tables.strings(r["overrides"], f"knowledge.yaml: validate_runs: {r['slug']}")
         report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for(report))
         paths = paths_of(report)
@@ -433,7 +255,9 @@ def _validate_tasks(ctx: GenContext) -> None:
 
 
 def _scenario_tasks(ctx: GenContext) -> None:
-    for slug, story, overrides, graded in SCENARIOS:
+    for r in tables.rows(_FILE, "scenarios", ("slug", "story", "config", "graded"), types={"config": dict}):
+        slug, story, overrides = r["slug"], r["story"], r["config"]
+        graded = tables.strings(r["graded"], f"knowledge.yaml: scenarios: {slug}: graded")
         text = config_yaml(overrides)
         report = ctx.validate(text)
         fired = report.rule_ids
@@ -495,36 +319,17 @@ def _family_listing_task(ctx: GenContext) -> None:
 # Model support and verification
 # ------------------------------------------------------------------------------------------------
 
-MODEL_SUPPORT: tuple[tuple[str, str, str, str], ...] = (
-    ("explicit", "qwen3_next", "offline",
-     "Using the Megatron sequence packing skill, check model support: can I use offline packed SFT for Qwen3-Next?"),
-    ("explicit", "qwen_vl", "energon",
-     "Ask the seqpack model-support table: does Qwen2.5-VL support Energon online packing, and under which limits?"),
-    ("explicit", "gemma3_vl", "in_batch",
-     "With the sequence packing skill, tell me whether Gemma3-VL fine-tuning can use runtime in-batch packing."),
-    ("implicit", "gemma3_vl", "in_batch",
-     "For Gemma3-VL SFT, could I concatenate the samples of each micro-batch into one row to avoid padding?"),
-    ("implicit", "qwen3_vl", "energon",
-     "We fine-tune Qwen3-VL from Energon WebDataset shards. Can the loader combine several samples into each "
-     "training sequence on the fly?"),
-)
-
-
-_PATH_WORDS = {
-    "offline": "offline packed SFT (pre-built packed Parquet rows)",
-    "in_batch": "runtime in-batch packing",
-    "energon": "Energon online packing",
-    "global_batch": "global-batch packing",
-}
-
 
 def _model_support_tasks(ctx: GenContext) -> None:
-    for bucket, family, path, prompt in MODEL_SUPPORT:
+    path_words, switches = tables.table(_FILE, "path_words"), tables.table(_FILE, "path_switch")
+    verdicts = tables.table(_FILE, "support_verdicts")
+    for r in tables.rows(_FILE, "model_support", ("bucket", "family", "path", "prompt")):
+        bucket, family, path, prompt = r["bucket"], r["family"], r["path"], r["prompt"]
+        switch = tables.strings(switches.get(path), f"knowledge.yaml: path_switch: {path}")
         (ms,) = check_model_support(family, path)
         entry = find_family(family)
         name = entry.name if entry else family
-        verdict = {"opt_out": "is not supported (the recipes opt out)", "supported": "is supported",
-                   "caveat": "has a documented caveat"}[ms.status]
+        verdict = verdicts[ms.status]
         main_only = "not in megatron-bridge 0.6.2" in ms.note  # a record that holds for Bridge main only
         if main_only:
             prompt = MAIN_NOTE + prompt
@@ -532,30 +337,18 @@ def _model_support_tasks(ctx: GenContext) -> None:
             f"{bucket}-model-{family.replace('_', '-')}-{path.replace('_', '-')}",
             bucket,
             prompt,
-            f"For {name}, {_PATH_WORDS[path]} {verdict}: {ms.note} (evidence: {ms.evidence}).",
+            f"For {name}, {path_words[path]} {verdict}: {ms.note} (evidence: {ms.evidence}).",
             [supported_field(ms.status)],
             claims.path_claims([path]),
             assertions=[f"Mentions why: {ms.note}"],
             script="seqpack validate",
-            command=["validate", "/dev/null", "--set", f"model.family={family}", *_PATH_SWITCH[path]],
+            command=["validate", "/dev/null", "--set", f"model.family={family}", *override_args(list(switch))],
             paths=[path],
             topics=["model_support"],
             rule_ids=["MODEL-FAMILY-OPT-OUT"] if ms.status == "opt_out" else [],
             truth=ms.to_dict(),
             source={"kind": "seqpack", "bridge_version": "main", "rests_on": ms.note} if main_only else None,
         ))
-
-
-_PATH_SWITCH: dict[str, list[str]] = {
-    "offline": ["--set", "dataset.enable_offline_packing=true", "--set",
-                "dataset.offline_packing_specs.packed_sequence_size=4096", "--set", "model.seq_length=4096"],
-    "in_batch": ["--set", "dataset.enable_in_batch_packing=true", "--set", "dataset.dataloader_type=single",
-                 "--set", "train.micro_batch_size=4"],
-    "energon": ["--set", "dataset.kind=energon", "--set", "dataset.packing_buffer_size=16", "--set",
-                "model.calculate_per_token_loss=true"],
-    "global_batch": ["--set", "dataset.enable_global_batch_packing=true", "--set", "dataset.dataloader_type=single",
-                     "--set", "model.max_seqlen_per_dp_cp_rank=4096", "--set", "model.calculate_per_token_loss=true"],
-}
 
 
 def _smoke_task(ctx: GenContext) -> None:

@@ -2,8 +2,8 @@
 
 Every value comes from the code: ``validate_config`` (the ``moe`` rule family and the report's
 ``moe_dispatch``), ``plan`` with an MoE dispatcher, the reference model's MTP roll
-(:mod:`seqpack.training.mtp`). Two near-miss negatives ask MoE
-questions that have nothing to do with packing.
+(:mod:`seqpack.training.mtp`). Two near-miss negatives ask MoE questions that have nothing to do
+with packing (one from ``evals/data/near_miss.yaml``, section ``moe``; the one with arithmetic here).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any, Sequence
 
 from seqpack.config.rules import RULES_BY_ID
 from seqpack.core.errors import UsageError
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, literal, percent_field, yes_no_field
 from seqpack_evals.render import config_yaml
-from seqpack_evals.templates_near_miss import NOT_TRIGGERED, pick
+from seqpack_evals.templates_near_miss import add_near_miss, add_table
 from seqpack_evals.vocab import rule_ids_field
 
 TOPIC = "moe_mtp"
@@ -64,46 +64,6 @@ def _dispatch_width_task(ctx: GenContext) -> None:
     ))
 
 
-#: (slug, story, overrides, rules the task grades)
-SCENARIOS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("moe-chunk-width-8100",
-     "Our MoE recipe concatenates SFT samples ahead of time into fixed 8100-token rows (pad_to_max_length on) and "
-     "dispatches with HybridEP on 8 expert-parallel ranks. Is that row width a problem, and what should we change?",
-     (*_offline(8100), *HYBRIDEP, "model.expert_model_parallel_size=8", "dist.world_size=8"),
-     ("MOE-HYBRIDEP-CHUNK-WIDTH",)),
-    ("moe-allgather-ep4-in-batch",
-     "We concatenate 4 SFT samples per micro-batch into one row at collate time (single dataloader) for a "
-     "64-expert model with the allgather token dispatcher on 4 expert-parallel ranks. Will the dispatcher cope "
-     "with rows whose width changes from batch to batch?",
-     ("dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single", "train.micro_batch_size=4",
-      "model.num_moe_experts=64", "model.moe_token_dispatcher_type=allgather", "model.expert_model_parallel_size=4",
-      "dist.world_size=4"),
-     ("MOE-ALLGATHER-EQUAL-WIDTH",)),
-    ("moe-capacity-offline",
-     "A DeepSeek-style MoE fine-tune concatenates SFT samples offline into 4096-token rows and sets "
-     "moe_expert_capacity_factor 1.25 (token dropping). Anything we should know before launching?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
-      "model.seq_length=4096", "model.num_moe_experts=64", "model.moe_expert_capacity_factor=1.25"),
-     ("MOE-CAPACITY-PACKING",)),
-    ("mtp-offline-cp2",
-     "We fine-tune a model with one multi-token-prediction layer on SFT samples concatenated offline into "
-     "8192-token rows, with context parallelism 2 (pad_seq_to_mult 4, per-token loss). Does the MTP loss come "
-     "out right?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=8192",
-      "model.seq_length=8192", "model.mtp_num_layers=1", "model.context_parallel_size=2",
-      "model.calculate_per_token_loss=true", "dataset.offline_packing_specs.pad_seq_to_mult=4", "dist.world_size=2"),
-     ("MTP-PACKED-ALIGNMENT-ROLL",)),
-    ("offline-pp2-variable-width",
-     "We concatenate SFT samples offline into rows of at most 4096 tokens, load them one micro-batch at a time "
-     "(single dataloader), train with pipeline parallelism 2 and left pad_to_max_length off so every row stays "
-     "as short as its contents. What breaks?",
-     ("dataset.enable_offline_packing=true", "dataset.offline_packing_specs.packed_sequence_size=4096",
-      "model.seq_length=4096", "model.pipeline_model_parallel_size=2", "dist.world_size=2",
-      "dataset.dataloader_type=single"),
-     ("PACK-PP-VARIABLE-SHAPES",)),
-)
-
-
 def _as_mapping(overrides: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` overrides as the dotted mapping ``config_yaml`` takes (values read as YAML scalars)."""
     import yaml
@@ -112,7 +72,10 @@ def _as_mapping(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def _scenario_tasks(ctx: GenContext) -> None:
-    for slug, story, overrides, graded in SCENARIOS:
+    for r in tables.rows("moe", "scenarios", ("slug", "story", "overrides", "graded")):
+        slug, story = r["slug"], r["story"]
+        overrides = tables.strings(r["overrides"], f"moe.yaml: scenarios: {slug}: overrides")
+        graded = tables.strings(r["graded"], f"moe.yaml: scenarios: {slug}: graded")
         text = config_yaml(_as_mapping(overrides))
         report = ctx.validate(text)
         fired = report.rule_ids
@@ -283,31 +246,17 @@ def _energon_mtp_task(ctx: GenContext) -> None:
     ))
 
 
-#: MoE questions that share words with this skill but are not about sequence packing.
-NEAR_MISSES: tuple[tuple[str, str, str, Any], ...] = (
-    ("nm-moe-topk-routing",
-     "In a Mixtral-style mixture-of-experts layer, how many experts does each token's output combine, and how are "
-     "their outputs weighted?",
-     "Mixtral routes each token to its top 2 of 8 experts and sums their outputs weighted by the softmax of the two "
-     "selected router logits.",
-     (pick("weighting", "softmax over the selected experts", {
-         "softmax over the selected experts": (r"softmax (?:of|over) (?:the )?(?:two |2 |top[- ]?(?:2|k) )?"
-                                               r"(?:selected|chosen|top)",),
-         "equal weights": (r"equal(?:ly)? weight",),
-         "sum without weights": (r"plain sum|unweighted",)}, says="how the expert outputs are weighted"),
-      int_field("experts_per_token", 2, r"top[- ]?", r"experts per token", says="experts each token uses"))),
-    ("nm-moe-ep-memory",
-     "We train a 64-expert MoE on 8 GPUs with expert parallelism 8. How many experts' weights does each GPU hold?",
-     "With EP=8 the 64 experts are split evenly: each GPU holds 64 / 8 = 8 experts.",
-     (int_field("experts_per_gpu", 8, r"experts per (?:GPU|rank)", r"each (?:GPU|rank) holds", says="experts per GPU"),)),
-)
-
-
-def _near_miss_tasks(ctx: GenContext) -> None:
-    for task_id, prompt, answer, fields in NEAR_MISSES:
-        ctx.add(make_task(task_id, "near_miss", prompt, answer, fields, claims.skill_only(),
-                          assertions=[NOT_TRIGGERED], topics=["negative"],
-                          source={"kind": "general", "library": "mixture of experts"}))
+def _ep_memory_near_miss(ctx: GenContext) -> None:
+    experts, ep = 64, 8
+    add_near_miss(
+        ctx, "nm-moe-ep-memory",
+        f"We train a {experts}-expert MoE on {ep} GPUs with expert parallelism {ep}. How many experts' weights does "
+        "each GPU hold?",
+        f"With EP={ep} the {experts} experts are split evenly: each GPU holds {experts} / {ep} = {experts // ep} "
+        "experts.",
+        [int_field("experts_per_gpu", experts // ep, r"experts per (?:GPU|rank)", r"each (?:GPU|rank) holds",
+                   says="experts per GPU")],
+        "mixture of experts")
 
 
 def build(ctx: GenContext) -> None:
@@ -318,7 +267,8 @@ def build(ctx: GenContext) -> None:
     _mtp_alignment_roll_task(ctx)
     _plan_task(ctx)
     _energon_mtp_task(ctx)
-    _near_miss_tasks(ctx)
+    add_table(ctx, "moe")  # near misses: MoE questions that are not about packing
+    _ep_memory_near_miss(ctx)
 
 
-__all__ = ["NEAR_MISSES", "SCENARIOS", "build", "mtp_target_counts"]
+__all__ = ["build", "mtp_target_counts"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from seqpack.core.alignment import derive_alignment
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import MAIN_NOTE, GenContext, make_task
 from seqpack_evals.fields import AnswerField, choice_field, int_field, literal, set_field, yes_no_field
 from seqpack_evals.tasks import Forbidden
@@ -23,9 +23,6 @@ from seqpack_evals.upstream import anchor
 from seqpack_evals.vocab import KEY_ALIASES, config_field
 
 PAD_ALIASES = KEY_ALIASES["dataset.offline_packing_specs.pad_seq_to_mult"]
-_YES_SUPPORT = (r"(?<!not )(?<!un)(?<!n't )\bsupported\b", r"\bworks?\b(?! only)", r"\bis allowed\b")
-_NO_SUPPORT = (r"\bnot supported\b", r"\bunsupported\b", r"does not support", r"doesn't support", r"\brejects?\b",
-               r"\bnot allowed\b", r"\bincompatible\b")
 
 
 def _apply(op: str, a: int, b: int) -> int:
@@ -50,8 +47,8 @@ def _task(ctx: GenContext, task_id: str, bucket: str, question: str, prose: str,
 
 def supported(name: str, value: bool, *aliases: str, says: str) -> AnswerField:
     """Supported or not (read next to the mention)."""
-    return choice_field(name, "yes" if value else "no", {"yes": _YES_SUPPORT, "no": _NO_SUPPORT}, *aliases,
-                        says=says, hint="<yes | no>")
+    return tables.named_field("feature_support", name=name, value="yes" if value else "no", aliases=list(aliases),
+                              says=says)
 
 
 def _offline_equivalent(ctx: GenContext, task_id: str, bucket: str, mbs: int, gbs: int, size: int,

@@ -13,37 +13,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from seqpack_evals import claims
+from seqpack_evals import claims, tables
 from seqpack_evals.builder import GenContext, make_task, override_args, paths_of
 from seqpack_evals.facts import facts_for, facts_for_rule, merge
 from seqpack_evals.fields import choice_field, int_field, yes_no_field
-from seqpack_evals.tasks import Forbidden
-from seqpack_evals.vocab import rule_ids_field
+from seqpack_evals.vocab import quantity_aliases, rule_ids_field
 
 #: The max_pixels the screenshot task states (seqpack's qwen2_5_vl preset: 1280 x 28 x 28).
 MAX_PIXELS_STATED = 1280 * 28 * 28
-TOKENS_ALIASES = (r"(?:image|visual|vision) tokens?", r"\btokens? (?:per|for each|for the) (?:image|screenshot|picture)")
-
-
-def continues_across_samples() -> Forbidden:
-    """The claim that position ids keep counting from the previous packed sample."""
-    return Forbidden(
-        r"re:(?:position[ _]ids?|M-?RoPE(?: ids?)?|rope (?:index|ids?))[^.\n]{0,40}?(?:continue|carry over|keep "
-        r"counting|run on) (?:from|across|over) (?:the )?(?:previous|first|earlier|preceding) (?:sample|sequence)",
-        "says M-RoPE position ids continue from the previous sample of the packed row",
-        "In the packed row the M-RoPE position ids continue from the previous sample, so the second image starts "
-        "at 40.",
-    )
-
-
-def truncate_images() -> Forbidden:
-    """Advice to cut a VLM sample to fit (its image tokens would lose their patches)."""
-    return Forbidden(
-        r"re:(?:truncate|cut|trim)\s+(?:the\s+)?(?:sample|sequence|row|prompt)s?[^.\n]{0,40}?(?:to fit|so (?:it|they) "
-        r"fits?)|(?:truncation|truncate)\s*(?:=|:|to)?\s*['\"]?(?:right|left)\b",
-        "recommends truncating VLM samples to fit (image tokens would be separated from their patches)",
-        "Set truncation to right so the samples fit the sequence length.",
-    )
+TOKENS_ALIASES = quantity_aliases("image_tokens")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -92,7 +70,7 @@ def _token_tasks(ctx: GenContext) -> None:
                       [r"(?:does ?n[o']t|won'?t|will not|cannot|can't) (?:fit|hold)", r"\btoo (?:long|many)\b",
                        r"\bexceeds?\b"],
                       anywhere=True, says=f"a conversation fits {seq} tokens")],
-        [truncate_images(), claims.skip_verification()],
+        [claims.claim("truncate_images"), claims.skip_verification()],
         assertions=["Counts the screenshots after the processor's max_pixels downscale, not at full resolution"],
         script="seqpack image-tokens",
         command=["image-tokens", "--height", "1080", "--width", "1920", "--vision", "qwen2_5_vl"],
@@ -203,7 +181,7 @@ def _packed_task(ctx: GenContext) -> None:
          yes_no_field("restart", True, [r"\brestart", r"\b(?:start|begin)s? (?:again )?at \(?0"],
                       [r"(?:do(?:es)?n[o']t|never) restart", r"continue from"], anywhere=True,
                       says="sample B's M-RoPE ids restart")],
-        [continues_across_samples()] + claims.path_claims(["in_batch", "context_parallel"]),
+        [claims.claim("continues_across_samples")] + claims.path_claims(["in_batch", "context_parallel"]),
         assertions=["Pads each sample (image tokens included) to 2*CP before placing the next"],
         script="seqpack mrope", command=["mrope", layout, "--pad-seq-to-mult", str(al.pad_seq_to_mult)],
         paths=["in_batch", "context_parallel"], topics=["vlm", "alignment"], truth=r.to_dict(),
@@ -214,31 +192,10 @@ def _packed_task(ctx: GenContext) -> None:
 # Rules
 # ------------------------------------------------------------------------------------------------
 
-RULE_RUNS: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
-    ("explicit-vlm-energon-vision-graphs", "explicit",
-     "Run the seqpack validator on this Qwen-VL Energon online packing setup and list the rules that fire: "
-     "dataset.kind=energon, packing_buffer_size=16, per-token loss on, and model.vision_cuda_graph_impl="
-     "transformer_engine to speed up the vision tower.",
-     ("dataset.kind=energon", "dataset.packing_buffer_size=16", "model.calculate_per_token_loss=true",
-      "model.vision_cuda_graph_impl=transformer_engine"), "PACK-ENERGON-NO-CUDA-GRAPHS"),
-    ("implicit-vlm-ep-overlap", "implicit",
-     "Our collator concatenates the 4 VLM conversations of each micro-batch into one row (mock VLM data, "
-     "dataset.enable_in_batch_packing on, single dataloader), and we turned on MoE expert-parallel communication "
-     "overlap for speed. Anything wrong with that combination?",
-     ("dataset.kind=mock_vlm", "dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single",
-      "train.micro_batch_size=4", "model.overlap_moe_expert_parallel_comm=true"), "VLM-IN-BATCH-EP-OVERLAP"),
-    ("implicit-vlm-vision-graph-budget", "implicit",
-     "Qwen-VL style SFT that concatenates each micro-batch's 4 conversations into one row (mock VLM data, "
-     "dataset.enable_in_batch_packing on, single dataloader) with Transformer Engine CUDA graphs on the vision "
-     "tower. We left max_vision_cuda_graph_seq_length unset. Is there a risk?",
-     ("dataset.kind=mock_vlm", "dataset.enable_in_batch_packing=true", "dataset.dataloader_type=single",
-      "train.micro_batch_size=4", "model.vision_cuda_graph_impl=transformer_engine"),
-     "VLM-VISION-GRAPH-PATCH-BUDGET"),
-)
-
-
 def _rule_tasks(ctx: GenContext) -> None:
-    for task_id, bucket, prompt, overrides, rule_id in RULE_RUNS:
+    for r in tables.rows("vlm", "rule_runs", ("id", "bucket", "prompt", "overrides", "rule")):
+        task_id, bucket, prompt, rule_id = r["id"], r["bucket"], r["prompt"], r["rule"]
+        overrides = tables.strings(r["overrides"], f"vlm.yaml: rule_runs: {task_id}: overrides")
         report = ctx.validate(None, list(overrides))
         fields, forbidden, sentences = merge(facts_for_rule(report, rule_id) + facts_for(report))
         paths = paths_of(report)
@@ -305,7 +262,7 @@ def _context_tasks(ctx: GenContext) -> None:
         [int_field("image_tokens", first.vision_tokens, r"image tokens?", r"visual tokens?", says="image tokens"),
          int_field("visual_items", first.images + first.videos, r"images and videos", says="images + videos"),
          int_field("row_width", first.width, r"\bwidth\b", r"\bwide\b", says="THD row width")],
-        [truncate_images()] + claims.path_claims(["in_batch", "context_parallel"]),
+        [claims.claim("truncate_images")] + claims.path_claims(["in_batch", "context_parallel"]),
         script="seqpack batches",
         command=["batches", "vlm.jsonl", "--seq-length", "1024", "--cp", "2", "--num-batches", "1", "--vision",
                  "qwen2_vl"],
@@ -329,7 +286,7 @@ def _context_tasks(ctx: GenContext) -> None:
          choice_field("pack_length", str(p.recommended_pack_size),
                       {"256": (r"(?<!\d)256(?!\d)",), "512": (r"(?<!\d)512(?!\d)",)},
                       r"pack[_ ]len(?:gth)?", r"recommend(?:ed|s)?", says="recommended pack length")],
-        [truncate_images()] + claims.path_claims(["context_parallel"]),
+        [claims.claim("truncate_images")] + claims.path_claims(["context_parallel"]),
         script="seqpack plan",
         command=["plan", "--jsonl", "vlm.jsonl", "--candidates", "256,512", "--token-slots", "2048", "--cp", "2",
                  "--vision", "qwen2_vl"],

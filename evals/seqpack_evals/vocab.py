@@ -1,5 +1,7 @@
 """How people write the config keys and values the tasks ask about: aliases and option spellings.
 
+The spellings are data (``evals/data/vocabulary.yaml``); this module turns them into answer fields.
+
 :func:`config_field` turns a config key and its true value into an answer field with the usual
 spellings (``micro batch size``, ``MBS``; ``true``/``on``/``enabled``; the choices of the schema's
 literal types). :func:`rule_ids_field` is the set of rule ids an answer names.
@@ -12,27 +14,27 @@ import typing
 from typing import Any
 
 from seqpack.config import schema
+from seqpack_evals import tables
 from seqpack_evals.fields import AnswerField, choice_field, int_field, literal, set_field
 
-#: Free-text names of config keys (regular expressions), besides the key itself.
+_FILE = "vocabulary"
+
+#: Free-text names of config keys (regular expressions), besides the key itself (``vocabulary.yaml``).
 KEY_ALIASES: dict[str, tuple[str, ...]] = {
-    "train.micro_batch_size": (r"\bMBS(?:\b|(?=\d))", r"micro[- ]batch(?:es)? size"),
-    "train.global_batch_size": (r"\bGBS\b", r"global[- ]batch(?: size)?"),
-    "dataset.offline_packing_specs.pad_seq_to_mult": (
-        r"\bpad(?:ded|ding)? (?:each \w+ |every \w+ |all \w+ )?to (?:a |the )?multiples? of",
-        r"(?:per-?sequence|per-?sample|padding|alignment) multiple(?: of)?",
-    ),
-    "model.calculate_per_token_loss": (r"per-token loss",),
-    "ddp.average_in_collective": (r"averag\w* (?:inside|in) the (?:DDP |data-parallel )?collective",),
-    "model.pipeline_model_parallel_size": (r"pipeline[- ]parallel(?:ism)?(?: size)?", r"\bPP\b"),
-    "model.context_parallel_size": (r"context[- ]parallel(?:ism)?(?: size)?",),
-    "model.tensor_model_parallel_size": (r"tensor[- ]parallel(?:ism)?(?: size)?",),
-    "model.max_seqlen_per_dp_cp_rank": (r"max[_ ]seqlen[_ ]per[_ ](?:dp[_ ]cp[_ ])?rank",),
-    "dataset.dataloader_type": (r"data ?loader(?: type)?",),
+    key: tables.patterns(forms, f"vocabulary.yaml: key_aliases: {key}")
+    for key, forms in tables.table(_FILE, "key_aliases").items()
 }
-_TRUE = (r"\btrue\b", r"\bon\b", r"\benabled?\b", r"\bturn(?:ed)? on\b", r"\bswitch(?:ed)? on\b")
-_FALSE = (r"\bfalse\b", r"\boff\b", r"\bdisabled?\b", r"\bturn(?:ed)? off\b", r"\bswitch(?:ed)? off\b")
-_NULL = (r"\bnull\b", r"\bnone\b", r"\bunset\b", r"\bremoved?\b", r"\bdrop(?:ped)?\b")
+
+
+def _values(name: str) -> tuple[str, ...]:
+    """Free-text spellings of a config value (``true``, ``false``, ``null``, ``set``)."""
+    return tables.patterns(tables.table(_FILE, "values").get(name), f"vocabulary.yaml: values: {name}")
+
+
+def quantity_aliases(name: str) -> tuple[str, ...]:
+    """Free-text names of a quantity several tasks ask for (``image_tokens``)."""
+    return tables.patterns(tables.table(_FILE, "quantity_aliases").get(name),
+                           f"vocabulary.yaml: quantity_aliases: {name}")
 
 
 def _literal_choices(key: str) -> tuple[str, ...] | None:
@@ -57,12 +59,13 @@ def config_field(key: str, value: Any, *, says: str = "", choices: tuple[str, ..
     aliases = KEY_ALIASES.get(key, ())
     says = says or f"{key} to set"
     if isinstance(value, bool):
-        return choice_field(key, str(value).lower(), {"true": _TRUE, "false": _FALSE}, *aliases, says=says,
+        return choice_field(key, str(value).lower(), {"true": _values("true"), "false": _values("false")}, *aliases,
+                            says=says,
                             hint="<true | false>")
     if isinstance(value, int):
         return int_field(key, value, *aliases, says=says)
     if value is None:
-        return choice_field(key, "null", {"null": _NULL, "set": (r"\bset to \w+",)}, *aliases, says=says,
+        return choice_field(key, "null", {"null": _values("null"), "set": _values("set")}, *aliases, says=says,
                             hint="<null | a value>")
     options = choices or _literal_choices(key) or (str(value),)
     if str(value) not in options:
@@ -90,12 +93,7 @@ def multiple_field(name: str, subject: str, n: int, *, says: str = "") -> Answer
 def supported_field(status: str) -> AnswerField:
     """Model-family support of a path: yes, no (the recipes opt out) or caveat."""
     value = {"supported": "yes", "opt_out": "no", "caveat": "caveat"}.get(status, status)
-    return choice_field("supported", value, {
-        "yes": (r"(?<!not )(?<!un)(?<!n't )\b(?:is |are )?supported\b(?! only)(?! with (?:a )?caveat)",),
-        "no": (r"\bnot supported\b", r"\bunsupported\b", r"\bopts? out\b", r"does not support", r"isn't supported",
-               r"doesn't support"),
-        "caveat": (r"\bcaveat\b", r"supported with (?:a )?caveat"),
-    }, anywhere=True, says="is the path supported for this family", hint="<yes | no | caveat>")
+    return tables.named_field("path_support", value=value)
 
 
 def words(text: str) -> str:
@@ -103,4 +101,5 @@ def words(text: str) -> str:
     return r"[_ -]?".join(re.escape(w) for w in re.split(r"[_\s-]+", text))
 
 
-__all__ = ["KEY_ALIASES", "config_field", "multiple_field", "rule_ids_field", "supported_field", "words"]
+__all__ = ["KEY_ALIASES", "config_field", "multiple_field", "quantity_aliases", "rule_ids_field", "supported_field",
+           "words"]
