@@ -128,12 +128,11 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
 
 def _named(report: Any, options: BatchesOptions, kind: str | None) -> Any:
     """The report with its tokenizer named as every command names it, and the warning for rows in bytes."""
-    from dataclasses import replace
 
     from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
 
     warning = byte_tokenizer_warning(options.tokenizer, kind)
-    return replace(report, tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
+    return report.replaced(tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
 
 
 def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:

@@ -87,7 +87,6 @@ def pack(options: PackOptions) -> PreparedPacks:
     multiple of the derived one (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``): the CLI and the MCP
     tool refuse the same packs.
     """
-    from dataclasses import replace
 
     from seqpack.data.schemas import schema_for_file
     from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
@@ -123,7 +122,7 @@ def pack(options: PackOptions) -> PreparedPacks:
         progress=options.progress,
     )
     warning = byte_tokenizer_warning(options.tokenizer, result.manifest.get("schema", {}).get("kind"))
-    return replace(result, tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
+    return result.replaced(tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
 
 
 def first_source(source: Any) -> str | None:
