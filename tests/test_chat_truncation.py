@@ -89,6 +89,7 @@ def test_pack_counts_oldest_turns_truncations_and_fingerprints_the_mode(tmp_path
     assert acc_r["skipped"].get("no_supervised_tokens", {}).get("count", 0) > 0  # right truncation loses answers
 
 
+@pytest.mark.slow
 def test_a_refused_conversation_stops_the_run_or_is_skipped_and_counted(tmp_path):
     gemma = load_tokenizer(require_tokenizer_dir("gemma3"))  # its template refuses non-alternating roles
     tool_row = {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"},

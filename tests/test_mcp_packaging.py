@@ -40,7 +40,7 @@ from seqpack.faces.install_skill import SKILL_NAME, find_skill_dir, read_frontma
 REPO = Path(__file__).resolve().parents[1]
 HINT = "the 'train' extra is not installed (torch is missing). Fix: pip install 'seqpack[train]'"
 NEEDS = {"run_packing_smoke_test": "train", "inspect_in_batch": "train", "inspect_global_batch": "train",
-         "prepare_energon_dataset": "energon"}
+         "inspect_offline_batches": "train", "prepare_energon_dataset": "energon"}
 ANY = TypeAdapter(dict[str, Any])
 
 

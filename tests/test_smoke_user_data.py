@@ -139,6 +139,7 @@ def test_a_run_that_rejected_most_rows_is_incomplete(write_jsonl):
     assert report.data["rejected"] == {"too_long": 5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["in_batch", "energon"])
 def test_every_dp_rank_is_simulated_so_no_sample_looks_dropped(path):
     overrides = ("dist.world_size=8", "train.global_batch_size=16")  # CP 2 -> DP 4
