@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up ./.venv (scripts/setup.sh) and the upstream lane (scripts/setup_upstream.sh: megatron-bridge
 # 0.6.2 + megatron-core 0.19.2 on Python 3.12, cached in .venv-upstream) and runs the whole test suite
-# on two pytest-xdist workers; a lane that cannot be built fails the run. With --fast first, the fast
+# on two pytest-xdist workers, then the Ray lane (scripts/setup_ray.sh: ray and moto's S3 server in
+# their own venv, .venv-ray; tests/ray_lane, where a missing package fails); a lane that cannot be
+# built fails the run. With --fast first, the fast
 # lane: every test not marked slow, distributed or upstream (the upstream lane is neither built nor
 # run, and the run says so). Further arguments go to pytest.
 set -euo pipefail
@@ -30,4 +32,13 @@ fi
 # the CP smoke runs) on one worker. tests/test_isolation.py proves the workers share no HOME,
 # temporary directory, user cache or port.
 workers=(-n "${SEQPACK_TEST_WORKERS:-2}" --dist loadgroup)
-exec .venv/bin/python -m pytest -q "${workers[@]}" "${lane[@]}" "$@"
+if [[ "$fast" == 1 || $# -gt 0 ]]; then
+  exec .venv/bin/python -m pytest -q "${workers[@]}" "${lane[@]}" "$@"
+fi
+rc=0
+.venv/bin/python -m pytest -q "${workers[@]}" || rc=$?
+# The Ray lane: ray is never installed into .venv; its tests run in their own venv, one process (the
+# local Ray cluster takes the two CPUs).
+bash scripts/setup_ray.sh
+SEQPACK_REQUIRE_RAY=1 "${SEQPACK_RAY_VENV:-.venv-ray}/bin/python" -m pytest -q -p no:cacheprovider tests/ray_lane || rc=$?
+exit "$rc"

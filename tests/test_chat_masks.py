@@ -15,7 +15,7 @@ from seqpack.data.schemas import ChatSchema, Message, PromptCompletionSchema
 from seqpack.data.tokenize import tokenize_batch, tokenize_row
 from seqpack.data.tokenizers import ByteTokenizer, load_tokenizer
 from seqpack.data.rejections import SampleRejected
-from seqpack.core.errors import InputError, UsageError
+from seqpack.core.errors import InputError, SeqpackError, UsageError
 
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
 # A Qwen3-like template: reasoning of earlier turns is dropped, the last turn always gets a think block.
@@ -250,6 +250,16 @@ class _ListOnlyTokenizer(ByteTokenizer):
     encode_batch_flat = None  # type: ignore[assignment]
 
 
+_ODD_PC_ROW = st.one_of(
+    st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": _PC_TEXT}),
+    st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": _PC_TEXT, "images": st.sampled_from([None, [], ["a.png"]])}),
+    st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": st.sampled_from([None, 5, " ", "  x "])}),
+    st.fixed_dictionaries({"prompt": st.sampled_from([" p ", "q  ", ""]), "completion": st.sampled_from([" c", "d "])}),
+    st.fixed_dictionaries({"input": _PC_TEXT, "completion": _PC_TEXT}),  # the prompt under another name
+    st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": _PC_TEXT, "messages": st.just([])}),
+)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     rows=st.lists(st.fixed_dictionaries({"prompt": _PC_TEXT, "completion": _PC_TEXT}), min_size=1, max_size=8),
@@ -296,6 +306,33 @@ def test_prompt_completion_batch_equals_row_by_row(rows, max_length, truncation,
         assert (got.prompt_length, got.original_length, got.truncated) == (
             single.prompt_length, single.original_length, single.truncated)
     assert batch.ids.dtype == np.int32 and batch.loss_mask.dtype == np.uint8
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(_ODD_PC_ROW, min_size=1, max_size=8), template=st.sampled_from(["{prompt}", "Q: {prompt}\nA:"]),
+       strip=st.booleans(), allow_empty=st.booleans())
+def test_prompt_completion_batch_reads_odd_rows_like_row_by_row(rows, template, strip, allow_empty):
+    """The inline reading of common rows (_pc_texts_batch) against the row-by-row path on rows that leave it."""
+    schema = PromptCompletionSchema(prompt_template=template, strip_whitespace=strip, allow_empty_completion=allow_empty)
+    tok = ByteTokenizer()
+    where = [RowLocation("f.jsonl", i + 1, i) for i in range(len(rows))]
+    expected, rejected, error = [], [], None
+    for i, row in enumerate(rows):
+        try:
+            expected.append(tokenize_row(row, schema, tok, max_length=64, location=where[i]).input_ids.tolist())
+        except SampleRejected as err:
+            rejected.append((i, str(err)))
+        except SeqpackError as err:
+            error = str(err)
+            break
+    if error is not None:
+        with pytest.raises(SeqpackError) as info:
+            tokenize_batch(rows, schema, tok, max_length=64, locations=where)
+        assert str(info.value) == error
+        return
+    batch = tokenize_batch(rows, schema, tok, max_length=64, locations=where)
+    assert [(p, str(e)) for p, e in batch.rejected] == rejected
+    assert [batch.sample(k).input_ids.tolist() for k in range(len(batch))] == expected
 
 
 def test_string_free_arguments_are_located_or_refused():

@@ -265,3 +265,68 @@ def test_works_in_dataloader_workers(tmp_path):
 
     loader = torch.utils.data.DataLoader(DS(), batch_size=4, num_workers=2)
     assert sorted(int(x) for batch in loader for x in batch) == list(range(20))
+
+
+# ------------------------------------------------------------------------------------------------
+# rows(): orjson where it cannot disagree with the standard library, the stdlib path otherwise
+# ------------------------------------------------------------------------------------------------
+
+_ODD_LINES = [
+    b'{"a": 1}',
+    b'{"a": NaN, "b": Infinity}',  # stdlib reads them, orjson refuses: the stdlib value
+    b'{"a": 1e400}',  # inf
+    b'{"big": 123456789012345678901234567890, "s": "12345678901234567890"}',  # orjson would give a float
+    b'{"a": -0.0, "b": 5e-324, "c": 1.7976931348623157e308, "d": 0.1}',
+    b'{"a": 1, "a": 2}',
+    b'{"e": "\\ud83d\\ude00 caf\\u00e9"}',  # an escaped pair: the same text
+    b'{"deep": ' + b"[" * 120 + b"]" * 120 + b"}",  # deeper than MAX_JSON_DEPTH: the stdlib error
+    b'{"lone": "\\ud800"}',  # a lone surrogate: the stdlib path's error
+    b'{"bad": "\xff"}',  # not UTF-8
+    b"[1, 2]",  # not an object
+    b'{"a": 1} trailing',
+    b'{"crlf": true}\r',
+    b"\t {\"padded\": 1}  ",
+]
+
+
+def _rows_or_errors(jf, indices):
+    out = []
+    for i in indices:
+        try:
+            out.append(jf.rows([i])[0])
+        except InputError as exc:
+            out.append(str(exc))
+    return out
+
+
+@pytest.mark.parametrize("bom", [False, True])
+def test_rows_fast_and_stdlib_give_the_same_rows_and_errors(tmp_path, monkeypatch, bom):
+    from seqpack.data import jsontext
+
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + b"\n".join(_ODD_LINES) + b"\n")
+    monkeypatch.setattr(jsontext, "_FAST", None)
+    assert jsontext.fast_loads() is not None  # orjson is a core dependency
+    jf = JsonlFile(path, use_cache=False)
+    fast = _rows_or_errors(jf, range(len(jf)))
+    good = [i for i, r in enumerate(fast) if isinstance(r, dict)]
+    together = jf.rows(good + good[::-1])  # many at once, in any order
+    monkeypatch.setenv("SEQPACK_JSON", "stdlib")
+    monkeypatch.setattr(jsontext, "_FAST", None)
+    assert jsontext.fast_loads() is None
+    slow = _rows_or_errors(jf, range(len(jf)))
+    assert json.dumps(fast, default=repr) == json.dumps(slow, default=repr)
+    assert together == [slow[i] for i in good + good[::-1]]
+    assert isinstance(fast[3]["big"], int) and fast[1]["a"] != fast[1]["a"]  # NaN came through the stdlib
+    assert "deeper than" in fast[7] and "surrogate" in fast[8] and "UTF-8" in fast[9] and "array" in fast[10]
+
+
+def test_rows_raise_the_first_bad_row_like_row(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\nnot json\n{"a": 3}\n[1]\n')
+    jf = JsonlFile(path, use_cache=False)
+    with pytest.raises(InputError) as info:
+        jf.rows(range(5))
+    assert info.value.line == 3 and info.value.row == 2
+    with pytest.raises(IndexError):
+        jf.rows([0, 7])

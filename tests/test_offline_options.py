@@ -132,7 +132,8 @@ def test_distributed_outside_torchrun_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_a_rank_that_does_not_see_the_output_directory_is_an_error(tmp_path):
-    from seqpack.packing.offline import prepare as offline
+    from seqpack.packing.offline.executors import PoolExecutor
+    from seqpack.packing.offline.options import PROBE_NAME
 
     class TwoRanks:
         """Rank 1's view of a two-rank group on a filesystem it does not share with rank 0."""
@@ -141,11 +142,11 @@ def test_a_rank_that_does_not_see_the_output_directory_is_an_error(tmp_path):
 
         def from_root(self, fn):
             fn()  # rank 0 writes its probe...
-            (tmp_path / "work" / offline.PROBE_NAME).unlink()  # ...which rank 1's filesystem does not have
+            (tmp_path / "work" / PROBE_NAME).unlink()  # ...which rank 1's filesystem does not have
             return "token"
 
         def everywhere(self, fn):
             return [fn()]
 
     with pytest.raises(UsageError, match="rank 1 does not see the output directory"):
-        offline._check_shared(TwoRanks(), tmp_path / "work")
+        PoolExecutor(TwoRanks()).prepare_work(tmp_path / "work")

@@ -52,10 +52,10 @@ def test_wheel_declares_a_light_core_and_the_extras(built_dists):
     assert meta["Version"] == __version__ and wheel.name.startswith(f"seqpack-{__version__}-")
     requires = meta.get_all("Requires-Dist") or []
     core = [r for r in requires if "extra ==" not in r]
-    assert sorted(r.split(">")[0].split("<")[0].split("=")[0].strip() for r in core) == ["mcp", "numpy", "pyarrow",
-                                                                                         "pyyaml"]
+    assert sorted(r.split(">")[0].split("<")[0].split("=")[0].strip() for r in core) == ["mcp", "numpy", "orjson",
+                                                                                         "pyarrow", "pyyaml"]
     assert not any(h in r for r in core for h in HEAVY), core
-    assert set(meta.get_all("Provides-Extra")) >= {"train", "energon", "hf", "vlm", "gpu", "all", "test"}
+    assert set(meta.get_all("Provides-Extra")) >= {"train", "energon", "hf", "vlm", "gpu", "ray", "all", "test"}
     by_extra = {}
     for r in requires:
         if "extra ==" in r:

@@ -30,8 +30,12 @@ def anyio_backend():
 
 @pytest.fixture
 def slow_rows(monkeypatch):
-    """Every JSONL row read takes 20 ms, and the reads are counted (rows read after the stop are not)."""
+    """Every JSONL row read takes 20 ms, and the reads are counted (rows read after the stop are not). Rows are
+    read one by one (the stdlib parser; with orjson a batch of rows is parsed between two checks)."""
+    from seqpack.data import jsontext
     from seqpack.data.jsonl import JsonlFile
+
+    monkeypatch.setattr(jsontext, "_FAST", False)
 
     state = {"reads": 0, "last": 0.0}
     real = JsonlFile.row

@@ -41,6 +41,11 @@ TRUNCATION_MODES: tuple[str, ...] = ("right", "left", "reject", "oldest_turns")
 #: Truncation modes per row schema (left would cut a chat's template head; oldest_turns needs turns).
 TRUNCATION_BY_SCHEMA: dict[str, tuple[str, ...]] = {"prompt_completion": ("right", "left", "reject"),
                                                     "chat": ("right", "reject", "oldest_turns")}
+
+#: Where offline packing assigns bins: over the whole split (exact) or within each shard of rows.
+BIN_SCOPES: tuple[str, ...] = ("global", "shard")
+#: Who runs offline packing: the local worker pool (also on torchrun ranks) or Ray tasks.
+ENGINES: tuple[str, ...] = ("local", "ray")
 #: Row schemas of JSONL data, and the option that detects one from the first row.
 SCHEMA_KINDS: tuple[str, ...] = ("prompt_completion", "chat")
 SCHEMA_OPTIONS: tuple[str, ...] = ("auto", *SCHEMA_KINDS)

@@ -1,10 +1,10 @@
 """The optional extras of the seqpack distribution, and the one-line hint when one is missing.
 
-``pip install seqpack`` installs the light core (numpy, pyarrow, pyyaml, mcp): the light verbs and
+``pip install seqpack`` installs the light core (numpy, pyarrow, pyyaml, mcp, orjson): the light verbs and
 the MCP server. The heavy parts live behind extras (``pyproject.toml`` lists the same names):
 ``train`` (torch, megatron-core: the smoke test, the runtime batches, context parallelism),
-``energon`` (megatron-energon), ``hf`` (tokenizers, jinja2), ``vlm`` (pillow) and ``gpu``
-(transformer-engine). A command or MCP tool whose extra is missing raises
+``energon`` (megatron-energon), ``hf`` (tokenizers, jinja2), ``vlm`` (pillow), ``gpu``
+(transformer-engine) and ``ray`` (ray: ``pack --engine ray``). A command or MCP tool whose extra is missing raises
 :class:`MissingExtraError`, one line naming the extra to install, never an ``ImportError``: before
 any work when the command declares its extra (:func:`require_extra`), or where the import fails
 (:func:`missing_extra_error` maps the ``ImportError``). Pure Python; imports nothing heavy.
@@ -23,17 +23,19 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("tokenizers", "jinja2"),
     "vlm": ("PIL",),
     "gpu": ("transformer_engine",),
+    "ray": ("ray",),
 }
 #: The distribution that provides each module, for the message.
 DISTRIBUTIONS: dict[str, str] = {
     "torch": "torch", "megatron.core": "megatron-core", "megatron.energon": "megatron-energon",
     "tokenizers": "tokenizers", "jinja2": "jinja2", "PIL": "pillow", "transformer_engine": "transformer-engine",
+    "ray": "ray",
 }
 #: The extra to name when an import of this module (or a submodule of it) fails.
 _EXTRA_OF_MODULE: dict[str, str] = {
     "torch": "train", "megatron": "train", "megatron.core": "train", "megatron.energon": "energon",
     "tokenizers": "hf", "jinja2": "hf", "PIL": "vlm", "transformer_engine": "gpu",
-    "transformer_engine_torch": "gpu",
+    "transformer_engine_torch": "gpu", "ray": "ray",
 }
 
 __all__ = ["DISTRIBUTIONS", "EXTRAS", "MissingExtraError", "install_hint", "missing_extra_error", "missing_modules",

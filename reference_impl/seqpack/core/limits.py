@@ -40,6 +40,10 @@ MAX_BLEND_SAMPLES = 100_000_000
 MAX_BLEND_EPOCHS = 1000
 #: Most tokenizer worker processes.
 MAX_WORKERS = 256
+#: Fewest rows per shard of ``--bin-scope shard`` (smaller shards pack worse; a job has 1,024 rows).
+MIN_SHARD_ROWS = 1024
+#: Most rows per shard (one shard's lengths are packed in one process).
+MAX_SHARD_ROWS = MAX_BLEND_SAMPLES
 #: Most packs per Parquet row group of offline packs (a writer holds one row group in memory).
 MAX_ROW_GROUP_SIZE = 100_000
 

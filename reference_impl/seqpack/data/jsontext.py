@@ -14,10 +14,11 @@ problem (an escaped surrogate, or more than :data:`MAX_JSON_DEPTH` opening brack
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "JsonProblem", "loads"]
+__all__ = ["MAX_JSON_DEPTH", "JsonProblem", "fast_loads", "loads", "needs_stdlib"]
 
 #: Deepest nesting of arrays and objects accepted in one JSON value (rows are a few levels deep).
 MAX_JSON_DEPTH = 100
@@ -67,6 +68,52 @@ def _check_text(text: str, field: str | None, *, what: str = "text") -> None:
             "a surrogate escape must come in a high/low pair)",
             field=field,
         ) from None
+
+
+def fast_loads() -> Any:
+    """``orjson.loads`` when orjson is installed and ``SEQPACK_JSON`` is not ``stdlib``, else None.
+
+    orjson (a core dependency, with a stdlib fallback) parses the same JSON to the same values except in
+    the rows :func:`needs_stdlib` routes to :func:`loads`, and refuses what :func:`loads` accepts with a
+    value (``NaN``, a byte-order mark, an escaped lone surrogate that :func:`loads` then reports): a
+    caller that gets an error or a non-object from it parses the text with :func:`loads` instead.
+    """
+    global _FAST
+    if _FAST is None:
+        try:
+            if os.environ.get("SEQPACK_JSON", "") == "stdlib":
+                raise ImportError
+            import orjson
+
+            _FAST = orjson.loads
+        except ImportError:
+            _FAST = False
+    return _FAST or None
+
+
+_FAST: Any = None
+
+
+def needs_stdlib(block: bytes, starts: Any, ends: Any) -> Any:
+    """Per row ``block[starts[i]:ends[i]]``: whether orjson could parse it differently from :func:`loads`
+    (a boolean numpy array): a newline inside (a row never holds one), deeper nesting than
+    :data:`MAX_JSON_DEPTH` possible (more opening brackets; orjson allows more), or an integer beyond 64
+    bits (19 or more digits in a row; orjson makes it a float). One pass of numpy over the block."""
+    import numpy as np
+
+    a = np.frombuffer(block, dtype=np.uint8)
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+    def per_row(positions: Any) -> Any:  # how many of the (sorted) positions fall in each row
+        return np.searchsorted(positions, ends) - np.searchsorted(positions, starts)
+
+    risky = per_row(np.flatnonzero(a == 0x0A)) > 0
+    risky |= per_row(np.flatnonzero((a == 0x5B) | (a == 0x7B))) > MAX_JSON_DEPTH
+    digits = np.flatnonzero((a >= 0x30) & (a <= 0x39))
+    long_runs = digits[:-18][digits[18:] - digits[:-18] == 18]  # the first of 19 digits in a row
+    if long_runs.size:
+        risky |= per_row(long_runs) > 0
+    return risky
 
 
 def loads(text: str) -> Any:

@@ -27,6 +27,11 @@ class RowLocation:
         """JSON-able form."""
         return asdict(self)
 
+    def __str__(self) -> str:
+        """``file:line (row N)``, or ``file (row N)`` for rows without a line (Parquet, Arrow)."""
+        head = str(self.file or "?") + ("" if self.line is None else f":{self.line}")
+        return head if self.row is None else f"{head} (row {self.row})"
+
 
 @contextmanager
 def at_row(location: RowLocation | None) -> Iterator[None]:

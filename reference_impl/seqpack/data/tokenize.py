@@ -73,7 +73,7 @@ from seqpack.data import rejections as rj
 from seqpack.data.ranges import concat_ranges, offsets_of
 from seqpack.data.location import RowLocation, at_row, stamp
 from seqpack.data.rejections import SampleRejected
-from seqpack.data.schemas import ChatSchema, Message, PromptCompletionSchema, Schema
+from seqpack.data.schemas import CHAT_KEYS, ChatSchema, Message, PromptCompletionSchema, Schema
 from seqpack.data.chat_render import TemplateRefused
 from seqpack.data.tokenizers import ChatRendering, Tokenizer
 from seqpack.core.errors import InputError, SeqpackError, UsageError
@@ -218,6 +218,34 @@ def _pc_texts(row: dict[str, Any], schema: PromptCompletionSchema, tokenizer: To
     if sep.startswith(" ") and not tokenizer.space_sensitive:
         sep = sep[1:]
     return prompt_text, sep + completion
+
+
+def _pc_texts_batch(rows: Sequence[dict[str, Any]], schema: PromptCompletionSchema, tokenizer: Tokenizer,
+                    guarded: Any) -> dict[int, tuple[str, str] | None]:
+    """:func:`_pc_texts` of every row (``guarded`` runs it where a row needs more than the common case).
+
+    The common row (both columns present as strings under their configured names, no chat key, no
+    images or videos, a completion left after stripping) is read inline, without a call per row: about a
+    third of the per-row cost of packing plain prompt/completion data. Every other row goes through
+    :func:`_pc_texts` itself, so its errors and rejections are exactly the row-by-row ones.
+    """
+    pc, cc = schema.prompt_column, schema.completion_column
+    template = None if schema.prompt_template == "{prompt}" else schema.prompt_template
+    strip, sep = schema.strip_whitespace, schema.separator
+    if sep.startswith(" ") and not tokenizer.space_sensitive:
+        sep = sep[1:]
+    unusual = frozenset((*CHAT_KEYS, *VISUAL_FIELDS))  # a row with any of these keys takes the full path
+    out: dict[int, tuple[str, str] | None] = {}
+    for pos, row in enumerate(rows):
+        p, c = row.get(pc), row.get(cc)
+        if type(p) is str and type(c) is str and unusual.isdisjoint(row):
+            if strip:
+                p, c = p.strip(" "), c.strip(" ")
+            if c or schema.allow_empty_completion:
+                out[pos] = (p if template is None else template.format(prompt=p), sep + c)
+                continue
+        out[pos] = guarded(pos, _pc_texts, row, schema, tokenizer)
+    return out
 
 
 def _pc_sample(
@@ -470,7 +498,7 @@ def tokenize_batch(
             raise stamp(err, where[pos])
 
     if isinstance(schema, PromptCompletionSchema):
-        texts = {pos: guarded(pos, _pc_texts, row, schema, tokenizer) for pos, row in enumerate(rows)}
+        texts = _pc_texts_batch(rows, schema, tokenizer, guarded)
         ok = [pos for pos, t in texts.items() if t is not None]
         return _pc_batch(ok, [part for pos in ok for part in texts[pos]], schema, tokenizer, max_length, truncation,
                          where, rejected)

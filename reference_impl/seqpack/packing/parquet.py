@@ -107,20 +107,21 @@ def flat_table(
     (and the same slice of ``loss_mask``, already 0/1), its segment starts ``starts[start_offsets[i]:...]``."""
     import pyarrow as pa
 
-    def column(values: np.ndarray, offsets: np.ndarray, value_type: Any) -> Any:
-        values = pa.array(np.asarray(values, dtype=value_type.to_pandas_dtype()), type=value_type)
-        if int(offsets[-1]) < 2**31:
-            return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), values)
-        return pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int64)), values).cast(
-            pa.list_(value_type)
-        )
+    def numeric(values: np.ndarray, dtype: Any, value_type: Any) -> Any:
+        # straight from the numpy buffer: pa.array() would import pandas (about a second) where it is installed
+        data = np.ascontiguousarray(values, dtype=dtype)
+        return pa.Array.from_buffers(value_type, int(data.size), [None, pa.py_buffer(data)])
 
-    return pa.table(
-        {
-            "input_ids": column(ids, row_offsets, pa.int64()),
-            "loss_mask": column(loss_mask, row_offsets, pa.int8()),
-            "seq_start_id": column(starts, start_offsets, pa.int64()),
-        }
+    def column(values: np.ndarray, offsets: np.ndarray, dtype: Any, value_type: Any) -> Any:
+        items = numeric(values, dtype, value_type)
+        if int(offsets[-1]) < 2**31:
+            return pa.ListArray.from_arrays(numeric(offsets, np.int32, pa.int32()), items)
+        return pa.LargeListArray.from_arrays(numeric(offsets, np.int64, pa.int64()), items).cast(pa.list_(value_type))
+
+    return pa.Table.from_arrays(
+        [column(ids, row_offsets, np.int64, pa.int64()), column(loss_mask, row_offsets, np.int8, pa.int8()),
+         column(starts, start_offsets, np.int64, pa.int64())],
+        names=["input_ids", "loss_mask", "seq_start_id"],
     )
 
 

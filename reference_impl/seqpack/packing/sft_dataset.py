@@ -65,6 +65,7 @@ from seqpack.data import (
 )
 from seqpack.data.schemas import ChatSchema, PromptCompletionSchema, Schema
 from seqpack.data.location import RowLocation
+from seqpack.data.rows import open_rows
 from seqpack.data.tokenize import TRUNCATION_POLICIES, TokenizedSample, check_truncation
 from seqpack.data.tokenizers import Tokenizer
 from seqpack.data.vlm.vision import VisionSpec
@@ -94,7 +95,8 @@ def _resolve_schema(schema: Schema | str | None, first_row: dict[str, Any]) -> S
 class SFTJsonlDataset(torch.utils.data.Dataset):
     """Map-style dataset: ``dataset[i]`` is the shifted training example of JSONL row ``i``.
 
-    ``source`` is a path or an open :class:`~seqpack.data.jsonl.JsonlFile`. ``schema``:
+    ``source`` is a path (JSONL, Parquet or a ``datasets`` folder, :func:`~seqpack.data.rows.open_rows`) or an
+    open row source such as :class:`~seqpack.data.jsonl.JsonlFile`. ``schema``:
     ``None`` detects it from row 0, or pass ``"prompt_completion"``/``"chat"`` or a schema
     object. ``tokenizer``: anything :func:`~seqpack.data.tokenizers.load_tokenizer`
     accepts (default: the byte tokenizer). ``seq_length`` is the tokenization ``max_length``.
@@ -122,7 +124,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
                 f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}",
                 field="truncation",
             )
-        self.file = source if isinstance(source, JsonlFile) else JsonlFile(source, cache_dir=cache_dir)
+        self.file = source if hasattr(source, "rows") else open_rows(source, cache_dir=cache_dir)
         self.seq_length = seq_length
         self.tokenizer = load_tokenizer(tokenizer)
         self.schema = _resolve_schema(schema, self.file.row(0) if schema is None else {})
@@ -187,9 +189,9 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         if sample.truncated and not self._warned_truncation:
             self._warned_truncation = True
             log.warning(
-                "%s:%d (row %d): %d ids cut to seq_length=%d by truncation=%r; further truncations "
+                "%s: %d ids cut to seq_length=%d by truncation=%r; further truncations "
                 "are listed in each batch's pack_info.truncated_rows",
-                self.path, location.line, row, sample.original_length, self.seq_length, self.truncation,
+                location, sample.original_length, self.seq_length, self.truncation,
             )
         example = to_training_example(sample)
         return {
@@ -205,7 +207,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         """What a :class:`RowScan` must match to be reused: file identity and tokenization settings."""
         return {
             "file": self.path,
-            "fingerprint": self.file.index.fingerprint.to_dict(),
+            "fingerprint": self.file.identity(),
             "rows": len(self),
             "seq_length": self.seq_length,
             "tokenizer": self.tokenizer.fingerprint(),

@@ -56,9 +56,10 @@ class BatchesOptions(TopologyOptions):
     global-batch.
     """
 
-    input: str | os.PathLike[str] = option(help="prompt/completion or chat JSONL file (offline: a pack folder, or the "
-                                           "output root pack --out wrote)", positional=True, metavar="INPUT",
-                                           path="artifact")
+    input: str | os.PathLike[str] = option(help="prompt/completion or chat rows: a JSONL or Parquet file, or a "
+                                           "datasets.save_to_disk folder (offline: a pack folder, or the output root "
+                                           "pack --out wrote)", positional=True, metavar="INPUT",
+                                           path="rows_or_packs")
     mode: str = option("in-batch", help="packing path, by its batch mode", choices=BATCH_MODES)
     mbs: int | None = option(None, help="micro-batch size: rows packed into one THD row (default 4; global-batch "
                              "needs 1)", minimum=1, maximum=MAX_GLOBAL_BATCH_SIZE)

@@ -60,8 +60,11 @@ METADATA_KEY = "seqpack"
 #: Path kinds, and what the MCP face confines for each (:mod:`seqpack.faces.mcp.paths`).
 PATH_KINDS: dict[str, str] = {
     "file": "an existing file",
-    "inputs": "an existing JSONL file or blend manifest (every source it names is confined too)",
+    "inputs": "an existing JSONL or Parquet file, datasets folder or blend manifest (every source it names is confined "
+              "too)",
+    "rows": "an existing JSONL or Parquet file, or a datasets.save_to_disk folder",
     "artifact": "packed Parquet (a file or a directory) or a prepared Energon dataset directory",
+    "rows_or_packs": "rows (as rows), or a folder of offline packs or the output root holding them (as artifact)",
     "out_dir": "an output directory (created when absent)",
     "out_file": "an output file (created when absent)",
     "tokenizer": "a tokenizer.json or the folder holding it",

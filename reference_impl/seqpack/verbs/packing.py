@@ -1,4 +1,5 @@
-"""``pack``: offline packing of JSONL (or a blend) into packed Parquet + metadata + manifest."""
+"""``pack``: offline packing of rows (JSONL, Parquet, a ``datasets`` folder, or a blend) into packed Parquet + metadata +
+manifest."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from seqpack.core.choices import LOSS_MODES, REASONING_POLICIES
-from seqpack.core.limits import MAX_BLEND_SAMPLES, MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_WORKERS
+from seqpack.core.choices import BIN_SCOPES, ENGINES, LOSS_MODES, REASONING_POLICIES
+from seqpack.core.limits import (
+    MAX_BLEND_SAMPLES,
+    MAX_PACK_LEN,
+    MAX_PAD_SEQ_TO_MULT,
+    MAX_SHARD_ROWS,
+    MAX_WORKERS,
+    MIN_SHARD_ROWS,
+)
 from seqpack.core.reports import PreparedPacks
 from seqpack.core.glossary import glossary_line
 from seqpack.core.textfmt import text_table
@@ -30,7 +38,7 @@ _COLUMN = dict(min_length=1, max_length=200)
 
 @verb_options
 class PackOptions(AlignedOptions):
-    """Inputs (``input``: JSONL or blend manifest, optional ``validation`` JSONL), output root,
+    """Inputs (``input``: JSONL, Parquet, a ``datasets`` folder or a blend manifest; optional ``validation``), output root,
     pack size, the topology (or an explicit ``pad_seq_to_mult``) and every packing setting.
 
     ``pad_seq_length_to_mult`` overrides the pre-padding multiple (a multiple of the alignment,
@@ -39,11 +47,12 @@ class PackOptions(AlignedOptions):
     job (``None``: detected from the environment)."""
 
     input: str | os.PathLike[str] | Mapping[str, Any] = option(
-        help="JSONL file, or a blend manifest (.json/.yaml: [weight, path, ...])", positional=True, path="inputs")
+        help="JSONL or Parquet file, a datasets.save_to_disk folder, or a blend manifest (.json/.yaml: [weight, path, "
+        "...]); s3:// and other object-storage URIs too", positional=True, path="inputs")
     out: str | os.PathLike[str] = option(
         help="output root; the packs go to a fingerprinted directory inside it", path="out_dir")
     pack_size: int = option(help="pack capacity in runtime tokens (e.g. 8192)", minimum=1, maximum=MAX_PACK_LEN)
-    validation: str | os.PathLike[str] | None = option(None, help="validation JSONL packed with the same settings",
+    validation: str | os.PathLike[str] | None = option(None, help="validation rows (JSONL, Parquet, a datasets folder) packed with the same settings",
                                                        path="inputs")
     max_seq_length: int | None = option(None, help="per-sample cap (default: the pack size)", minimum=1,
                                         maximum=MAX_PACK_LEN)
@@ -73,6 +82,19 @@ class PackOptions(AlignedOptions):
                           maximum=MAX_WORKERS, mcp=False)
     distributed: bool | None = option(None, help="run on the ranks of a torchrun job (detected from WORLD_SIZE when "
                                       "not given); every rank must see the output root", mcp=False)
+    engine: str = option("local", help="who runs the stages: the local worker pool (also on torchrun ranks) or Ray "
+                         "tasks (RAY_ADDRESS, or a local cluster of --workers CPUs; the ray extra); the same bytes",
+                         choices=ENGINES, mcp=False)
+    bin_scope: str = option("global", help="assign bins over the whole split (exact) or within shards of --shard-rows "
+                            "rows (approximate: the summary's gap says what it cost)", choices=BIN_SCOPES)
+    shard_rows: int | None = option(None, help="rows per shard with --bin-scope shard (default 1,000,000)",
+                                    minimum=MIN_SHARD_ROWS, maximum=MAX_SHARD_ROWS)
+    max_gap: float | None = option(None, help="fail when the packs exceed the lower bound ceil(aligned tokens / pack "
+                                   "size) by more than this fraction (e.g. 0.001), before anything is written",
+                                   minimum=0.0)
+    work_dir: str | os.PathLike[str] | None = option(
+        None, help="where object-storage inputs are staged and a remote output is written first (default: the "
+        "system's temporary directory)", path="out_dir", mcp=False, mcp_name="work_dir")
     overwrite: bool = option(False, help="rewrite the pack directory of this fingerprint (only one seqpack wrote: a "
                              "directory with other files is never replaced)")
     progress: bool = option(False, help="show a progress bar on stderr", cli_help="no progress bar (the CLI shows "
@@ -118,6 +140,11 @@ def pack(options: PackOptions) -> PreparedPacks:
         metadata_path=options.metadata_path,
         num_workers=options.workers,
         distributed=options.distributed,
+        engine=options.engine,
+        bin_scope=options.bin_scope,
+        shard_rows=options.shard_rows,
+        max_gap=options.max_gap,
+        work_dir=options.work_dir,
         overwrite=options.overwrite,
         progress=options.progress,
     )
@@ -143,13 +170,14 @@ def render_pack(result: PreparedPacks, options: PackOptions) -> str:
     for split, info in result.splits.items():
         acc = info["accounting"]
         skipped = ", ".join(f"{k}={v['count']}" for k, v in acc["skipped"].items()) or "-"
+        gap = info.get("gap", {}).get("gap")
         rows.append([split, acc["rows_in"], acc["packed"], acc["truncated"], skipped, info["packs"],
-                     f"{info['aligned_tokens'] / info['token_slots']:.2%}"])
+                     f"{info['aligned_tokens'] / info['token_slots']:.2%}", "-" if gap is None else f"{gap:.4%}"])
     return "\n".join([
         f"{'reused' if result.reused else 'wrote'} {result.pack_dir}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
                                                                      else ""),
         f"tokenizer: {result.tokenizer}",
-        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "packing eff."], rows),
+        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "packing eff.", "gap"], rows),
         f"pad_seq_to_mult={options.multiple()} pack_size={options.pack_size} algorithm={options.algorithm} "
         f"seed={options.seed} truncation={options.truncation}",
         glossary_line("packing efficiency"),
@@ -172,7 +200,8 @@ def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
 
 PACK = Verb(
     name="pack", options=PackOptions, function=pack, render=render_pack,
-    help="pack JSONL (or a blend manifest) offline into packed Parquet + metadata + manifest",
+    help="pack rows (JSONL, Parquet, a datasets folder, or a blend manifest) offline into packed Parquet + metadata + "
+         "manifest",
     tools=(Tool(
         "pack_dataset", title="Pack a JSONL dataset offline (writes packed Parquet)", writes=True, job=True,
         fixed={"distributed": False}, links=pack_links,

@@ -576,7 +576,8 @@ class PlanOptions(AlignedOptions):
         None, help='sample counts by length, e.g. {"512": 1200, "3000": 40}', cli=False, key_minimum=1,
         key_maximum=MAX_SAMPLE_TOKENS, item_minimum=0, item_maximum=MAX_PLAN_SAMPLES, max_items=MAX_INLINE_LENGTHS)
     jsonl: str | os.PathLike[str] | None = option(
-        None, help="JSONL file (or blend manifest) tokenized like `seqpack pack` does", path="inputs",
+        None, help="JSONL or Parquet file, a datasets folder (or a blend manifest) tokenized like `seqpack pack` does",
+        path="inputs",
         exclusive=_SOURCE)
     mix: str | None = option(None, help="a synthetic length mix (with n, max_len, seed)", choices=LENGTH_MIXES,
                              label="length mix", exclusive=_SOURCE)

@@ -487,10 +487,22 @@ _VISUAL_HINTS: tuple[bytes, ...] = (b'"images"', b'"videos"', b'"image"', b'"vid
 
 
 def file_has_visuals(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> bool:
-    """True when some row of the JSONL file carries images or videos (rows are parsed only when
-    their raw bytes mention them, so a text file is scanned at byte speed)."""
+    """True when some row of the input carries images or videos (JSONL rows are parsed only when
+    their raw bytes mention them, so a text file is scanned at byte speed; Parquet and datasets
+    folders only when they have such a column)."""
     from seqpack.data.jsonl import JsonlFile
+    from seqpack.data.rows import input_kind, open_rows
 
+    if input_kind(path) != "jsonl":  # Parquet or a datasets folder: only rows with a visual column can hold any
+        src = open_rows(path)
+        try:
+            if not {"images", "videos", "image", "video"} & set(src.columns):
+                return False
+            step = 1024
+            return any(row_has_visuals(row) for start in range(0, len(src), step)
+                       for row in src.rows(range(start, min(len(src), start + step))))
+        finally:
+            src.close()
     jf = JsonlFile(path, cache_dir=cache_dir)
     try:
         for i in range(len(jf)):

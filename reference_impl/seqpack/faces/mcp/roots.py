@@ -79,11 +79,26 @@ class AllowedRoots:
             )
         return resolved
 
+    def resolve_rows(self, user_path: str, *, field: str) -> Path:
+        """A row file (JSONL, Parquet), or a ``datasets`` folder (every file inside it confined too)."""
+        path = self.resolve(user_path, field=field)
+        if path.is_dir():
+            from seqpack.data.rows import input_kind
+
+            with tool_errors():
+                input_kind(path)  # a folder that is not a datasets folder is refused
+            for inner in path.rglob("*"):
+                self.check_resolved(inner, field=field)
+        elif not path.is_file():
+            raise ToolError(f"{field} {user_path!r} is not a file or a datasets folder ({path}).")
+        return path
+
     def resolve_inputs(self, user_path: str, *, field: str) -> Path:
-        """A JSONL file, or a blend manifest whose every source must also lie inside a root."""
+        """A row file or datasets folder (:meth:`resolve_rows`), or a blend manifest whose every source must also
+        lie inside a root."""
         from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest
 
-        path = self.resolve(user_path, field=field, kind="file")
+        path = self.resolve_rows(user_path, field=field)
         if is_blend_manifest(path):
             with tool_errors():
                 blends = read_blend_manifest(path)
@@ -107,12 +122,16 @@ class AllowedRoots:
             return self._tokenizer(user_path, field=field)
         if kind == "inputs":
             return self.resolve_inputs(user_path, field=field)
+        if kind == "rows":
+            return self.resolve_rows(user_path, field=field)
         if kind == "out_dir":
             return self.resolve(user_path, field=field, must_exist=False, kind="dir")
         if kind == "out_file":
             return self.resolve(user_path, field=field, must_exist=False)
         if kind == "artifact":
             return self._artifact(user_path, field=field)
+        if kind == "rows_or_packs":
+            return self._rows_or_packs(user_path, field=field)
         raise ValueError(f"unknown path kind {kind!r}")
 
     def _tokenizer(self, user_path: str, *, field: str) -> Path:
@@ -127,6 +146,19 @@ class AllowedRoots:
             if (folder / name).exists():
                 self.check_resolved(folder / name, field=field)
         return target
+
+    def _rows_or_packs(self, user_path: str, *, field: str) -> Path:
+        """Rows (:meth:`resolve_rows`), or a folder that is no ``datasets`` folder as offline packs (:meth:`_artifact`)."""
+        from seqpack.core.errors import InputError
+        from seqpack.data.rows import input_kind
+
+        path = self.resolve(user_path, field=field)
+        if path.is_dir():
+            try:
+                input_kind(path)
+            except InputError:
+                return self._artifact(user_path, field=field)
+        return self.resolve_rows(user_path, field=field)
 
     def _artifact(self, user_path: str, *, field: str) -> Path:
         from seqpack.packing.energon.inspect import is_energon_dataset

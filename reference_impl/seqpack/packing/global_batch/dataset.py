@@ -135,9 +135,8 @@ class GlobalBatchSFTDataset(SFTJsonlDataset):
         sample = self._tokenize_at(location)
         if sample.truncated and not self._warned_truncation:
             self._warned_truncation = True
-            log.warning("%s:%d (row %d): %d ids cut to seq_length=%d by truncation=%r",
-                        self.path, location.line, location.row, sample.original_length, self.seq_length,
-                        self.truncation)
+            log.warning("%s: %d ids cut to seq_length=%d by truncation=%r", location, sample.original_length,
+                        self.seq_length, self.truncation)
         return {"sample": sample, "row_index": location.row}
 
 

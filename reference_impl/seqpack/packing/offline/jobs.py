@@ -1,7 +1,7 @@
 """Work units of offline packing and the process pool that runs them.
 
 Tokenization is cut into *jobs* of consecutive draws from one source file (:func:`tokenize_jobs`).
-A worker process keeps its tokenizer, schema and JSONL files (their line indexes) for its whole
+A worker process keeps its tokenizer, schema and input files (:mod:`seqpack.data.rows`) for its whole
 life (they are handed over once, by the pool initializer, not with every job; a file is mapped
 for one job at a time so its pages do not pile up in the worker's memory), tokenizes a job with
 :func:`seqpack.data.tokenize.tokenize_batch` and appends the samples to its own spill files
@@ -44,7 +44,7 @@ class TokenizeContext:
 
 @dataclass(frozen=True)
 class TokenizeJob:
-    """Rows ``rows`` of the JSONL file ``path``, draws ``index``-th job of the split."""
+    """Rows ``rows`` of the input ``path`` (JSONL, Parquet or a datasets folder), the ``index``-th job of the split."""
 
     index: int
     path: str
@@ -111,12 +111,12 @@ def _release_worker() -> None:
         _STATE.spill = None
 
 
-def _jsonl(path: str) -> Any:
+def _rows(path: str) -> Any:
     jf = _STATE.files.get(path)
     if jf is None:
-        from seqpack.data.jsonl import JsonlFile
+        from seqpack.data.rows import open_rows
 
-        jf = _STATE.files[path] = JsonlFile(path)
+        jf = _STATE.files[path] = open_rows(path)
     return jf
 
 
@@ -143,28 +143,33 @@ class _Locations(Sequence):
 
 
 def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
-    """Tokenize one job with this process's context; spill the samples when the context says so."""
-    from seqpack.data.tokenize import tokenize_batch
-
+    """Tokenize one job with this process's context and spill writer (:func:`tokenize_job`)."""
     ctx = _STATE.context
     if ctx is None:  # pragma: no cover - map_jobs always initialises
         raise RuntimeError("tokenization worker used without a context")
-    jf = _jsonl(job.path)
+    return tokenize_job(job, ctx, _rows(job.path), _spill_writer(ctx) if ctx.spill_dir is not None else None)
+
+
+def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: Any = None) -> TokenizedJob:
+    """Stage S1 for one job: read its rows from ``source`` (a :mod:`seqpack.data.rows` source), tokenize
+    them and append the samples to ``writer`` (a :class:`~seqpack.packing.offline.spill.SpillWriter`;
+    None: lengths only). The result names the spill file and the offset of the job's first record."""
+    from seqpack.data.tokenize import tokenize_batch
+
     rows = job.rows.tolist()
     batch = tokenize_batch(
-        [jf.row(r) for r in rows], ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
-        locations=_Locations(jf, rows),
+        source.rows(rows), ctx.schema, ctx.tokenizer, max_length=ctx.max_ids, truncation=ctx.truncation,
+        locations=_Locations(source, rows),
     )
     rejected = [
-        (err.reason, {"file": job.path, "line": jf.line_number(rows[pos]), "row": rows[pos]})
+        (err.reason, {"file": job.path, "line": source.line_number(rows[pos]), "row": rows[pos]})
         for pos, err in batch.rejected
     ]
-    jf.close()  # unmap the file: its pages would otherwise stay in this process's resident set
+    source.release()  # unmap the file: its pages would otherwise stay in this process's resident set
     if ctx.cut_ids is not None:
         batch = cut_batch(batch, ctx.cut_ids)
     spill, start = None, 0
-    if ctx.spill_dir is not None:
-        writer = _spill_writer(ctx)
+    if writer is not None:
         spill, start = writer.name, writer.append(batch.ids, batch.loss_mask, np.diff(batch.offsets))
     return TokenizedJob(
         index=job.index,
@@ -287,5 +292,6 @@ __all__ = [
     "cut_batch",
     "map_jobs",
     "run_tokenize_job",
+    "tokenize_job",
     "tokenize_jobs",
 ]

@@ -8,15 +8,27 @@ from typing import Any
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
-from seqpack.core.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK
+from seqpack.core.limits import MAX_PACK_LEN, MAX_PAD_SEQ_TO_MULT, MAX_SEQS_PER_PACK, MAX_SHARD_ROWS, MIN_SHARD_ROWS
 
 EXAMPLES_PER_REASON = 5
 SPLITS = ("training", "validation", "test")
 WORK_DIR = ".seqpack-work"
 PROBE_NAME = ".shared-probe"
 LATER_OPTIONS = ("pad_seq_length_to_mult",)
+#: Rows per shard of ``bin_scope="shard"`` when not given.
+DEFAULT_SHARD_ROWS = 1_000_000
 
-__all__ = ["OfflinePackOptions", "SplitAccount"]
+__all__ = ["OfflinePackOptions", "SplitAccount", "check_max_gap"]
+
+
+def check_max_gap(value: Any) -> float | None:
+    """``max_gap``: None, or a finite number >= 0 (0 asks for packs at the lower bound)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise UsageError(f"max_gap must be a finite number >= 0, got {value!r}", field="max_gap",
+                         fix="for example --max-gap 0.001 (0.1 % above the lower bound)")
+    return float(value)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -39,6 +51,8 @@ class OfflinePackOptions:
     shuffle_packs: bool = True
     num_samples: int | None = None
     pad_seq_length_to_mult: int | None = None
+    bin_scope: str = "global"
+    shard_rows: int | None = None
 
     def __post_init__(self) -> None:
         positive_int("pack_size", self.pack_size, maximum=MAX_PACK_LEN)
@@ -72,6 +86,28 @@ class OfflinePackOptions:
                 field="algorithm",
             )
         self._check_override()
+        self._check_scope()
+
+    def _check_scope(self) -> None:
+        from seqpack.core.choices import BIN_SCOPES
+
+        if self.bin_scope not in BIN_SCOPES:
+            raise UsageError(f"unknown bin_scope {self.bin_scope!r}; choose one of {', '.join(BIN_SCOPES)}",
+                             field="bin_scope")
+        positive_int("shard_rows", self.shard_rows, allow_none=True, minimum=MIN_SHARD_ROWS, maximum=MAX_SHARD_ROWS)
+        if self.bin_scope == "global" and self.shard_rows is not None:
+            raise UsageError("shard_rows applies to bin_scope='shard' only", field="shard_rows",
+                             fix="add --bin-scope shard, or drop --shard-rows")
+        if self.bin_scope == "shard" and self.bridge_compat:
+            raise UsageError("bridge_compat reproduces Megatron-Bridge's packing of the whole split; it has no shard "
+                             "scope", field="bin_scope", fix="drop --bin-scope shard")
+
+    @property
+    def rows_per_shard(self) -> int | None:
+        """Rows per shard with ``bin_scope="shard"`` (``shard_rows`` or :data:`DEFAULT_SHARD_ROWS`), else None."""
+        if self.bin_scope != "shard":
+            return None
+        return self.shard_rows or DEFAULT_SHARD_ROWS
 
     def _check_override(self) -> None:
         override = self.pad_seq_length_to_mult
@@ -125,13 +161,19 @@ class OfflinePackOptions:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (options in :data:`LATER_OPTIONS` only when set). With ``bridge_compat`` it also
+        """JSON-able form (options in :data:`LATER_OPTIONS` only when set; ``bin_scope`` and ``shard_rows`` only for
+        ``bin_scope="shard"``). With ``bridge_compat`` it also
         names the Megatron-Bridge release whose preparation is reproduced (``bridge_release``), so packs
         made for another release's rules never share a fingerprint with these."""
         data = asdict(self)
         for key in LATER_OPTIONS:
             if data[key] is None:
                 del data[key]
+        del data["shard_rows"]
+        if self.bin_scope == "global":  # the exact default: fingerprints of earlier packs stay valid
+            del data["bin_scope"]
+        else:
+            data["shard_rows"] = self.rows_per_shard
         if self.bridge_compat:
             from seqpack.core.versions import BRIDGE_RELEASE
 

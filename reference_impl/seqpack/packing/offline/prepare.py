@@ -1,10 +1,11 @@
-"""Offline packed SFT: JSONL -> tokenize -> align -> bin-pack -> packed Parquet + metadata + manifest.
+"""Offline packed SFT: rows -> tokenize -> align -> bin-pack -> packed Parquet + metadata + manifest.
 
 :func:`prepare_packed_dataset` is the whole pipeline:
 
-1. **Rows.** One JSONL file per split, or a blend manifest (:mod:`seqpack.packing.offline.sources`);
-   rows are read lazily from a newline index, in jobs of consecutive rows, by worker processes
-   (``num_workers``) that keep their tokenizer and open files for their whole life.
+1. **Rows.** One input per split (JSONL, Parquet or a ``datasets`` folder: :mod:`seqpack.data.rows`),
+   or a blend manifest (:mod:`seqpack.packing.offline.sources`); rows are read lazily by index, in
+   jobs of consecutive rows, by worker processes (``num_workers``) that keep their tokenizer and open
+   files for their whole life.
 2. **Tokenize** with the schema (prompt/completion or chat, auto-detected from the first row
    when not given) and the tokenizer (the embedded byte tokenizer by default). A sample's
    *runtime* length (tokens the model sees: ids minus one) is capped at
@@ -46,7 +47,10 @@ Accounting: for every split, ``rows_in == packed + skipped`` (``truncated`` coun
 that lost tokens); skipped rows are grouped by reason with their first file/line locations.
 
 
-Options and accounting live in :mod:`.options`, bin assignment and the fingerprint in :mod:`.bins`.
+The steps are the stage functions of :mod:`.stages`; :func:`_prepare` runs them against an executor
+(:mod:`.executors`: the worker pool on one process or on every ``torchrun`` rank), so every executor
+runs the same code on the same values. Options and accounting live in :mod:`.options`, bin assignment
+and the fingerprint in :mod:`.bins`.
 """
 
 from __future__ import annotations
@@ -54,32 +58,38 @@ from __future__ import annotations
 import json
 import logging
 import os
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from seqpack import __version__
 from seqpack.core.arguments import positive_int
-from seqpack.core.errors import ArtifactError, InputError, PackingError, UsageError
+from seqpack.core.errors import ArtifactError, InputError, PackingError, SeqpackError, UsageError
 from seqpack.core.limits import MAX_ROW_GROUP_SIZE, MAX_WORKERS
 from seqpack.core.reports import PreparedPacks
-from seqpack.data.ranges import offsets_of
 from seqpack.io import atomic, ownership, reading
 from seqpack.io.temporaries import remove_path
 from seqpack.packing.offline import artifact
-from seqpack.packing.offline.artifact import FORMAT, MANIFEST_NAME
-from seqpack.packing.offline.bins import (
-    _assign,
-    _Bins,
-    _tokenizer_dir_name,
-    aligned_lengths,
-    bridge_metadata,
-    fingerprint,
+from seqpack.packing.offline.artifact import MANIFEST_NAME
+from seqpack.packing.offline.bins import aligned_lengths, assign_scoped, bridge_metadata
+from seqpack.packing.offline.options import SPLITS, WORK_DIR, OfflinePackOptions, check_max_gap
+from seqpack.packing.offline.stages import (
+    check_gap,
+    detect_schema,
+    gather_split,
+    load_tokenizer_arg,
+    manifest,
+    part_jobs,
+    plan_run,
+    pre_pad_id,
+    resolve_inputs,
+    shard_of_samples,
+    split_summary,
+    tokenize_jobs,
 )
-from seqpack.packing.offline.options import PROBE_NAME, SPLITS, WORK_DIR, OfflinePackOptions, SplitAccount
 
 log = logging.getLogger(__name__)
 
@@ -87,196 +97,13 @@ __all__ = ["SampleLengths", "append_metadata", "find_manifest", "pre_pad_id", "p
 
 
 # ------------------------------------------------------------------------------------------------
-# Tokenization into the spill
+# The pipeline, written once against an executor (.executors)
 # ------------------------------------------------------------------------------------------------
-
-
-def _progress(total: int, desc: str, unit: str = "row") -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm comes with megatron-energon
-        return None
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
-
-
-def _block(n: int, rank: int, world: int) -> tuple[int, int]:
-    """Rank ``rank``'s contiguous share ``[lo, hi)`` of ``n`` items (ranks in order cover them in order)."""
-    return n * rank // world, n * (rank + 1) // world
-
-
-def _tokenize(
-    comm: Any, stream: Any, context: Any, num_workers: int, progress: bool
-) -> list[Any]:
-    """Tokenize a split's rows, each rank its contiguous block of jobs; every rank gets every job's result."""
-    from seqpack.packing.offline.jobs import map_jobs, run_tokenize_job, tokenize_jobs
-
-    jobs = tokenize_jobs(stream)
-    lo, hi = _block(len(jobs), comm.rank, comm.world_size)
-    mine = jobs[lo:hi]
-
-    def work() -> list[Any]:
-        if context.spill_dir is not None:
-            Path(context.spill_dir).mkdir(parents=True, exist_ok=True)
-        bar = _progress(int(sum(len(j.rows) for j in mine)), "tokenize") if progress and comm.rank == 0 else None
-        try:
-            update = (lambda job: bar.update(len(job.rows))) if bar is not None else None
-            return list(map_jobs(run_tokenize_job, mine, workers=num_workers, context=context, progress=update))
-        finally:
-            if bar is not None:
-                bar.close()
-
-    return [done for per_rank in comm.everywhere(work) for done in per_rank]
-
-
-def _account(stream: Any, done: list[Any], dtype: np.dtype) -> tuple[SplitAccount, Any]:
-    """Accounting of a split's rows and the index of its spilled samples, in draw order."""
-    from seqpack.packing.offline.spill import SampleIndex, record_sizes
-
-    account = SplitAccount(rows_in=len(stream))
-    names: dict[str, int] = {}
-    files, offsets, lengths = [], [], []
-    for job in done:
-        account.truncated += job.truncated
-        for reason, where in job.rejected:
-            account.skip(reason, where)
-        if job.spill is not None and job.lengths.size:
-            number = names.setdefault(job.spill, len(names))
-            files.append(np.full(job.lengths.size, number, dtype=np.int32))
-            offsets.append(job.start + offsets_of(record_sizes(job.lengths, dtype))[:-1])
-        lengths.append(job.lengths)
-
-    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-
-    length = cat(lengths, np.int32)
-    file = cat(files, np.int32) if files else np.zeros(length.size, np.int32)
-    offset = cat(offsets, np.int64) if offsets else np.zeros(length.size, np.int64)
-    account.packed = int(length.size)
-    return account, SampleIndex(tuple(names), file, offset, length)
-
-# ------------------------------------------------------------------------------------------------
-# Filling and writing (one part per row group)
-# ------------------------------------------------------------------------------------------------
-
-
-def _part_jobs(
-    bins: _Bins, aligned: np.ndarray, index: Any, rows_per_group: int, part_dir: Path, spill_dir: Path,
-    dtype: np.dtype, pad_id: int,
-) -> list[Any]:
-    from seqpack.packing.offline.fill import PartJob
-
-    jobs = []
-    sizes = bins.sizes
-    for g, first in enumerate(range(0, bins.count, rows_per_group)):
-        last = min(bins.count, first + rows_per_group)
-        samples = bins.order[bins.offsets[first] : bins.offsets[last]]
-        jobs.append(PartJob(
-            path=str(part_dir / f"part-{g:06d}.parquet"), spill_dir=str(spill_dir), id_dtype=dtype.str,
-            pad_id=pad_id, counts=sizes[first:last], aligned=aligned[samples], samples=index.take(samples),
-        ))
-    return jobs
-
-
-def _write_split(
-    comm: Any, jobs: list[Any], target: Path, num_workers: int, progress: bool
-) -> None:
-    """Every rank writes the parts ``g`` with ``g % world_size == rank``; rank 0 joins them into ``target``."""
-    from seqpack.packing.offline.fill import write_part
-    from seqpack.packing.offline.jobs import map_jobs
-    from seqpack.packing.offline.parquet_concat import concat_parquet_files
-
-    mine = jobs[comm.rank :: comm.world_size]
-
-    def work() -> int:
-        if mine:
-            Path(mine[0].path).parent.mkdir(parents=True, exist_ok=True)
-        bar = _progress(len(mine), "write", unit="part") if progress and comm.rank == 0 else None
-        try:
-            update = (lambda job: bar.update(1)) if bar is not None else None
-            return sum(size for _, size in map_jobs(write_part, mine, workers=num_workers, progress=update))
-        finally:
-            if bar is not None:
-                bar.close()
-
-    comm.everywhere(work)
-
-    def join() -> None:
-        concat_parquet_files([job.path for job in jobs], target)
-
-    comm.from_root(join)
-
-# ------------------------------------------------------------------------------------------------
-# The pipeline
-# ------------------------------------------------------------------------------------------------
-
-
-def _resolve_inputs(inputs: Any, seed: int, num_samples: int | None) -> dict[str, Any]:
-    from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest, resolve_stream
-
-    if isinstance(inputs, (str, os.PathLike)):
-        if is_blend_manifest(inputs):
-            blends = read_blend_manifest(inputs)
-        else:
-            blends = {"training": [(1.0, str(inputs))]}
-    elif isinstance(inputs, Mapping):
-        blends = {}
-        for split, spec in inputs.items():
-            if isinstance(spec, (str, os.PathLike)):
-                blends[str(split)] = [(1.0, str(spec))]
-            else:
-                from seqpack.packing.offline.sources import parse_blend
-
-                blends[str(split)] = parse_blend(list(spec), where=f"inputs[{split}]")
-    else:
-        raise UsageError("inputs must be a JSONL path, a blend manifest path, or a mapping split -> path/blend")
-    for split in blends:
-        if split not in SPLITS:
-            raise UsageError(f"unknown split {split!r}; use {', '.join(SPLITS)}", field="inputs")
-    streams = {split: resolve_stream(blend, seed=seed, num_samples=num_samples) for split, blend in blends.items()}
-    _check_distinct_splits(streams)
-    return streams
-
-
-def _check_distinct_splits(streams: Mapping[str, Any]) -> None:
-    """Refuse a source whose content another split reads too (a validation split equal to training data
-    measures nothing)."""
-    seen: dict[str, tuple[str, str]] = {}
-    for split, stream in streams.items():
-        for src in stream.sources:
-            first = seen.setdefault(src.sha256, (split, src.path))
-            if first[0] != split:
-                raise UsageError(
-                    f"the {split} split reads the same data as the {first[0]} split ({first[1]})", file=src.path,
-                    field=split, fix="give each split its own rows (for example a held-out validation file)",
-                )
-
-
-def _detect(stream: Any, schema: Any = None) -> Any:
-    """The schema of the stream's first row (``schema`` None), or ``schema`` checked against it: a
-    configured prompt/completion column must be in the first row (no silent fallback to another)."""
-    from seqpack.data.jsonl import JsonlFile
-    from seqpack.data.schemas import default_schema, detect_schema
-
-    first = stream.sources[int(stream.source_ids[0])].path
-    jf = JsonlFile(first)
-    try:
-        row = jf.row(int(stream.row_ids[0]))
-    finally:
-        jf.close()
-    try:
-        if schema is None:
-            return default_schema(detect_schema(row))
-        if hasattr(schema, "require_columns"):
-            schema.require_columns(row)
-        return schema
-    except InputError as err:
-        line = jf.line_number(int(stream.row_ids[0]))
-        raise InputError(err.message, file=first, line=line, field=err.field, fix=err.fix) from None
 
 
 def _pack_split(
-    comm: Any, split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, work: Path,
-    target_dir: Path, num_workers: int, row_group_size: int | None, progress: bool,
+    ex: Any, split: str, stream: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any, work: Path,
+    target_dir: Path, row_group_size: int | None, max_gap: float | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tokenize (spill), pack lengths, fill and write one split; returns (Bridge metadata, summary)."""
     from seqpack.packing.offline.fill import auto_row_group_size
@@ -286,8 +113,13 @@ def _pack_split(
     dtype = id_dtype(int(tokenizer.vocab_size))
     spill_dir, part_dir = work / split / "spill", work / split / "parts"
     context = TokenizeContext(schema, tokenizer, options.tokenize_budget, options.truncation, str(spill_dir),
-                              dtype.str, f"rank{comm.rank}", cut_ids=options.stored_cut)
-    account, index = _account(stream, _tokenize(comm, stream, context, num_workers, progress), dtype)
+                              dtype.str, cut_ids=options.stored_cut)
+    clock = _StageClock(split)
+    jobs = tokenize_jobs(stream)
+    done = ex.tokenize(jobs, context)
+    clock("tokenize")
+    account, index = gather_split(stream, done, dtype)
+    clock("gather")
     if account.packed + account.skipped_total != account.rows_in:  # pragma: no cover - invariant
         raise PackingError(f"{split}: accounting mismatch ({account.to_dict()})")
     if account.packed == 0:
@@ -300,33 +132,19 @@ def _pack_split(
     aligned = aligned_lengths(runtime, options)
     if aligned.max() > options.pack_size:  # pragma: no cover - guarded by the options
         raise PackingError(f"{split}: a sample is longer than the pack size")
-    bins = comm.from_root(lambda: _assign(options, aligned))
+    shards = shard_of_samples(jobs, done, options.rows_per_shard)
+    bins, bounds = ex.root(lambda: assign_scoped(options, aligned, shards))
+    clock("assign")
+    check_gap(split, bins, aligned, options.pack_size, max_gap)
     name = f"{split}_{options.pack_size}.idx.parquet"
     rows_per_group = row_group_size or auto_row_group_size(options.pack_size)
-    jobs = _part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer))
-    _write_split(comm, jobs, target_dir / name, num_workers, progress)
-    comm.from_root(lambda: remove_path(work / split))
-    summary = {
-        "file": name,
-        "accounting": account.to_dict(),
-        "packs": bins.count,
-        "real_tokens": int(runtime.sum()),
-        "aligned_tokens": int(aligned.sum()),
-        "token_slots": bins.count * options.pack_size,
-        "packing": bins.stats,
-        "sources": stream.describe(),
-    }
+    parts = part_jobs(bins, aligned, index, rows_per_group, part_dir, spill_dir, dtype, pre_pad_id(tokenizer), bounds)
+    clock("plan row groups")
+    ex.write_parts(parts, target_dir / name)
+    clock("fill, write and join")
+    ex.root(lambda: remove_path(work / split))
+    summary = split_summary(name, account, bins, runtime, aligned, options.pack_size, stream)
     return bridge_metadata(aligned, bins.order, bins.offsets, options.pack_size), summary
-
-
-def pre_pad_id(tokenizer: Any) -> int:
-    """The id samples are pre-padded with: the tokenizer's end of document (``eod_id``) when it has
-    one, else its EOS, which is what Megatron's tokenizers return as EOD (see docs/compatibility.md)."""
-    eod = getattr(tokenizer, "eod_id", None)
-    value = eod if eod is not None else tokenizer.eos_id
-    if value is None:
-        raise UsageError(f"tokenizer {getattr(tokenizer, 'name', '?')} has neither an EOD nor an EOS id to pad with")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -365,16 +183,20 @@ def sample_lengths(
     ``account`` exactly as the pipeline would count them. Nothing is spilled.
     """
     from seqpack.packing.offline.distributed import LocalCollective
+    from seqpack.packing.offline.executors import PoolExecutor
     from seqpack.packing.offline.jobs import TokenizeContext
 
-    tok = _tokenizer(tokenizer)
-    streams = _resolve_inputs(inputs, 0, None)
-    stream = streams.get("training") or next(iter(streams.values()))
-    if schema is None:
-        schema = _detect(stream)
-    context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
-    account, index = _account(stream, _tokenize(LocalCollective(), stream, context, num_workers, False),
-                              np.dtype(context.id_dtype))
+    from seqpack.data.objects import staging
+
+    tok = load_tokenizer_arg(tokenizer)
+    with staging():  # an object-storage input is read from a local copy
+        streams = resolve_inputs(inputs, 0, None)
+        stream = streams.get("training") or next(iter(streams.values()))
+        if schema is None:
+            schema = detect_schema(stream)
+        context = TokenizeContext(schema, tok, max_seq_length + 1, truncation)
+        done = PoolExecutor(LocalCollective(), num_workers).tokenize(tokenize_jobs(stream), context)
+        account, index = gather_split(stream, done, np.dtype(context.id_dtype))
     return SampleLengths(lengths=index.length.astype(np.int64) - 1, truncated=account.truncated,
                          account=account.to_dict())
 
@@ -396,21 +218,30 @@ def prepare_packed_dataset(
     shuffle_packs: bool = True,
     num_samples: int | None = None,
     pad_seq_length_to_mult: int | None = None,
+    bin_scope: str = "global",
+    shard_rows: int | None = None,
+    max_gap: float | None = None,
     num_workers: int = 1,
     row_group_size: int | None = None,
     metadata_path: str | os.PathLike[str] | None = None,
     distributed: bool | None = None,
+    engine: str = "local",
+    work_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> PreparedPacks:
-    """Pack JSONL (or a blend) into packed Parquet; see the module docstring for every step.
+    """Pack rows (or a blend) into packed Parquet; see the module docstring for every step.
 
-    ``metadata_path``: also append this run's metadata entries to that JSON array file (created
+    ``bin_scope="shard"`` assigns bins within shards of ``shard_rows`` consecutive rows (approximate,
+    opt-in); every split's summary records the certificate ``gap`` (:func:`.bins.packing_gap`), and
+    ``max_gap`` fails a run whose gap is above it before anything is written. ``metadata_path``: also append this run's metadata entries to that JSON array file (created
     when absent), as Megatron-Bridge's preparation does. ``distributed``: run on the ranks of a
     ``torchrun`` job (``None`` detects it; see :mod:`seqpack.packing.offline.distributed`).
+    ``engine="ray"`` runs the stages as Ray tasks (:mod:`.ray_engine`; ``RAY_ADDRESS`` or a local cluster
+    of ``num_workers`` CPUs) and writes the same bytes. Inputs and ``out_root`` may be object storage URIs
+    (``s3://...``, :mod:`seqpack.data.objects`): inputs are staged into ``work_dir`` (default: the system's
+    temporary directory), a remote output is written there and then published (:mod:`.remote`).
     """
-    from seqpack.packing.offline.distributed import resolve_collective
-
     options = OfflinePackOptions(
         pack_size=pack_size,
         pad_seq_to_mult=pad_seq_to_mult,
@@ -423,58 +254,100 @@ def prepare_packed_dataset(
         shuffle_packs=shuffle_packs and not bridge_compat,
         num_samples=num_samples,
         pad_seq_length_to_mult=pad_seq_length_to_mult,
+        bin_scope=bin_scope,
+        shard_rows=shard_rows,
     )
+    check_max_gap(max_gap)
     positive_int("num_workers", num_workers, maximum=MAX_WORKERS)
     positive_int("row_group_size", row_group_size, allow_none=True, maximum=MAX_ROW_GROUP_SIZE)
-    comm = resolve_collective(distributed)
+    from seqpack.data.objects import is_uri, staged_as, staging
+
+    ex = _executor(engine, distributed, num_workers, progress)
+    remote = str(out_root) if is_uri(out_root) else None
     try:
-        return _prepare(comm, inputs, out_root, options, schema, tokenizer, num_workers, row_group_size,
-                        None if metadata_path is None else Path(metadata_path), overwrite, progress)
+        with staging(work_dir) as staged, _working_root(remote, work_dir) as local_root:
+            try:
+                return _prepare(ex, inputs, local_root or out_root, options, schema, tokenizer, row_group_size,
+                                None if metadata_path is None else Path(metadata_path), overwrite, max_gap, remote)
+            except SeqpackError as err:  # name the object a staged copy came from, not the copy
+                if err.file is not None and str(err.file) in staged:
+                    err.file = staged_as(str(err.file))
+                raise
     finally:
-        comm.close()
+        ex.close()
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What rank 0 decides before any tokenization (and hands to every rank)."""
+class _StageClock:
+    """Logs (INFO) the seconds each stage of a split took, for benchmarks and the scaling model."""
 
-    streams: dict[str, Any]
-    schema: Any
-    fingerprint: str
-    root: Path
-    reusable: dict[str, Any] | None  # the manifest of packs to reuse as they are
-    rebuilt: str | None  # why an own, damaged pack directory is rebuilt
+    def __init__(self, split: str) -> None:
+        import time
+
+        self.split, self._now = split, time.perf_counter
+        self._last = self._now()
+
+    def __call__(self, stage: str) -> None:
+        now = self._now()
+        log.info("stage %s %s: %.3f s", self.split, stage, now - self._last)
+        self._last = now
 
 
-def _plan(inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tok: Any, overwrite: bool) -> _Plan:
-    streams = _resolve_inputs(inputs, options.seed, options.num_samples)
-    schema = _detect(next(iter(streams.values())), schema)
-    fp = fingerprint(streams, options, schema, tok)
-    root = ownership.check_output_root(out_root, owner="seqpack pack") / (
-        f"{_tokenizer_dir_name(tok)}_pad_seq_to_mult{options.pad_seq_to_mult}_{fp[:12]}")
-    rows = {split: len(stream) for split, stream in streams.items()}
-    rebuilt = None
-    if root.is_dir() and not root.is_symlink() and any(root.iterdir()):
-        state = artifact.examine(root, fp, rows)
-        if state.reusable and not overwrite:
-            return _Plan(streams, schema, fp, root, state.manifest, None)
-        if state.owned and state.problems:
-            rebuilt = "; ".join(state.problems[:5])
-    return _Plan(streams, schema, fp, root, None, rebuilt)
+def _executor(engine: str, distributed: bool | None, num_workers: int, progress: bool) -> Any:
+    """Who runs the stages: the worker pool (one process or torchrun ranks), or Ray tasks."""
+    from seqpack.core.choices import ENGINES
+
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}", field="engine")
+    if engine == "ray":
+        if distributed:
+            raise UsageError("--engine ray and --distributed (torchrun) are two ways to spread the work; pick one",
+                             field="engine")
+        from seqpack.packing.offline.ray_engine import RayExecutor
+
+        return RayExecutor(num_workers if num_workers > 1 else None, progress=progress)
+    from seqpack.packing.offline.distributed import resolve_collective
+    from seqpack.packing.offline.executors import PoolExecutor
+
+    return PoolExecutor(resolve_collective(distributed), num_workers, progress)
+
+
+@contextmanager
+def _working_root(remote: str | None, work_dir: Any) -> Iterator[Path | None]:
+    """A local directory the packs for a remote output root are written into first (None for a local root)."""
+    if remote is None:
+        yield None
+        return
+    import tempfile
+
+    local = Path(tempfile.mkdtemp(prefix=".seqpack-out-", dir=None if work_dir is None else str(work_dir)))
+    try:
+        yield local
+    finally:
+        remove_path(local)
 
 
 def _prepare(
-    comm: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
-    num_workers: int, row_group_size: int | None, metadata_path: Path | None, overwrite: bool, progress: bool,
+    ex: Any, inputs: Any, out_root: Any, options: OfflinePackOptions, schema: Any, tokenizer: Any,
+    row_group_size: int | None, metadata_path: Path | None, overwrite: bool, max_gap: float | None = None,
+    remote: str | None = None,
 ) -> PreparedPacks:
-    tok = _tokenizer(tokenizer)
-    plan = comm.from_root(lambda: _plan(inputs, out_root, options, schema, tok, overwrite))
+    tok = load_tokenizer_arg(tokenizer)
+    plan = ex.root(lambda: plan_run(inputs, out_root, options, schema, tok, overwrite))
     root, fp, streams = plan.root, plan.fingerprint, plan.streams
+    target = None if remote is None else remote.rstrip("/") + "/" + root.name
+    if target is not None and not overwrite:
+        from seqpack.packing.offline.remote import result_at, reusable
+
+        found = ex.root(lambda: reusable(target, fp))
+        if found is not None:
+            _check_reused_gap(found, options.pack_size, max_gap)
+            return result_at(target, found, reused=True)
     if plan.reusable is not None:
         log.info("reusing packs in %s (same fingerprint, every file as recorded)", root)
+        _check_reused_gap(plan.reusable, options.pack_size, max_gap)
         return _prepared(root, plan.reusable, reused=True)
     if metadata_path is not None:
-        comm.from_root(lambda: atomic.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
+        ex.root(lambda: atomic.check_write_target(metadata_path, what="the metadata path", field="metadata_path"))
     metadata_name = f"{options.pack_size}_metadata.jsonl"
     rows = {split: len(stream) for split, stream in streams.items()}
     sources = [src.path for stream in streams.values() for src in stream.sources]
@@ -492,99 +365,66 @@ def _prepare(
 
     stack = ExitStack()  # rank 0's temporary directory; the other ranks' stack stays empty
     try:
-        tmp = Path(comm.from_root(enter))
+        tmp = Path(ex.root(enter))
         work = tmp / WORK_DIR
-        _check_shared(comm, work)
+        ex.prepare_work(work)
         metadata, splits = [], {}
         for split in SPLITS:
             if split not in streams:
                 continue
-            meta, summary = _pack_split(comm, split, streams[split], options, plan.schema, tok, work, tmp,
-                                        num_workers, row_group_size, progress)
+            meta, summary = _pack_split(ex, split, streams[split], options, plan.schema, tok, work, tmp,
+                                        row_group_size, max_gap)
             metadata.append(meta)
             splits[split] = summary
-        manifest = _manifest(fp, options, plan.schema, tok, metadata_name, splits)
+        record = _displayed(manifest(fp, options, plan.schema, tok, metadata_name, splits))
 
         def finish() -> None:
             remove_path(work)
             (tmp / metadata_name).write_text(json.dumps(metadata, indent=2) + "\n")
-            artifact.record_pack_files(tmp, manifest)  # size and SHA-256 of every file: reuse verifies them
-            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+            artifact.record_pack_files(tmp, record)  # size and SHA-256 of every file: reuse verifies them
+            (tmp / MANIFEST_NAME).write_text(json.dumps(record, indent=2) + "\n")
 
-        comm.from_root(finish)
+        ex.root(finish)
     except BaseException as exc:
         stack.__exit__(type(exc), exc, exc.__traceback__)  # rank 0 removes the temporary directory
         raise
-    comm.from_root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
+    ex.root(stack.close)  # rank 0 renames it into place; a failure there reaches every rank
     if metadata_path is not None:
-        comm.from_root(lambda: append_metadata(metadata_path, metadata))
-    return _prepared(root, manifest, reused=False, rebuilt=plan.rebuilt)
+        ex.root(lambda: append_metadata(metadata_path, metadata))
+    if target is not None:
+        from seqpack.packing.offline.remote import publish, result_at
+
+        ex.root(lambda: publish(root, target, record))
+        return result_at(target, record, reused=False, rebuilt=plan.rebuilt)
+    return _prepared(root, record, reused=False, rebuilt=plan.rebuilt)
+
+
+def _displayed(value: Any) -> Any:
+    """``value`` (a manifest) with every staged local path replaced by the URI it was copied from."""
+    from seqpack.data.objects import staged_as
+
+    if isinstance(value, dict):
+        return {k: _displayed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_displayed(v) for v in value]
+    return staged_as(value) if isinstance(value, str) else value
+
+
+def _check_reused_gap(record: dict[str, Any], pack_size: int, max_gap: float | None) -> None:
+    """``max_gap`` holds for reused packs too (their manifest's packs and aligned tokens)."""
+    from seqpack.packing.offline.bins import packing_gap
+
+    for split, info in record["splits"].items():
+        cert = packing_gap(int(info["packs"]), int(info["aligned_tokens"]), pack_size)
+        if max_gap is not None and cert["gap"] > max_gap:
+            raise PackingError(f"{split}: the reused packs are {cert['gap']:.4%} above the lower bound, more than "
+                               f"max_gap={max_gap:g} allows", field="max_gap", fix="pack with --bin-scope global")
 
 
 def _prepared(root: Path, manifest: Any, *, reused: bool, rebuilt: str | None = None) -> PreparedPacks:
     files = {s: root / v["file"] for s, v in manifest["splits"].items()}
     return PreparedPacks.from_manifest(root, files, root / manifest["metadata_file"], root / MANIFEST_NAME,
                                        manifest, reused=reused, rebuilt=rebuilt)
-
-
-def _tokenizer(tokenizer: Any) -> Any:
-    """A tokenizer object as given, or the one a path or name (None: the byte tokenizer) loads."""
-    from seqpack.data.tokenizers import load_tokenizer
-
-    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
-        return tokenizer
-    return load_tokenizer(tokenizer)
-
-
-def _check_shared(comm: Any, work: Path) -> None:
-    """Every rank must see the directory rank 0 created (the spill and the parts live there)."""
-    if comm.world_size == 1:
-        work.mkdir()
-        return
-    import secrets
-
-    token = comm.from_root(lambda: _probe(work, secrets.token_hex(16)))
-
-    def check() -> None:
-        probe = work / PROBE_NAME
-        if not probe.is_file() or probe.read_text() != token:
-            raise UsageError(
-                f"rank {comm.rank} does not see the output directory rank 0 created ({work.parent}); distributed "
-                "packing needs an output root on a filesystem every rank shares",
-                field="out_root",
-            )
-
-    comm.everywhere(check)
-
-
-def _probe(work: Path, token: str) -> str:
-    work.mkdir()
-    (work / PROBE_NAME).write_text(token)
-    return token
-
-
-def _manifest(
-    fp: str, options: OfflinePackOptions, schema: Any, tok: Any, metadata_name: str, splits: dict[str, Any]
-) -> dict[str, Any]:
-    tokenizer = {
-        "name": getattr(tok, "name", type(tok).__name__),
-        "fingerprint": tok.fingerprint(),
-        "eos_id": tok.eos_id,
-        "vocab_size": getattr(tok, "vocab_size", None),
-        "pad_id": getattr(tok, "pad_id", None),
-    }
-    if pre_pad_id(tok) != tok.eos_id:
-        tokenizer["eod_id"] = pre_pad_id(tok)
-    return {
-        "format": FORMAT,
-        "fingerprint": fp,
-        "created_by": f"seqpack {__version__}",
-        "options": options.to_dict(),
-        "schema": {"type": type(schema).__name__, **schema.to_dict()},
-        "tokenizer": tokenizer,
-        "metadata_file": metadata_name,
-        "splits": splits,
-    }
 
 
 def append_metadata(path: str | os.PathLike[str], entries: list[dict[str, Any]]) -> Path:

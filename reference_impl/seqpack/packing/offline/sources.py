@@ -1,4 +1,5 @@
-"""Input sources of the offline pipeline: one JSONL file, or a weighted blend of several.
+"""Input sources of the offline pipeline: one input (JSONL, Parquet or a ``datasets`` folder:
+:mod:`seqpack.data.rows`), or a weighted blend of several.
 
 A blend manifest (JSON or YAML) is either an MLM-style alternating list of weights and paths,
 ``[0.7, "a.jsonl", 0.3, "b.jsonl"]``, or a mapping of split name to such a list
@@ -8,13 +9,12 @@ Resolving a blend gives one weighted *row stream*: a list of ``(source, row)`` d
 ``num_samples`` draws in total (default: the sum of the source sizes), source ``i`` gets
 ``round(w_i / sum(w) * num_samples)`` draws (largest remainder, so the counts add up), taken
 epoch by epoch from a seeded permutation of its rows: a source smaller than its share is
-repeated (up-sampled), a larger one is sub-sampled. The JSONL files are never concatenated or
+repeated (up-sampled), a larger one is sub-sampled. The input files are never concatenated or
 loaded; rows are read lazily by index.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +32,7 @@ MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One JSONL input: path, content hash, row count and blend weight."""
+    """One input (JSONL, Parquet or a datasets folder): path, content hash, row count and blend weight."""
 
     path: str
     sha256: str
@@ -62,13 +62,10 @@ class RowStream:
 
 
 def file_sha256(path: str | os.PathLike[str], chunk: int = 8 << 20) -> str:
-    """SHA-256 of a file's content (streamed)."""
-    from seqpack.io import reading
-    h = hashlib.sha256()
-    with reading.open_regular(path, what="JSONL file") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    """SHA-256 of an input's content, streamed (a datasets folder: its Arrow files in order)."""
+    from seqpack.data.rows import source_sha256
+
+    return source_sha256(path, chunk)
 
 
 def is_blend_manifest(path: str | os.PathLike[str]) -> bool:
@@ -106,6 +103,7 @@ def _looks_numeric(text: str) -> bool:
 def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, str]]]:
     """Read a blend manifest -> ``{split: [(weight, absolute path), ...]}`` (a bare list is ``training``)."""
     from seqpack.config.yaml_bounded import load_yaml, read_text
+    from seqpack.data.objects import is_uri
 
     path = Path(path)
     text = read_text(path, what="blend manifest", error=InputError)
@@ -124,7 +122,30 @@ def read_blend_manifest(path: str | os.PathLike[str]) -> dict[str, list[tuple[fl
     out = {}
     for split, spec in splits.items():
         pairs = parse_blend(spec, where=f"{path} [{split}]")
-        out[str(split)] = [(w, str((path.parent / p).resolve()) if not os.path.isabs(p) else p) for w, p in pairs]
+        out[str(split)] = [(w, p if os.path.isabs(p) or is_uri(p) else str((path.parent / p).resolve())) for w, p in pairs]
+    return out
+
+
+#: Split names of a ``DatasetDict.save_to_disk`` folder -> the split they are packed as.
+DATASET_SPLITS = {"train": "training", "training": "training", "validation": "validation", "valid": "validation",
+                  "val": "validation", "dev": "validation", "test": "test"}
+
+
+def dataset_dict_inputs(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Split -> folder of a ``DatasetDict.save_to_disk`` folder (``train`` packs as training, ``validation``
+    as validation, ``test`` as test); a split of another name, or two for one split, is refused."""
+    from seqpack.data.rows import dataset_dict_splits
+
+    out: dict[str, str] = {}
+    for name, folder in dataset_dict_splits(path).items():
+        split = DATASET_SPLITS.get(name.lower())
+        if split is None or split in out:
+            why = "is not a split seqpack packs" if split is None else f"is a second {split} split"
+            raise UsageError(
+                f"the DatasetDict's split {name!r} {why} (train, validation, test)", file=os.fspath(path),
+                fix="give the split folders one by one (the input and --validation)",
+            )
+        out[split] = str(folder)
     return out
 
 
@@ -156,13 +177,17 @@ def resolve_stream(
     A single source with weight 1 and no ``num_samples`` is the identity stream (every row once,
     in file order), which is what plain one-file packing uses.
     """
-    from seqpack.data.jsonl import JsonlFile
+    from seqpack.data.rows import open_rows
 
     if not blend:
         raise UsageError("no input sources given")
+    from seqpack.data.objects import is_uri, stage_input
+
     sources = []
     for weight, path in blend:
-        n = row_counts[path] if row_counts and path in row_counts else len(JsonlFile(path))
+        if is_uri(path):  # object storage: read from a local copy (data.objects)
+            path = stage_input(path)
+        n = row_counts[path] if row_counts and path in row_counts else len(open_rows(path))
         sources.append(SourceFile(path=str(path), sha256=file_sha256(path), rows=n, weight=weight))
     sizes = np.asarray([s.rows for s in sources], dtype=np.int64)
     if len(sources) == 1 and num_samples is None:
