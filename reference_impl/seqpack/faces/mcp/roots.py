@@ -114,7 +114,8 @@ class AllowedRoots:
         loader reads there confined too); ``inputs``: an existing JSONL file or blend
         manifest (:meth:`resolve_inputs`); ``out_dir``: a directory, created when absent; ``out_file``:
         a file, created when absent; ``artifact``: an existing entry, and, unless it is a prepared Energon
-        dataset, every packed Parquet file it names and the manifest beside them (what inspection reads).
+        dataset, every packed Parquet file it names and the manifest beside them (what inspection reads);
+        ``rows_or_packs``: rows as ``rows``, or a folder that is no ``datasets`` folder as ``artifact`` (offline packs).
         """
         if kind == "file":
             return self.resolve(user_path, field=field, kind="file")
