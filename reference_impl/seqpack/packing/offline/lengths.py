@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from seqpack.core.arguments import positive_int
-from seqpack.packing.offline.prepare import SampleLengths, _account, _detect, _resolve_inputs, _tokenize, _tokenizer
+from seqpack.packing.offline.prepare import SampleLengths
+from seqpack.packing.offline.stages import detect_schema, gather_split, load_tokenizer_arg, resolve_inputs
 
 __all__ = ["UNBOUNDED", "lengths_by_cap"]
 
@@ -41,20 +42,30 @@ def lengths_by_cap(
     without a cap, and at each per-sample cap (runtime tokens, i.e. ``floor(max_seq_length / m) * m`` of
     the pipeline) under ``truncation``, exactly as :func:`~seqpack.packing.offline.prepare.prepare_packed_dataset`
     would count them."""
-    from seqpack.data.jsonl import JsonlFile
-    from seqpack.data.rejections import SampleRejected
-    from seqpack.data.tokenize import tokenize_row
-    from seqpack.packing.offline.distributed import LocalCollective
-    from seqpack.packing.offline.jobs import TokenizeContext, tokenize_jobs
+    from seqpack.data.objects import staging
 
     caps = [positive_int("cap", c) for c in caps]
-    tok = _tokenizer(tokenizer)
-    streams = _resolve_inputs(inputs, 0, None)
+    tok = load_tokenizer_arg(tokenizer)
+    with staging():  # an object-storage input is read from a local copy
+        return _by_cap(inputs, caps, schema, tok, truncation, num_workers)
+
+
+def _by_cap(inputs: Any, caps: list[int], schema: Any, tok: Any, truncation: str,
+            num_workers: int) -> tuple[SampleLengths, dict[int, SampleLengths]]:
+    """The body of :func:`lengths_by_cap`, inside its staging of object-storage inputs."""
+    from seqpack.data.rejections import SampleRejected
+    from seqpack.data.rows import open_rows
+    from seqpack.data.tokenize import tokenize_row
+    from seqpack.packing.offline.distributed import LocalCollective
+    from seqpack.packing.offline.executors import PoolExecutor
+    from seqpack.packing.offline.jobs import TokenizeContext, tokenize_jobs
+
+    streams = resolve_inputs(inputs, 0, None)
     stream = streams.get("training") or next(iter(streams.values()))
-    schema = _detect(stream) if schema is None else schema
+    schema = detect_schema(stream) if schema is None else schema
     context = TokenizeContext(schema, tok, UNBOUNDED, truncation)
-    done = _tokenize(LocalCollective(), stream, context, num_workers, False)
-    account, index = _account(stream, done, np.dtype(context.id_dtype))
+    done = PoolExecutor(LocalCollective(), num_workers).tokenize(tokenize_jobs(stream), context)
+    account, index = gather_split(stream, done, np.dtype(context.id_dtype))
     runtime = index.length.astype(np.int64) - 1
     paths = [job.path for job in tokenize_jobs(stream)]
     rows = np.concatenate([job.rows for job in done]) if done else np.zeros(0, np.int64)
@@ -68,7 +79,7 @@ def lengths_by_cap(
             acc = copy.deepcopy(account)
             for k in np.flatnonzero(runtime > cap).tolist():
                 path, row = paths[int(owner[k])], int(rows[k])
-                jf = files.get(path) or files.setdefault(path, JsonlFile(path))
+                jf = files.get(path) or files.setdefault(path, open_rows(path))
                 try:
                     sample = tokenize_row(jf.row(row), schema, tok, max_length=cap + 1, truncation=truncation,
                                           location=jf.location(row))
