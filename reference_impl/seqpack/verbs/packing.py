@@ -176,10 +176,10 @@ def render_pack(result: PreparedPacks, options: PackOptions) -> str:
     return "\n".join([
         f"{'reused' if result.reused else 'wrote'} {result.pack_dir}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
                                                                      else ""),
-        f"tokenizer: {result.tokenizer}",
         text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "packing eff.", "gap"], rows),
         f"pad_seq_to_mult={options.multiple()} pack_size={options.pack_size} algorithm={options.algorithm} "
         f"seed={options.seed} truncation={options.truncation}",
+        f"tokenizer: {result.tokenizer}",
         glossary_line("packing efficiency"),
         *(f"warning: {w}" for w in result.warnings),
     ])
