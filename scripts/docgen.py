@@ -147,11 +147,26 @@ def _guide(name: str) -> Callable[[], str]:
     return make
 
 
+def glossary_document() -> str:
+    """docs/glossary.md: one definition of every efficiency and padding figure (seqpack.core.glossary)."""
+    from seqpack.core.glossary import glossary_markdown
+
+    return ("# Glossary of the efficiency figures\n\n<!-- generated from reference_impl/seqpack/core/glossary.py; "
+            "edit that file, then run python -m scripts.docgen -->\n\n"
+            "Every command that prints one of these figures means this by it. Token slots are packs x pack_size; "
+            "real tokens are the samples' tokens (ids minus one; inspect and batches --mode offline count them as "
+            "the packs' reader bounds them, stopping a sequence at its last input that is not EOS, which adds or "
+            "drops one untrained token per sequence when a chat template closes with another token); aligned "
+            "tokens add each sample's alignment padding up to a multiple of pad_seq_to_mult.\n\n"
+            + glossary_markdown())
+
+
 #: Repository-relative path -> function producing its full text.
 GENERATED: dict[str, Callable[[], str]] = {
     "docs/rules.md": _rules_document,
     "docs/alignment.md": alignment_document,
     "skills/megatron-sequence-packing/references/alignment.md": alignment_document,
+    "docs/glossary.md": glossary_document,
     "docs/model-support.md": model_support_document,
     "skills/megatron-sequence-packing/references/rules.md": skill_rules_document,
     "skills/megatron-sequence-packing/references/model-support.md": model_support_document,

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tokenizer_bundles import real_tokenizer_dir
+
 # The tests' tensors are tiny: threads cost more than they give, and on a busy machine spinning
 # OpenMP threads slow torch down several-fold. Set before torch is imported (children inherit it).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -160,15 +162,35 @@ def write_jsonl(tmp_path):
     return _write
 
 
+def write_big_image_vlm_rows(folder: Path) -> Path:
+    """Two VLM rows read in place: a 1080x1920 picture (by a path relative to the JSONL) with a long answer,
+    and a text row; at seq_length 4096 one CP=2 rank holds no image token (the gloo size mismatch of the
+    user walk, 2026-12)."""
+    from PIL import Image
+
+    (folder / "imgs").mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (1920, 1080), (30, 120, 200)).save(folder / "imgs" / "big.png")
+    words = "the model packs short sequences into fixed length bins so attention never crosses".split()
+    text = lambda n: " ".join(words[i % len(words)] for i in range(n))  # noqa: E731
+    rows = [{"messages": [{"role": "user", "content": "<image>\nDescribe this picture."},
+                          {"role": "assistant", "content": text(300)}], "images": ["imgs/big.png"]},
+            {"messages": [{"role": "user", "content": text(300)}, {"role": "assistant", "content": text(400)}]}]
+    path = folder / "vlm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 @pytest.fixture(scope="session")
-def smoke_cp_reports():
+def smoke_cp_reports(tmp_path_factory):
     """The smoke test of every registered path (default config, tiny data) and of two CP negative controls,
     with their CP checks in one launch of two ranks: name -> report.
 
     ``offline-pad1``: offline packs aligned to 1 instead of 2*CP; ``in_batch-mean-loss``: in-batch with
-    ``calculate_per_token_loss=false``.
+    ``calculate_per_token_loss=false``; ``chat-qwen3-<path>``: the chat demo rendered with the real Qwen3
+    tokenizer and template (when the bundle is fetched); ``vlm-big-<path>``: :func:`write_big_image_vlm_rows`
+    with the real Qwen2.5 tokenizer on the paths that read VLM rows.
     """
-    from seqpack.core.packing_paths import path_names
+    from seqpack.core.packing_paths import path_names, visual_paths
     from seqpack.smoke.report import default_config
     from seqpack.smoke.run import SmokeRequest, run_packing_smoke_tests
 
@@ -177,6 +199,18 @@ def smoke_cp_reports():
     requests = {name: SmokeRequest(name) for name in path_names()}
     requests["offline-pad1"] = SmokeRequest("offline", pad1)
     requests["in_batch-mean-loss"] = SmokeRequest("in_batch", overrides=("model.calculate_per_token_loss=false",))
+    qwen3 = real_tokenizer_dir("qwen3")
+    if qwen3 is not None:  # chat rows rendered with Qwen3's own template, on every path
+        from seqpack.data import demo_path
+
+        for name in path_names():
+            requests[f"chat-qwen3-{name}"] = SmokeRequest(name, data=demo_path("chat"), tokenizer=str(qwen3))
+    qwen2_5 = real_tokenizer_dir("qwen2_5")
+    if qwen2_5 is not None:  # VLM rows with a relative image path, a real tokenizer, seq_length 4096
+        vlm = write_big_image_vlm_rows(tmp_path_factory.mktemp("vlm-big"))
+        for name in visual_paths():
+            requests[f"vlm-big-{name}"] = SmokeRequest(name, data=vlm, tokenizer=str(qwen2_5),
+                                                       overrides=("model.seq_length=4096", "dataset.seq_length=4096"))
     return dict(zip(requests, run_packing_smoke_tests(list(requests.values()), size="tiny")))
 
 

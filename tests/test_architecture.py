@@ -134,7 +134,7 @@ def test_builtin_paths_are_complete_specs():
         broken = validate_config(cfg, [("train.micro_batch_size", 2 if spec.default_micro_batch_size == 1 else 1)],
                                  bridge_version=target)
         assert spec.micro_batch_rule in broken.rule_ids  # the named rule is the one that guards the MBS
-    assert packing_paths.batch_modes() == ("in-batch", "global-batch")
+    assert packing_paths.batch_modes() == ("offline", "in-batch", "global-batch")
     assert all(callable(packing_paths.path_for_mode(m).load("batches")) for m in packing_paths.batch_modes())
 
 

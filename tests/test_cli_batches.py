@@ -141,8 +141,10 @@ def test_input_and_usage_errors_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert fragment in err and len(err.strip().splitlines()) == 1, (args, err)
     with pytest.raises(SystemExit) as info:
-        main(["batches", str(demo_path("chat")), "--mode", "offline"])
+        main(["batches", str(demo_path("chat")), "--mode", "energon"])
     assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    assert main(["batches", str(demo_path("chat")), "--mode", "offline"]) == 2  # packs, not JSONL
+    assert "no training packs" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -42,7 +42,8 @@ def test_validate_exit_codes_and_json(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("VALID")
     assert main(["validate", str(good), "--set", "train.micro_batch_size=1", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"ok", "violations", "warnings", "resolved", "rules_checked", "config", "bridge_version"}
+    assert set(data) == {"ok", "violations", "warnings", "resolved", "rules_checked", "config", "bridge_version",
+                         "not_checked", "packs"}
     assert data["ok"] is False
     (v,) = data["violations"]
     assert v["rule_id"] == "PACK-IN-BATCH-MBS" and v["fields"]["train.micro_batch_size"] == 1

@@ -65,6 +65,12 @@ def test_reasoning_policy_masks_the_reasoning_of_assistant_turns(tmp_path, capsy
     (n_train, fp_train), (n_mask, fp_mask) = trained["train"], trained["mask"]
     # every sample loses at least the reasoning text itself ("let me think about i slowly") from its loss
     assert n_train - n_mask >= 12 * len("let me think about 0 slowly") and fp_train != fp_mask
-    assert main(["pack", str(data), "--out", str(tmp_path / "x"), "--pack-size", "512", "--reasoning", "mask"]) == 2
+    # without --schema the rows' detected schema takes the policy (chat here): the same packs as --schema chat
+    assert main(["pack", str(data), "--out", str(tmp_path / "x"), "--pack-size", "512", "--reasoning", "mask",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fingerprint"] == fp_mask
+    pc = tmp_path / "pc.jsonl"
+    pc.write_text(json.dumps({"prompt": "p", "completion": "c"}) + "\n")
+    assert main(["pack", str(pc), "--out", str(tmp_path / "y"), "--pack-size", "512", "--reasoning", "mask"]) == 2
     err = capsys.readouterr().err
-    assert "reasoning" in err and "--schema chat" in err and not (tmp_path / "x").exists()
+    assert "reasoning" in err and "--schema chat" in err and not (tmp_path / "y").exists()

@@ -350,3 +350,26 @@ def test_balanced_no_worse_than_plain_lpt_over_seeds(mix, batch):
         better_counts += s.num_micro_batches < plain.num_micro_batches
     if (mix, batch) == ("bimodal", 64):
         assert better_counts >= 2  # where step 2 saves micro-batches on these seeds
+
+
+def test_the_report_gives_the_other_schedulers_balance_and_a_hint(tmp_path):
+    import json as _json
+
+    from seqpack.packing.global_batch.report import inspect_global_batch
+
+    # 16 short rows fit one pack; dp_balanced splits one sample off for the second DP rank
+    rows = [{"prompt": "p " * (50 + 7 * i % 90), "completion": "c " * 40} for i in range(64)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    cfg = {"model": {"seq_length": 8192, "sequence_packing_scheduler": "dp_balanced", "calculate_per_token_loss": True,
+                     "max_seqlen_per_dp_cp_rank": 8192},
+           "dataset": {"seq_length": 8192, "enable_global_batch_packing": True, "dataloader_type": "single"},
+           "train": {"micro_batch_size": 1, "global_batch_size": 16}, "dist": {"world_size": 2}}
+    report = inspect_global_batch(data, cfg, num_steps=2)
+    worst = report.balance["max_over_mean_tokens"]
+    assert set(worst) == {"dp_balanced", "balanced"} and report.balance["scheduler"] == "dp_balanced"
+    assert worst["dp_balanced"] == max(s.imbalance["tokens"] for s in report.steps) > 1.5
+    assert worst["balanced"] < 1.1 and "--scheduler balanced gives 1.00x" in report.balance["hint"]
+    assert "Megatron-Core does not have it" in report.balance["hint"]
+    even = inspect_global_batch(data, {**cfg, "model": {**cfg["model"], "sequence_packing_scheduler": "balanced"}})
+    assert even.balance["hint"] is None  # the negative control: nothing better to point to

@@ -29,7 +29,7 @@ def test_global_batch_smoke_passes_every_check_including_cp(smoke_cp_reports):
 def test_balanced_scheduler_passes_too():
     cfg = json.loads(json.dumps(DEFAULT_CONFIGS["global_batch"]))
     cfg["model"]["sequence_packing_scheduler"] = "balanced"
-    report = run_packing_smoke_test("global_batch", cfg, size="tiny", cp_check=False)
+    report = run_packing_smoke_test("global_batch", cfg, size="tiny", cp_check=False, bridge_version="main")
     assert report.skipped == ["cp_matches_cp1"] and report.result == "incomplete"  # every check that ran passed
     assert report.data["scheduler"] == "balanced"
     assert _status(report)["samples_exactly_once"] is True

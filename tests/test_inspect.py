@@ -170,3 +170,24 @@ def test_not_a_pack(tmp_path):
     with pytest.raises(ArtifactError):
         inspect_packed_dataset(tmp_path / "x.idx.parquet")
     assert np.gcd.reduce(np.array([8, 12])) == 4
+
+
+def test_inspect_reports_each_split_with_its_supervised_share(tmp_path):
+    from seqpack.data import demo_path
+    from seqpack.packing.offline.prepare import prepare_packed_dataset
+    from seqpack.verbs.inspection import inspect_packed_dataset
+
+    rows = demo_path("chat").read_bytes().splitlines(keepends=True)
+    (tmp_path / "train.jsonl").write_bytes(b"".join(rows[:80]))
+    (tmp_path / "val.jsonl").write_bytes(b"".join(rows[80:100]))
+    packs = prepare_packed_dataset({"training": tmp_path / "train.jsonl", "validation": tmp_path / "val.jsonl"},
+                                   tmp_path / "out", pack_size=2048, pad_seq_to_mult=4)
+    report = inspect_packed_dataset(tmp_path / "out")  # the output root: its one pack folder is read
+    splits = report.stats["splits"]
+    assert set(splits) == {"training", "validation"}
+    for name, info in splits.items():
+        manifest = packs.manifest["splits"][name]
+        assert info["packs"] == manifest["packs"] and info["aligned_tokens"] == manifest["aligned_tokens"]
+        assert 0 < info["supervised_share"] < 1 and info["bridge_metadata"]["max_samples_per_bin"] >= 1
+    assert sum(v["supervised_tokens"] for v in splits.values()) == report.stats["supervised_tokens"]
+    assert report.stats["supervised_share"] == report.stats["supervised_tokens"] / report.stats["real_tokens"]

@@ -40,7 +40,7 @@ from seqpack.faces.install_skill import SKILL_NAME, find_skill_dir, read_frontma
 REPO = Path(__file__).resolve().parents[1]
 HINT = "the 'train' extra is not installed (torch is missing). Fix: pip install 'seqpack[train]'"
 NEEDS = {"run_packing_smoke_test": "train", "inspect_in_batch": "train", "inspect_global_batch": "train",
-         "prepare_energon_dataset": "energon"}
+         "inspect_offline_batches": "train", "prepare_energon_dataset": "energon"}
 ANY = TypeAdapter(dict[str, Any])
 
 
@@ -261,7 +261,7 @@ def test_links_outside_the_roots_or_gone_are_left_out(tmp_path):
     outside.mkdir()
     (inside / "m.json").write_text("{}")
     (outside / "meta.json").write_text("[]")
-    data = {"root": str(inside), "manifest_path": str(inside / "m.json"), "metadata_path": str(outside / "meta.json"),
+    data = {"pack_dir": str(inside), "root": str(inside), "manifest_path": str(inside / "m.json"), "metadata_path": str(outside / "meta.json"),
             "files": {"training": str(inside / "gone.parquet")}}
     result = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content=data)
     linked = add_links(result, pack_links, AllowedRoots([inside]))

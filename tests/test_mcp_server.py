@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = {
     "derive_alignment", "validate_config", "explain_rule", "list_rules", "check_model_support",
     "plan_pack_length", "simulate_packing", "pack_dataset", "inspect_packed_dataset", "server_info",
-    "run_packing_smoke_test", "inspect_in_batch", "inspect_global_batch", "prepare_energon_dataset",
-    "count_image_tokens", "mrope_position_ids",
+    "run_packing_smoke_test", "inspect_in_batch", "inspect_global_batch", "inspect_offline_batches",
+    "prepare_energon_dataset", "count_image_tokens", "mrope_position_ids",
 }
 WRITERS = {"pack_dataset", "prepare_energon_dataset"}
 OUTSIDE_TEXT = "outside the allowed roots"

@@ -46,7 +46,8 @@ def _short_rows(path: Path, n: int = 16) -> Path:
 def test_options_pass_on_every_path(path: str, overrides: tuple[str, ...], tmp_path: Path) -> None:
     # in-batch packs are at most seq_length wide when fixed: give it rows that fit four to a pack
     data = _short_rows(tmp_path / "rows.jsonl") if path == "in_batch" and overrides else None
-    report = run_packing_smoke_test(path, data=data, overrides=overrides, cp_check=False, model=BOTH)
+    report = run_packing_smoke_test(path, data=data, overrides=overrides, cp_check=False, model=BOTH,
+                                    mtp_roll="reference")
     status = _status(report)
     assert status["moe_router_statistics"] == status["mtp_equals_unpacked"] == "passed", report.to_dict()
     assert status["packed_equals_unpacked"] == "passed"
@@ -69,7 +70,7 @@ def test_router_counting_padding_fails_the_statistics(path: str) -> None:
 def test_mtp_rolled_across_boundaries_fails_and_its_loss_diverges(tmp_path: Path) -> None:
     # completion-only rows: the first label of every sequence is supervised, so a crossed roll adds targets
     rows = _short_rows(tmp_path / "rows.jsonl", 12)
-    good = run_packing_smoke_test("offline", data=rows, cp_check=False, model={"mtp": True})
+    good = run_packing_smoke_test("offline", data=rows, cp_check=False, model={"mtp": True}, mtp_roll="reference")
     assert good.check("mtp_equals_unpacked").status == "passed"
     bad = run_packing_smoke_test("offline", data=rows, cp_check=False, model={"mtp": True},
                                  faults=("mtp_cross_boundary",))
@@ -82,6 +83,24 @@ def test_mtp_rolled_across_boundaries_fails_and_its_loss_diverges(tmp_path: Path
     assert chat.check("mtp_equals_unpacked").value["max_mtp_logit_diff"] > 1e-6
 
 
+#: An offline config without per-sequence alignment padding (CP 1, no SP, pad_seq_to_mult 1).
+NO_ALIGNMENT_PADDING = ("model.context_parallel_size=1", "dist.world_size=1",
+                        "dataset.offline_packing_specs.pad_seq_to_mult=1")
+
+
+def test_megatron_cores_own_roll_trains_wrong_mtp_targets_across_alignment_padding() -> None:
+    # the default offline config aligns every sequence to 4: Megatron-Core's roll_tensor (the installed
+    # release, run here) reads its windows from cu_seqlens_q over the padded row (MTP-PACKED-ALIGNMENT-ROLL)
+    report = run_packing_smoke_test("offline", cp_check=False, model={"mtp": True})
+    check = report.check("mtp_equals_unpacked")
+    assert report.data["mtp_roll"].startswith("megatron-core ") and "roll_tensor" in report.data["mtp_roll"]
+    assert check.status == "failed" and check.rule_id == "MTP-PACKED-ALIGNMENT-ROLL" and report.result == "fail"
+    assert check.value["max_mtp_loss_diff"] > 1e-6 and "cu_seqlens_q" in check.fix
+    # the negative control: without alignment padding the same upstream roll trains the right targets
+    plain = run_packing_smoke_test("offline", cp_check=False, model={"mtp": True}, overrides=NO_ALIGNMENT_PADDING)
+    assert plain.check("mtp_equals_unpacked").status == "passed", plain.check("mtp_equals_unpacked").message
+
+
 def test_dense_runs_have_no_option_checks_and_bad_options_are_refused() -> None:
     dense = run_packing_smoke_test("in_batch", cp_check=False)
     assert "moe_router_statistics" not in _status(dense) and "mtp_equals_unpacked" not in _status(dense)
@@ -92,7 +111,7 @@ def test_dense_runs_have_no_option_checks_and_bad_options_are_refused() -> None:
 
 
 def test_cp_check_runs_the_moe_mtp_model() -> None:
-    report = run_packing_smoke_test("offline", model=BOTH)
+    report = run_packing_smoke_test("offline", model=BOTH, mtp_roll="reference")
     assert report.ok, [(c.name, c.status, c.message) for c in report.checks]
     assert report.check("cp_matches_cp1").status == "passed"
 
@@ -103,8 +122,11 @@ def test_cli_flags_turn_the_options_on(capsys: pytest.CaptureFixture) -> None:
     code = main(["smoke", "--path", "offline", "--moe", "--mtp", "--no-cp", "--json"])
     out = json.loads(capsys.readouterr().out)
     names = [c["name"] for c in out["reports"][0]["checks"]]
-    assert code == 1 and out["result"] == "incomplete"  # --no-cp: incomplete, never a pass
+    assert code == 1 and out["result"] in ("incomplete", "fail")  # --no-cp: never a pass
     assert "moe_router_statistics" in names and "mtp_equals_unpacked" in names
+    # the demo config aligns sequences to 4, where Megatron-Core's own MTP roll is wrong
+    mtp = next(c for c in out["reports"][0]["checks"] if c["name"] == "mtp_equals_unpacked")
+    assert mtp["status"] == "failed" and mtp["rule_id"] == "MTP-PACKED-ALIGNMENT-ROLL"
 
 
 def test_a_padding_mask_that_disagrees_with_the_boundaries_fails_the_router_check() -> None:

@@ -191,6 +191,10 @@ SUCCESSES = [
           "--num-steps", "2", "--scheduler", "balanced"],
          "inspect_global_batch", {"input_path": "{root}/data.jsonl", "seq_length": 128, "dp": 2, "gbs": 8,
                                   "num_steps": 2, "scheduler": "balanced"}),
+    Case("batches-offline", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "artifact", mode="offline", cp=2, num_batches=2)),
+         ["batches", "{root}/artifact", "--mode", "offline", "--cp", "2", "--num-batches", "2"],
+         "inspect_offline_batches", {"input_path": "{root}/artifact", "cp": 2, "num_batches": 2}, slow=True),
     Case("energon-prepare", lambda r, f: verbs.energon_prepare(verbs.EnergonPrepareOptions(
         input=r / "data.jsonl", out=r / f, shard_size=10, val_fraction=0.25)),
          ["energon-prepare", "{root}/data.jsonl", "--out", "{root}/{face}", "--shard-size", "10",
@@ -244,6 +248,10 @@ REFUSALS = [
         input=r / "data.jsonl", out=r / "existing")),
          ["energon-prepare", "{root}/data.jsonl", "--out", "{root}/existing"], "prepare_energon_dataset",
          {"input_path": "{root}/data.jsonl", "output_dir": "{root}/existing"}, exit_code=2),
+    Case("batches-offline-on-jsonl", lambda r, f: verbs.batches(verbs.BatchesOptions(
+        input=r / "data.jsonl", mode="offline")),
+         ["batches", "{root}/data.jsonl", "--mode", "offline"], "inspect_offline_batches",
+         {"input_path": "{root}/data.jsonl"}, exit_code=2),
     Case("smoke-config-without-the-path", lambda r, f: verbs.smoke(verbs.SmokeOptions(
         path="offline", config_path=r / "job.yaml", size="tiny")),
          ["smoke", "--path", "offline", "--config", "{root}/job.yaml", "--size", "tiny"],

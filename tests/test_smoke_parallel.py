@@ -40,8 +40,8 @@ def test_the_first_requests_error_is_raised(tmp_path):
     for workers in (1, 2):
         with pytest.raises(SeqpackError) as err:
             run_packing_smoke_tests(requests, size="tiny", cp_check=False, workers=workers)
-        # the first request's working copy of its rows (the verb maps it back to the user's file)
-        assert "0_offline" in str(err.value.file), (workers, str(err.value))
+        # the first request's rows, read in place: the error names the user's file
+        assert err.value.file == str(first), (workers, str(err.value))
 
 
 class _Stopped(Exception):

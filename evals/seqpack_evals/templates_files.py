@@ -473,7 +473,7 @@ def _log_tasks(ctx: GenContext) -> None:
     from seqpack.packing.offline.prepare import prepare_packed_dataset as _prep
 
     probe = _workdir_with(ctx, "probe-stale", {"train.jsonl": data})
-    root = _prep(str(probe / "train.jsonl"), probe / "packed", pack_size=2048, pad_seq_to_mult=4).root
+    root = _prep(str(probe / "train.jsonl"), probe / "packed", pack_size=2048, pad_seq_to_mult=4).pack_dir
     stale = {"train.jsonl": data, f"packed/{root.name}/notes.txt": "half-written copy from an interrupted job\n"}
     # seqpack never deletes a directory it did not write (no manifest), not even with --overwrite
     fix = choice_field("fix", "remove or move the directory", {

@@ -121,4 +121,4 @@ def test_plan_text_shows_skipped_rows(cli, write):
     rows = [{"prompt": "q", "completion": ""}] + [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(5)]
     path = write("rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     run = cli("plan", "--jsonl", path)
-    assert run.code == 0 and "6 read, 5 planned" in run.out and "empty_completion=1 (first at line 1)" in run.out
+    assert run.code == 0 and "6 read, 5 measured whole" in run.out and "empty_completion=1 (first at line 1)" in run.out

@@ -159,11 +159,19 @@ def _dataset(dataset: Any, notes: list[str]) -> dict[str, Any]:
     kwargs = dataset.get("dataset_kwargs")
     if isinstance(kwargs, Mapping):
         out["dataset_kwargs"] = {k: v for k, v in kwargs.items() if not isinstance(v, Mapping)}
-    encoder = dataset.get("task_encoder")
-    if isinstance(encoder, Mapping):
-        enc = _class(encoder)
-        out["task_encoder"] = next((name for frag, name in TASK_ENCODERS if frag in enc), enc)
+    encoder = task_encoder_name(dataset.get("task_encoder"))
+    if encoder is not None:
+        out["task_encoder"] = encoder
     return out
+
+
+def task_encoder_name(encoder: Any) -> str | None:
+    """seqpack's ``task_encoder`` name for Bridge's task-encoder object (its ``_target_`` class), or None
+    when the mapping names no class."""
+    if not isinstance(encoder, Mapping) or not _class(encoder):
+        return None
+    enc = _class(encoder)
+    return next((name for frag, name in TASK_ENCODERS if frag in enc), enc)
 
 
 def _pick(section: Any, names: tuple[str, ...]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Load a :class:`TrainingConfig` from YAML, JSON, a dict or dotted overrides, strictly.
 
-* Unknown or misspelled keys are errors that suggest the closest valid key (also keys renamed
-  upstream, e.g. ``pack_sequences_in_batch`` -> ``enable_in_batch_packing``).
+* Every field of Megatron-Bridge 0.6.2's config dataclasses is accepted where Bridge puts it
+  (:mod:`seqpack.config.bridge_fields`); those no rule reads are ignored (listed, not checked). A key
+  neither seqpack nor Bridge knows is an error that suggests the closest name of either (also keys
+  renamed upstream, e.g. ``pack_sequences_in_batch`` -> ``enable_in_batch_packing``).
 * Wrong types name the field and the value.
 * Errors in a file carry its path and the line of the offending key; malformed YAML/JSON carries
   the parser's line number.
@@ -24,8 +26,9 @@ from typing import Any, Iterable, Literal, Mapping, Union, get_args, get_origin,
 
 import yaml
 
-from seqpack.config.bridge_dump import from_bridge_dump, is_bridge_dump
+from seqpack.config.bridge_dump import from_bridge_dump, is_bridge_dump, task_encoder_name
 from seqpack.config.bridge_live import container_to_mapping, is_bridge_container
+from seqpack.config.bridge_fields import HYDRA_KEYS, bridge_section, bridge_version_of_fields
 from seqpack.config.schema import TrainingConfig
 from seqpack.config.yaml_bounded import load_yaml, read_text
 from seqpack.core.errors import ConfigError
@@ -49,6 +52,7 @@ class _Ctx:
     def __init__(self, source: str, locations: _Locations | None = None) -> None:
         self.source = source
         self.locations = locations or {}
+        self.ignored: dict[str, Any] = {}  # Bridge fields given that seqpack's model has no place for, and values
 
     def where(self, path: str) -> tuple[str, int | None]:
         probe = path
@@ -85,7 +89,19 @@ def load_config_with_keys(
     source: str | Path | Mapping[str, Any] | TrainingConfig | None = None,
     overrides: Iterable[str | tuple[str, Any]] = (),
 ) -> tuple[TrainingConfig, frozenset[str] | None]:
-    """:func:`load_config`, plus the dotted keys the source and overrides set to a value (not null).
+    """:func:`load_config`, plus the dotted keys the source and overrides set to a value (see
+    :func:`load_config_report`)."""
+    cfg, keys, _ = load_config_report(source, overrides)
+    return cfg, keys
+
+
+def load_config_report(
+    source: str | Path | Mapping[str, Any] | TrainingConfig | None = None,
+    overrides: Iterable[str | tuple[str, Any]] = (),
+) -> tuple[TrainingConfig, frozenset[str] | None, dict[str, Any]]:
+    """:func:`load_config`, the dotted keys the source and overrides set to a value (not null), and the
+    Megatron-Bridge fields given that no rule reads (accepted and ignored; dotted key -> value, in the order
+    given; a null where Bridge allows one and seqpack takes its default is listed with None).
 
     The keys are None for a :class:`TrainingConfig` source (every field has a definite value); a
     verb uses them to tell a value the user gave from a default it must not assume (an unset
@@ -127,7 +143,7 @@ check of the file (an empty file plus ``--set`` overrides is a config the overri
             key, value = parse_override(item)
         _apply_override(data, key, value, ctx, item)
     cfg = _build(TrainingConfig, data, "", ctx)
-    return cfg, (None if isinstance(source, TrainingConfig) else frozenset(_given_keys(data)))
+    return cfg, (None if isinstance(source, TrainingConfig) else frozenset(_given_keys(data))), ctx.ignored
 
 
 def _given_keys(data: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -264,13 +280,13 @@ def _dataclass_in(tp: Any) -> type | None:
 def _suggest(key: str, path: str, valid: list[str]) -> str | None:
     if key in RENAMED_KEYS:
         return f"'{key}' was renamed; use {RENAMED_KEYS[key]}"
+    elsewhere = [p for p in _all_paths() if p.rpartition(".")[2] == key]
+    if elsewhere:
+        return f"'{key}' lives at {' or '.join(elsewhere)}"
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         section = path.rpartition(".")[0]
         return f"did you mean {section + '.' if section else ''}{close[0]}?"
-    elsewhere = [p for p in _all_paths() if p.rpartition(".")[2] == key]
-    if elsewhere:
-        return f"'{key}' lives at {' or '.join(elsewhere)}"
     return None
 
 
@@ -284,13 +300,64 @@ def _build(cls: type, data: Any, path: str, ctx: _Ctx) -> Any:
         key = str(key)
         child = f"{path}.{key}" if path else key
         if key not in by_name:
-            hint = _suggest(key, child, list(by_name))
-            where = f"in section '{path}'" if path else "at the top level"
-            if hint:
-                raise ctx.error(child, f"unknown key {where}; {hint}")
-            raise ctx.error(child, f"unknown key {where}", fix=f"valid keys: {', '.join(sorted(by_name))}")
+            if key in HYDRA_KEYS:
+                continue
+            bridge = bridge_section(path) or frozenset()
+            if key in bridge:  # a real Bridge field no rule reads: accepted, ignored, its own keys checked
+                ctx.ignored[child] = value
+                _check_bridge_value(value, child, ctx)
+                continue
+            _unknown(key, child, path, sorted(by_name), bridge, ctx)
+        if (value is None and not _nullable(hints[key]) and hints[key] not in (int, float)
+                and key in (bridge_section(path) or ())):
+            # Bridge allows null here (its default applies): seqpack's default does too, and says so; a number
+            # (a batch size, a length) is never assumed: null stays an error there
+            ctx.ignored[child] = None
+            continue
+        if isinstance(value, Mapping) and _dataclass_in(hints[key]) is None and bridge_section(child) is not None:
+            value = task_encoder_name(value) if key == "task_encoder" else None
+            if value is None:  # Bridge's object where seqpack keeps a name, and nothing names it: not checked
+                ctx.ignored[child] = data[key]
+                _check_bridge_value(data[key], child, ctx)
+                continue
         kwargs[key] = _coerce(hints[key], value, child, ctx, by_name[key].metadata)
     return cls(**kwargs)
+
+
+def _nullable(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
+
+
+def _unknown(key: str, child: str, path: str, ours: list[str], bridge: frozenset[str], ctx: _Ctx) -> None:
+    """Raise the error for ``key``, known neither to seqpack's section ``path`` nor to Bridge's."""
+    hint = _suggest(key, child, sorted({*ours, *bridge}))
+    where = f"in section '{path}'" if path else "at the top level"
+    neither = f"(neither seqpack nor Megatron-Bridge {bridge_version_of_fields()} has '{key}' there)"
+    if hint:
+        raise ctx.error(child, f"unknown key {where}; {hint} {neither}")
+    more = f"; Megatron-Bridge has {len(bridge - set(ours))} more, none close" if bridge else ""
+    raise ctx.error(child, f"unknown key {where} {neither}", fix=f"seqpack's keys here: {', '.join(ours)}{more}")
+
+
+def _check_bridge_value(value: Any, path: str, ctx: _Ctx) -> None:
+    """The keys of a Bridge section seqpack does not model (``optimizer``, ``model.transformer``, ...)
+    checked against Bridge's own field names; a Bridge field that is not a section holds anything."""
+    names = bridge_section(path)
+    if names is None or not isinstance(value, Mapping):
+        return
+    for key, inner in value.items():
+        key = str(key)
+        child = f"{path}.{key}"
+        if key in HYDRA_KEYS:
+            continue
+        if key not in names:
+            hint = _suggest(key, child, sorted(names))
+            message = (f"unknown key in Megatron-Bridge's section '{path}' (Megatron-Bridge "
+                       f"{bridge_version_of_fields()} has no such field)")
+            raise ctx.error(child, f"{message}; {hint}" if hint else message,
+                            fix=None if hint else f"Bridge's fields there: {', '.join(sorted(names)[:40])}"
+                            + (" ..." if len(names) > 40 else ""))
+        _check_bridge_value(inner, child, ctx)
 
 
 _TYPE_WORDS = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
@@ -394,6 +461,7 @@ __all__ = [
     "config_from_dict",
     "field_help",
     "load_config",
+    "load_config_report",
     "load_config_with_keys",
     "parse_config_text",
     "parse_override",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from seqpack.config.load import load_config
+from seqpack.config.load import load_config, load_config_report
 from seqpack.config.resolve import resolve
 from seqpack.config.rules import RULES, Rule
 from seqpack.config.schema import TrainingConfig
@@ -45,6 +45,10 @@ class ValidationReport(Result):
     rules_checked: int
     config: dict[str, Any] = field(repr=False)  # in the JSON form too: the report shows what was checked
     bridge_version: str = DEFAULT_BRIDGE_TARGET
+    #: Megatron-Bridge fields the config gave that no rule reads (accepted, not checked).
+    not_checked: list[str] = field(default_factory=list)
+    #: ``validate --packs``: the config against the packs on disk (``seqpack.packing.offline.config_check``).
+    packs: dict[str, Any] | None = None
 
     @property
     def rule_ids(self) -> list[str]:
@@ -102,7 +106,11 @@ def validate_config(
     checked. ``None`` checks every given rule whatever its versions, for the Bridge that has the config's
     packing features (:func:`version_target`; seqpack's own loaders use that).
     """
-    cfg = config if isinstance(config, TrainingConfig) and not overrides else load_config(config, overrides)
+    ignored: dict[str, Any] = {}
+    if isinstance(config, TrainingConfig) and not overrides:
+        cfg = config
+    else:
+        cfg, _, ignored = load_config_report(config, overrides)
     # None: seqpack's own loaders; they follow the Bridge that has the config's features
     target = version_target(cfg)[0] if bridge_version is None else bridge_target(bridge_version)
     resolved = resolve(cfg, target)
@@ -125,6 +133,7 @@ def validate_config(
         rules_checked=count,
         config=cfg.to_dict(),
         bridge_version=target,
+        not_checked=list(ignored),
     )
 
 

@@ -35,8 +35,12 @@ ALGORITHMS: tuple[str, ...] = (
 DEFAULT_ALGORITHM = "best_fit_decreasing"
 #: Items longer than a bin: fail, leave out (report), or cut to the capacity.
 OVERSIZE_MODES: tuple[str, ...] = ("error", "report", "truncate")
-#: Samples longer than their cap: cut the end, cut the start, or leave the sample out.
-TRUNCATION_MODES: tuple[str, ...] = ("right", "left", "reject")
+#: Samples longer than their cap: cut the end, cut the start, leave the sample out, or (chat rows) drop the
+#: oldest turns, keeping the system prompt and the last assistant turn.
+TRUNCATION_MODES: tuple[str, ...] = ("right", "left", "reject", "oldest_turns")
+#: Truncation modes per row schema (left would cut a chat's template head; oldest_turns needs turns).
+TRUNCATION_BY_SCHEMA: dict[str, tuple[str, ...]] = {"prompt_completion": ("right", "left", "reject"),
+                                                    "chat": ("right", "reject", "oldest_turns")}
 
 #: Where offline packing assigns bins: over the whole split (exact) or within each shard of rows.
 BIN_SCOPES: tuple[str, ...] = ("global", "shard")
@@ -51,6 +55,8 @@ CHAT_LOSS_MODES: tuple[str, ...] = ("assistant", "last_turn", "full")
 LOSS_MODES: tuple[str, ...] = tuple(dict.fromkeys(PC_LOSS_MODES + CHAT_LOSS_MODES))
 #: What a chat row's reasoning fields get: trained like the answer, or masked.
 REASONING_POLICIES: tuple[str, ...] = ("train", "mask")
+#: What a chat row the model's template refuses does: stop the run, or skip it (counted as template_error).
+TEMPLATE_ERROR_POLICIES: tuple[str, ...] = ("error", "skip")
 #: Dataset config kinds (Megatron-Bridge's config types).
 DATASET_KINDS: tuple[str, ...] = ("gpt_sft", "direct_hf", "energon", "mock_vlm", "pretrain")
 #: Dataloader types; the runtime paths build the first three (``batch`` is refused by the rules).
@@ -147,6 +153,7 @@ __all__ = [
     "PACKING_PATHS",
     "PC_LOSS_MODES",
     "REASONING_POLICIES",
+    "TEMPLATE_ERROR_POLICIES",
     "RULE_FAMILIES",
     "RULE_FORMATS",
     "RUNTIME_DATALOADER_TYPES",
@@ -156,6 +163,7 @@ __all__ = [
     "SEVERITIES",
     "SMOKE_SIZES",
     "SUPPORT_STATUSES",
+    "TRUNCATION_BY_SCHEMA",
     "TRUNCATION_MODES",
     "LazyChoices",
     "literal",

@@ -30,6 +30,7 @@ __all__ = [
     "PathBatches",
     "active_paths",
     "batch_modes",
+    "visual_paths",
     "get_path",
     "path_for_mode",
     "path_names",
@@ -71,7 +72,8 @@ class PackingPath:
       (``None``: the path has no such view).
 
     ``smoke_config`` is the default smoke config (CP=2, so the context-parallel check runs).
-    ``exposed`` puts the path into the CLI and MCP choice lists.
+    ``exposed`` puts the path into the CLI and MCP choice lists. ``visual_rows``: the path reads rows
+    with images and videos (VLM data); the others take text rows only.
     """
 
     name: str
@@ -90,6 +92,7 @@ class PackingPath:
     batch_mode: str | None = None
     exposed: bool = True
     doc: str = ""
+    visual_rows: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -159,6 +162,11 @@ def get_path(name: str) -> PackingPath:
     return _REGISTRY[name]
 
 
+def visual_paths() -> tuple[str, ...]:
+    """Names of the exposed paths that read rows with images and videos."""
+    return tuple(p.name for p in paths(exposed_only=True) if p.visual_rows)
+
+
 def batch_modes() -> tuple[str, ...]:
     """``seqpack batches --mode`` values, one per path that has a batches view."""
     return tuple(p.batch_mode for p in paths(exposed_only=True) if p.batch_mode)
@@ -206,6 +214,8 @@ register_path(PackingPath(
         "train": {"micro_batch_size": 1, "global_batch_size": 8},
         "dist": {"world_size": 2},
     },
+    batches=f"{_BATCHES}:offline_report",
+    batch_mode="offline",
     doc="docs/offline.md",
 ))
 
@@ -221,6 +231,7 @@ register_path(PackingPath(
     loader="seqpack.packing.in_batch:build_in_batch_loader",
     smoke_adapter=f"{_ADAPTERS}:in_batch_batches",
     smoke_data=f"{_ADAPTERS}:demo_vlm_chat",
+    visual_rows=True,
     smoke_config={
         "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
         "dataset": {"seq_length": 256, "enable_in_batch_packing": True, "dataloader_type": "single"},
@@ -244,6 +255,7 @@ register_path(PackingPath(
     loader="seqpack.packing.energon.loader:get_savable_loader",
     smoke_adapter=f"{_ADAPTERS}:energon_batches",
     smoke_data=f"{_ADAPTERS}:demo_vlm_chat",
+    visual_rows=True,
     smoke_config={
         "model": {"seq_length": 256, "context_parallel_size": 2, "calculate_per_token_loss": True},
         "dataset": {"kind": "energon", "seq_length": 256, "packing_buffer_size": 8, "micro_batch_size": 1},

@@ -41,6 +41,8 @@ class PlanRow(Result):
     """One candidate pack size of the equal-token-slot table.
 
     ``pack_len`` repeats ``pack_size`` under its old name for one release (deprecated: read ``pack_size``).
+    ``accounting`` (JSONL input): every row as ``seqpack pack`` at this size would count it (packed, truncated,
+    skipped by reason), from the same tokenization, truncation and skip rules.
     """
 
     pack_size: int
@@ -69,6 +71,7 @@ class PlanRow(Result):
     notes: list[str] = field(default_factory=list)
     dispatch: dict[str, Any] | None = None
     pack_len: int | None = None
+    accounting: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pack_len", self.pack_size)
@@ -79,7 +82,10 @@ class PackPlan(Result):
     """Result of :func:`plan_pack_length`: the table, the recommendation and its reason.
 
     ``recommended_pack_len`` repeats ``recommended_pack_size`` under its old name for one release
-    (deprecated: read ``recommended_pack_size``).
+    (deprecated: read ``recommended_pack_size``). ``tokenizer`` names the tokenizer of JSONL input
+    (``byte (default)`` when none was given); ``suggestions``: when no candidate is valid for the DP,
+    token-slot counts (and their global batch sizes) that would make a candidate valid; ``warnings``:
+    rows of natural language measured in bytes.
     """
 
     rows: list[PlanRow]
@@ -99,6 +105,9 @@ class PackPlan(Result):
     #: Which multiple ``pad_seq_to_mult`` is (``reports``: recommended or given) and the offline path's required
     #: and recommended values (:func:`seqpack.core.alignment.alignment_requirement`); None from the library call.
     alignment: dict[str, Any] | None = None
+    tokenizer: str | None = None
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recommended_pack_len", self.recommended_pack_size)
@@ -138,9 +147,14 @@ class PreparedPacks(Result):
     is :attr:`manifest` (not part of the JSON form). ``reused``: an existing pack of the same
     fingerprint verified against its manifest (sizes, hashes, row counts) was returned;
     ``rebuilt``: why an existing pack of seqpack's own was written again (null otherwise).
+    ``pack_dir`` is the fingerprinted folder inside the output root that holds the packs (what
+    ``inspect`` and a training config's ``dataset_root`` read); ``root`` repeats it under its old name
+    for one release (deprecated: read ``pack_dir``). ``tokenizer`` names the tokenizer (``byte (default)``
+    when none was given); ``warnings`` are what the run found worth saying (rows of natural language
+    measured in bytes).
     """
 
-    root: Path
+    pack_dir: Path
     files: dict[str, Path]
     metadata_path: Path
     manifest_path: Path
@@ -148,6 +162,12 @@ class PreparedPacks(Result):
     fingerprint: str
     splits: dict[str, Any]
     rebuilt: str | None = None
+    root: Path | None = None
+    tokenizer: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", self.pack_dir)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -183,6 +203,7 @@ class PreparedEnergonDataset(Result):
     fingerprint: str
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
+    tokenizer: str | None = None
 
     @property
     def manifest(self) -> dict[str, Any]:

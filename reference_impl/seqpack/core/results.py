@@ -47,6 +47,11 @@ class Result:
             object.__setattr__(self, f"_{name}", value)
         return self
 
+    def replaced(self, **changes: Any) -> Any:
+        """``dataclasses.replace`` that keeps what :meth:`attach` kept (``replace`` alone drops it)."""
+        private = {k[1:]: v for k, v in self.__dict__.items() if k.startswith("_")}
+        return dataclasses.replace(self, **changes).attach(**private)
+
     def attached(self, name: str, default: Any = None) -> Any:
         """A value kept with :meth:`attach` (``default`` when none was)."""
         return self.__dict__.get(f"_{name}", default)

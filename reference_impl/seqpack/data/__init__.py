@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "HFTokenizer": "tokenizers",
     "Tokenizer": "tokenizers",
     "load_tokenizer": "tokenizers",
+    "tokenizer_label": "tokenizers",
+    "byte_tokenizer_warning": "tokenizers",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -35,6 +35,13 @@ _PLAIN_TYPES = frozenset({str, dict, list, tuple, int, float, bool, type(None)})
 _GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
+
+class TemplateRefused(InputError):
+    """The chat template refused a conversation (its ``raise_exception``, or an expression that fails on this
+    shape of messages): the row is well-formed, the model's template does not render it. A pipeline may skip
+    and count such rows (``ChatSchema(on_template_error="skip")``)."""
+
+
 def has_generation_blocks(template: str) -> bool:
     """Whether ``template`` marks trained text with ``{% generation %}`` blocks."""
     return bool(_GENERATION_RE.search(template))
@@ -173,9 +180,9 @@ def render(
             file=file, field=field, fix="use a chat template that renders in bounded time and size",
         ) from None
     except jinja2.exceptions.TemplateError as exc:
-        raise InputError(f"chat template failed on {len(messages)} message(s): {exc}", field="messages") from None
+        raise TemplateRefused(f"chat template failed on {len(messages)} message(s): {exc}", field="messages") from None
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, AssertionError) as exc:  # jinja filters assert
-        raise InputError(
+        raise TemplateRefused(
             f"chat template failed on {len(messages)} message(s) ({type(exc).__name__}: {exc}); "
             "the template may not support this message shape (tool calls, reasoning, roles)",
             field="messages",

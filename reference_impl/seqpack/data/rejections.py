@@ -16,6 +16,7 @@ NO_ASSISTANT_TURN = "no_assistant_turn"
 NO_SUPERVISED_TOKENS = "no_supervised_tokens"
 TOO_SHORT = "too_short"
 TOO_LONG = "too_long"
+TEMPLATE_ERROR = "template_error"
 
 REASONS: dict[str, str] = {
     EMPTY_COMPLETION: "the completion is empty (after whitespace stripping)",
@@ -23,7 +24,8 @@ REASONS: dict[str, str] = {
     NO_ASSISTANT_TURN: "the loss mode trains assistant turns but the conversation has none",
     NO_SUPERVISED_TOKENS: "no label would be trained (loss mask is 0 on every position after the first)",
     TOO_SHORT: "fewer than 2 tokens, so there is no next-token pair",
-    TOO_LONG: "longer than max_length and the truncation policy is 'reject'",
+    TOO_LONG: "longer than max_length and the truncation policy is 'reject' (or no older turn is left to drop)",
+    TEMPLATE_ERROR: "the model's chat template refused the conversation (on_template_error='skip')",
 }
 
 

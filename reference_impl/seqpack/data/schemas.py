@@ -30,7 +30,7 @@ import string
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from seqpack.core.choices import CHAT_LOSS_MODES, PC_LOSS_MODES, REASONING_POLICIES, SCHEMA_KINDS
+from seqpack.core.choices import CHAT_LOSS_MODES, PC_LOSS_MODES, REASONING_POLICIES, SCHEMA_KINDS, TEMPLATE_ERROR_POLICIES
 from seqpack.core.errors import ConfigError, InputError
 
 SchemaKind = Literal[SCHEMA_KINDS]  # type: ignore[valid-type]
@@ -196,12 +196,15 @@ class ChatSchema:
     assistant turn (a ``reasoning_content`` field or an inline ``<think>`` block, whichever the
     template renders) is trained with the turn (``"train"``, the default) or kept as context only
     (``"mask"``, which under ``full`` masks it too). ``roles`` lists the accepted roles for
-    ``messages``/``conversation`` rows.
+    ``messages``/``conversation`` rows. ``on_template_error``: a conversation the model's chat template
+    refuses stops the run (``"error"``, the default, naming the row) or is skipped and counted as
+    rejected with reason ``template_error`` (``"skip"``).
     """
 
     loss_mode: str = "assistant"
     roles: tuple[str, ...] = ROLES
     reasoning: str = "train"
+    on_template_error: str = "error"
 
     kind = "chat"
 
@@ -216,6 +219,9 @@ class ChatSchema:
                 f"unknown reasoning policy {self.reasoning!r}; choose one of {', '.join(REASONING_POLICIES)}",
                 field="reasoning",
             )
+        if self.on_template_error not in TEMPLATE_ERROR_POLICIES:
+            raise ConfigError(f"unknown on_template_error {self.on_template_error!r}; choose one of "
+                              f"{', '.join(TEMPLATE_ERROR_POLICIES)}", field="on_template_error")
 
     def extract_tools(self, row: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The row's ``tools`` list (function schemas handed to the chat template), or None."""
@@ -267,7 +273,10 @@ class ChatSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (used in cache keys and manifests)."""
-        return {"kind": self.kind, "loss_mode": self.loss_mode, "roles": list(self.roles), "reasoning": self.reasoning}
+        out = {"kind": self.kind, "loss_mode": self.loss_mode, "roles": list(self.roles), "reasoning": self.reasoning}
+        if self.on_template_error != "error":  # only when set: packs made before the option keep their fingerprint
+            out["on_template_error"] = self.on_template_error
+        return out
 
 
 Schema = PromptCompletionSchema | ChatSchema
@@ -389,6 +398,7 @@ def schema_from_options(
     completion_column: str = "completion",
     loss_mode: str | None = None,
     reasoning: str | None = None,
+    on_template_error: str | None = None,
 ) -> Schema | None:
     """The schema object for command-line style options; None means "detect from the first row".
 
@@ -397,10 +407,14 @@ def schema_from_options(
     ``mask``, default ``train``) applies to chat only and needs ``kind="chat"``.
     """
     if kind == "chat":
-        return ChatSchema(loss_mode=loss_mode or "assistant", reasoning=reasoning or "train")
+        return ChatSchema(loss_mode=loss_mode or "assistant", reasoning=reasoning or "train",
+                          on_template_error=on_template_error or "error")
     if reasoning is not None:
         raise ConfigError("a reasoning policy applies to chat data: pass the chat schema (--schema chat)",
                           field="reasoning")
+    if on_template_error not in (None, "error"):
+        raise ConfigError("skipping rows a chat template refuses applies to chat data: pass the chat schema "
+                          "(--schema chat)", field="on_template_error")
     if kind == "prompt_completion" or prompt_column != "prompt" or completion_column != "completion":
         return PromptCompletionSchema(
             prompt_column=prompt_column, completion_column=completion_column, loss_mode=loss_mode or "completion"
@@ -410,3 +424,22 @@ def schema_from_options(
     if loss_mode:
         raise ConfigError("a loss mode needs an explicit schema (prompt_completion or chat)", field="loss_mode")
     return None
+
+
+def schema_for_file(
+    kind: str, path: str | Any, *, prompt_column: str = "prompt", completion_column: str = "completion",
+    loss_mode: str | None = None, reasoning: str | None = None, on_template_error: str | None = None,
+) -> Schema | None:
+    """:func:`schema_from_options`, except that ``auto`` with an option of one schema only (a loss mode, a
+    reasoning policy, skipping template errors) takes the schema detected from the first row of ``path`` (a
+    JSONL file) instead of asking for ``--schema``; None still means "detect from the first row"."""
+    chat_only = reasoning is not None or on_template_error not in (None, "error")
+    if kind == "auto" and (loss_mode is not None or chat_only) and path is not None:
+        from seqpack.data.jsonl import JsonlFile
+        from seqpack.data.vlm.sample import normalize_visual_row
+
+        with JsonlFile(path) as jf:
+            kind = detect_schema(normalize_visual_row(jf.row(0))[0]) if len(jf) else "auto"
+    return schema_from_options(kind, prompt_column=prompt_column, completion_column=completion_column,
+                               loss_mode=loss_mode, reasoning=reasoning, on_template_error=on_template_error)
+

@@ -25,7 +25,12 @@ turn, ``"mask"`` removes them (in ``full`` too). Reasoning the template strips (
 it from turns before the last user message) is not in the tokens at all.
 Unlike Megatron-Bridge (which never truncates chats at tokenization, quirk Q10), an over-long
 chat is handled explicitly: ``"right"`` keeps the first ``max_length`` tokens and flags
-``truncated``; ``"reject"`` rejects it; ``"left"`` is refused (it would cut the template head).
+``truncated``; ``"reject"`` rejects it; ``"oldest_turns"`` drops whole exchanges from the front
+(each from a user turn up to the next user turn; a leading system prompt stays) and renders the
+conversation again until it fits, so the system prompt and the last exchange, with the last
+assistant turn, are kept whole; when even those do not fit, the row is rejected (``too_long``);
+``"left"`` is refused (it would cut the template head). ``"oldest_turns"`` is refused for
+prompt/completion rows (they have no turns).
 
 **Rejections** (:class:`SampleRejected`, counted by ``reason``): empty completion, empty
 conversation, no assistant turn when the loss mode needs one, fewer than 2 tokens, no supervised
@@ -63,12 +68,13 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.core.choices import TRUNCATION_MODES
+from seqpack.core.choices import TRUNCATION_BY_SCHEMA, TRUNCATION_MODES
 from seqpack.data import rejections as rj
 from seqpack.data.ranges import concat_ranges, offsets_of
 from seqpack.data.location import RowLocation, at_row, out_of_memory, stamp, text_size
 from seqpack.data.rejections import SampleRejected
 from seqpack.data.schemas import CHAT_KEYS, ChatSchema, Message, PromptCompletionSchema, Schema
+from seqpack.data.chat_render import TemplateRefused
 from seqpack.data.tokenizers import ChatRendering, Tokenizer
 from seqpack.core.errors import InputError, SeqpackError, UsageError
 
@@ -138,11 +144,24 @@ class TrainingExample:
         return {k: v.tolist() for k, v in self.arrays().items()}
 
 
-def _check_args(max_length: int, truncation: str) -> None:
+def _check_args(max_length: int, truncation: str, schema: Any = None) -> None:
     if truncation not in TRUNCATION_POLICIES:
         raise UsageError(f"unknown truncation {truncation!r}; choose one of {', '.join(TRUNCATION_POLICIES)}")
+    check_truncation(truncation, getattr(schema, "kind", None))
     if not isinstance(max_length, int) or max_length < 2:
         raise UsageError(f"max_length must be an integer >= 2, got {max_length!r}")
+
+
+def check_truncation(truncation: str, schema_kind: str | None) -> None:
+    """Refuse a truncation mode the row schema cannot take (the same words wherever it is chosen)."""
+    allowed = TRUNCATION_BY_SCHEMA.get(schema_kind or "", TRUNCATION_POLICIES)
+    if truncation in allowed:
+        return
+    if truncation == "left":
+        raise UsageError("left truncation is not supported for chat (it would cut the template head); use right, "
+                         "reject or oldest_turns", field="truncation")
+    raise UsageError(f"{truncation} truncation drops whole chat turns, and {schema_kind} rows have none; use "
+                     f"{', '.join(allowed)}", field="truncation")
 
 
 def _cut(ids: list[int], n: int, truncation: str) -> list[int]:
@@ -270,7 +289,7 @@ def tokenize_prompt_completion(
     truncation: str = "right",
 ) -> TokenizedSample:
     """Tokenize a prompt/completion row (module docstring, steps 1-4)."""
-    _check_args(max_length, truncation)
+    _check_args(max_length, truncation, schema)
     prompt_text, completion_text = _pc_texts(row, schema, tokenizer)
     prompt = tokenizer.encode(prompt_text) if prompt_text else []
     answer = tokenizer.encode(completion_text) if completion_text else []
@@ -301,8 +320,7 @@ def _chat_mask(rendering: ChatRendering, loss_mode: str, reasoning: str) -> np.n
 
 
 def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
-    if truncation == "left":
-        raise UsageError("left truncation is not supported for chat (it would cut the template head); use right or reject")
+    check_truncation(truncation, "chat")
     _refuse_visuals(row)
     messages = schema.extract(row)
     tools = schema.extract_tools(row)
@@ -314,19 +332,43 @@ def _chat_input(row: dict[str, Any], schema: ChatSchema, truncation: str) -> tup
     return messages, tools
 
 
-def _chat_sample(rendering: ChatRendering, schema: ChatSchema, max_length: int, truncation: str) -> TokenizedSample:
+def _chat_sample(rendering: ChatRendering, schema: ChatSchema, max_length: int, truncation: str,
+                 original: int | None = None) -> TokenizedSample:
     ids = np.asarray(rendering.ids, dtype=np.int64)
     mask = _chat_mask(rendering, schema.loss_mode, schema.reasoning)
     last_assistant = max((k for k, r in enumerate(rendering.roles) if r == "assistant"), default=-2)
     owned = np.flatnonzero(np.asarray(rendering.owner) == last_assistant)
     prompt_length = int(owned[0]) if owned.size else len(ids)
-    original = len(ids)
-    if original > max_length:
-        if truncation == "reject":
-            raise SampleRejected(rj.TOO_LONG, f"{original} tokens > max_length {max_length}")
+    original = len(ids) if original is None else original
+    if len(ids) > max_length:
+        if truncation in ("reject", "oldest_turns"):
+            raise SampleRejected(rj.TOO_LONG, f"{original} tokens > max_length {max_length}"
+                                 + ("; the system prompt and the last exchange alone do not fit"
+                                    if truncation == "oldest_turns" else ""))
         ids, mask = ids[:max_length], mask[:max_length]
         prompt_length = min(prompt_length, max_length)
     return _finish(ids, mask, schema.kind, prompt_length, original)
+
+
+def _exchange_starts(messages: Sequence[Message]) -> list[int]:
+    """Where the conversation may start once older turns are dropped: every user turn after the first
+    non-system message, up to the last user turn before the last assistant turn (that exchange stays)."""
+    last_assistant = max((k for k, m in enumerate(messages) if m.role == "assistant"), default=len(messages))
+    users = [k for k, m in enumerate(messages) if m.role == "user" and k < last_assistant]
+    first = next((k for k, m in enumerate(messages) if m.role != "system"), 0)
+    return [k for k in users if k > first]
+
+
+def _drop_oldest_turns(tokenizer: Tokenizer, messages: list[Message], tools: Any, rendering: ChatRendering,
+                       max_length: int) -> ChatRendering:
+    """The rendering of the conversation with its oldest exchanges dropped until it fits ``max_length``
+    (the system prompt kept), or the last try (still too long: the caller rejects it)."""
+    head = [m for m in messages if m.role == "system"][:1] if messages and messages[0].role == "system" else []
+    for start in _exchange_starts(messages):
+        if len(rendering.ids) <= max_length:
+            break
+        rendering = tokenizer.apply_chat_template(head + list(messages[start:]), tools)
+    return rendering
 
 
 def tokenize_chat(
@@ -338,9 +380,23 @@ def tokenize_chat(
     truncation: str = "right",
 ) -> TokenizedSample:
     """Tokenize a chat row with the tokenizer's chat rendering (module docstring)."""
-    _check_args(max_length, truncation)
+    _check_args(max_length, truncation, schema)
     messages, tools = _chat_input(row, schema, truncation)
-    return _chat_sample(tokenizer.apply_chat_template(messages, tools), schema, max_length, truncation)
+    try:
+        rendering = tokenizer.apply_chat_template(messages, tools)
+        original = len(rendering.ids)
+        if truncation == "oldest_turns" and original > max_length:
+            rendering = _drop_oldest_turns(tokenizer, messages, tools, rendering, max_length)
+    except TemplateRefused as err:
+        raise _refused(err, schema) from None
+    return _chat_sample(rendering, schema, max_length, truncation, original)
+
+
+def _refused(err: TemplateRefused, schema: ChatSchema) -> InputError:
+    """The error a refused conversation raises: itself, or a ``template_error`` rejection when skipped."""
+    if schema.on_template_error != "skip":
+        return err
+    return SampleRejected(rj.TEMPLATE_ERROR, err.message, field=err.field)
 
 
 def tokenize_row(
@@ -432,7 +488,7 @@ def tokenize_batch(
     Gives the same samples as :func:`tokenize_row` row by row. ``locations[i]`` names row ``i`` in
     errors. A :class:`SampleRejected` row is listed in ``rejected``; other errors are raised.
     """
-    _check_args(max_length, truncation)
+    _check_args(max_length, truncation, schema)
     where = locations if locations is not None else [None] * len(rows)
     if len(where) != len(rows):
         raise UsageError(f"{len(rows)} rows but {len(where)} locations")
@@ -472,10 +528,22 @@ def _tokenize_batch(
         ok = [pos for pos, x in inputs.items() if x is not None]
         renderings = _render_batch(tokenizer, [inputs[pos] for pos in ok])
         for pos, rendering in zip(ok, renderings):
-            if isinstance(rendering, Exception):
-                with at_row(where[pos]):
+            try:
+                if isinstance(rendering, Exception):
                     raise rendering
-            sample = guarded(pos, _chat_sample, rendering, schema, max_length, truncation)
+                original = len(rendering.ids)
+                if truncation == "oldest_turns" and original > max_length:
+                    rendering = _drop_oldest_turns(tokenizer, *inputs[pos], rendering, max_length)
+            except TemplateRefused as err:
+                if schema.on_template_error == "skip":
+                    rejected.append((pos, stamp(_refused(err, schema), where[pos])))
+                    continue
+                with at_row(where[pos]):
+                    raise
+            except InputError:
+                with at_row(where[pos]):
+                    raise
+            sample = guarded(pos, _chat_sample, rendering, schema, max_length, truncation, original)
             if sample is not None:
                 samples.append((pos, sample))
     else:

@@ -40,7 +40,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -412,6 +412,26 @@ class HFTokenizer:
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return library_call(self.file or self.name, what, fn, *args, **kwargs)
 
+    def with_atomic_texts(self, texts: Sequence[str]) -> HFTokenizer:
+        """A twin of this tokenizer that reads each of ``texts`` as one token of its own, split out of the
+        text before the model's pre-tokenizer runs, as special tokens are (the text around it is tokenized
+        as if the marker were a special token: a BPE merge can never join the marker with a neighbour).
+        The twin's extra ids lie past the vocabulary; everything else (template, special tokens,
+        fingerprint) is this tokenizer's. Built once per tuple of texts and kept."""
+        key = tuple(texts)
+        twins = self.__dict__.setdefault("_twins", {})
+        if key not in twins:
+            tokenizers, _ = _require_hf()
+            backend = self._call("cannot copy the tokenizer", tokenizers.Tokenizer.from_str, self.backend.to_str())
+            self._call("cannot copy the tokenizer", backend.no_truncation)
+            self._call("cannot copy the tokenizer", backend.no_padding)
+            added = [tokenizers.AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False,
+                                           rstrip=False) for t in key]
+            self._call("cannot add a marker token", backend.add_special_tokens, added)
+            twins[key] = replace(self, backend=backend, _space_sensitive=None, _chat_info=None)
+            twins[key].__dict__["_twins"] = {key: twins[key]}
+        return twins[key]
+
     # ------------------------------------------------------------ protocol
     def _id(self, text: str | None) -> int | None:
         return None if text is None else self._call("cannot look up a token", self.backend.token_to_id, text)
@@ -679,3 +699,31 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer | None = None) -> To
     if isinstance(spec, Tokenizer):
         return spec
     raise UsageError(f"cannot make a tokenizer from {type(spec).__name__}; pass None, 'byte' or a path")
+
+
+#: How summaries and JSON name the embedded byte tokenizer when no tokenizer was given.
+BYTE_DEFAULT_LABEL = "byte (default)"
+
+
+def tokenizer_label(spec: str | os.PathLike[str] | Tokenizer | None) -> str:
+    """How every summary and JSON names a tokenizer: ``byte (default)``, or the file or folder given."""
+    if spec is None or (isinstance(spec, str) and spec == "byte"):
+        return BYTE_DEFAULT_LABEL if spec is None else "byte"
+    if isinstance(spec, (str, os.PathLike)):
+        return str(spec)
+    return str(getattr(spec, "file", None) or getattr(spec, "name", type(spec).__name__))
+
+
+def byte_tokenizer_warning(tokenizer: Any, schema_kind: str | None) -> str | None:
+    """The warning for natural-language rows measured or packed in bytes (None for a real tokenizer).
+
+    The byte tokenizer counts one token per UTF-8 byte (3 to 5 times a BPE tokenizer's count on
+    English text) and renders chats with seqpack's own template, so lengths, packs and masks are not
+    the model's."""
+    if getattr(tokenizer, "name", None) != "byte" and tokenizer is not None and tokenizer != "byte":
+        return None
+    what = "chat" if schema_kind == "chat" else "text"
+    template = " and its own chat template, not the model's" if schema_kind == "chat" else ""
+    return (f"{what} rows are tokenized with the byte tokenizer (one token per UTF-8 byte{template}); lengths "
+            "and packs are not the model's: pass the model's tokenizer file or folder (--tokenizer DIR)")
+

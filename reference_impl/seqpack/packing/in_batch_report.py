@@ -116,6 +116,7 @@ class InBatchReport(Result):
     totals: PaddingTotals = field(default_factory=PaddingTotals)
     vision: dict[str, Any] | None = None
     vision_tokens: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
 def inspect_in_batch(

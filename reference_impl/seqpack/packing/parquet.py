@@ -49,7 +49,7 @@ def resolve_parquet_paths(spec: str | os.PathLike[str]) -> list[Path]:
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".parquet", ".pq"))
         if not found:
-            raise ArtifactError("No Parquet files found in the directory", file=text)
+            return _in_pack_folder(path, text)
         return found
     if glob.has_magic(text):
         found = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
@@ -57,6 +57,30 @@ def resolve_parquet_paths(spec: str | os.PathLike[str]) -> list[Path]:
             raise ArtifactError("the glob matched no files", file=text)
         return found
     raise ArtifactError("packed data path not found", file=text)
+
+
+def pack_folders(root: str | os.PathLike[str]) -> list[Path]:
+    """The pack folders ``seqpack pack`` wrote into the output root ``root`` (each a fingerprinted folder
+    holding a seqpack manifest), sorted by name."""
+    from seqpack.packing.offline.artifact import MANIFEST_NAME
+
+    base = Path(root)
+    return sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink() and (p / MANIFEST_NAME).is_file())
+
+
+def _in_pack_folder(path: Path, text: str) -> list[Path]:
+    """The Parquet files of the one pack folder inside an output root (``pack --out``), or an error that
+    lists the folders to choose from."""
+    folders = pack_folders(path)
+    if len(folders) == 1:
+        return resolve_parquet_paths(folders[0])
+    if folders:
+        raise ArtifactError(
+            f"No Parquet files in the directory; it is an output root holding {len(folders)} pack folders "
+            f"({', '.join(f.name for f in folders)})", file=text,
+            fix=f"pass one of them, e.g. {folders[-1]}")
+    raise ArtifactError("No Parquet files found in the directory (and no pack folder seqpack wrote inside it)",
+                        file=text, fix="pass the folder `seqpack pack` printed (wrote ...), or its pack_dir")
 
 
 def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> Any:

@@ -66,7 +66,7 @@ from seqpack.data import (
 from seqpack.data.schemas import ChatSchema, PromptCompletionSchema, Schema
 from seqpack.data.location import RowLocation
 from seqpack.data.rows import open_rows
-from seqpack.data.tokenize import TRUNCATION_POLICIES, TokenizedSample
+from seqpack.data.tokenize import TRUNCATION_POLICIES, TokenizedSample, check_truncation
 from seqpack.data.tokenizers import Tokenizer
 from seqpack.data.vlm.vision import VisionSpec
 from seqpack.data.vlm.sample import VLMExample, VLMSettings, tokenize_vlm_row
@@ -128,11 +128,7 @@ class SFTJsonlDataset(torch.utils.data.Dataset):
         self.seq_length = seq_length
         self.tokenizer = load_tokenizer(tokenizer)
         self.schema = _resolve_schema(schema, self.file.row(0) if schema is None else {})
-        if isinstance(self.schema, ChatSchema) and truncation == "left":
-            raise UsageError(
-                "left truncation is not supported for chat rows (it would cut the template head)",
-                field="truncation", fix="use truncation='right' or 'reject'",
-            )
+        check_truncation(truncation, self.schema.kind)
         self.truncation = truncation
         self._warned_truncation = False
         if vision is None or isinstance(vision, VLMSettings):

@@ -6,6 +6,7 @@ and the CP=2 run's verdict.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from seqpack.core.errors import UsageError
@@ -19,7 +20,7 @@ from seqpack.smoke.vlm import (
     sample_inputs,
 )
 
-__all__ = ["apply_faults", "attention_budget", "batch_sequences", "compared_rows", "config_check", "count_padding_mask_mismatches", "cp_job", "cp_verdict", "equivalence_checks", "exactly_once_check", "loss_tokens_check", "max_diff", "positions_check", "sequence_key"]
+__all__ = ["apply_faults", "attention_budget", "batch_sequences", "compared_rows", "config_check", "match_sequences", "SequenceMatch", "count_padding_mask_mismatches", "cp_job", "cp_verdict", "equivalence_checks", "exactly_once_check", "loss_tokens_check", "max_diff", "positions_check", "sequence_key"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -85,41 +86,154 @@ def count_padding_mask_mismatches(batches: list[dict[str, Any]]) -> int:
     return bad
 
 
-def config_check(cfg: Any) -> Check:
+def config_check(cfg: Any, bridge_version: str | None = None, *, demo: bool = False) -> Check:
+    """The config against every rule for ``bridge_version``: by default the release ``seqpack validate``
+    checks too; the smoke test's own demo config of a path that only Bridge main has (``demo``) is checked
+    for main, and the message says so. Warnings are carried into the message and the value."""
     from seqpack.config import validate_config
     from seqpack.config.validate import version_target
+    from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
 
-    target, lacking = version_target(cfg)  # the Bridge whose path this one follows
+    lacking: list[str] = []
+    if bridge_version is not None:
+        target = bridge_version
+    elif demo:
+        target, lacking = version_target(cfg)  # the Bridge whose path the demo config follows
+    else:
+        target = DEFAULT_BRIDGE_TARGET
     report = validate_config(cfg, bridge_version=target)
+    warnings = [f.rule_id for f in report.warnings]
+    noted = f"; warnings: {'; '.join(f.one_line() for f in report.warnings)}" if warnings else ""
     if report.ok:
-        where = f"for Megatron-Bridge {target}" + (f" ({', '.join(lacking)} under the release)" if lacking else "")
-        return Check("config_valid", True, f"{report.rules_checked} rules", "no error",
-                     f"config passes every rule {where}")
+        where = f"for Megatron-Bridge {target}" + (
+            f" (the demo config's path needs main: {', '.join(lacking)} under the release)" if lacking else "")
+        return Check("config_valid", True, {"rules": report.rules_checked, "bridge_version": target,
+                                            "warnings": warnings}, "no error",
+                     f"config passes every rule {where}{noted}")
     first = report.violations[0]
+    version_only = all(f.rule_id.endswith("-BRIDGE-VERSION") for f in report.violations)
     return Check(
         "config_valid", False, [f.rule_id for f in report.violations], "no error",
-        "; ".join(f.one_line() for f in report.violations), first.fix, first.rule_id,
+        f"for Megatron-Bridge {target}: " + "; ".join(f.one_line() for f in report.violations) + noted,
+        first.fix + (" (or check the config for Bridge main: bridge_version='main', --bridge-version main)"
+                     if version_only else ""), first.rule_id,
     )
 
 
-def exactly_once_check(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
-    expected = Counter(sequence_key(s["tokens"], s["labels"], s["loss_mask"]) for s in pb.samples)
-    seen: Counter = Counter()
-    for b in batches:
-        for start, _, real in batch_sequences(b):
-            if real == 0:
-                continue
+@dataclass(frozen=True)
+class SequenceMatch:
+    """One packed sequence with real tokens and the reference sample it holds.
+
+    ``sample`` indexes ``PathBatches.samples`` (-1: none); ``compared`` is the number of positions
+    compared with the sample (their common length); ``status`` is ``same``, ``tail`` (equal on the
+    common length, the longer side untrained beyond it: Megatron-Bridge's offline reader ends a sequence at its last input that
+    is not EOS: a template that closes with another token keeps that token as an untrained input,
+    and a sample whose last input is EOS loses that untrained position), ``altered`` (the sample's
+    row, other content) or ``unknown`` (no sample has it).
+    """
+
+    batch: int
+    start: int
+    real: int
+    sample: int
+    compared: int
+    status: str
+
+    @property
+    def usable(self) -> bool:
+        """The sequence holds its sample (with, at most, an unsupervised tail)."""
+        return self.status in ("same", "tail")
+
+
+def _as_array(values: Any, dtype: Any) -> Any:
+    import numpy as np
+
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values).astype(dtype, copy=False).reshape(-1)
+
+
+def _compare(sample: Mapping[str, Any], tokens: Any, labels: Any, loss: Any) -> tuple[str, int]:
+    """(status, positions compared) of a packed sequence against the sample it should hold: equal on
+    their common length, and whatever one side has beyond it untrained."""
+    import numpy as np
+
+    mask = _as_array(sample["loss_mask"], np.float32)
+    n = mask.size
+    k = min(n, tokens.size)
+    same = (np.array_equal(tokens[:k], _as_array(sample["tokens"], np.int64)[:k])
+            and np.array_equal(labels[:k], _as_array(sample["labels"], np.int64)[:k])
+            and np.array_equal(loss[:k], mask[:k]))
+    if not same or k == 0 or np.any(loss[k:]) or np.any(mask[k:]):
+        return "altered", 0
+    return ("same" if tokens.size == n else "tail"), k
+
+
+def match_sequences(samples: Sequence[Mapping[str, Any]], batches: list[dict[str, Any]]) -> list[list[SequenceMatch]]:
+    """Every packed sequence with real tokens, per batch, matched to its reference sample.
+
+    A batch that names the source row of each sequence (``row_indices``, one per sequence with real
+    tokens: every built-in path's batches do) is matched by row, then its content compared (see
+    :class:`SequenceMatch`); a batch without them is matched by content alone (tokens, labels and
+    loss mask equal).
+    """
+    import numpy as np
+
+    by_row = {int(s["id"]): j for j, s in enumerate(samples) if "id" in s}
+    by_key: dict[tuple, list[int]] = {}
+    for j, s in enumerate(samples):
+        by_key.setdefault(sequence_key(s["tokens"], s["labels"], s["loss_mask"]), []).append(j)
+    out: list[list[SequenceMatch]] = []
+    for n, b in enumerate(batches):
+        seqs = [(start, real) for start, _, real in batch_sequences(b) if real > 0]
+        rows = b.get("row_indices")
+        named = rows is not None and len(rows) == len(seqs)
+        tokens = _as_array(b["tokens"][0], np.int64)
+        labels = _as_array(b["labels"][0], np.int64)
+        loss = _as_array(b["loss_mask"][0], np.float32)
+        matched = []
+        for k, (start, real) in enumerate(seqs):
             sl = slice(start, start + real)
-            seen[sequence_key(b["tokens"][0, sl], b["labels"][0, sl], b["loss_mask"][0, sl])] += 1
-    missing = sum((expected - seen).values())
-    extra = sum((seen - expected).values())
-    ok = missing == 0 and extra == 0
+            if named:
+                j = by_row.get(int(rows[k]), -1)
+                status, compared = _compare(samples[j], tokens[sl], labels[sl], loss[sl]) if j >= 0 else ("unknown", 0)
+            else:
+                found = by_key.get(sequence_key(tokens[sl], labels[sl], loss[sl]))
+                j = found[0] if found else -1
+                status, compared = ("same", real) if found else ("unknown", 0)
+            matched.append(SequenceMatch(n, start, real, j, compared, status))
+        out.append(matched)
+    return out
+
+
+def exactly_once_check(pb: PathBatches, matches: list[list[SequenceMatch]]) -> Check:
+    """Every sample in exactly one packed sequence, unaltered; every packed sequence some sample's."""
+    seen = Counter(m.sample for ms in matches for m in ms if m.sample >= 0)
+    total = sum(len(ms) for ms in matches)
+    flat = [m for ms in matches for m in ms]
+    missing = sum(1 for j in range(len(pb.samples)) if seen[j] == 0)
+    duplicated = sum(c - 1 for c in seen.values() if c > 1)
+    altered = sum(1 for m in flat if m.status == "altered")
+    unknown = sum(1 for m in flat if m.status == "unknown")
+    tails = [m for m in flat if m.status == "tail"]
+    ok = missing == duplicated == altered == unknown == 0
+    tail_note = (f"; {len(tails)} sequence(s) differ from their sample only by untrained positions at the end "
+                 "(the reader ends a sequence at its last input that is not EOS, as Megatron-Bridge's does)"
+                 if tails else "")
+    problems = [f"{v} {k}" for k, v in (("missing", missing), ("duplicated", duplicated), ("altered", altered),
+                                         ("unknown", unknown)) if v]
     return Check(
-        "samples_exactly_once", ok, {"samples": sum(expected.values()), "missing": missing, "unexpected": extra},
-        "missing = unexpected = 0",
-        f"{sum(seen.values())} packed sequences vs {sum(expected.values())} samples "
-        f"({pb.rows_skipped} of {pb.rows_in} rows rejected by tokenization, accounted)",
-        None if ok else "a sample was dropped, duplicated or altered between tokenization and the packed batch",
+        "samples_exactly_once", ok,
+        {"samples": len(pb.samples), "sequences": total, "missing": missing, "duplicated": duplicated,
+         "altered": altered, "unexpected": unknown + duplicated, "unsupervised_tail_sequences": len(tails)},
+        "missing = duplicated = altered = unexpected = 0",
+        f"{total} packed sequences for {len(pb.samples)} samples: "
+        f"{', '.join(problems) if problems else 'each sample exactly once, unaltered'} "
+        f"({pb.rows_skipped} of {pb.rows_in} rows rejected by tokenization, accounted){tail_note}",
+        None if ok else "a sample was " + " / ".join(
+            w for w, v in (("dropped", missing), ("duplicated", duplicated), ("altered", altered),
+                           ("replaced by a sequence no row gives", unknown)) if v)
+        + " between tokenization and the packed batch",
     )
 
 
@@ -132,7 +246,8 @@ def loss_tokens_check(pb: PathBatches, batches: list[dict[str, Any]]) -> Check:
                  None if ok else "the loss mask changed between the rows and the batches (shifted or dropped)")
 
 
-def positions_check(batches: list[dict[str, Any]], pb: PathBatches | None = None) -> Check:
+def positions_check(batches: list[dict[str, Any]], pb: PathBatches | None = None,
+                    matches: list[list[SequenceMatch]] | None = None) -> Check:
     import torch
 
     bad = []
@@ -142,7 +257,10 @@ def positions_check(batches: list[dict[str, Any]], pb: PathBatches | None = None
             # a sequence's real tokens and its alignment gap count 0, 1, ...; width padding (no real token) is free
             if real and not torch.equal(pos[start : start + length], torch.arange(length, dtype=pos.dtype)):
                 bad.append((n, k))
-    mrope_bad, mrope_checked = mrope_check(batches, batch_sequences, sequence_key, pb.samples if pb is not None else [])
+    samples = pb.samples if pb is not None else []
+    if matches is None:
+        matches = match_sequences(samples, batches)
+    mrope_bad, mrope_checked = mrope_check(batches, matches, samples)
     ok = not bad and not mrope_bad
     value = {"bad_sequences": len(bad), "first": bad[:3]}
     if mrope_checked:
@@ -156,30 +274,50 @@ def positions_check(batches: list[dict[str, Any]], pb: PathBatches | None = None
 
 
 def compared_rows(model: Any, pb: PathBatches, batches: list[dict[str, Any]], mode: str,
-                   extra_keys: tuple[str, ...] = ()) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
+                  extra_keys: tuple[str, ...] = (), matches: list[list[SequenceMatch]] | None = None,
+                  mtp_source: Any = None) -> tuple[list[Any], list[Any], list[int], list[dict[str, Any]]]:
     """The packed rows (boundaries read through the ``PackedSeqParams`` field mapping, as Megatron-Core's
     attention would receive them), the unpacked rows of the samples they hold, the unpacked row of
-    every packed sequence (-1: no sample), and every batch with the model's per-token inputs."""
+    every packed sequence (-1: no sample), and every batch with the model's per-token inputs.
+
+    A sequence matched with an unsupervised tail (:class:`SequenceMatch`) is compared on its sample's
+    positions; the tail stays in the row (attention sees it) but belongs to no compared sequence, so
+    a loss on it would count as supervised tokens outside every sequence. ``mtp_source(batch)`` (optional)
+    gives each packed row the map its MTP inputs and targets are rolled by (Megatron-Core's own roll)."""
     from seqpack.training.equivalence import packed_row, unpacked_row
     from seqpack.training.packed_seq_params import batch_with_params, packed_seq_params_kwargs
 
-    index: dict[tuple, int] = {}
-    for j, s in enumerate(pb.samples):
-        index.setdefault(sequence_key(s["tokens"], s["labels"], s["loss_mask"]), j)
+    if matches is None:
+        matches = match_sequences(pb.samples, batches)
     rows, match, full = [], [], []
-    for batch in batches:
+    keep: dict[int, int] = {}  # sample -> positions compared (a sample longer than its sequence is cut there)
+    for batch, matched in zip(batches, matches):
         batch = {**batch, **model.batch_inputs(batch)}  # the model's per-token inputs (images, M-RoPE ids)
         full.append(batch)
         view = batch_with_params(batch, packed_seq_params_kwargs(batch), extra_keys)
         row = packed_row(view, mode=mode, first_segment=len(match), extra_keys=extra_keys)
-        for start, _, real in row.sequences:
-            sl = slice(start, start + real)
-            match.append(index.get(sequence_key(row.tokens[sl], row.labels[sl], row.loss_mask[sl]), -1))
+        if mtp_source is not None:
+            row.mtp_source = mtp_source(batch)
+        for k, m in enumerate(matched):
+            if m.status == "tail":  # compare the common positions; a packed tail belongs to no sequence
+                row.segments[m.start + m.compared : m.start + m.real] = -1
+                start, length, _ = row.sequences[k]
+                row.sequences[k] = (start, length, m.compared)
+                keep.setdefault(m.sample, m.compared)
+            match.append(m.sample if m.usable else -1)
         rows.append(row)
     used = sorted({m for m in match if m >= 0})
     slot = {j: n for n, j in enumerate(used)}
-    unpacked = [unpacked_row(sample_inputs(model, pb.samples[j]), n, extra_keys=extra_keys) for n, j in enumerate(used)]
+    unpacked = [unpacked_row(_cut(sample_inputs(model, pb.samples[j]), keep.get(j), extra_keys), n, extra_keys=extra_keys)
+                for n, j in enumerate(used)]
     return rows, unpacked, [slot.get(m, -1) for m in match], full
+
+
+def _cut(sample: Mapping[str, Any], length: int | None, keys: Sequence[str]) -> Mapping[str, Any]:
+    """The sample with its per-token ``keys`` cut to ``length`` positions (None: whole)."""
+    if length is None or length >= len(sample["tokens"]):
+        return sample
+    return {**sample, **{k: sample[k][:length] for k in ("tokens", "labels", "loss_mask", *keys)}}
 
 
 def attention_budget(model: Any) -> int:
@@ -233,7 +371,12 @@ def equivalence_checks(model: Any, rows: list[Any], unpacked: list[Any], match: 
 
 
 def max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    """Largest difference over the named tensors of both (a name one side lacks counts as zeros there)."""
+    def diff(k: str) -> float:
+        x, y = a.get(k), b.get(k)
+        return float((x if y is None else (y if x is None else x - y)).abs().max())
+
+    return max(diff(k) for k in {*a, *b})
 
 
 _CP_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",

@@ -33,7 +33,7 @@ def model_options(moe: bool = False, mtp: bool = False) -> dict[str, bool]:
 
 def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], match: Sequence[int], equivalence: Any,
                   faults: Sequence[str], tolerance: float, budget: int, *,
-                  padding_mask_mismatches: int = 0) -> list[Any]:
+                  padding_mask_mismatches: int = 0, mtp_roll: str | None = None) -> list[Any]:
     """The option checks of ``model`` (none for a dense model) on the smoke test's rows.
 
     ``packed``, ``unpacked`` and ``match`` are the rows of the batched equivalence check and
@@ -85,9 +85,16 @@ def option_checks(model: Any, packed: Sequence[Any], unpacked: Sequence[Any], ma
              "max_mtp_count_diff": count, "max_mtp_logit_diff": logit, "max_grad_diff": grad,
              "unmatched": unmatched},
             tolerance,
-            f"{equivalence.sequences} sequences x {cfg.mtp.num_layers} MTP depth(s): max |MTP loss diff| "
+            f"{equivalence.sequences} sequences x {cfg.mtp.num_layers} MTP depth(s), packed rows rolled by "
+            f"{mtp_roll or 'seqpack (inside each sequence)'}: max |MTP loss diff| "
             f"{loss:.2e}, max |logit diff| {logit:.2e}, target count diff {count:g}, max |grad diff| {grad:.2e}",
-            None if ok else "roll MTP inputs and targets inside each packed sequence (the last token of a sequence "
-            "gets no target from the next one), with the physical (padded) boundaries",
+            None if ok else (
+                f"{mtp_roll} rolls windows of cu_seqlens_q (the real boundaries) over a row laid out by the padded "
+                "ones, so sequences after alignment padding train on wrong MTP targets: keep per-sequence alignment "
+                "at 1 (CP=1, no SP) for packed MTP, use a Megatron-Core with the fix (NVIDIA/Megatron-LM#4495), or "
+                "set mtp_num_layers=0" if mtp_roll and "mtp_cross_boundary" not in faults else
+                "roll MTP inputs and targets inside each packed sequence (the last token of a sequence "
+                "gets no target from the next one), with the physical (padded) boundaries"),
+            None if ok or not mtp_roll or "mtp_cross_boundary" in faults else "MTP-PACKED-ALIGNMENT-ROLL",
         ))
     return out

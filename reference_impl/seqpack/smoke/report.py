@@ -27,6 +27,8 @@ CHECK_NAMES = (
     "cp_matches_cp1",
 )
 CHECK_STATUSES = ("passed", "failed", "skipped")
+#: A run whose tokenization rejected more than this share of the rows is incomplete, never a pass.
+MOST_ROWS = 0.5
 RESULTS = ("pass", "fail", "incomplete")
 def model_config(**options: Any) -> Any:
     """The reference model of the smoke test: the byte tokenizer's vocabulary, two heads (multi-head
@@ -84,9 +86,9 @@ class Check(Result):
 class SmokeReport(Result):
     """Result of :func:`run_packing_smoke_test`.
 
-    ``result`` is ``pass`` only when every check ran and passed, ``fail`` when one failed, and
-    ``incomplete`` when none failed but some were skipped (``skipped`` names them); ``ok`` is
-    ``result == "pass"``.
+    ``result`` is ``pass`` only when every check ran and passed on most of the rows, ``fail`` when one
+    failed, and ``incomplete`` when none failed but some were skipped (``skipped`` names them) or more
+    than half the rows were rejected by tokenization (``notes`` says so); ``ok`` is ``result == "pass"``.
     """
 
     path: str
@@ -98,11 +100,20 @@ class SmokeReport(Result):
     faults: list[str] = field(default_factory=list)
     result: str = field(init=False, default="")
     skipped: list[str] = field(init=False, default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.skipped = [c.name for c in self.checks if c.passed is None]
         failed = any(c.passed is False for c in self.checks)
-        self.result = "fail" if failed else ("incomplete" if self.skipped else "pass")
+        rows, rejected = int(self.data.get("rows", 0)), int(self.data.get("rows_rejected", 0))
+        mostly_rejected = rows > 0 and rejected > rows * MOST_ROWS
+        if mostly_rejected:
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.data.get("rejected", {}).items()))
+            self.notes.append(
+                f"{rejected} of {rows} rows were rejected{f' ({reasons})' if reasons else ''}, so the checks ran on "
+                f"{rows - rejected} row(s) only: raise seq_length (now {self.config.get('seq_length')}) or check the "
+                "rows; the run is incomplete, not a pass")
+        self.result = "fail" if failed else ("incomplete" if self.skipped or mostly_rejected else "pass")
         self.ok = self.result == "pass"
 
     def check(self, name: str) -> Check:

@@ -22,7 +22,8 @@ numbers:
    batches also the M-RoPE ids: (0, 0, 0) at every sequence start and, on the real tokens, the ids
    of the sample alone on all three axes;
 4. ``loss_tokens_preserved``: supervised-token count of the batches equals that of the samples;
-5. ``samples_exactly_once``: the multiset of packed sequences equals the multiset of samples;
+5. ``samples_exactly_once``: every sample is in exactly one packed sequence, unaltered (matched by its
+   row; missing, duplicated, altered and unknown sequences counted apart);
 6. ``cp_matches_cp1``: with ``context_parallel_size`` CP > 1, the same batches run for real on CP
    gloo processes (real Megatron-Core ``PackedSeqParams``, parallel state, K/V exchange) give the
    CP=1 loss and gradients;
@@ -35,14 +36,18 @@ default config and data of every path make every check run.
 :func:`run_packing_smoke_tests` runs several paths in one go: their CP checks share one launch of
 CP ranks, which is where Megatron-Core is imported and real ``PackedSeqParams`` are built (the
 import's cost is reported as ``timings["megatron_core_import_s"]``); the process that runs the
-smoke test never imports Megatron-Core. The ranks are forked from a rank server
+smoke test imports Megatron-Core only for the MTP option, to roll packed rows with Megatron-Core's own
+``roll_tensor`` (``mtp_roll="megatron_core"``, the default). The ranks are forked from a rank server
 (:mod:`seqpack.training.rank_server`) started before the in-process checks, so torch and
 Megatron-Core are imported once, while those checks run. Torch runs on one thread per worker
 meanwhile (the tiny model's operations are too small for intra-op threads to pay); the model's
 forward and backward of one path run on a worker thread while the next path builds its batches.
 
 The reference samples (for 1, 4, 5) are tokenized independently of the packing code, from the
-same rows, with the same tokenization rules. ``faults`` deliberately breaks one thing (used by
+same rows, with the same tokenization rules and tokenizer (``tokenizer``; the byte tokenizer by default;
+the ids of a real tokenizer are renumbered for the reference model, :mod:`seqpack.smoke.vocab`), and
+matched to the packed sequences by their source row (:func:`~seqpack.smoke.checks.match_sequences`).
+A run whose tokenization rejected more than half the rows is ``incomplete``. ``faults`` deliberately breaks one thing (used by
 the negative controls in the test-suite): ``no_boundaries`` (attention ignores ``cu_seqlens``),
 ``shift_loss_mask``, ``drop_sample``, ``no_position_reset``, and for VLM batches
 ``misaligned_image_tokens`` (every image token shows the next merged patch window) and
@@ -60,7 +65,10 @@ some.
 losses (MTP logits and losses) join check 1 through the model's hooks; each option also adds its
 own check (:mod:`seqpack.smoke.options`: ``moe_router_statistics``,
 ``mtp_equals_unpacked``) with the negative controls ``router_counts_padding`` and
-``mtp_cross_boundary``. The router check also needs every batch's ``padding_mask`` to agree with
+``mtp_cross_boundary``. MTP inputs and targets of packed rows are rolled by the installed
+Megatron-Core's own ``roll_tensor`` (:func:`~seqpack.training.mtp.upstream_roll_source`), so the MTP
+check fails where that roll trains wrong targets (across alignment padding: MTP-PACKED-ALIGNMENT-ROLL);
+``mtp_roll="reference"`` rolls inside each sequence instead (what a fixed Megatron-Core does). The router check also needs every batch's ``padding_mask`` to agree with
 its boundaries (negative control ``wrong_padding_mask``).
 
 
@@ -69,6 +77,7 @@ Results and names live in :mod:`.report`, the checks in :mod:`.checks`.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from contextlib import contextmanager
@@ -78,7 +87,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from seqpack.core.arguments import positive_int
 from seqpack.core.errors import UsageError
-from seqpack.core.packing_paths import PathBatches, get_path
+from seqpack.core.packing_paths import PathBatches, get_path, visual_paths
+from seqpack.data.tokenizers import tokenizer_label
 from seqpack.io import confine
 from seqpack.smoke.checks import (
     apply_faults,
@@ -92,6 +102,7 @@ from seqpack.smoke.checks import (
     equivalence_checks,
     exactly_once_check,
     loss_tokens_check,
+    match_sequences,
     positions_check,
 )
 from seqpack.smoke.report import FAULTS, SIZES, TOLERANCE, Check, SmokeReport, default_config, model_config
@@ -99,6 +110,12 @@ from seqpack.smoke.vlm import (
     model_options,
     report_details,
 )
+from seqpack.smoke.vocab import compact_vocabulary
+
+#: How the smoke test rolls MTP inputs and targets of packed rows (:class:`SmokeRequest`).
+MTP_ROLLS = ("megatron_core", "reference")
+#: Data whose largest token id reaches this is renumbered for the reference model (:mod:`seqpack.smoke.vocab`).
+COMPACT_ABOVE = 4096
 
 __all__ = ["PSP_FIELDS_ONLY", "SmokeRequest", "run_packing_smoke_test", "run_packing_smoke_tests"]
 
@@ -144,30 +161,29 @@ def _cp_checks(runs: list[_Run], scratch: Path, timeout: float, server: Any = No
 
 
 def _subset(data: Path, n: int, workdir: Path) -> Path:
-    import json
-
+    """The rows the run reads: ``data`` itself when it has at most ``n`` rows (read in place: relative
+    image and video paths resolve against its folder, errors name it), else a copy of its first ``n`` rows
+    (:func:`seqpack.smoke.adapters.copy_rows`)."""
     from seqpack.data.jsonl import JsonlFile
-    from seqpack.data.vlm.sample import row_has_visuals, with_absolute_paths
+    from seqpack.smoke.adapters import copy_rows
 
-    jf = JsonlFile(data)
-    out = workdir / "smoke_input.jsonl"
-    with open(out, "wb") as fh:
-        for i in range(min(n, len(jf))):
-            raw = jf.raw(i)
-            if b'"image' in raw or b'"video' in raw:  # relative image paths must still resolve from the copy
-                row = jf.row(i)
-                if row_has_visuals(row):
-                    raw = json.dumps(with_absolute_paths(row, jf.path.parent), ensure_ascii=False).encode("utf-8")
-            fh.write(raw + b"\n")
-    return out
+    with JsonlFile(data) as jf:
+        rows = len(jf)
+    return data if rows <= n else copy_rows(data, range(n), workdir / "smoke_input.jsonl")
 
 
 @dataclass(frozen=True)
 class SmokeRequest:
     """One path's run in :func:`run_packing_smoke_tests`: the path, its config (None: the path's
     default CP=2 config) with dotted overrides, its data (None: the path's smoke data), the
-    deliberate ``faults`` of a negative control, and ``model`` options of the reference model
-    (:func:`model_config`)."""
+    deliberate ``faults`` of a negative control, ``model`` options of the reference model
+    (:func:`model_config`), the ``tokenizer`` (a ``tokenizer.json`` or its folder; None: the byte
+    tokenizer) and the ``bridge_version`` the config is checked for (None: the release ``seqpack
+    validate`` checks by default; the demo config of a path only Bridge main has is checked for main).
+    ``mtp_roll`` (with the ``mtp`` model option): ``"megatron_core"`` rolls each packed row's MTP inputs
+    and targets with the installed Megatron-Core's own ``roll_tensor`` (what training runs; imports
+    Megatron-Core in this process), ``"reference"`` with seqpack's roll inside each sequence (what a
+    Megatron-Core with the fix does)."""
 
     path: str = "offline"
     config: Any = None
@@ -175,6 +191,9 @@ class SmokeRequest:
     overrides: Sequence[str] = ()
     faults: Sequence[str] = ()
     model: Mapping[str, Any] = field(default_factory=dict)
+    tokenizer: str | os.PathLike[str] | None = None
+    bridge_version: str | None = None
+    mtp_roll: str = "megatron_core"
 
 
 @dataclass
@@ -189,6 +208,10 @@ class _Run:
     batches: list[dict[str, Any]] = field(default_factory=list)
     source: Path | None = None
     model: Any = None
+    matches: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tokenizer: Any = None
+    mtp_roll: str | None = None
     cp_job: dict[str, Any] | None = None
     cp: Check | None = None
     packed_seq_params: str = ""
@@ -199,6 +222,9 @@ def _checked_request(request: SmokeRequest) -> _Run:
     from seqpack.config import load_config
 
     get_path(request.path)
+    if request.mtp_roll not in MTP_ROLLS:
+        raise UsageError(f"unknown MTP roll {request.mtp_roll!r}; choose one of {', '.join(MTP_ROLLS)}",
+                         field="mtp_roll")
     bad = [f for f in request.faults if f not in FAULTS]
     if bad:
         raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}", field="faults")
@@ -207,7 +233,19 @@ def _checked_request(request: SmokeRequest) -> _Run:
     if request.path not in cfg.active_paths():
         raise UsageError(f"the config does not turn on the {request.path} path (active: {cfg.active_paths() or 'none'})",
                          field="dataset")
-    return _Run(request, cfg)
+    if request.data is not None and not get_path(request.path).visual_rows:
+        from seqpack.data.vlm.sample import file_has_visuals
+
+        if file_has_visuals(request.data):
+            raise UsageError(
+                f"{request.data} holds rows with images or videos, which the {request.path} path does not read",
+                field="data", fix=f"run the smoke test on a path that reads VLM rows: {', '.join(visual_paths())}")
+    run = _Run(request, cfg)
+    if request.tokenizer is not None:
+        from seqpack.data import load_tokenizer
+
+        run.tokenizer = load_tokenizer(request.tokenizer)
+    return run
 
 
 def _check_model(request: SmokeRequest) -> None:
@@ -281,14 +319,28 @@ def _build(run: _Run, scratch: Path, size: str, seed: int, notify: Callable[[str
     data = run.request.data
     run.source = Path(data) if data is not None else spec.load("smoke_data")(scratch, SIZES[size], seed)
     jsonl = _subset(run.source, SIZES[size], scratch)
-    run.checks.append(config_check(run.cfg))
+    if data is not None and run.request.tokenizer is None:  # the user's rows, measured in bytes: say so
+        from seqpack.data.tokenizers import byte_tokenizer_warning
+        from seqpack.smoke.adapters import schema_for
+
+        note = byte_tokenizer_warning(None, schema_for(jsonl).kind)
+        run.notes.append(note + "; the smoke test then checks another token stream than the one that will train")
+    run.checks.append(config_check(run.cfg, run.request.bridge_version, demo=run.request.config is None))
     notify("build batches", 0.1)
-    run.pb = spec.load("smoke_adapter")(run.cfg, jsonl, scratch)
+    adapter = spec.load("smoke_adapter")
+    if run.request.tokenizer is not None:
+        if "tokenizer" not in inspect.signature(adapter).parameters:
+            raise UsageError(f"the smoke adapter of the {run.request.path} path takes no tokenizer", field="tokenizer",
+                             fix="give the adapter a `tokenizer=None` parameter, or leave the tokenizer out")
+        run.pb = adapter(run.cfg, jsonl, scratch, tokenizer=run.tokenizer)
+    else:
+        run.pb = adapter(run.cfg, jsonl, scratch)
     run.timings["build_batches_s"] = time.perf_counter() - started
     run.batches = apply_faults(run.pb.batches, faults, run.pb.details.get("vlm"))
-    run.checks.append(exactly_once_check(run.pb, run.batches))
+    run.matches = match_sequences(run.pb.samples, run.batches)
+    run.checks.append(exactly_once_check(run.pb, run.matches))
     run.checks.append(loss_tokens_check(run.pb, run.batches))
-    run.checks.append(positions_check(run.batches, run.pb))
+    run.checks.append(positions_check(run.batches, run.pb, run.matches))
     run.timings["in_process_s"] = time.perf_counter() - started
 
 
@@ -304,18 +356,30 @@ def _compute(run: _Run, seed: int, cp_check: bool, cp_max_batches: int, notify: 
     notify("forward/backward, packed and unpacked (batched)", 0.4)
     t0 = time.perf_counter()
     torch.manual_seed(seed)
+    # ids of a real tokenizer renumbered into a small vocabulary, the same map on both sides (smoke.vocab)
+    run.pb, run.batches, vocab = compact_vocabulary(run.pb, run.batches, COMPACT_ABOVE)
     # VLM data: the vision stem, M-RoPE and a vocabulary with the vision tokens (smoke_vlm.model_options)
-    vlm = model_options(run.pb, model_config(**run.request.model))
+    vlm = {**({"vocab_size": vocab} if vocab else {}), **model_options(run.pb, model_config(**run.request.model))}
     run.model = TinyGPT(model_config(**{**vlm, **run.request.model}), seed=seed)
     mode = "causal" if "no_boundaries" in faults else "thd"
-    rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs)
+    upstream = run.model.config.mtp is not None and run.request.mtp_roll == "megatron_core"
+    if upstream:
+        from seqpack.training.mtp import upstream_roll_name, upstream_roll_source
+
+        notify("MTP roll by Megatron-Core (imports it)", 0.3)
+        run.mtp_roll = upstream_roll_name()
+    rows, unpacked, match, full = compared_rows(run.model, run.pb, run.batches, mode, run.model.token_inputs,
+                                                run.matches, upstream_roll_source if upstream else None)
     if "mtp_cross_boundary" in faults:  # packed rows roll MTP across boundaries (a one-sequence row cannot)
         run.model.mtp_roll = "row"
+    elif upstream:  # packed rows roll as the installed Megatron-Core's roll_tensor does
+        run.model.mtp_roll = "given"
     eq, leak, res = equivalence_checks(run.model, rows, unpacked, match, full, seed)
     run.model.mtp_roll = "sequence"
     run.checks.extend((eq, leak))
     run.checks.extend(option_checks(run.model, rows, unpacked, match, res, faults, TOLERANCE, attention_budget(run.model),
-                                    padding_mask_mismatches=count_padding_mask_mismatches(run.batches)))
+                                    padding_mask_mismatches=count_padding_mask_mismatches(run.batches),
+                                    mtp_roll=run.mtp_roll))
     run.timings["equivalence_s"] = time.perf_counter() - t0
     cp = run.cfg.model.context_parallel_size
     if not cp_check:
@@ -345,11 +409,13 @@ def _report(run: _Run) -> SmokeReport:
                 "context_parallel_size": cfg.model.context_parallel_size,
                 "seq_length": cfg.seq_length, "micro_batch_size": cfg.train.micro_batch_size,
                 "reference_model": run.model.config.to_dict()},
-        data={"source": str(run.source), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
+        data={"source": str(run.source), "tokenizer": tokenizer_label(run.request.tokenizer), "rows": pb.rows_in, "rows_rejected": pb.rows_skipped,
               "samples": len(pb.samples), "batches": len(batches), "tokens": tokens, "real_tokens": real,
-              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details)},
+              "packed_seq_params": run.packed_seq_params or PSP_FIELDS_ONLY, **report_details(pb.details),
+              **({"mtp_roll": run.mtp_roll or "reference (inside each sequence)"} if run.model.config.mtp else {})},
         timings=run.timings,
         faults=list(run.request.faults),
+        notes=list(run.notes),
     )
 
 
@@ -398,6 +464,8 @@ def run_packing_smoke_tests(
     reqs = [SmokeRequest(r) if isinstance(r, str) else r for r in requests]
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}", field="size")
+    if progress is not None:
+        progress("configs and tokenizers", 0.0)
     runs = [_checked_request(r) for r in reqs]
     workers = min(2, os.cpu_count() or 1) if workers is None else positive_int("workers", workers)
     lock = threading.Lock()
@@ -411,6 +479,7 @@ def run_packing_smoke_tests(
     with confine.scratch_directory("seqpack-smoke-", parent=workdir) as tmp:
         server = _start_rank_server(runs, cp_check, Path(tmp) / "rank_server.log")
         try:
+            notify("reference model (imports torch)" + (", rank server" if server is not None else ""), 0.02)
             for r in reqs:
                 _check_model(r)
 
@@ -453,8 +522,12 @@ def run_packing_smoke_test(
     progress: Callable[[str, float], None] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     model: Mapping[str, Any] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
+    bridge_version: str | None = None,
+    mtp_roll: str = "megatron_core",
 ) -> SmokeReport:
     """Run the packing smoke test for one path (see the module docstring for the checks)."""
-    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}))
+    request = SmokeRequest(path, config, data, tuple(overrides), tuple(faults), dict(model or {}), tokenizer,
+                           bridge_version, mtp_roll)
     return run_packing_smoke_tests([request], size=size, seed=seed, cp_check=cp_check, cp_max_batches=cp_max_batches,
                                    cp_timeout=cp_timeout, progress=progress, workdir=workdir)[0]

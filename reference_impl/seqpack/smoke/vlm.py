@@ -86,29 +86,25 @@ def sample_inputs(model: Any, sample: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def mrope_check(
     batches: Sequence[Mapping[str, Any]],
-    sequences: Callable[[Mapping[str, Any]], list[tuple[int, int, int]]],
-    key: Callable[..., tuple],
+    matches: Sequence[Sequence[Any]],
     samples: Sequence[Mapping[str, Any]],
 ) -> tuple[list[tuple[int, int]], int]:
-    """(bad ``(batch, sequence)`` pairs, sequences checked) for the M-RoPE ids of VLM batches."""
+    """(bad ``(batch, sequence)`` pairs, sequences checked) for the M-RoPE ids of VLM batches;
+    ``matches`` are the batches' matched sequences (:func:`seqpack.smoke.checks.match_sequences`)."""
     import torch
 
-    by_key = {key(s["tokens"], s["labels"], s["loss_mask"]): s for s in samples if "mrope" in s}
     bad: list[tuple[int, int]] = []
     checked = 0
-    for n, b in enumerate(batches):
+    for n, (b, matched) in enumerate(zip(batches, matches)):
         pos = b.get("mrope_position_ids")
         if pos is None:
             continue
-        for k, (start, _, real) in enumerate(sequences(b)):
-            if not real:
-                continue
+        for k, m in enumerate(matched):
             checked += 1
-            ids = pos[:, 0, start : start + real]
-            sample = by_key.get(key(b["tokens"][0, start : start + real], b["labels"][0, start : start + real],
-                                    b["loss_mask"][0, start : start + real]))
+            ids = pos[:, 0, m.start : m.start + m.compared]
+            sample = samples[m.sample] if m.usable and "mrope" in samples[m.sample] else None
             alone = None if sample is None else torch.as_tensor(sample["mrope"], dtype=ids.dtype)
-            if ids[:, 0].tolist() != [0, 0, 0] or alone is None or not torch.equal(ids, alone):
+            if pos[:, 0, m.start].tolist() != [0, 0, 0] or alone is None or not torch.equal(ids, alone):
                 bad.append((n, k))
     return bad, checked
 

@@ -33,7 +33,7 @@ def vlm_settings_for(jsonl: Path, tokenizer: Any) -> VLMSettings | None:
 
 
 def vlm_reference_samples(
-    jsonl: Path, schema: Any, tokenizer: Any, settings: VLMSettings, max_length: int
+    jsonl: Path, schema: Any, tokenizer: Any, settings: VLMSettings, max_length: int, reasons: Any = None,
 ) -> tuple[list[dict[str, Any]], int, int]:
     """Every row under the VLM sample contract: ``(samples, rows, rejected)``; a sample carries its
     ``visuals``, its own M-RoPE ids (``mrope``, ``[3, L]``) and the settings (``vlm``)."""
@@ -48,8 +48,10 @@ def vlm_reference_samples(
             try:
                 ex = tokenize_vlm_row(jf.row(i), schema, tokenizer, vision=settings.vision,
                                       vision_tokens=settings.tokens, max_length=max_length, base_dir=jf.path.parent)
-            except SampleRejected:
+            except SampleRejected as why:
                 rejected += 1
+                if reasons is not None:
+                    reasons[why.reason] += 1
                 continue
             samples.append({"id": i, "tokens": ex.tokens, "labels": ex.labels, "loss_mask": ex.loss_mask,
                             "visuals": ex.visuals, "mrope": ex.mrope_position_ids(settings.mrope), "vlm": settings})

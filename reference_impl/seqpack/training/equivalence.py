@@ -98,6 +98,8 @@ class Row(_PerToken):
 
     sequences: list[tuple[int, int, int]] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: How MTP rolls this row, when given (:func:`~seqpack.training.mtp.roll_by_source`; None: inside each segment).
+    mtp_source: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -117,6 +119,8 @@ class TokenRows(_PerToken):
 
     lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: ``[B, T]`` MTP source maps when some row gave one (the others roll inside their segments), else None.
+    mtp_source: torch.Tensor | None = None
 
 
 class EquivalenceModel(Protocol):
@@ -209,7 +213,17 @@ def stack_rows(rows: Sequence[Row]) -> TokenRows:
         segments=_pad([r.segments for r in rows], width, -1),
         lengths=torch.tensor([r.length for r in rows], dtype=torch.int64),
         extras={k: _pad([r.extras[k] for r in rows], width, 0) for k in rows[0].extras},
+        mtp_source=_sources(rows, width),
     )
+
+
+def _sources(rows: Sequence[Row], width: int) -> torch.Tensor | None:
+    """The rows' MTP source maps padded to ``width`` (a row without one: its in-segment map), or None."""
+    if all(r.mtp_source is None for r in rows):
+        return None
+    from seqpack.training.mtp import segment_source
+
+    return _pad([r.mtp_source if r.mtp_source is not None else segment_source(r.segments) for r in rows], width, 0)
 
 
 def stack_chunks(rows: Sequence[Row], budget: int) -> list[list[int]]:
@@ -355,6 +369,9 @@ def compare_packed_unpacked(
     count_diffs: dict[str, float] = {}
     for name, sums in p.sums.items():
         if name not in u.sums:
+            if not bool(matched.any()):  # nothing to compare with: no sequence counts (``sequences`` is 0)
+                outside += float(p.counts[name][-1])
+                continue
             raise InputError(f"the model gave the loss {name!r} for packed rows only")
         loss_diffs[name] = _largest((sums[:-1] - u.sums[name][target])[matched])
         count_diffs[name] = _largest((p.counts[name][:-1] - u.counts[name][target])[matched])
@@ -362,7 +379,7 @@ def compare_packed_unpacked(
 
     # tokens of packed sequence k against the tokens of its unpacked row, in order
     p_len = torch.bincount(p.token_segments, minlength=k_total)
-    u_len = torch.bincount(u.token_segments, minlength=len(unpacked))
+    u_len = torch.bincount(u.token_segments, minlength=max(len(unpacked), 1))
     comparable = matched & (p_len == u_len[target])
     p_start = torch.cumsum(p_len, 0) - p_len
     u_start = torch.cumsum(u_len, 0) - u_len
@@ -371,7 +388,8 @@ def compare_packed_unpacked(
     offset = torch.arange(int(count.sum())) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
     p_index = torch.repeat_interleave(p_start[ks], count) + offset
     u_index = torch.repeat_interleave(u_start[target[ks]], count) + offset
-    output_diffs = {name: _largest(values[p_index] - u.outputs[name][u_index]) for name, values in p.outputs.items()}
+    output_diffs = {name: _largest(values[p_index] - u.outputs[name][u_index]) if ks.numel() else 0.0
+                    for name, values in p.outputs.items()}
     if int((matched & ~comparable).sum()):  # a matched sequence of another length: a difference, not a pass
         output_diffs = {name: float("inf") for name in output_diffs}
 

@@ -243,13 +243,20 @@ def finalize_gradients(
     Mean loss: scale by ``1/R`` then sum (or sum then divide, ``average_in_collective``).
     Per-token loss: sum (divided by ``R`` too under ``average_in_collective``, which Megatron-Core
     rejects), then divide by the global supervised-token count. Gloo has no averaging all-reduce,
-    so averaging is a sum followed by a division. Returns the global token count.
+    so averaging is a sum followed by a division. Under a group of several ranks a trainable
+    parameter without a gradient on this rank (none of its tokens reached it) joins with zeros, so
+    every rank reduces a buffer of the same size. Returns the global token count.
     """
     import torch.distributed as dist
 
-    params = [p for p in parameters if p.grad is not None]
     ranks = _group_size(group)
     distributed = dist.is_initialized() and ranks > 1
+    params = list(parameters)
+    if distributed:  # every rank reduces the same buffer, as Megatron-Core's DDP grad buffers do: a parameter
+        for p in params:  # this rank's tokens did not reach (a vision stem without images here) counts zero
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    params = [p for p in params if p.grad is not None]
     if params:
         flat = torch.cat([p.grad.reshape(-1) for p in params])
         if not calculate_per_token_loss and not average_in_collective:

@@ -361,24 +361,27 @@ class TinyGPT(nn.Module):
                 out[f"mtp_logits_{k}"] = logits
         return out
 
-    #: How :meth:`token_streams` rolls MTP inputs and targets: ``"sequence"`` (inside each sequence) or
+    #: How :meth:`token_streams` rolls MTP inputs and targets: ``"sequence"`` (inside each sequence),
     #: ``"row"`` (over each whole row, across boundaries: the smoke test's ``mtp_cross_boundary`` control;
-    #: a row holding one sequence rolls the same either way).
+    #: a row holding one sequence rolls the same either way) or ``"given"`` (by the rows' ``mtp_source`` maps,
+    #: e.g. Megatron-Core's own roll, :func:`~seqpack.training.mtp.upstream_roll_source`; rows without one
+    #: roll inside their sequences).
     mtp_roll: str = "sequence"
 
     def token_streams(self, rows: TokenRows) -> dict[str, torch.Tensor]:
         """The MTP streams ``[B, T, D]`` of a stack of rows (:func:`~seqpack.training.mtp.stack_streams`)."""
         from seqpack.training.mtp import stack_streams
 
-        if self.mtp_roll not in ("sequence", "row"):
-            raise UsageError(f"mtp_roll must be 'sequence' or 'row', got {self.mtp_roll!r}", field="mtp_roll")
+        if self.mtp_roll not in ("sequence", "row", "given"):
+            raise UsageError(f"mtp_roll must be 'sequence', 'row' or 'given', got {self.mtp_roll!r}", field="mtp_roll")
         segments = rows.segments
         if self.mtp_roll == "row":
             inside = torch.arange(segments.shape[1]) < rows.lengths[:, None]
             segments = torch.where(inside, torch.zeros_like(segments), torch.full_like(segments, -1))
         values = {"mtp_tokens": rows.tokens, "mtp_position_ids": rows.position_ids, "mtp_labels": rows.labels,
                   "mtp_loss_mask": rows.loss_mask}
-        return stack_streams(values, segments, self.config.mtp.num_layers if self.config.mtp else 0)
+        source = rows.mtp_source if self.mtp_roll == "given" else None
+        return stack_streams(values, segments, self.config.mtp.num_layers if self.config.mtp else 0, source)
 
     def token_losses(self, rows: TokenRows, outputs: dict[str, torch.Tensor]) -> dict[str, TokenLoss]:
         """Every per-token loss of a stack of rows, by name: ``lm``, the next-token cross-entropy, and with

@@ -45,10 +45,14 @@ __all__ = [
     "MTPConfig",
     "MTPHead",
     "mtp_streams",
+    "roll_by_source",
     "roll_in_segments",
     "roll_packed",
+    "segment_source",
     "segments_of",
     "stack_streams",
+    "upstream_roll_name",
+    "upstream_roll_source",
     "with_mtp_streams",
 ]
 
@@ -168,9 +172,60 @@ def _rolled(values: Mapping[str, torch.Tensor], roll: Callable[[torch.Tensor], t
     return {key: torch.stack(cols, dim=-1) for key, cols in columns.items()}
 
 
-def stack_streams(values: Mapping[str, torch.Tensor], segments: torch.Tensor, num_layers: int) -> dict[str, torch.Tensor]:
+def roll_by_source(values: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``values`` ``[..., T]`` rolled by a source map: position ``i`` takes ``values[source[i] - 1]``, or 0 where
+    ``source[i]`` is 0 (the map :func:`upstream_roll_source` reads off Megatron-Core's roll)."""
+    if source.shape != values.shape:
+        raise InputError(f"source {list(source.shape)} and values {list(values.shape)} must have one shape")
+    taken = torch.gather(values, -1, (source - 1).clamp(min=0))
+    return torch.where(source > 0, taken, torch.zeros_like(taken))
+
+
+def segment_source(segments: torch.Tensor) -> torch.Tensor:
+    """The source map of :func:`roll_in_segments`: ``i + 2`` where position ``i + 1`` is a real token of the
+    same sequence as ``i``, else 0."""
+    out = torch.zeros_like(segments)
+    same = (segments[..., 1:] == segments[..., :-1]) & (segments[..., :-1] >= 0)
+    index = torch.arange(2, segments.shape[-1] + 1, dtype=segments.dtype).expand_as(segments[..., :-1])
+    out[..., :-1] = torch.where(same, index, out[..., :-1])
+    return out
+
+
+def upstream_roll_source(batch: Mapping[str, Any]) -> torch.Tensor:
+    """How the installed Megatron-Core's own ``roll_tensor`` rolls MTP inputs and targets over a packed row:
+    it rolls the position numbers ``1..T`` of ``batch`` (its boundaries through a real ``PackedSeqParams``)
+    and returns the map ``[T]`` (:func:`roll_by_source`): 1 + the position each slot takes its value from,
+    0 where it takes nothing. Imports Megatron-Core (:func:`~seqpack.training.ranks.import_megatron_core`)."""
+    from seqpack.training.packed_seq_params import to_packed_seq_params
+    from seqpack.training.ranks import import_megatron_core
+
+    import_megatron_core()
+    from megatron.core.transformer.multi_token_prediction import roll_tensor
+
+    width = int(_row(batch, "tokens").shape[0])
+    numbers = torch.arange(1, width + 1, dtype=torch.int64)[None]
+    rolled, _ = roll_tensor(numbers, shifts=-1, dims=-1, cp_group=None, packed_seq_params=to_packed_seq_params(batch))
+    return rolled[0].to(torch.int64)
+
+
+def upstream_roll_name() -> str:
+    """``megatron-core <version> roll_tensor``: the roll :func:`upstream_roll_source` runs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"megatron-core {version('megatron-core')} roll_tensor"
+    except PackageNotFoundError:  # pragma: no cover - the train extra installs it
+        return "megatron-core roll_tensor"
+
+
+def stack_streams(values: Mapping[str, torch.Tensor], segments: torch.Tensor, num_layers: int,
+                  source: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The MTP streams of a stack of rows: each of ``values`` (``[..., T]``, keyed by :data:`MTP_KEYS`)
-    rolled ``k`` times inside ``segments`` (:func:`roll_in_segments`) for depth ``k``, as ``[..., T, D]``."""
+    rolled ``k`` times inside ``segments`` (:func:`roll_in_segments`) for depth ``k``, as ``[..., T, D]``;
+    with a ``source`` map, rolled by it instead (:func:`roll_by_source`), depth after depth as Megatron-Core
+    rolls the previous depth's values again."""
+    if source is not None:
+        return _rolled(values, lambda value: roll_by_source(value, source), num_layers)
     return _rolled(values, lambda value: roll_in_segments(value, segments), num_layers)
 
 

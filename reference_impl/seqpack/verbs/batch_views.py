@@ -1,4 +1,5 @@
-"""``batches``: the first micro-batches (in-batch) or per-step DP schedules (global-batch) of a JSONL file.
+"""``batches``: the first micro-batches (in-batch) or per-step DP schedules (global-batch) of a JSONL file, or
+the first packs of offline packed Parquet as the THD micro-batches their reader builds (offline).
 
 The ``mode`` picks a registered packing path (:func:`seqpack.core.packing_paths.path_for_mode`);
 each path with a batches view names its function here in its spec.
@@ -19,11 +20,13 @@ from seqpack.core.limits import (
     MAX_STEPS_SHOWN,
 )
 from seqpack.core.packing_paths import path_for_mode
+from seqpack.core.glossary import glossary_line
 from seqpack.core.textfmt import text_table
 from seqpack.verbs.common import (
     TopologyOptions,
     schema_option,
     seed_option,
+    pixels_option,
     tokenizer_option,
     truncation_option,
     vision_option,
@@ -37,6 +40,9 @@ if TYPE_CHECKING:  # the reports' modules load when a view is built (the CLI's s
     from seqpack.packing.in_batch_report import InBatchReport
 
 _GLOBAL = "global-batch mode"  # the CLI's argument group of the global-batch settings
+_OFFLINE = "offline mode"  # the CLI's argument group of the offline view's settings
+#: The highest pack index the offline view starts at.
+MAX_PACKS_INDEX = 1 << 40
 
 
 @verb_options
@@ -51,8 +57,9 @@ class BatchesOptions(TopologyOptions):
     """
 
     input: str | os.PathLike[str] = option(help="prompt/completion or chat rows: a JSONL or Parquet file, or a "
-                                           "datasets.save_to_disk folder", positional=True, metavar="INPUT",
-                                           path="rows")
+                                           "datasets.save_to_disk folder (offline: a pack folder, or the output root "
+                                           "pack --out wrote)", positional=True, metavar="INPUT",
+                                           path="rows_or_packs")
     mode: str = option("in-batch", help="packing path, by its batch mode", choices=BATCH_MODES)
     mbs: int | None = option(None, help="micro-batch size: rows packed into one THD row (default 4; global-batch "
                              "needs 1)", minimum=1, maximum=MAX_GLOBAL_BATCH_SIZE)
@@ -62,9 +69,8 @@ class BatchesOptions(TopologyOptions):
                              choices=RUNTIME_DATALOADER_TYPES)
     seed: int = seed_option(1234, "seed of the cyclic order")
     schema: str | None = schema_option(None, SCHEMA_KINDS, "row schema (default: detected from the first row)")
-    tokenizer: Any = tokenizer_option("local Hugging Face tokenizer.json or its folder (default: the byte "
-                                      "tokenizer)")
-    truncation: str = truncation_option("rows longer than seq_length: cut the end, cut the start, or reject")
+    tokenizer: Any = tokenizer_option()
+    truncation: str = truncation_option()
     pad_to_max_length: bool = option(False, help="fixed packed width (kernels that need a static shape)")
     width: int | None = option(None, help="the fixed width with pad_to_max_length (default: seq_length)", minimum=1,
                                maximum=MAX_PACK_LEN)
@@ -83,6 +89,12 @@ class BatchesOptions(TopologyOptions):
     fold_alignment_padding: bool = option(False, help="report each sequence's alignment padding as part of it (no "
                                           "padding between sequences: FlashAttention with heads of 256 and wider; "
                                           "Megatron-Bridge PR #6127)")
+    min_pixels: int | None = pixels_option("min")
+    max_pixels: int | None = pixels_option("max")
+    split: str = option("training", help="offline: the split whose packs to show", choices=("training", "validation"),
+                        section=_OFFLINE)
+    start: int = option(0, help="offline: the first pack to show", minimum=0, maximum=MAX_PACKS_INDEX,
+                        section=_OFFLINE)
 
 
 def batches(options: BatchesOptions) -> InBatchReport | GlobalBatchReport:
@@ -109,10 +121,22 @@ def in_batch_report(options: BatchesOptions) -> InBatchReport:
         eval_cp=options.eval_cp, dataloader_type=options.dataloader, seed=options.seed,
         pad_to_max_length=options.pad_to_max_length, fold_alignment_padding=options.fold_alignment_padding,
     )
-    return inspect_in_batch(
+    report = inspect_in_batch(
         options.input, cfg, num_batches=options.num_batches, tokenizer=options.tokenizer, schema=options.schema,
-        truncation=options.truncation, width=options.width, vision=resolve_vision(options.vision, options.input),
+        truncation=options.truncation, width=options.width,
+        vision=resolve_vision(options.vision, options.input, min_pixels=options.min_pixels,
+                              max_pixels=options.max_pixels),
     )
+    return _named(report, options, report.schema.get("kind"))
+
+
+def _named(report: Any, options: BatchesOptions, kind: str | None) -> Any:
+    """The report with its tokenizer named as every command names it, and the warning for rows in bytes."""
+
+    from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
+
+    warning = byte_tokenizer_warning(options.tokenizer, kind)
+    return report.replaced(tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
 
 
 def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
@@ -134,10 +158,26 @@ def global_batch_report(options: BatchesOptions) -> GlobalBatchReport:
         micro_batch_size=spec.default_micro_batch_size if options.mbs is None else options.mbs, seed=options.seed,
         fold_alignment_padding=options.fold_alignment_padding,
     )
-    return inspect_global_batch(
+    report = inspect_global_batch(
         options.input, cfg, num_steps=options.num_steps, tokenizer=options.tokenizer, schema=options.schema,
         truncation=options.truncation,
     )
+    return _named(report, options, report.schema)
+
+
+def offline_report(options: BatchesOptions) -> Any:
+    """Offline view: the packs from ``start`` of ``split`` as the THD micro-batches their reader builds, and each
+    CP rank's share (:func:`seqpack.training.offline_view.inspect_offline_batches`)."""
+    from seqpack.training.offline_view import inspect_offline_batches
+
+    given = [f"--{n.replace('_', '-')}" for n in ("mbs", "width", "tokenizer") if getattr(options, n) is not None]
+    if options.pad_to_max_length:
+        given.append("--pad-to-max-length")
+    if given:
+        raise UsageError(f"{', '.join(given)} do not apply to --mode offline: the packs are already built (their "
+                         "tokenizer and widths are in them)", field="mode")
+    return inspect_offline_batches(options.input, cp=options.topology.cp, num_batches=options.num_batches,
+                                   start=options.start, split=options.split)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -152,7 +192,31 @@ def _cells(values: list[int], limit: int = 10) -> str:
 
 def render_batches(report: InBatchReport | GlobalBatchReport, options: BatchesOptions) -> str:
     """The CLI's text: the micro-batches (in-batch) or the steps per DP rank (global-batch)."""
-    return _render_global_batch(report) if report.mode == "global-batch" else _render_in_batch(report)
+    if report.mode == "offline":
+        return _render_offline(report)
+    text = _render_global_batch(report) if report.mode == "global-batch" else _render_in_batch(report)
+    return "\n".join([text, *(f"warning: {w}" for w in report.warnings)])
+
+
+def _render_offline(report: Any) -> str:
+    out = [f"offline: {report.pack_dir} ({report.split}: {report.packs} packs of {report.pack_size} tokens, "
+           f"pad_seq_to_mult {report.pad_seq_to_mult}, tokenizer {report.tokenizer}), CP {report.cp}"]
+    rows = [[b.pack, b.sequences, _cells(b.lengths), _cells(b.cu_seqlens),
+             "-" if b.cu_seqlens_padded is None else _cells(b.cu_seqlens_padded), b.width, b.max_seqlen,
+             b.alignment_padding, b.width_padding, f"{b.supervised_tokens / b.real_tokens:.1%}" if b.real_tokens else "-"]
+            for b in report.batches]
+    out.append(text_table(["pack", "seqs", "lengths", "cu_seqlens", "cu_seqlens_padded", "width", "max_seqlen",
+                           "align_pad", "width_pad", "supervised"], rows))
+    if report.cp > 1:
+        ranks = [[b.pack, r["rank"], r["positions"], r["real_tokens"], _cells([f"{s}:{e}" for s, e in r["ranges"]], 6)]
+                 for b in report.batches for r in b.cp_ranks]
+        out += [f"per CP rank (every sequence in 2*CP = {2 * report.cp} chunks; rank r holds chunks r and "
+                f"{2 * report.cp - 1}-r):", text_table(["pack", "cp_rank", "positions", "real_tokens", "ranges"], ranks)]
+    t = report.totals
+    out.append(f"padding over {t.batches} pack(s): {t.real_tokens} real tokens, {t.alignment_padding} alignment padding, "
+               f"{t.width_padding} width padding, share {t.padding_share:.2%} ("
+               + glossary_line("padding share", "supervised share") + ")")
+    return "\n".join(out)
 
 
 def _render_in_batch(report: Any) -> str:
@@ -182,7 +246,8 @@ def _render_in_batch(report: Any) -> str:
 
 def _render_global_batch(report: Any) -> str:
     st = report.settings
-    out = [f"{report.mode}: {report.file} ({report.rows} rows), scheduler {st['scheduler']} (DP ranks simulated)",
+    out = [f"{report.mode}: {report.file} ({report.rows} rows, tokenizer {report.tokenizer}), scheduler "
+           f"{st['scheduler']} (DP ranks simulated)",
            f"DP {st['dp_size']}, CP {st['cp_size']}, GBS {st['global_batch_size']} ({st['micro_batches_per_rank']} "
            f"samples per rank), pack capacity {st['max_seqlen_per_dp_cp_rank']}*{st['cp_size']} = {st['capacity']} "
            f"tokens, pad_seq_to_mult {st['pad_seq_to_mult']}"]
@@ -197,14 +262,19 @@ def _render_global_batch(report: Any) -> str:
         out.append(text_table(["dp_rank", "tokens", "sum_L^2"],
                               [[d, t, a] for d, (t, a) in enumerate(zip(step.rank_tokens, step.rank_attention))]))
         out += [f"note: {note}" for note in step.adjustments]
+    hint = (report.balance or {}).get("hint")
+    if hint:
+        out.append(f"\nhint: {hint}")
     out.append(f"\n{report.full_steps} full step(s) in {report.rows} rows"
                + (f"; the last {report.dropped_rows} row(s) do not fill a global batch of {st['global_batch_size']} "
                   "and are dropped, as training does (drop_last)" if report.dropped_rows else ""))
     return "\n".join(out)
 
 
-_IN_BATCH_ONLY = ("eval_cp", "mbs", "num_batches", "pad_to_max_length", "width", "vision")
+_IN_BATCH_ONLY = ("eval_cp", "mbs", "num_batches", "pad_to_max_length", "width", "vision", "min_pixels", "max_pixels")
 _GLOBAL_ONLY = ("dp", "gbs", "max_seqlen_per_rank", "scheduler", "num_steps")
+_OFFLINE_ONLY = ("split", "start")
+_JSONL_ONLY = ("seq_length", "dataloader", "seed", "schema", "tokenizer", "truncation")
 
 BATCHES = Verb(
     name="batches", options=BatchesOptions, function=batches, render=render_batches, violations_exit=1,
@@ -212,17 +282,27 @@ BATCHES = Verb(
     help="build the first packed micro-batches of a JSONL file and print their layout and padding",
     tools=(
         Tool("inspect_in_batch", title="Show the first in-batch packed micro-batches of a JSONL file", job=True,
-             fixed={"mode": "in-batch"}, exclude=_GLOBAL_ONLY,
+             fixed={"mode": "in-batch"}, exclude=_GLOBAL_ONLY + _OFFLINE_ONLY,
              result="seqpack.packing.in_batch_report:InBatchReport",
              description="""Build the real in-batch loader (rules, derived alignment, collator) on rank 0 and summarise its first
 micro-batches: rows, lengths, cu_seqlens (real and padded), width, alignment and width padding
 (like `seqpack batches --mode in-batch`). Settings that break a packing rule are a tool error
 naming the rule."""),
-        Tool("inspect_global_batch", job=True, fixed={"mode": "global-batch"}, exclude=_IN_BATCH_ONLY,
+        Tool("inspect_global_batch", job=True, fixed={"mode": "global-batch"}, exclude=_IN_BATCH_ONLY + _OFFLINE_ONLY,
              title="Show the first global-batch packing steps of a JSONL file (DP ranks simulated)",
              result="seqpack.packing.global_batch.report:GlobalBatchReport",
              description="""Simulate the DP ranks of global-batch packing in one process (the training scheduler and pack
 builder, no collectives) and return every step's packs per (micro-batch, DP rank), the per-rank
-token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`)."""),
+token and attention loads and the FLOPs sums (like `seqpack batches --mode global-batch`); balance
+gives the worst rank load under each scheduler on the same steps and a hint when another is more even."""),
+        Tool("inspect_offline_batches", job=True, fixed={"mode": "offline"},
+             exclude=tuple(n for n in dict.fromkeys(_IN_BATCH_ONLY + _GLOBAL_ONLY + _JSONL_ONLY + ("tp", "sp"))
+                           if n != "num_batches"),
+             title="Show offline packs as the THD micro-batches training gets, and each CP rank's share",
+             result="seqpack.training.offline_view:OfflineBatchReport",
+             description="""Read offline packed Parquet (a pack folder, or the output root pack_dataset wrote) with the runtime
+reader, Megatron-Bridge's rules, and return the first packs as THD micro-batches: real and padded
+cu_seqlens, lengths, alignment and width padding, supervised tokens, and with cp > 1 the positions
+and real tokens each context-parallel rank holds (like `seqpack batches --mode offline PACKDIR --cp 2`)."""),
     ),
 )

@@ -18,6 +18,8 @@ __all__ = [
     "check_choice",
     "max_seqs_option",
     "parallel_option",
+    "pixels_option",
+    "template_error_option",
     "schema_option",
     "seed_option",
     "tokenizer_option",
@@ -41,8 +43,9 @@ def algorithm_option() -> Any:
     return option(DEFAULT_ALGORITHM, help="bin-packing algorithm", choices=ALGORITHMS, label="packing algorithm")
 
 
-def truncation_option(help: str = "samples longer than their cap: cut the end (right), the start (left), or leave "
-                      "them out (reject)") -> Any:
+def truncation_option(help: str = "samples longer than their cap: cut the end (right), the start (left; not for "
+                      "chat), leave them out (reject), or drop a chat's oldest turns, keeping its system prompt and "
+                      "last exchange (oldest_turns; chat only)") -> Any:
     """What happens to a sample longer than its cap."""
     return option("right", help=help, choices=TRUNCATION_MODES)
 
@@ -58,8 +61,14 @@ def schema_option(default: Any = "auto", choices: Any = SCHEMA_OPTIONS,
     return option(default, help=help, choices=choices)
 
 
-def tokenizer_option(help: str = "local Hugging Face tokenizer.json (default: the embedded byte tokenizer)") -> Any:
-    """A tokenizer: a path on the faces, a path or a tokenizer object in the library."""
+#: The one wording of the tokenizer argument, on every command and tool.
+TOKENIZER_HELP = ("the model's tokenizer: its folder (tokenizer.json, with tokenizer_config.json and its chat "
+                  "template) or the tokenizer.json itself; default: the embedded byte tokenizer, reported as "
+                  "'byte (default)', whose lengths are not the model's")
+
+
+def tokenizer_option(help: str = TOKENIZER_HELP) -> Any:
+    """A tokenizer: a path (file or folder) on the faces, a path or a tokenizer object in the library."""
     return option(None, help=help, path="tokenizer")
 
 
@@ -71,6 +80,23 @@ def bridge_version_option(what: str) -> Any:
     return option(DEFAULT_BRIDGE_TARGET, choices=BRIDGE_VERSIONS,
                   help=f"the Megatron-Bridge {what}: {DEFAULT_BRIDGE_TARGET} (the release the upstream lane checks, "
                   "default) or main (Bridge main, read but not checkable in the lane)")
+
+
+def pixels_option(which: str) -> Any:
+    """The user's pixel budget of an image (``min`` or ``max``), replacing the vision preset's."""
+    from seqpack.core.limits import MAX_IMAGE_PIXELS
+
+    return option(None, help=f"{which}imum pixels of a resized image (default: the vision preset's; set it to your "
+                  f"processor's {which}_pixels, e.g. from preprocessor_config.json)", minimum=1,
+                  maximum=MAX_IMAGE_PIXELS)
+
+
+def template_error_option() -> Any:
+    """What a chat row the model's template refuses does."""
+    from seqpack.core.choices import TEMPLATE_ERROR_POLICIES
+
+    return option("error", help="chat rows the model's chat template refuses: stop with the row named (error) or "
+                  "skip them, counted as template_error (skip)", choices=TEMPLATE_ERROR_POLICIES)
 
 
 def vision_option(help: str) -> Any:

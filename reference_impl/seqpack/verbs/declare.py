@@ -64,9 +64,10 @@ PATH_KINDS: dict[str, str] = {
               "too)",
     "rows": "an existing JSONL or Parquet file, or a datasets.save_to_disk folder",
     "artifact": "packed Parquet (a file or a directory) or a prepared Energon dataset directory",
+    "rows_or_packs": "rows (as rows), or a folder of offline packs or the output root holding them (as artifact)",
     "out_dir": "an output directory (created when absent)",
     "out_file": "an output file (created when absent)",
-    "tokenizer": "a tokenizer.json (or, on the CLI, its folder)",
+    "tokenizer": "a tokenizer.json or the folder holding it",
 }
 #: Field kinds: how a face carries the value (from the annotation, see :func:`_kind`).
 KINDS = ("int", "float", "bool", "str", "int_list", "str_list", "mapping", "object")

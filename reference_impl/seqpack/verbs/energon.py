@@ -10,7 +10,7 @@ from typing import Any
 from seqpack.core.limits import MAX_SHARD_SIZE
 from seqpack.core.reports import PreparedEnergonDataset
 from seqpack.core.textfmt import text_table
-from seqpack.verbs.common import seed_option
+from seqpack.verbs.common import TOKENIZER_HELP, seed_option, tokenizer_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["ENERGON_PREPARE", "EnergonPrepareOptions", "energon_links", "energon_prepare", "render_energon"]
@@ -36,6 +36,8 @@ class EnergonPrepareOptions:
     seed: int = seed_option(1234, "seed of the val split and of the synthetic media")
     overwrite: bool = option(False, help="replace an existing output directory (only a dataset seqpack wrote, with "
                              "no other file in it)")
+    tokenizer: Any = tokenizer_option(TOKENIZER_HELP + "; recorded in the dataset's manifest, which inspect then "
+                                      "counts tokens with")
 
 
 def energon_prepare(options: EnergonPrepareOptions) -> PreparedEnergonDataset:
@@ -47,7 +49,7 @@ def energon_prepare(options: EnergonPrepareOptions) -> PreparedEnergonDataset:
     return prepare_energon_dataset(
         options.input, options.out, media=MediaSpec(seed=options.seed) if options.with_media else None,
         shard_size=options.shard_size, val_fraction=options.val_fraction, split_seed=options.seed,
-        overwrite=options.overwrite,
+        overwrite=options.overwrite, tokenizer=options.tokenizer,
     )
 
 
@@ -60,7 +62,8 @@ def render_energon(result: PreparedEnergonDataset, options: EnergonPrepareOption
     if media:
         out.append(f"media: {media['samples_with_media']} samples with {media['images']} image(s) and "
                    f"{media['videos']} video(s) ({media['synthetic']} synthetic)")
-    out.append(f"schema={result.schema} fingerprint={result.fingerprint[:16]}")
+    out.append(f"schema={result.schema} fingerprint={result.fingerprint[:16]} tokenizer: "
+               f"{result.tokenizer or 'none recorded (inspect counts with the byte tokenizer unless given one)'}")
     return "\n".join(out)
 
 

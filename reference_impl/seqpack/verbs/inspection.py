@@ -40,14 +40,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack.core.alignment import Alignment, Topology
 from seqpack.core.errors import UsageError
 from seqpack.core.limits import MAX_PACK_LEN, MAX_TOKEN_ID
+from seqpack.core.glossary import glossary_line
 from seqpack.core.reports import InspectReport
 from seqpack.core.versions import DEFAULT_BRIDGE_TARGET, resolve_target
-from seqpack.verbs.common import TopologyOptions, bridge_version_option, vision_option
+from seqpack.verbs.common import (
+    TOKENIZER_HELP,
+    TopologyOptions,
+    bridge_version_option,
+    pixels_option,
+    tokenizer_option,
+    vision_option,
+)
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["INSPECT", "InspectOptions", "Topology", "inspect_packed_dataset", "inspect_packs", "render_inspection"]
@@ -94,6 +103,9 @@ def inspect_packed_dataset(
     pad_id: int | None = None,
     bridge_version: str | None = None,
     answer_only_loss: bool = True,
+    tokenizer: Any = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
 ) -> InspectReport:
     """Check and describe a packed Parquet artifact (file, glob or directory), or a prepared Energon
     dataset directory (:func:`seqpack.packing.energon.inspect.inspect_energon_dataset`: samples,
@@ -105,7 +117,11 @@ def inspect_packed_dataset(
 
     topo = _as_topology(topology)
     if is_energon_dataset(path):
-        return inspect_energon_dataset(path, topo, seq_length=pack_size, vision=vision)
+        return inspect_energon_dataset(path, topo, seq_length=pack_size, vision=vision, tokenizer=tokenizer,
+                                       min_pixels=min_pixels, max_pixels=max_pixels)
+    if tokenizer is not None:
+        raise UsageError("packed Parquet holds token ids already: --tokenizer applies to Energon datasets only",
+                         field="tokenizer")
     issues = _Issues()
     paths = resolve_parquet_paths(path)
     manifest = _manifest(paths[0], issues)
@@ -136,6 +152,9 @@ def inspect_packed_dataset(
         "loss_on_padding": scan.loss_on_padding if eos_id is not None else None,
         "padding_check": "ran" if eos_id is not None else "skipped: the EOS id is unknown (pass eos_id)",
     }
+    by_file = {str(info.get("file")): split for split, info in (manifest or {}).get("splits", {}).items()}
+    stats["splits"] = _split_statistics(scan, [by_file.get(Path(p).name, Path(p).name) for p in reader.paths],
+                                        int(pack_size))
     fixed = bool(opts.get("pad_to_max_length")) if pad_to_max_length is None else pad_to_max_length
     settings = {
         "pack_size": int(pack_size),
@@ -176,6 +195,8 @@ class _Scan:
     logical_all: list[Any] = field(default_factory=list)
     row_runtime: list[int] = field(default_factory=list)
     row_ids: list[int] = field(default_factory=list)
+    row_files: list[int] = field(default_factory=list)
+    row_supervised: list[int] = field(default_factory=list)
     loss_on_end: int = 0
     trained: int = 0
     loss_on_padding: int = 0
@@ -252,6 +273,9 @@ def _scan_rows(reader: Any, vocab: int | None, eos_id: int | None, issues: _Issu
             phys_all.append(phys)
             row_runtime.append(int(phys.sum()))
             row_ids.append(r)
+            scan.row_files.append(f)
+            last = bounds[1:] - 1  # a segment's last token: no label follows it
+            scan.row_supervised.append(int(mask.sum()) - int(mask[last].sum()))  # a label follows each of them
             logical_all.append(_logical(ids, bounds, eos_id))
     finally:
         reader.close()
@@ -295,8 +319,38 @@ def _statistics(scan: _Scan, runtime: Any, rows: int, pack_size: int) -> tuple[d
         "segment_length": {"max": int(phys.max()) if phys.size else 0,
                            "sum_of_squares": int(np.square(phys).sum()) if phys.size else 0},
         "bridge_metadata": _bridge_metadata(runtime, counts, pack_size, phys),
+        "supervised_tokens": int(sum(scan.row_supervised)),
+        "supervised_share": float(sum(scan.row_supervised) / logical.sum()) if logical.sum() else 0.0,
     }
     return stats, phys, counts
+
+
+def _split_statistics(scan: _Scan, names: list[str], pack_size: int) -> dict[str, dict[str, Any]]:
+    """Per split (the manifest's name of each file; the file name without one): packs, sequences, tokens, the
+    efficiencies of the glossary, the supervised share and the split's own Megatron-Bridge metadata."""
+    import numpy as np
+
+    files = np.asarray(scan.row_files, dtype=np.int64)
+    out: dict[str, dict[str, Any]] = {}
+    for f, name in enumerate(names):
+        rows = np.flatnonzero(files == f)
+        if not rows.size:
+            continue
+        phys = [scan.phys_all[i] for i in rows]
+        real = int(sum(int(scan.logical_all[i].sum()) for i in rows))
+        aligned = int(sum(int(p.sum()) for p in phys))
+        slots = int(rows.size) * pack_size
+        supervised = int(sum(scan.row_supervised[i] for i in rows))
+        counts = np.asarray([scan.seg_counts[i] for i in rows], dtype=np.int64)
+        out[name] = {
+            "packs": int(rows.size), "sequences": int(counts.sum()), "real_tokens": real, "aligned_tokens": aligned,
+            "token_slots": slots, "packing_efficiency": aligned / slots if slots else 0.0,
+            "token_efficiency": real / slots if slots else 0.0, "supervised_tokens": supervised,
+            "supervised_share": supervised / real if real else 0.0,
+            "bridge_metadata": _bridge_metadata(np.asarray([scan.row_runtime[i] for i in rows], dtype=np.int64),
+                                                counts, pack_size, np.concatenate(phys)),
+        }
+    return out
 
 
 def _bridge_metadata(row_fill: np.ndarray, counts: np.ndarray, pack_size: int, phys: np.ndarray) -> dict[str, Any] | None:
@@ -536,6 +590,10 @@ class InspectOptions(TopologyOptions):
                                     "input is not EOS)", flag="--no-answer-only-loss", inverse=True,
                                     cli_help="the reader trains every label whose input is not EOS (Bridge's "
                                     "answer_only_loss=False)")
+    tokenizer: Any = tokenizer_option(TOKENIZER_HELP + "; Energon datasets: counts their text tokens (packed Parquet "
+                                      "holds token ids already)")
+    min_pixels: int | None = pixels_option("min")
+    max_pixels: int | None = pixels_option("max")
 
 
 def inspect_packs(options: InspectOptions) -> InspectReport:
@@ -552,6 +610,9 @@ def inspect_packs(options: InspectOptions) -> InspectReport:
         pad_id=options.pad_id,
         bridge_version=options.bridge_version,
         answer_only_loss=options.answer_only_loss,
+        tokenizer=options.tokenizer,
+        min_pixels=options.min_pixels,
+        max_pixels=options.max_pixels,
     )
 
 
@@ -569,8 +630,9 @@ def render_inspection(report: InspectReport, options: InspectOptions) -> str:
     spp = s["sequences_per_pack"]
     out = [f"integrity {'OK' if report.ok else 'ISSUES'}: {s['rows']} packs, {s['segments']} sequences in "
            f"{len(report.files)} file(s)",
-           f"  packing efficiency {s['packing_efficiency']:.2%} (real tokens {s['real_token_efficiency']:.2%}), "
-           f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}",
+           f"  packing efficiency {s['packing_efficiency']:.2%}, token efficiency {s['real_token_efficiency']:.2%}, "
+           f"alignment padding {s['alignment_padding_share']:.2%}, width padding {s['width_padding_share']:.2%}; "
+           f"supervised tokens {s['supervised_tokens']} ({s['supervised_share']:.1%} of real tokens)",
            f"  sequences per pack: min {spp['min']}, mean {spp['mean']:.1f}, max {spp['max']}; "
            f"inferred pad_seq_to_mult {s['inferred_pad_seq_to_mult']}; pack_size {report.settings['pack_size']}"]
     rd = s["reader"]
@@ -578,6 +640,14 @@ def render_inspection(report: InspectReport, options: InspectOptions) -> str:
     out.append(f"  megatron-bridge {rd['bridge_version']}'s packed reader: {trained}"
                f"{s['loss_on_segment_end']} segment(s) store loss on their last token (never read); "
                f"padding check {rd['padding_check']}")
+    for split, v in s.get("splits", {}).items():
+        if len(s.get("splits", {})) > 1:
+            meta = v["bridge_metadata"] or {}
+            out.append(f"  {split}: {v['packs']} packs, {v['sequences']} sequences, packing efficiency "
+                       f"{v['packing_efficiency']:.2%}, token efficiency {v['token_efficiency']:.2%}, supervised "
+                       f"{v['supervised_share']:.1%}; min_packed_seqlen {meta.get('min_packed_seqlen')}, "
+                       f"max_samples_per_bin {meta.get('max_samples_per_bin')}")
+    out.append("  " + glossary_line("packing efficiency", "token efficiency", "supervised share"))
     out += _issue_lines(report, lambda issue: f" row {issue['row']}" if issue["row"] >= 0 else "")
     if report.topology is not None:
         t = report.topology

@@ -17,6 +17,7 @@ from seqpack.core.limits import (
     MIN_SHARD_ROWS,
 )
 from seqpack.core.reports import PreparedPacks
+from seqpack.core.glossary import glossary_line
 from seqpack.core.textfmt import text_table
 from seqpack.verbs.common import (
     AlignedOptions,
@@ -25,6 +26,7 @@ from seqpack.verbs.common import (
     max_seqs_option,
     schema_option,
     seed_option,
+    template_error_option,
     tokenizer_option,
     truncation_option,
 )
@@ -64,6 +66,7 @@ class PackOptions(AlignedOptions):
                                    "default) or mask it", choices=REASONING_POLICIES)
     tokenizer: Any = tokenizer_option()
     truncation: str = truncation_option()
+    on_template_error: str = template_error_option()
     algorithm: str = algorithm_option()
     seed: int = seed_option(1234)
     max_seqs_per_pack: int | None = max_seqs_option()
@@ -109,7 +112,9 @@ def pack(options: PackOptions) -> PreparedPacks:
     a multiple of the required 2*CP (rule ``PACK-OFFLINE-PAD-MULT-TOPOLOGY``): the CLI and the MCP tool refuse
     the same packs. ``bridge_version`` main refuses what Bridge main's preparation refuses (PR #5737).
     """
-    from seqpack.data.schemas import schema_from_options
+
+    from seqpack.data.schemas import schema_for_file
+    from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
     from seqpack.packing.offline.prepare import prepare_packed_dataset
 
     check_options(options)
@@ -117,15 +122,16 @@ def pack(options: PackOptions) -> PreparedPacks:
     inputs: Any = options.input
     if options.validation is not None:
         inputs = {"training": os.fspath(options.input), "validation": os.fspath(options.validation)}
-    return prepare_packed_dataset(
+    schema = schema_for_file(options.schema, first_source(options.input), prompt_column=options.prompt_column,
+                             completion_column=options.completion_column, loss_mode=options.loss_mode,
+                             reasoning=options.reasoning, on_template_error=options.on_template_error)
+    result = prepare_packed_dataset(
         inputs,
         options.out,
         pack_size=options.pack_size,
         pad_seq_to_mult=multiple,
         max_seq_length=options.max_seq_length,
-        schema=schema_from_options(options.schema, prompt_column=options.prompt_column,
-                                   completion_column=options.completion_column, loss_mode=options.loss_mode,
-                                   reasoning=options.reasoning),
+        schema=schema,
         tokenizer=options.tokenizer,
         truncation=options.truncation,
         algorithm=options.algorithm,
@@ -146,6 +152,20 @@ def pack(options: PackOptions) -> PreparedPacks:
         overwrite=options.overwrite,
         progress=options.progress,
     )
+    warning = byte_tokenizer_warning(options.tokenizer, result.manifest.get("schema", {}).get("kind"))
+    return result.replaced(tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
+
+
+def first_source(source: Any) -> str | None:
+    """The JSONL whose first row shows the schema: the file itself, or a blend manifest's first source."""
+    from seqpack.packing.offline.sources import is_blend_manifest, read_blend_manifest
+
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    if is_blend_manifest(source):
+        blends = read_blend_manifest(source)
+        return next((path for pairs in blends.values() for _, path in pairs), None)
+    return os.fspath(source)
 
 
 def render_pack(result: PreparedPacks, options: PackOptions) -> str:
@@ -158,11 +178,14 @@ def render_pack(result: PreparedPacks, options: PackOptions) -> str:
         rows.append([split, acc["rows_in"], acc["packed"], acc["truncated"], skipped, info["packs"],
                      f"{info['aligned_tokens'] / info['token_slots']:.2%}", "-" if gap is None else f"{gap:.4%}"])
     return "\n".join([
-        f"{'reused' if result.reused else 'wrote'} {result.root}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
+        f"{'reused' if result.reused else 'wrote'} {result.pack_dir}" + (f" (rebuilt: {result.rebuilt})" if result.rebuilt
                                                                      else ""),
-        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "efficiency", "gap"], rows),
+        text_table(["split", "rows", "packed", "truncated", "skipped", "packs", "packing eff.", "gap"], rows),
         f"pad_seq_to_mult={_multiple_words(options)} pack_size={options.pack_size} algorithm={options.algorithm} "
-        f"seed={options.seed}",
+        f"seed={options.seed} truncation={options.truncation}",
+        f"tokenizer: {result.tokenizer}",
+        glossary_line("packing efficiency"),
+        *(f"warning: {w}" for w in result.warnings),
     ])
 
 
@@ -183,7 +206,7 @@ DIRECTORY, JSON, PARQUET = "inode/directory", "application/json", "application/v
 
 def pack_links(data: dict[str, Any]) -> Iterable[tuple[str, str, str, str]]:
     """pack_dataset wrote: the pack directory, its manifest, its metadata file and the Parquet file of each split."""
-    yield data["root"], "packs", "the fingerprinted pack directory", DIRECTORY
+    yield data["pack_dir"], "packs", "the fingerprinted pack directory", DIRECTORY
     yield data["manifest_path"], "manifest", "seqpack manifest: fingerprint, options, per-split accounting", JSON
     yield data["metadata_path"], "metadata", "pack metadata entries (Megatron-Bridge form)", JSON
     for split, path in sorted(data.get("files", {}).items()):
@@ -199,10 +222,16 @@ PACK = Verb(
         fixed={"distributed": False}, links=pack_links,
         description="""Tokenize, align, bin-pack and write packed Parquet + metadata + manifest (like `seqpack pack`).
 
-pad_seq_to_mult is the recommended value for tp/cp/sp/eval_cp unless given; a given value must
-be a multiple of what context parallelism requires (2*CP). bridge_version main refuses a
-non-empty completion left without a supervised token (PR #5737). The output directory name
-carries a fingerprint of the inputs and options: the same call again reuses it. Every
-input row is accounted for per split (packed, truncated, skipped by reason).""",
+Pass the model's tokenizer folder as tokenizer_path (tokenizer.json with tokenizer_config.json and
+its chat template): chat rows are rendered with that template and lengths are the model's; without it
+the byte tokenizer is used and the result's warnings say so. Chat rows: loss_mode assistant (every
+assistant turn, default), last_turn or full; reasoning train or mask; truncation oldest_turns drops a
+long chat's oldest exchanges (system prompt and last answer kept); on_template_error skip counts rows
+the template refuses instead of stopping. pad_seq_to_mult is the recommended value for tp/cp/sp/eval_cp
+unless given; a given value must be a multiple of what context parallelism requires (2*CP).
+bridge_version main refuses a non-empty completion left without a supervised token (PR #5737).
+The packs go to pack_dir, a fingerprinted folder inside output_dir (root: the same, deprecated): the
+same call again reuses it. Every input row is accounted for per split (packed, truncated, skipped by
+reason).""",
     ),),
 )

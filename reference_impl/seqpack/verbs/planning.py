@@ -51,7 +51,7 @@ from seqpack.core.alignment import (
     equal_slot_candidates,
 )
 from seqpack.core.arguments import positive_int
-from seqpack.core.choices import ALGORITHMS, LENGTH_MIXES, TRUNCATION_MODES
+from seqpack.core.choices import ALGORITHMS, LENGTH_MIXES, LOSS_MODES, REASONING_POLICIES, TRUNCATION_MODES
 from seqpack.core.errors import InputError, UsageError
 from seqpack.core.limits import (
     MAX_CANDIDATES,
@@ -65,13 +65,16 @@ from seqpack.core.limits import (
     MAX_TOKEN_SLOTS,
 )
 from seqpack.core.reports import LengthSummary, PackPlan, PlanRow
+from seqpack.core.glossary import glossary_line
 from seqpack.core.textfmt import text_table
 from seqpack.verbs.common import (
     AlignedOptions,
     algorithm_option,
     max_seqs_option,
+    pixels_option,
     schema_option,
     seed_option,
+    template_error_option,
     tokenizer_option,
     truncation_option,
     vision_option,
@@ -196,7 +199,11 @@ def _load_lengths(
     schema: Any,
     tokenizer: Any,
     vision: Any = None,
-) -> tuple[np.ndarray, LengthSummary]:
+    caps: Sequence[int] = (),
+    truncation: str = "right",
+) -> tuple[np.ndarray, LengthSummary, dict[int, Any]]:
+    """The lengths and their summary, and for JSONL text rows what ``pack`` makes of them at each per-sample
+    cap in ``caps`` (:func:`seqpack.packing.offline.lengths.lengths_by_cap`; empty otherwise)."""
     import numpy as np
     given = [name for name, v in (("lengths", lengths), ("histogram", histogram), ("jsonl", jsonl)) if v is not None]
     if len(given) != 1:
@@ -209,19 +216,22 @@ def _load_lengths(
 
         found = measure_vlm_file(jsonl, vision=vision, schema=schema, tokenizer=tokenizer)
         details = {"path": str(jsonl), "vlm": {"vision": vision.name, **found.to_dict()}}
-        return found.lengths, _summary(found.lengths, "jsonl", details)
+        return found.lengths, _summary(found.lengths, "jsonl", details), {}
     if jsonl is not None:
-        from seqpack.packing.offline.prepare import sample_lengths
+        from seqpack.packing.offline.lengths import lengths_by_cap
 
-        found = sample_lengths(jsonl, max_seq_length=_UNBOUNDED, schema=schema, tokenizer=tokenizer)
+        found, outcomes = lengths_by_cap(jsonl, caps, schema=schema, tokenizer=tokenizer, truncation=truncation)
         arr = np.asarray(found.lengths, dtype=np.int64)
         details = {"path": str(jsonl), "accounting": found.account}
-        return arr, _summary(arr, "jsonl", details)
+        return arr, _summary(arr, "jsonl", details), outcomes
+    if truncation == "oldest_turns":
+        raise UsageError("oldest_turns truncation drops chat turns: it needs the rows (jsonl), not lengths",
+                         field="truncation", fix="give the JSONL file, or use right or reject")
     if histogram is not None:
         arr = lengths_from_histogram(histogram)
-        return arr, _summary(arr, "histogram", None)
+        return arr, _summary(arr, "histogram", None), {}
     arr = _as_lengths(lengths)  # type: ignore[arg-type]
-    return arr, _summary(arr, "lengths", None)
+    return arr, _summary(arr, "lengths", None), {}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -291,6 +301,7 @@ def _simulate(
     seed: int,
     max_seqs_per_pack: int | None,
     moe: Mapping[str, Any] | None = None,
+    outcome: Any = None,
 ) -> PlanRow:
     import numpy as np
 
@@ -300,7 +311,19 @@ def _simulate(
     cap = (pack_len // m) * m
     over = arr > cap
     too_long = int(over.sum())
-    if truncation == "reject":
+    notes: list[str] = []
+    accounting = None
+    if outcome is not None:  # JSONL rows: what pack does at this cap, row by row
+        kept = np.asarray(outcome.lengths, dtype=np.int64)
+        accounting = outcome.account
+        truncated, rejected = int(outcome.truncated), int(arr.size - kept.size)
+        tokens_lost = int(arr.sum() - kept.sum())
+        if too_long:
+            left = {k: v["count"] for k, v in accounting["skipped"].items()}
+            notes.append(f"{too_long} sample(s) longer than {cap} tokens: {truncated} cut by truncation={truncation}, "
+                         f"{rejected} left out" + (f" (pack skips {', '.join(f'{k}={v}' for k, v in left.items())})"
+                                                    if left else ""))
+    elif truncation == "reject":
         kept = arr[~over]
         rejected, truncated = too_long, 0
         tokens_lost = int(arr[over].sum())
@@ -309,8 +332,7 @@ def _simulate(
         rejected, truncated = 0, too_long
         tokens_lost = int((arr[over] - cap).sum())
     aligned = -(-kept // m) * m
-    notes: list[str] = []
-    if too_long:
+    if too_long and outcome is None:
         verb = "left out" if truncation == "reject" else f"cut to {cap} tokens"
         notes.append(f"{too_long} sample(s) longer than {cap} tokens would be {verb}")
     dispatch = None
@@ -363,6 +385,7 @@ def _simulate(
         full_steps_per_epoch=full,
         notes=notes,
         dispatch=dispatch,
+        accounting=accounting,
     )
 
 
@@ -472,15 +495,20 @@ def plan_pack_length(
                              field="moe_dispatcher")
         moe = {"dispatcher": moe_dispatcher, "ep": positive_int("ep", ep), "tp": positive_int("tp", tp),
                "cp": positive_int("cp", cp), "sp": bool(sp), "pad_to_max_length": bool(pad_to_max_length)}
-    arr, summary = _load_lengths(lengths, histogram, jsonl, schema, tokenizer, vision)
+    caps = sorted({(c // m) * m for c in cands})
+    arr, summary, outcomes = _load_lengths(lengths, histogram, jsonl, schema, tokenizer, vision, caps, truncation)
     rows = [
-        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack, moe)
+        _simulate(arr, c, token_slots, dp, m, truncation, algorithm, seed, max_seqs_per_pack, moe,
+                  outcomes.get((c // m) * m))
         for c in sorted(cands)
     ]
     pick, text = recommend(rows)
     req = alignment_requirement("offline", tp, cp, sp, eval_cp)
     alignment = {"reports": "recommended" if m == req.recommended else "given", "required": req.required,
                  "required_width": req.required_width, "recommended": req.recommended}
+    suggestions = [] if pick is not None else slot_suggestions(sorted(cands), token_slots, dp, m)
+    if suggestions:
+        text += "; " + suggestion_text(suggestions, dp)
     return PackPlan(
         rows=rows,
         recommended_pack_size=pick,
@@ -496,7 +524,29 @@ def plan_pack_length(
         truncation=truncation,
         moe=moe,
         alignment=alignment,
+        suggestions=suggestions,
     )
+
+
+def slot_suggestions(candidates: Sequence[int], token_slots: int, dp: int, m: int) -> list[dict[str, Any]]:
+    """For each candidate pack size a multiple of ``m``: the token-slot counts nearest ``token_slots`` (one below
+    when there is one, one above) whose global batch size is a whole multiple of ``dp``."""
+    out = []
+    for size in candidates:
+        if size % m:
+            continue
+        unit = size * dp  # the slots of one pack per DP rank
+        below, above = (token_slots // unit) * unit, -(-token_slots // unit) * unit
+        for slots in dict.fromkeys(v for v in (below, above) if v >= unit):
+            out.append({"pack_size": size, "token_slots": slots, "global_batch_size": slots // size})
+    return out
+
+
+def suggestion_text(suggestions: Sequence[Mapping[str, Any]], dp: int) -> str:
+    """The suggestions in words."""
+    parts = [f"--token-slots {s['token_slots']} (GBS {s['global_batch_size']} at {s['pack_size']})"
+             for s in suggestions]
+    return f"for DP={dp} try " + ", ".join(parts)
 
 
 __all__ = [
@@ -553,11 +603,18 @@ class PlanOptions(AlignedOptions):
     algorithm: str = algorithm_option()
     seed: int = seed_option(0, "seed of mix and of first_fit_shuffle")
     max_seqs_per_pack: int | None = max_seqs_option()
-    truncation: str = truncation_option("samples longer than a pack: cut (right/left) or leave out (reject)")
+    truncation: str = truncation_option()
     schema: str = schema_option(help="row schema of jsonl")
-    tokenizer: Any = tokenizer_option("with jsonl: local tokenizer.json (default: the byte tokenizer)")
+    loss_mode: str | None = option(None, help="with jsonl: completion|full (prompt/completion), assistant|last_turn|full "
+                                   "(chat), as pack takes it (a row that trains nothing is left out)", choices=LOSS_MODES)
+    reasoning: str | None = option(None, help="with jsonl, chat only: train (default) or mask the reasoning of assistant "
+                                   "turns, as pack takes it", choices=REASONING_POLICIES)
+    on_template_error: str = template_error_option()
+    tokenizer: Any = tokenizer_option()
     vision: str = vision_option("with jsonl: rows with images count their image tokens (auto: the qwen2_vl preset "
                                 "when the file has images; none refuses them); see docs/vlm.md")
+    min_pixels: int | None = pixels_option("min")
+    max_pixels: int | None = pixels_option("max")
     moe_dispatcher: str | None = option(None, help="an MoE model's token dispatcher: add its dispatch padding "
                                         "overhead to every row", choices=DISPATCHERS)
     ep: int = option(1, help="expert-parallel size, with moe_dispatcher", minimum=1, maximum=MAX_PARALLEL_SIZE)
@@ -583,14 +640,15 @@ def plan(options: PlanOptions) -> PackPlan:
     schema = None
     vision = None
     if options.jsonl is not None:
+        from seqpack.data.schemas import schema_for_file
         from seqpack.data.vlm.sample import resolve_vision
+        from seqpack.verbs.packing import first_source
 
-        vision = resolve_vision(options.vision, options.jsonl)
-        if options.schema != "auto":
-            from seqpack.data.schemas import default_schema
-
-            schema = default_schema(options.schema)
-    return plan_pack_length(
+        vision = resolve_vision(options.vision, options.jsonl, min_pixels=options.min_pixels,
+                                max_pixels=options.max_pixels)
+        schema = schema_for_file(options.schema, first_source(options.jsonl), loss_mode=options.loss_mode,
+                                 reasoning=options.reasoning, on_template_error=options.on_template_error)
+    result = plan_pack_length(
         lengths, histogram=options.histogram, jsonl=options.jsonl, candidates=tuple(options.candidates),
         token_slots=options.token_slots, dp=options.dp, pad_seq_to_mult=multiple, algorithm=options.algorithm,
         seed=options.seed, max_seqs_per_pack=options.max_seqs_per_pack, truncation=options.truncation,
@@ -598,6 +656,29 @@ def plan(options: PlanOptions) -> PackPlan:
         ep=options.ep, tp=options.topology.tp, cp=options.topology.cp, sp=options.topology.sp,
         pad_to_max_length=bool(options.pad_to_max_length), eval_cp=options.topology.eval_cp,
     )
+    if options.jsonl is None:
+        return result
+    from dataclasses import replace
+
+    from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
+
+    kind = schema.kind if schema is not None else _detected_kind(options.jsonl)
+    warning = byte_tokenizer_warning(options.tokenizer, kind)
+    return replace(result, tokenizer=tokenizer_label(options.tokenizer), warnings=[warning] if warning else [])
+
+
+def _detected_kind(jsonl: Any) -> str | None:
+    """The row schema of the first row of the JSONL (or of a blend's first source)."""
+    from seqpack.data.jsonl import JsonlFile
+    from seqpack.data.schemas import detect_schema
+    from seqpack.data.vlm.sample import normalize_visual_row
+    from seqpack.verbs.packing import first_source
+
+    source = first_source(jsonl)
+    if source is None:
+        return None
+    with JsonlFile(source) as jf:
+        return detect_schema(normalize_visual_row(jf.row(0))[0]) if len(jf) else None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -621,6 +702,8 @@ def render_plan(plan: PackPlan, options: PlanOptions) -> str:
     out = [f"{s.num_samples} samples from {origin}, {s.total_tokens} tokens; length min {s.min} / p50 {s.p50} / "
            f"p99 {s.p99} / max {s.max}; pad_seq_to_mult={plan.pad_seq_to_mult}{_alignment_note(plan)}, token slots "
            f"{plan.token_slots}, DP={plan.dp}"]
+    if plan.tokenizer is not None:
+        out.append(f"tokenizer: {plan.tokenizer}; truncation: {plan.truncation}")
     vlm = (s.details or {}).get("vlm")
     if vlm:
         out.append(f"VLM rows ({vlm['vision']} preset): {vlm['rows_with_visuals']} of {vlm['samples']} samples carry "
@@ -630,21 +713,32 @@ def render_plan(plan: PackPlan, options: PlanOptions) -> str:
     if acc:
         skipped = ", ".join(f"{k}={v['count']} (first at line {v['examples'][0]['line']})" if v["examples"]
                             else f"{k}={v['count']}" for k, v in acc["skipped"].items())
-        out.append(f"rows: {acc['rows_in']} read, {acc['packed']} planned, {acc['truncated']} truncated, "
-                   f"{acc['skipped_total']} skipped" + (f" ({skipped})" if skipped else ""))
+        out.append(f"rows: {acc['rows_in']} read, {acc['packed']} measured whole, {acc['skipped_total']} skipped at "
+                   "any size" + (f" ({skipped})" if skipped else "") + "; what pack does at each size is in the "
+                   "rows below")
     rows = [[f"{r.pack_size}{'*' if r.pack_size == plan.recommended_pack_size else ''}",
              r.global_batch_size if r.global_batch_size is not None else "-", "yes" if r.valid else "no", r.packs,
              r.lower_bound, f"{r.token_efficiency:.2%}", f"{r.alignment_padding_share:.2%}",
              f"{r.tail_padding_share:.2%}", r.max_seqs_in_pack, r.too_long,
-             f"{r.steps_per_epoch:.2f}" if r.steps_per_epoch is not None else "-"] for r in plan.rows]
+             f"{r.full_steps_per_epoch} ({r.steps_per_epoch:.2f})" if r.steps_per_epoch is not None else "-"]
+            for r in plan.rows]
     out.append(text_table(["pack_size", "GBS", "valid", "packs", "lower bound", "token eff", "align pad", "tail pad",
-                           "max seqs", "too long", "steps/epoch"], rows))
+                           "max seqs", "too long", "full steps/epoch"], rows))
     out += [f"  {r.pack_size}: {line}" for r in plan.rows for line in r.reasons + r.notes]
+    out += [f"  {r.pack_size}: as pack: {_accounting_words(r.accounting)}" for r in plan.rows if r.accounting]
     if plan.moe is not None:
         out.append(_render_dispatch(plan))
     verdict = "recommended" if plan.recommended_pack_size is not None else "no recommendation"
-    out += [f"{verdict}: {plan.recommendation}", f"rule: {plan.rule}"]
+    out += [f"{verdict}: {plan.recommendation}", f"rule: {plan.rule}",
+            glossary_line("token efficiency", "alignment padding", "tail padding", "steps per epoch")]
+    out += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(out)
+
+
+def _accounting_words(acc: Mapping[str, Any]) -> str:
+    skipped = ", ".join(f"{k}={v['count']}" for k, v in acc["skipped"].items())
+    return (f"{acc['packed']} packed, {acc['truncated']} truncated, {acc['skipped_total']} skipped"
+            + (f" ({skipped})" if skipped else ""))
 
 
 def _render_dispatch(plan: PackPlan) -> str:
@@ -668,7 +762,11 @@ PLAN = Verb(
         "plan_pack_length", title="Plan the pack length (equal token slots per step)", job=True,
         description="""Compare candidate pack sizes at equal token slots per step and recommend one.
 
-Give exactly one of lengths, histogram, jsonl_path or mix. Each candidate gets global batch
+Give exactly one of lengths, histogram, jsonl_path or mix. With jsonl_path pass the model's
+tokenizer folder as tokenizer_path (else lengths are bytes, 3-5x a real tokenizer's; warnings say
+so) and the same truncation, loss_mode and reasoning as pack_dataset will get: every row is then
+tokenized, truncated and skipped exactly as pack_dataset would at each size (rows[].accounting).
+When no candidate fits dp, suggestions gives token slots that do. Each candidate gets global batch
 size = token_slots / pack_size, a validity check (slots divisible, GBS divisible by DP and
 >= DP, pack_size a multiple of pad_seq_to_mult) and a simulated packing of the aligned
 lengths: packs, lower bound, token efficiency, padding waste, sequences per pack, samples

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from seqpack.core.choices import PACKING_PATHS, SMOKE_SIZES, LazyChoices
@@ -12,7 +12,9 @@ from seqpack.core.errors import SeqpackError, UsageError
 from seqpack.core.limits import MAX_SMOKE_SECONDS, SMOKE_ROWS
 from seqpack.core.results import Result
 from seqpack.core.textfmt import text_table
-from seqpack.verbs.common import seed_option
+from seqpack.core.choices import BRIDGE_VERSIONS
+from seqpack.core.versions import DEFAULT_BRIDGE_TARGET
+from seqpack.verbs.common import TOKENIZER_HELP, seed_option, tokenizer_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 from seqpack.verbs.validation import config_source, config_text_option, overrides_option
 
@@ -23,6 +25,8 @@ __all__ = ["SMOKE", "SmokeOptions", "SmokeRun", "render_smoke", "smoke", "smoke_
 
 #: The name of the smoke test's working copy of the data rows (``smoke._subset`` writes it).
 SMOKE_COPY_NAME = "smoke_input.jsonl"
+#: How the smoke test rolls MTP inputs and targets of packed rows (``seqpack.smoke.run.MTP_ROLLS``).
+MTP_ROLLS = ("megatron_core", "reference")
 #: The CLI's ``--path`` values: every registered packing path, or ``all`` of them.
 PATH_CHOICES = LazyChoices(lambda: ("all", *PACKING_PATHS))
 
@@ -67,6 +71,14 @@ class SmokeOptions:
     mtp: bool = option(False, help="reference model with a multi-token-prediction depth: adds the "
                        "mtp_equals_unpacked check (MTP targets rolled inside each sequence)")
     model: Mapping[str, Any] | None = option(None, help="options of the reference model", cli=False, mcp=False)
+    tokenizer: Any = tokenizer_option(TOKENIZER_HELP + "; with data: pass it, so the smoke test checks the token "
+                                      "stream that will train")
+    bridge_version: str | None = option(
+        None, choices=BRIDGE_VERSIONS, help="the Megatron-Bridge the config is checked for (default: with a config, "
+        f"{DEFAULT_BRIDGE_TARGET}, what validate checks; the demo config of a path only Bridge main has: main)")
+    mtp_roll: str = option("megatron_core", choices=MTP_ROLLS, help="with mtp: roll MTP inputs and targets of packed "
+                           "rows with the installed Megatron-Core's own roll_tensor (megatron_core: what training "
+                           "runs) or seqpack's roll inside each sequence (reference: what a fixed Megatron-Core does)")
 
 
 def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
@@ -79,7 +91,9 @@ def _request(options: SmokeOptions, path: str) -> tuple[Any, dict[str, Any]]:
     source = config_source(options.config_path, options.config_text, None, options.config,
                            offered=("config_text", "config_path"))
     model = {**model_options(options.moe, options.mtp), **dict(options.model or {})}
-    request = SmokeRequest(path, source, options.data, list(options.overrides), model=model)
+    request = SmokeRequest(path, source, options.data, list(options.overrides), model=model,
+                           tokenizer=options.tokenizer, bridge_version=options.bridge_version,
+                           mtp_roll=options.mtp_roll)
     shared = dict(
         size=options.size, seed=options.seed, cp_check=options.cp_check, cp_max_batches=options.cp_max_batches,
         cp_timeout=float(options.cp_timeout), progress=options.progress,
@@ -142,34 +156,71 @@ class SmokeRun(Result):
     ok: bool
     result: str
     reports: list[SmokeReport]
+    notes: list[str] = field(default_factory=list)
 
 
 def smoke_cli(options: SmokeOptions) -> SmokeRun:
-    """What ``seqpack smoke`` runs: the path's smoke test, or every path's (``all``) in one launch of CP ranks."""
+    """What ``seqpack smoke`` runs: the path's smoke test, or every path's (``all``: for rows with images, every
+    path that reads them) in one launch of CP ranks; on a terminal, progress lines go to stderr."""
     paths = list(PACKING_PATHS) if options.path == "all" else [options.path]
+    notes = []
+    if options.path == "all" and options.data is not None:
+        from seqpack.core.packing_paths import visual_paths
+        from seqpack.data.vlm.sample import file_has_visuals
+
+        if file_has_visuals(options.data):
+            skipped = [p for p in paths if p not in visual_paths()]
+            paths = [p for p in paths if p in visual_paths()]
+            notes.append(f"the data holds rows with images or videos: all = the paths that read them ({', '.join(paths)}); "
+                         f"{', '.join(skipped)} take text rows only")
     if options.config_path is not None and len(paths) > 1:
         raise UsageError("--config describes one packing path; pass --path too")
+    if options.progress is None and _terminal():
+        options = replace(options, progress=_progress_lines())
     reports = smoke_paths(replace(options, path=paths[0]), paths)
     ok = all(r.ok for r in reports)
     result = "pass" if ok else ("fail" if any(r.result == "fail" for r in reports) else "incomplete")
-    return SmokeRun(ok=ok, result=result, reports=reports)
+    return SmokeRun(ok=ok, result=result, reports=reports, notes=notes)
+
+
+def _terminal() -> bool:
+    """Whether stderr is a terminal (progress lines go there; a pipe or a log gets only the result)."""
+    import sys
+
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def _progress_lines() -> Callable[[str, float], None]:
+    """A progress callback that prints one line per stage on stderr, with the time since the start."""
+    import sys
+    import time
+
+    started = time.perf_counter()
+
+    def line(stage: str, fraction: float) -> None:
+        print(f"[smoke {time.perf_counter() - started:6.1f} s] {stage} ({fraction:.0%})", file=sys.stderr, flush=True)
+
+    return line
 
 
 def render_smoke(run: SmokeRun, options: SmokeOptions) -> str:
     """The CLI's text: a table of checks per path, the fixes of failed checks, and the verdict."""
-    out = []
+    out = [f"note: {n}" for n in run.notes]
     for r in run.reports:
         d = r.data
         out.append(f"{r.path}: {r.result.upper()}  ({d['samples']} samples from {d['rows']} rows, "
-                   f"{d['batches']} batches, {r.timings['total_s']:.1f} s)")
+                   f"{d['batches']} batches, {r.timings['total_s']:.1f} s; seq_length {r.config.get('seq_length')}, "
+                   f"tokenizer: {d.get('tokenizer')})")
         rows = [[c.name, {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[c.status],
                  c.reason if c.status == "skipped" else c.message] for c in r.checks]
         out.append(text_table(["check", "result", "detail"], rows))
         out += [f"  fix ({c.name}{', ' + c.rule_id if c.rule_id else ''}): {c.fix}"
                 for c in r.checks if c.status == "failed" and c.fix]
+        out += [f"  note: {n}" for n in r.notes]
         out.append("")
     skipped = sum(len(r.skipped) for r in run.reports)
-    incomplete = f"INCOMPLETE: {skipped} check(s) skipped, so this run proves less than a pass"
+    incomplete = (f"INCOMPLETE: {skipped} check(s) skipped" if skipped else "INCOMPLETE: most rows were rejected") + \
+        ", so this run proves less than a pass"
     out.append({"pass": "ALL PASS", "fail": "SOME CHECKS FAILED", "incomplete": incomplete}[run.result])
     return "\n".join(out)
 
@@ -191,7 +242,11 @@ fields, run a tiny float64 GPT forward and backward, and report each check as pa
 skipped (with the reason), with numbers: packed outputs, losses and gradients equal the unpacked
 ones, no cross-sequence leakage, position ids restart, supervised tokens preserved, every sample
 exactly once, CP=2 equals CP=1 (multi-process gloo, real PackedSeqParams), config valid. result is
-pass only when every check ran and passed (incomplete when one was skipped). Sends progress
+pass only when every check ran and passed (incomplete when one was skipped or most rows were rejected).
+Run it on the user's own rows (data_path) with the model's tokenizer folder (tokenizer_path) and the
+user's config, so it checks the token stream and the setup that will train; without tokenizer_path the
+rows are measured in bytes (the report's notes say so). With mtp, packed rows are rolled by the installed
+Megatron-Core's own roll, so the check fails where that roll trains wrong targets. Sends progress
 notifications; honours cancellation and time_limit_s. Takes seconds; the CP check adds a few more
 (longer on a busy machine).""",
     ),),

@@ -55,6 +55,10 @@ class ValidateOptions:
     bridge_version: str = bridge_version_option("the config is for")
     strict: bool = option(False, help="exit 1 on warnings too", mcp=False)
     list_examples: bool = option(False, help="list the bundled example configs", mcp=False)
+    packs: str | os.PathLike[str] | None = option(
+        None, help="offline packs the config will train on (a pack folder, or the output root pack --out wrote): "
+        "check pack size, alignment and metadata against the config, and give steps per epoch and train_iters for "
+        "its global batch size", path="artifact")
 
 
 def config_source(path: Any = None, config_text: str | None = None, example: str | None = None,
@@ -138,20 +142,32 @@ def validate(options: ValidateOptions) -> ValidationReport:
     not checked; ``resolved["unchecked_rules"]`` lists it with the value it waits for, and
     ``resolved["unknown"]`` names the unset values (DP shows as null).
     """
-    from seqpack.config.load import load_config_with_keys
+    check_options(options)
+    report, cfg, bridge = _validated(options)
+    report = replace(report, not_checked=list(bridge))
+    if options.packs is None:
+        return report
+    from seqpack.packing.offline.config_check import check_packs
+
+    found = check_packs(cfg, options.packs, given=bridge)
+    return replace(report, ok=report.ok and found.ok, packs=found.to_dict())
+
+
+def _validated(options: ValidateOptions) -> tuple[ValidationReport, TrainingConfig, dict[str, Any]]:
+    """The report, the loaded config and the Megatron-Bridge fields no rule reads (with their values)."""
+    from seqpack.config.load import load_config_report
     from seqpack.config.rules import RULES
 
     from seqpack.config.validate import bridge_target
 
-    check_options(options)
     target = bridge_target(options.bridge_version)
     source = config_source(options.path, options.config_text, options.example, options.config)
-    cfg, given = load_config_with_keys(source, list(options.overrides))
+    cfg, given, bridge = load_config_report(source, list(options.overrides))
     unknown = [] if given is None else [
         name for name, (keys, _) in UNKNOWN_WHEN_UNSET.items() if not any(k in given for k in keys)
     ]
     if not unknown:
-        return validate_config(cfg, bridge_version=target)
+        return validate_config(cfg, bridge_version=target), cfg, bridge
     undecided = _undecided(cfg, unknown, target)
     # a decided rule has one outcome for every value tried: check it on the first of them
     checked = _variants(cfg, "dist.world_size")[0] if "dist.world_size" in unknown else cfg
@@ -169,7 +185,7 @@ def validate(options: ValidateOptions) -> ValidationReport:
         resolved["seq_length"] = None
         if resolved.get("packing_path") != "offline":
             resolved["token_slots_per_step"] = None
-    return replace(report, resolved=resolved, config=config)
+    return replace(report, resolved=resolved, config=config), cfg, bridge
 
 
 # ------------------------------------------------------------------------------------------------
@@ -204,7 +220,8 @@ def render_validation(report: ValidationReport | ExampleList, options: ValidateO
     source = options.path or example_path(options.example)
     out = [f"{'VALID' if report.ok else 'INVALID'}: {report.rules_checked} rules checked, "
            f"{len(report.violations)} violation(s), {len(report.warnings)} warning(s) for Megatron-Bridge "
-           f"{report.bridge_version} [{source}]"]
+           f"{report.bridge_version} [{source}]"
+           + ("; the packs do not fit it (below)" if report.packs is not None and not report.packs["ok"] else "")]
     out += [f"  error   {f.one_line()}" for f in report.violations]
     out += [f"  warning {f.one_line()}" for f in report.warnings]
     r = report.resolved
@@ -215,6 +232,12 @@ def render_validation(report: ValidationReport | ExampleList, options: ValidateO
     out.append(f"resolved: path={r['packing_path']} DP={r['data_parallel_size']} "
                f"pad_seq_to_mult={_alignment_words(r)} seq_length={r['seq_length']} dataloader={r['dataloader_type']} "
                f"token_slots_per_step={r['token_slots_per_step']}")
+    if report.not_checked:
+        names = report.not_checked
+        out.append(f"not checked: {len(names)} Megatron-Bridge field(s) no packing rule reads (accepted): "
+                   f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''}")
+    if report.packs is not None:
+        out += _render_packs(report.packs)
     moe = r.get("moe_dispatch")
     if moe:
         width = f" {moe['per_rank_tokens']} tokens per rank" if moe["per_rank_tokens"] is not None else ""
@@ -233,6 +256,20 @@ def _alignment_words(r: dict[str, Any]) -> str:
     if configured is not None:
         return f"{configured} (set in the config; {need}, recommended {r['pad_seq_to_mult']})"
     return f"{r['pad_seq_to_mult']} (recommended; {need})"
+
+
+def _render_packs(p: dict[str, Any]) -> list[str]:
+    """``--packs``: the packs, each finding, the steps per epoch and train_iters."""
+    counts = ", ".join(f"{split} {n}" for split, n in p["packs"].items())
+    out = [f"packs: {'OK' if p['ok'] else 'DO NOT FIT'} {p['pack_dir']} ({counts} packs of {p['pack_size']} tokens, "
+           f"pad_seq_to_mult {p['pad_seq_to_mult']}, tokenizer {p['tokenizer']})"]
+    out += [f"  {f['severity']:<7} [{f['id']}] {f['message']}. Fix: {f['fix']}" for f in p["findings"]]
+    if p["steps_per_epoch"] is not None:
+        out.append(f"  steps per epoch at GBS {p['global_batch_size']}: {p['full_steps_per_epoch']} full "
+                   f"({p['steps_per_epoch']:.2f}); train_iters for {p['num_epochs']} epoch(s): "
+                   f"{p['suggested_train_iters']}")
+    out += [f"  note: {n}" for n in p["notes"]]
+    return out
 
 
 def _validation_json(report: ValidationReport | ExampleList, options: ValidateOptions) -> Any:
@@ -260,7 +297,11 @@ Returns ok, the violations and warnings (rule id, message naming the fields and 
 fix), the resolved values (data-parallel size, token slots per step, pad_seq_to_mult: the
 recommended value for the config's path, beside pad_seq_to_mult_required, the minimum that
 Megatron-Bridge version needs, and pad_seq_to_mult_configured, the value the config pins) and
-the config that was checked. A config that breaks rules is a normal result (ok=false);
-a config that cannot be read (bad YAML, unknown key) is a tool error naming the line.""",
+the config that was checked. Every field of Megatron-Bridge 0.6.2's config dataclasses is
+accepted; those no packing rule reads are listed in not_checked. With packs_path (the packs
+the job will read) it also checks pack size, alignment and metadata against the config and
+gives steps per epoch and train_iters (packs). A config that breaks rules is a normal result
+(ok=false); a config that cannot be read (bad YAML, a key neither seqpack nor Bridge knows)
+is a tool error naming the line and the closest real field.""",
     ),),
 )

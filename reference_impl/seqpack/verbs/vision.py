@@ -15,6 +15,7 @@ from seqpack.core.limits import (
 )
 from seqpack.core.reports import ImageTokens, MRopeLayout
 from seqpack.core.textfmt import text_table
+from seqpack.verbs.common import pixels_option
 from seqpack.verbs.declare import Tool, Verb, check_options, option, verb_options
 
 __all__ = ["IMAGE_TOKENS", "MROPE", "ImageTokensOptions", "MRopeOptions", "image_tokens", "mrope_positions",
@@ -30,6 +31,8 @@ class ImageTokensOptions:
     frames: int = option(1, help="frames of a video (1: an image)", minimum=1, maximum=MAX_VIDEO_FRAMES)
     vision: str = option("qwen2_vl", help="vision preset (qwen2_vl, qwen2_5_vl: patch 14, merge 2, temporal patch 2)",
                          choices=VISION_PRESETS)
+    min_pixels: int | None = pixels_option("min")
+    max_pixels: int | None = pixels_option("max")
 
 
 def image_tokens(options: ImageTokensOptions) -> ImageTokens:
@@ -45,7 +48,7 @@ def image_tokens(options: ImageTokensOptions) -> ImageTokens:
     check_options(options)
     h, w, frames = options.height, options.width, options.frames
     check_image_size(h, w, what="image", field="height", error=UsageError)  # the rows' check (visual_inputs)
-    spec = vision_spec(options.vision)
+    spec = vision_spec(options.vision, min_pixels=options.min_pixels, max_pixels=options.max_pixels)
     rh, rw = smart_resize(h, w, spec.factor, spec.min_pixels, spec.max_pixels)
     t, gh, gw = spec.grid_for_size(h, w, frames)
     tokens = spec.tokens_for_grid((t, gh, gw))

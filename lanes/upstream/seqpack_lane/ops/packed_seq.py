@@ -10,7 +10,8 @@ Each op reads a JSON list of cases from ``path`` and writes one answer per case 
 * ``packed_seq.cp_indices``: ``get_packed_seq_cp_partition_indices`` on Bridge's params for the batch;
 * ``packed_seq.cp_partition``: ``megatron.bridge.training.gpt_step._partition_packed_batch_for_cp``
   (the GPT step's packed CP split of a whole batch);
-* ``packed_seq.cp_mcore``: ``megatron.core.utils.get_batch_on_this_cp_rank(batch, is_hybrid_cp=False)``.
+* ``packed_seq.cp_mcore``: ``megatron.core.utils.get_batch_on_this_cp_rank(batch, is_hybrid_cp=False)``;
+* ``packed_seq.mtp_roll``: Megatron-Core's MTP ``roll_tensor`` over a packed row (positions in, sources out).
 
 The CP ops run under torch's fake process group of the case's size and rank, with
 Transformer Engine's partition kernel replaced by the contract stand-in of ``_te_reference``.
@@ -114,3 +115,21 @@ def op_cp_mcore(path: str, out: str) -> int:
         return {"batch": encode(get_batch_on_this_cp_rank(decode(case["batch"]), is_hybrid_cp=False, cp_group=group))}
 
     return _grouped(path, out, one)
+
+
+def op_mtp_roll(path: str, out: str) -> int:
+    """``megatron.core.transformer.multi_token_prediction.roll_tensor(numbers, shifts=-1, dims=-1,
+    packed_seq_params=PackedSeqParams(**kwargs))`` for every case ``{"numbers", "kwargs"}``: how this
+    Megatron-Core rolls MTP inputs and targets over a packed row (the numbers are the positions 1..T)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+    from megatron.core.transformer.multi_token_prediction import roll_tensor
+
+    fields = {f.name for f in dataclasses.fields(PackedSeqParams) if f.init}
+
+    def one(case: dict) -> dict:
+        kwargs = {k: v for k, v in decode(case["kwargs"]).items() if k in fields}
+        rolled, _ = roll_tensor(decode(case["numbers"]), shifts=-1, dims=-1, cp_group=None,
+                                packed_seq_params=PackedSeqParams(**kwargs))
+        return {"rolled": encode(rolled)}
+
+    return run_cases(path, out, one)

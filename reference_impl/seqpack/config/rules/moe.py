@@ -200,7 +200,7 @@ def capacity_packing(r: Resolved) -> str | None:
     "ones; open fixes NVIDIA/Megatron-LM#4495 and #6205. The MTP loss is silently wrong (CP > 1 can also "
     "crash), so no upstream check fires.",
     fix="Keep per-sequence alignment at 1 (CP=1, no SP) for packed MTP, use a Megatron-Core with the fix, or "
-    "set mtp_num_layers=0; `seqpack smoke --mtp` checks the roll.",
+    "set mtp_num_layers=0; `seqpack smoke --mtp` runs Megatron-Core's own roll on your packs and fails there.",
     trigger={**OFFLINE, "model.mtp_num_layers": 1, "model.context_parallel_size": 2,
              "model.calculate_per_token_loss": True, "dist.world_size": 2,
              "dataset.offline_packing_specs.pad_seq_to_mult": 4},

@@ -319,6 +319,15 @@ class VLMExample:
         return {"tokens": self.tokens, "labels": self.labels, "loss_mask": self.loss_mask}
 
 
+def marker_tokenizer(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer VLM rows are read with: the markers (``<image>``, ``<video>``) found in the text before
+    tokenizing, each read as one token of its own (:meth:`~seqpack.data.tokenizers.HFTokenizer.with_atomic_texts`),
+    so a BPE tokenizer that merges ``>`` with the next newline or ``" <"`` with the previous space cannot hide
+    a marker; the embedded byte tokenizer spells markers byte by byte and is returned as is."""
+    twin = getattr(tokenizer, "with_atomic_texts", None)
+    return twin((IMAGE_MARKER, VIDEO_MARKER)) if callable(twin) else tokenizer
+
+
 def find_subsequence(ids: np.ndarray, pattern: np.ndarray) -> list[int]:
     """Start indices of the non-overlapping occurrences of ``pattern`` in ``ids`` (left to right)."""
     n, k = int(ids.shape[0]), int(pattern.shape[0])
@@ -406,6 +415,7 @@ def tokenize_vlm_row(
     ``max_length`` or would train nothing.
     """
     vt = vision_tokens or VisionTokens.for_tokenizer(tokenizer)
+    tokenizer = marker_tokenizer(tokenizer)
     base = None if base_dir is None else Path(base_dir)
     with at_row(location):
         text_row, checked = checked_visuals(row, schema, base_dir=base, vision=vision)
@@ -452,6 +462,7 @@ def vlm_sample_length(
     """The length :func:`tokenize_vlm_row` would give, from image headers alone (no pixel decoding):
     what planning and inspection need. Same errors and rejections."""
     vt = vision_tokens or VisionTokens.for_tokenizer(tokenizer)
+    tokenizer = marker_tokenizer(tokenizer)
     base = None if base_dir is None else Path(base_dir)
     with at_row(location):
         text_row, checked = checked_visuals(row, schema, base_dir=base, vision=vision)
@@ -503,20 +514,24 @@ def file_has_visuals(path: str | os.PathLike[str], *, cache_dir: str | os.PathLi
         jf.close()
 
 
-def resolve_vision(option: str | VisionSpec | None, path: str | os.PathLike[str] | None = None) -> VisionSpec | None:
+def resolve_vision(option: str | VisionSpec | None, path: str | os.PathLike[str] | None = None, *,
+                   min_pixels: int | None = None, max_pixels: int | None = None) -> VisionSpec | None:
     """The vision spec an option asks for: a preset name or spec as given; ``"none"``/None: text
-    only; ``"auto"``: ``qwen2_vl`` when the file at ``path`` carries images or videos, else text only."""
+    only; ``"auto"``: ``qwen2_vl`` when the file at ``path`` carries images or videos, else text only.
+    ``min_pixels`` / ``max_pixels``: the user's pixel budget in place of the preset's."""
     from seqpack.core.choices import VISION_OPTIONS
     from seqpack.data.vlm.vision import vision_spec
 
     if option is None or option == "none":
         return None
     if option == "auto":
-        return vision_spec("qwen2_vl") if path is not None and file_has_visuals(path) else None
+        if path is None or not file_has_visuals(path):
+            return None
+        return vision_spec("qwen2_vl", min_pixels=min_pixels, max_pixels=max_pixels)
     if isinstance(option, str) and option not in VISION_OPTIONS:
         raise UsageError(f"unknown vision option {option!r}; choose one of {', '.join(VISION_OPTIONS)}",
                          field="vision")
-    return vision_spec(option)
+    return vision_spec(option, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -135,15 +135,23 @@ VISION_PRESETS: dict[str, VisionSpec] = {
 }
 
 
-def vision_spec(value: str | VisionSpec | None) -> VisionSpec:
-    """A :class:`VisionSpec` from a preset name, a spec, or None (``qwen2_vl``)."""
+def vision_spec(value: str | VisionSpec | None, *, min_pixels: int | None = None,
+                max_pixels: int | None = None) -> VisionSpec:
+    """A :class:`VisionSpec` from a preset name, a spec, or None (``qwen2_vl``), with the user's pixel budget
+    (``min_pixels`` / ``max_pixels``, what a model's ``preprocessor_config.json`` or recipe sets) in place
+    of the preset's where given."""
     if value is None:
-        return VISION_PRESETS["qwen2_vl"]
-    if isinstance(value, VisionSpec):
-        return value
-    if isinstance(value, str) and value in VISION_PRESETS:
-        return VISION_PRESETS[value]
-    raise UsageError(f"unknown vision preset {value!r}; choose one of {', '.join(VISION_PRESETS)}", field="vision")
+        spec = VISION_PRESETS["qwen2_vl"]
+    elif isinstance(value, VisionSpec):
+        spec = value
+    elif isinstance(value, str) and value in VISION_PRESETS:
+        spec = VISION_PRESETS[value]
+    else:
+        raise UsageError(f"unknown vision preset {value!r}; choose one of {', '.join(VISION_PRESETS)}", field="vision")
+    if min_pixels is None and max_pixels is None:
+        return spec
+    return replace(spec, min_pixels=spec.min_pixels if min_pixels is None else int(min_pixels),
+                   max_pixels=spec.max_pixels if max_pixels is None else int(max_pixels))
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

@@ -110,13 +110,17 @@ class AllowedRoots:
     def confine(self, kind: str, user_path: str, *, field: str) -> Path:
         """Resolve and confine a path argument of a declared path kind (:data:`seqpack.verbs.declare.PATH_KINDS`).
 
-        ``file`` and ``tokenizer``: an existing file; ``inputs``: an existing JSONL file or blend
+        ``file``: an existing file; ``tokenizer``: a ``tokenizer.json`` or the folder holding it (the files the
+        loader reads there confined too); ``inputs``: an existing JSONL file or blend
         manifest (:meth:`resolve_inputs`); ``out_dir``: a directory, created when absent; ``out_file``:
         a file, created when absent; ``artifact``: an existing entry, and, unless it is a prepared Energon
-        dataset, every packed Parquet file it names and the manifest beside them (what inspection reads).
+        dataset, every packed Parquet file it names and the manifest beside them (what inspection reads);
+        ``rows_or_packs``: rows as ``rows``, or a folder that is no ``datasets`` folder as ``artifact`` (offline packs).
         """
-        if kind in ("file", "tokenizer"):
+        if kind == "file":
             return self.resolve(user_path, field=field, kind="file")
+        if kind == "tokenizer":
+            return self._tokenizer(user_path, field=field)
         if kind == "inputs":
             return self.resolve_inputs(user_path, field=field)
         if kind == "rows":
@@ -127,7 +131,35 @@ class AllowedRoots:
             return self.resolve(user_path, field=field, must_exist=False)
         if kind == "artifact":
             return self._artifact(user_path, field=field)
+        if kind == "rows_or_packs":
+            return self._rows_or_packs(user_path, field=field)
         raise ValueError(f"unknown path kind {kind!r}")
+
+    def _tokenizer(self, user_path: str, *, field: str) -> Path:
+        """A tokenizer file, or a folder holding ``tokenizer.json``: every file the loader reads there
+        (``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``) must lie inside a root."""
+        target = self.resolve(user_path, field=field)
+        folder = target if target.is_dir() else target.parent
+        if target.is_dir() and not (target / "tokenizer.json").exists():
+            raise ToolError(f"{field} {user_path!r} is a folder without tokenizer.json ({target}). Fix: pass the "
+                            "model's tokenizer folder, or its tokenizer.json.")
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if (folder / name).exists():
+                self.check_resolved(folder / name, field=field)
+        return target
+
+    def _rows_or_packs(self, user_path: str, *, field: str) -> Path:
+        """Rows (:meth:`resolve_rows`), or a folder that is no ``datasets`` folder as offline packs (:meth:`_artifact`)."""
+        from seqpack.core.errors import InputError
+        from seqpack.data.rows import input_kind
+
+        path = self.resolve(user_path, field=field)
+        if path.is_dir():
+            try:
+                input_kind(path)
+            except InputError:
+                return self._artifact(user_path, field=field)
+        return self.resolve_rows(user_path, field=field)
 
     def _artifact(self, user_path: str, *, field: str) -> Path:
         from seqpack.packing.energon.inspect import is_energon_dataset

@@ -51,8 +51,12 @@ HEAVY_MODULES = ("torch", "pyarrow", "megatron.core", "megatron.energon")
 INSTRUCTIONS = (
     "Sequence packing for Megatron-style fine-tuning. Compute instead of guessing: derive_alignment for "
     "pad_seq_to_mult, plan_pack_length to choose a pack length, validate_config before launching, "
-    "explain_rule for a rule id in an error. File paths must lie inside the allowed roots (server_info "
-    "lists them)."
+    "explain_rule for a rule id in an error. For the user's data, pass the model's tokenizer folder as "
+    "tokenizer_path (plan_pack_length, pack_dataset, inspect_in_batch, run_packing_smoke_test): without it rows are "
+    "measured in bytes with seqpack's own chat template, not the model's. Chat rows: loss_mode assistant (default), "
+    "last_turn or full, reasoning train or mask, truncation oldest_turns keeps a long chat's last answer. Run "
+    "run_packing_smoke_test on the user's rows (data_path) and config before they spend GPU hours. File paths must "
+    "lie inside the allowed roots (server_info lists them)."
 )
 _AUTO = object()
 #: The deprecation notes of the tool call in progress (read by :meth:`SeqpackServer.finish_result`).

@@ -69,15 +69,19 @@ def inspect_energon_dataset(
     seq_length: int | None = None,
     vision: Any = "auto",
     tokenizer: Any = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
 ) -> InspectReport:
     """Check and describe a dataset made by ``seqpack energon-prepare`` (module docstring).
 
     ``vision``: the preset (name or spec) the loader will use; ``auto`` is ``qwen2_vl`` when the
-    dataset holds images. Raises ArtifactError when the manifest is missing, foreign or edited.
+    dataset holds images; ``min_pixels`` / ``max_pixels`` replace its pixel budget. ``tokenizer``: the
+    model's (a ``tokenizer.json`` or its folder; default the byte tokenizer, named ``byte (default)``).
+    Raises ArtifactError when the manifest is missing, foreign or edited.
     """
     from seqpack.data.schemas import default_schema
     from seqpack.data.tokenize import tokenize_row
-    from seqpack.data.tokenizers import load_tokenizer
+    from seqpack.data.tokenizers import load_tokenizer, tokenizer_label
     from seqpack.data.vlm.vision import vision_spec
     from seqpack.data.vlm.sample import VisionTokens, vlm_sample_length
     from seqpack.packing.energon.media import resolve_members
@@ -86,11 +90,14 @@ def inspect_energon_dataset(
     prepared = read_manifest(path, check_files=False)
     manifest = prepared.manifest
     root = prepared.root
+    recorded = (manifest.get("tokenizer") or {}).get("file")
+    if tokenizer is None and recorded is not None and os.path.exists(recorded):
+        tokenizer = recorded  # what energon-prepare recorded
     tok = load_tokenizer(tokenizer)
     schema = default_schema(prepared.schema)
     has_media = bool(prepared.media)
     spec = None if vision in (None, "none") or (vision == "auto" and not has_media) else vision_spec(
-        "qwen2_vl" if vision == "auto" else vision)
+        "qwen2_vl" if vision == "auto" else vision, min_pixels=min_pixels, max_pixels=max_pixels)
     vt = VisionTokens.for_tokenizer(tok)
     m = topology.alignment().pad_seq_to_mult if topology is not None else 1
     issues: list[dict[str, Any]] = []
@@ -166,7 +173,9 @@ def inspect_energon_dataset(
         "aligned_tokens": int(sum(round_up(int(n), m) for n in arr)),
         "rejected": dict(sorted(rejected.items())),
     }
-    settings = {"fingerprint": prepared.fingerprint, "schema": prepared.schema, "tokenizer": tok.name,
+    settings = {"fingerprint": prepared.fingerprint, "schema": prepared.schema,
+                "tokenizer": tokenizer_label(tokenizer if tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+                                             else tok),
                 "vision": None if spec is None else spec.name, "seq_length": seq_length, "pad_seq_to_mult": m}
     topo = None
     if topology is not None:

@@ -230,10 +230,13 @@ def prepare_energon_dataset(
     val_fraction: float = 0.0,
     split_seed: int = 1234,
     overwrite: bool = False,
+    tokenizer: str | os.PathLike[str] | None = None,
 ) -> PreparedEnergonDataset:
     """Turn a JSONL file into a prepared Energon dataset in ``out_dir`` (module docstring).
 
-    ``media``: attach seeded synthetic pictures to rows that carry no images.
+    ``media``: attach seeded synthetic pictures to rows that carry no images. ``tokenizer`` (the model's
+    ``tokenizer.json`` or its folder) is recorded in the manifest (name, file, fingerprint), so ``inspect``
+    counts the dataset's tokens with it; the shards hold rows, not tokens, either way.
     Raises :class:`InputError` (file, line, field) for a bad row, :class:`UsageError` for bad
     arguments or an existing ``out_dir`` without ``overwrite``.
     """
@@ -313,6 +316,12 @@ def prepare_energon_dataset(
             "shard_sha256": {k: v for w in writers.values() for k, v in w.sha256.items()},
             "media": media_info,
         }
+        if tokenizer is not None:  # only when given: datasets prepared without one keep their fingerprint
+            from seqpack.data.tokenizers import load_tokenizer
+
+            tok = load_tokenizer(tokenizer)
+            manifest["tokenizer"] = {"name": tok.name, "file": str(Path(tokenizer).resolve()),
+                                     "fingerprint": tok.fingerprint()}
         manifest["fingerprint"] = dataset_fingerprint(manifest)
         manifest["files"] = ownership.record_files(tmp, exclude=(MANIFEST_NAME,))  # what --overwrite may replace
         atomic.write_text(tmp / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
@@ -347,6 +356,7 @@ def _result(root: Path, manifest: dict[str, Any], seconds: float = 0.0) -> Prepa
         fingerprint=manifest["fingerprint"],
         seconds=round(seconds, 4),
         skipped={k: int(v["count"]) for k, v in manifest.get("accounting", {}).get("skipped", {}).items()},
+        tokenizer=(manifest.get("tokenizer") or {}).get("file"),
     )
     return result.attach(manifest=manifest)
 

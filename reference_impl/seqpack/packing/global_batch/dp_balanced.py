@@ -79,6 +79,7 @@ class DpBalancedScheduler(Scheduler):
     """Megatron-Core's ``dp_balanced`` (see the module docstring)."""
 
     name = "dp_balanced"
+    origin = "Megatron-Core"
 
     def make_packs(
         self, lengths: Sequence[int], *, dp_size: int, capacity: int

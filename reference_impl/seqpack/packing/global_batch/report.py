@@ -161,6 +161,9 @@ class GlobalBatchReport(Result):
 
     ``full_steps``: complete global batches the rows fill; ``dropped_rows``: rows of the last,
     incomplete one, which training (``drop_last``) never runs and the simulation leaves out.
+    ``balance``: the worst rank load (max / mean tokens over the steps shown) under the scheduler and
+    under each other registered scheduler on the same steps, and a ``hint`` when another is clearly
+    more even (the rank that waits longest sets the step time).
     """
 
     mode: str = field(default="global-batch", init=False)
@@ -170,6 +173,10 @@ class GlobalBatchReport(Result):
     steps: list[StepSummary] = field(default_factory=list)
     full_steps: int = 0
     dropped_rows: int = 0
+    balance: dict[str, Any] | None = None
+    schema: str | None = None
+    tokenizer: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def inspect_global_batch(
@@ -200,4 +207,36 @@ def inspect_global_batch(
     settings, steps = simulate_steps(cfg, dataset, num_steps=num_steps)
     return GlobalBatchReport(str(dataset.path), len(dataset), settings.to_dict(),
                              [_summary(i, sim) for i, sim in enumerate(steps)],
-                             full_steps=len(dataset) // gbs, dropped_rows=len(dataset) % gbs)
+                             full_steps=len(dataset) // gbs, dropped_rows=len(dataset) % gbs,
+                             balance=_balance(cfg, dataset, settings.scheduler, steps, num_steps),
+                             schema=dataset.schema.kind, tokenizer=dataset.tokenizer.name)
+
+
+#: Another scheduler is worth a hint when its worst rank load is at most this share of the current one's.
+HINT_RATIO = 0.75
+
+
+def _worst(steps: Any) -> float:
+    return max((sim.schedule.imbalance()["tokens"] for sim in steps), default=1.0)
+
+
+def _balance(cfg: Any, dataset: Any, scheduler: str, steps: Any, num_steps: int) -> dict[str, Any]:
+    """The worst rank load under each registered scheduler on the same steps, and the hint."""
+    from dataclasses import replace
+
+    from seqpack.packing.global_batch.schedule import get_scheduler, scheduler_names
+
+    worst = {scheduler: _worst(steps)}
+    for other in scheduler_names():
+        if other not in worst:
+            alt = replace(cfg, model=replace(cfg.model, sequence_packing_scheduler=other))
+            worst[other] = _worst(simulate_steps(alt, dataset, num_steps=num_steps)[1])
+    best = min(worst, key=worst.get)
+    hint = None
+    if best != scheduler and worst[best] <= worst[scheduler] * HINT_RATIO:
+        origin = get_scheduler(best).origin
+        hint = (f"ranks are {worst[scheduler]:.2f}x imbalanced (max/mean tokens) under {scheduler}; --scheduler {best} "
+                f"gives {worst[best]:.2f}x on the same steps"
+                + ("" if origin == "Megatron-Core" else f" ({best} is {origin}'s own: Megatron-Core does not have it, "
+                   "so a Bridge job runs it only through seqpack's global-batch path)"))
+    return {"scheduler": scheduler, "max_over_mean_tokens": worst, "hint": hint}

@@ -269,6 +269,8 @@ class Scheduler(ABC):
 
     #: Registry name (``model.sequence_packing_scheduler``).
     name: str = ""
+    #: Where the scheduler comes from: ``Megatron-Core`` for one Megatron-Core has, ``seqpack`` for seqpack's own.
+    origin: str = "seqpack"
 
     @abstractmethod
     def make_packs(

@@ -65,6 +65,7 @@ class TokenizedJob:
     rejected: list[tuple[str, dict[str, Any]]]  # (reason, {"file", "line", "row"}) in draw order
     spill: str | None
     start: int
+    rows: np.ndarray | None = None  # the source row of every kept sample (lengths-only jobs; None when spilled)
 
 
 def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob]:
@@ -194,6 +195,7 @@ def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: An
         rejected=rejected,
         spill=spill,
         start=start,
+        rows=job.rows[batch.positions] if ctx.spill_dir is None else None,
     )
 
 
