@@ -425,21 +425,3 @@ def schema_from_options(
         raise ConfigError("a loss mode needs an explicit schema (prompt_completion or chat)", field="loss_mode")
     return None
 
-
-def schema_for_file(
-    kind: str, path: str | Any, *, prompt_column: str = "prompt", completion_column: str = "completion",
-    loss_mode: str | None = None, reasoning: str | None = None, on_template_error: str | None = None,
-) -> Schema | None:
-    """:func:`schema_from_options`, except that ``auto`` with an option of one schema only (a loss mode, a
-    reasoning policy, skipping template errors) takes the schema detected from the first row of ``path`` (a
-    JSONL file) instead of asking for ``--schema``; None still means "detect from the first row"."""
-    chat_only = reasoning is not None or on_template_error not in (None, "error")
-    if kind == "auto" and (loss_mode is not None or chat_only) and path is not None:
-        from seqpack.data.jsonl import JsonlFile
-        from seqpack.data.vlm.sample import normalize_visual_row
-
-        with JsonlFile(path) as jf:
-            kind = detect_schema(normalize_visual_row(jf.row(0))[0]) if len(jf) else "auto"
-    return schema_from_options(kind, prompt_column=prompt_column, completion_column=completion_column,
-                               loss_mode=loss_mode, reasoning=reasoning, on_template_error=on_template_error)
-

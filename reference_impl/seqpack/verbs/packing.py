@@ -113,7 +113,7 @@ def pack(options: PackOptions) -> PreparedPacks:
     the same packs. ``bridge_version`` main refuses what Bridge main's preparation refuses (PR #5737).
     """
 
-    from seqpack.data.schemas import schema_for_file
+    from seqpack.data.detect import schema_for_file
     from seqpack.data.tokenizers import byte_tokenizer_warning, tokenizer_label
     from seqpack.packing.offline.prepare import prepare_packed_dataset
 

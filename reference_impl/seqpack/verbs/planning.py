@@ -640,7 +640,7 @@ def plan(options: PlanOptions) -> PackPlan:
     schema = None
     vision = None
     if options.jsonl is not None:
-        from seqpack.data.schemas import schema_for_file
+        from seqpack.data.detect import schema_for_file
         from seqpack.data.vlm.sample import resolve_vision
         from seqpack.verbs.packing import first_source
 

@@ -155,10 +155,24 @@ def inspect_energon_dataset(
                 if seq_length is not None and round_up(n, m) > seq_length:
                     issue("exceeds_seq_length", key, f"aligned length {round_up(n, m)} ({n} tokens, {nv} image "
                           f"tokens) exceeds seq_length={seq_length}; Energon never truncates")
+    stats = _statistics(manifest, lengths, vision_tokens, (images, videos, with_media), rejected, m)
+    settings = {"fingerprint": prepared.fingerprint, "schema": prepared.schema,
+                "tokenizer": tokenizer_label(tokenizer if tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+                                             else tok),
+                "vision": None if spec is None else spec.name, "seq_length": seq_length, "pad_seq_to_mult": m}
+    topo = _topology_fit(topology, issues, seq_length, m)
+    return InspectReport(path=str(root), files=shards, ok=count == 0, issues=issues, issue_count=count,
+                         stats=stats, settings=settings, topology=topo)
+
+
+def _statistics(manifest: dict[str, Any], lengths: list[int], vision_tokens: list[int], media: tuple[int, int, int],
+                rejected: Counter, m: int) -> dict[str, Any]:
+    """The report's statistics of the measured samples (``media``: images, videos, rows with either)."""
+    images, videos, with_media = media
     arr = np.asarray(lengths, dtype=np.int64)
     vis = np.asarray(vision_tokens, dtype=np.int64)
     total = int(arr.sum())
-    stats = {
+    return {
         "kind": "energon",
         "samples": {s: int(v["samples"]) for s, v in manifest["splits"].items()},
         "measured_samples": int(arr.size),
@@ -173,20 +187,21 @@ def inspect_energon_dataset(
         "aligned_tokens": int(sum(round_up(int(n), m) for n in arr)),
         "rejected": dict(sorted(rejected.items())),
     }
-    settings = {"fingerprint": prepared.fingerprint, "schema": prepared.schema,
-                "tokenizer": tokenizer_label(tokenizer if tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
-                                             else tok),
-                "vision": None if spec is None else spec.name, "seq_length": seq_length, "pad_seq_to_mult": m}
-    topo = None
-    if topology is not None:
-        reasons = [i["message"] for i in issues if i["check"] == "exceeds_seq_length"][:3]
-        if seq_length is not None and seq_length % m:
-            reasons.insert(0, f"seq_length={seq_length} is not a multiple of pad_seq_to_mult={m}")
-        # Energon datasets train through in-batch packing (or Energon native packing on Bridge main): Bridge
-        # derives and pads to the lcm itself, so required = recommended (core.alignment.alignment_requirement)
-        req = alignment_requirement("in_batch", topology.tp, topology.cp, topology.sp, topology.eval_cp)
-        topo = {"alignment": topology.alignment().to_dict(), "requirement": req.to_dict(), "required": req.required,
-                "required_width": req.required_width, "recommended": req.recommended, "usable": not reasons,
-                "recommended_met": not reasons, "reasons": reasons}
-    return InspectReport(path=str(root), files=shards, ok=count == 0, issues=issues, issue_count=count,
-                         stats=stats, settings=settings, topology=topo)
+
+
+def _topology_fit(topology: Topology | None, issues: list[dict[str, Any]], seq_length: int | None,
+                  m: int) -> dict[str, Any] | None:
+    """Whether the samples fit ``topology`` (None without one): seq_length a multiple of the alignment and
+    no aligned sample longer than it."""
+    if topology is None:
+        return None
+    reasons = [i["message"] for i in issues if i["check"] == "exceeds_seq_length"][:3]
+    if seq_length is not None and seq_length % m:
+        reasons.insert(0, f"seq_length={seq_length} is not a multiple of pad_seq_to_mult={m}")
+    # Energon datasets train through in-batch packing (or Energon native packing on Bridge main): Bridge
+    # derives and pads to the lcm itself, so required = recommended (core.alignment.alignment_requirement)
+    req = alignment_requirement("in_batch", topology.tp, topology.cp, topology.sp, topology.eval_cp)
+    topo = {"alignment": topology.alignment().to_dict(), "requirement": req.to_dict(), "required": req.required,
+            "required_width": req.required_width, "recommended": req.recommended, "usable": not reasons,
+            "recommended_met": not reasons, "reasons": reasons}
+    return topo
