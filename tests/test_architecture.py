@@ -346,3 +346,36 @@ def test_both_runtime_loaders_refuse_tokenizer_arguments_with_a_ready_dataset(wr
             with pytest.raises(UsageError, match="cannot be applied to a ready dataset"):
                 build(cfg, ds, num_workers=0, **kwargs)
         assert len(list(build(cfg, ds, num_workers=0, drop_last=False))) > 0
+
+
+def _package_figures():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "package_figures.py"
+    spec = importlib.util.spec_from_file_location("package_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_no_module_over_800_lines_and_no_function_over_120_in_the_shipped_package():
+    figures = _package_figures()
+    got = figures.measure(Path(__file__).resolve().parents[1] / "reference_impl" / "seqpack").to_dict()
+    assert got["modules_over_limit"] == 0, got["largest_modules"]
+    assert got["functions_over_limit"] == 0, got["longest_functions"]
+    assert got["root_modules"] <= 8
+
+
+def test_negative_control_the_package_figures_see_long_functions_big_modules_and_cycles(tmp_path):
+    figures = _package_figures()
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    body = "\n".join(f"    x{i} = {i}" for i in range(figures.MAX_FUNCTION_LINES))
+    (pkg / "a.py").write_text(f"import toy.b\n\n\ndef long():\n{body}\n" + "#\n" * figures.MAX_MODULE_LINES)
+    (pkg / "b.py").write_text("def f():\n    import toy.a\n")
+    got = figures.measure(pkg).to_dict()
+    assert got["modules_over_limit"] == 1 and got["functions_over_limit"] == 1
+    assert got["cycles"] == [["toy.a", "toy.b"]]
