@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -107,6 +108,8 @@ def input_kind(path: str | os.PathLike[str]) -> str:
     if p.suffix.lower() == ".parquet":
         return "parquet"
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO or device is never opened here (it could block):
+            return "jsonl"  # the JSONL reader refuses it in one line
         with open(p, "rb") as fh:
             if fh.read(4) == PARQUET_MAGIC:
                 return "parquet"
