@@ -47,7 +47,8 @@ def test_the_mock_model_runs_the_tool_in_the_sandbox_and_the_harness_scores_it(e
     (sample,) = log.samples
     tool = next(m for m in sample.messages if m.role == "tool")
     assert "pad_seq_to_mult" in tool.text and "/site-packages/seqpack/__init__.py" in tool.text
-    assert str(ROOT) not in tool.text.split("pad_seq_to_mult")[-1]  # the wheel's seqpack, not the checkout's
+    # the wheel's seqpack, not the checkout's (a folder beside the checkout may share its name as a prefix)
+    assert str(ROOT / "reference_impl") not in tool.text.split("pad_seq_to_mult")[-1]
     assert "SKILL.md" in tool.text  # the skill is there, read-only
     assert sample.scores["seqpack_scorer"].value == 1.0
     assert set(log.results.scores[0].metrics) == {"mean", "stderr"}

@@ -178,11 +178,16 @@ def test_the_sandbox_boundaries(dataset, tmp_path, eval_env):
     assert checks["write workdir"] is True and checks["write /usr"] is False
     assert checks["read skill"] is True and checks["write skill"] is False  # the skill is read-only
     workdir = Path(read_transcript(tmp_path / "on" / "run" / "transcripts" / f"{QUESTION}.json").workdir)
-    bound = [workdir, Path(eval_env), tmp_path / "on" / "probe.py"]  # what the sandbox binds below /tmp
+    from seqpack_evals.sandbox import load_product_env
+
+    env = load_product_env(eval_env)  # its dependency links point into the harness's site-packages (bound read-only)
+    bound = [workdir, Path(eval_env), tmp_path / "on" / "probe.py", Path(env.base_prefix), *map(Path, env.deps)]
+    bound = [p.resolve() for p in bound]  # what the sandbox binds (below /tmp when the checkout lives there)
     assert set(checks["tmp holds"]) == {"home"} | {p.parts[2] for p in bound if p.parts[1] == "tmp"}
     assert checks["proc pids"] <= 4  # its own PID namespace: the harness is not there
     assert checks["import seqpack_evals"] is False and checks["seqpack runs"] is True
-    assert "/site-packages/seqpack/" in checks["seqpack from"] and str(ROOT) not in checks["seqpack from"]
+    assert "/site-packages/seqpack/" in checks["seqpack from"]
+    assert str(ROOT / "reference_impl") not in checks["seqpack from"]  # the wheel's, not the checkout's
     assert checks["home"] == SANDBOX_HOME and len(checks["interfaces"]) >= 1
     offline = _probe(tmp_path / "off", dataset, eval_env, network=False)
     assert offline["interfaces"] == ["lo"]
