@@ -251,7 +251,8 @@ async def test_mcp_validate_config_resolves_the_modules_numbers_on_every_cell(mc
     _assert_agree(seen, project, 1024)
 
 
-@pytest.mark.anyio  # 128 topologies x 3 calls, about 1 s
+@pytest.mark.slow  # 128 topologies x 3 calls, and the server's first build
+@pytest.mark.anyio
 async def test_mcp_plan_pack_length_uses_the_modules_numbers_on_every_offline_cell(mcp_client):
     """plan_pack_length plans offline packs and takes no Bridge version: one call per topology is compared
     with the offline cells of both versions (256); the required minimum is accepted when given, and half of
