@@ -155,8 +155,8 @@ def anyio_backend():
 # projection of the module's requirement for that cell. Negative control: the same records compared with the
 # requirement of the cell with SP switched off (a face that ignored SP) disagree on some cells, all with SP on.
 # The calls run in-process (an in-memory client); jobs run on the worker thread rather than in a forked child
-# (jobs.ISOLATE off: the fork costs about 0.5 s a call and changes nothing the tools report; the isolation has
-# its own tests in test_mcp_server.py and test_isolation.py).
+# (jobs.ISOLATE off: the fork costs about 0.5 s a call and changes nothing the tools report; the job hook has
+# its own tests in test_mcp_server.py and tests/faults/).
 
 Cell = tuple  # (path, bridge_version, tp, cp, sp)
 
