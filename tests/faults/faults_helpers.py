@@ -10,7 +10,7 @@ seqpack temporary left behind, no half-written or broken artifact trusted, and f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,3 +209,22 @@ def chat_rows(n: int, *, special: dict[int, str] | None = None) -> str:
         user = (special or {}).get(i, "hello world how are you")
         rows.append({"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "fine thanks"}]})
     return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def mounted_tmpfs(tmp_path: Path, name: str, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``64k``, ``256k``) mounted at ``tmp_path / name`` for a fixture to yield (root and
+    mount permission needed; the test is skipped otherwise), unmounted afterwards."""
+    import os
+    import subprocess
+
+    import pytest
+
+    mnt = tmp_path / name
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -96,6 +96,24 @@ def _changing_after(path: Path, reads: int, how: str) -> None:
     JsonlFile.rows = rows  # type: ignore[method-assign]
 
 
+def _at_read(n: int, action: Any) -> None:
+    """In this (forked) process: rows are read one by one (the stdlib parser, row()), and the ``n``-th row read
+    runs ``action()`` first."""
+    from seqpack.data import jsontext
+    from seqpack.data.jsonl import JsonlFile
+
+    jsontext._FAST = False
+    real, state = JsonlFile.row, {"n": 0}
+
+    def row(self: Any, i: int) -> Any:
+        state["n"] += 1
+        if state["n"] == n:
+            action()
+        return real(self, i)
+
+    JsonlFile.row = row  # type: ignore[method-assign]
+
+
 def _cli(args: list[Any], change: tuple[Path, int, str] | None = None) -> Any:
     def child() -> int:
         from seqpack.faces.cli import main
@@ -150,22 +168,14 @@ def test_negative_control_an_untouched_or_renamed_file_is_read_whole(data, tmp_p
     renamed = tmp_path / "renamed-out"
 
     def child() -> int:
-        from seqpack.data.jsonl import JsonlFile
         from seqpack.faces.cli import main
 
-        from seqpack.data import jsontext
-        jsontext._FAST = False  # rows read one by one (row()), so the hook below sees each read
-        real, state = JsonlFile.row, {"n": 0}
+        def rename() -> None:
+            fresh = data.with_name(f"fresh-{os.getpid()}.jsonl")  # each pack worker runs this hook
+            fresh.write_text(_rows(3, "new"))
+            os.replace(fresh, data)
 
-        def row(self: Any, i: int) -> Any:
-            state["n"] += 1
-            if state["n"] == TRIGGER:
-                fresh = data.with_name(f"fresh-{os.getpid()}.jsonl")  # each pack worker runs this hook
-                fresh.write_text(_rows(3, "new"))
-                os.replace(fresh, data)
-            return real(self, i)
-
-        JsonlFile.row = row  # type: ignore[method-assign]
+        _at_read(TRIGGER, rename)
         return main([str(a) for a in COMMANDS[command](data, renamed)])
 
     again = run_forked(child, timeout=TIMEOUT)
@@ -265,20 +275,9 @@ def test_a_job_whose_process_dies_is_a_tool_error_and_the_server_lives(data, tmp
         import anyio
         from mcp import Client
 
-        from seqpack.data.jsonl import JsonlFile
         from seqpack.faces.mcp.server import build_server
 
-        from seqpack.data import jsontext
-        jsontext._FAST = False  # rows read one by one (row()), so the hook below sees each read
-        real, state = JsonlFile.row, {"n": 0}
-
-        def row(self: Any, i: int) -> Any:
-            state["n"] += 1
-            if state["n"] == 50:
-                os.kill(os.getpid(), sig)
-            return real(self, i)
-
-        JsonlFile.row = row  # type: ignore[method-assign]
+        _at_read(50, lambda: os.kill(os.getpid(), sig))
 
         async def calls() -> None:
             async with Client(build_server([root])) as client, Client(build_server([root])) as other:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -24,6 +23,8 @@ from seqpack.core.errors import ArtifactError, UsageError
 from seqpack_evals.runner import RunOptions, run_eval
 from seqpack_evals.tasks import load_tasks
 from seqpack_evals.transcript import read_transcript
+
+from faults_helpers import mounted_tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "nm-struct-pack"  # a question task with no input files
@@ -277,15 +278,7 @@ def test_a_full_disk_while_keeping_the_files_names_the_file(dataset, tmp_path, e
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 256 KiB tmpfs (root and mount permission needed; skipped otherwise)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+    yield from mounted_tmpfs(tmp_path, "small", "256k")
 
 
 @pytest.mark.slow

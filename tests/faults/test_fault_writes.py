@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faults_helpers import assert_accounted, digest, temporaries
+from faults_helpers import assert_accounted, digest, mounted_tmpfs, temporaries
 
 from seqpack.io.atomic import atomic_directory
 from seqpack.io.temporaries import stale_temporaries
@@ -133,15 +133,7 @@ def test_a_read_only_output_directory(cli, data, tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path):
     """A 64 KiB tmpfs (root and mount permission needed; skipped otherwise)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+    yield from mounted_tmpfs(tmp_path, "tiny", "64k")
 
 
 def test_a_really_full_disk(cli, tmp_path, tiny_tmpfs):
