@@ -142,7 +142,9 @@ def test_a_file_changed_in_place_while_it_is_read_is_one_line(data, tmp_path, co
     out = tmp_path / "out"
     run = _cli(COMMANDS[command](data, out), (data, 3 if command.startswith("batches") else TRIGGER, how))
     assert run.code != -signal.SIGBUS, "killed by SIGBUS"
-    run.refused(CHANGED, str(data))
+    # with two workers the other one may meet the change while it indexes the file: the same one-line refusal
+    run.refused("changed while it was being", str(data))
+    assert CHANGED in run.err or "changed while it was being indexed" in run.err, run.err
     assert not out.exists() or not any(out.rglob("*.parquet")) and not any(out.rglob("*.tar"))
     assert not temporaries(tmp_path)
 
