@@ -72,6 +72,23 @@ def test_install_skill_refuses_the_root_as_a_project(cli, tmp_path):
     assert not os.path.exists("/etc/.agents/skills/megatron-sequence-packing")
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_an_output_named_by_a_dangling_symlink_is_never_created_through_it(cli, data, tmp_path, force):
+    """``install-skill --project LINK`` (and ``pack``/``eval export --out LINK``) where LINK points nowhere: creating
+    the directory would write through the link (issue 34, found by fuzz_files). One line, exit 2, nothing made."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    extra = ["--force"] if force else []
+    cli("install-skill", "--client", "claude", "--project", link, *extra).refused("symbolic link to nothing")
+    cli("pack", data, "--out", link, "--pack-size", 256).refused("field 'out'", "symbolic link to nothing")
+    cli("eval", "export", "--out", link).refused("symbolic link to nothing")
+    assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
+    # negative control: a link to a directory that exists is a project like any other
+    (tmp_path / "elsewhere").mkdir()
+    assert cli("install-skill", "--client", "claude", "--project", link, *extra).code == 0
+    assert (tmp_path / "elsewhere" / ".claude" / "skills" / "megatron-sequence-packing" / "SKILL.md").is_file()
+
+
 def test_eval_export_refuses_the_root_home_and_system_directories(cli, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()

@@ -146,8 +146,9 @@ def install_skill(
             "the skill bundle was not found next to the package (seqpack/skill_assets is missing)",
             fix="reinstall seqpack from a wheel built with its build hook (pip install .) or from a source checkout",
         )
-    base = Path.home() if user else Path(os.path.realpath(project or "."))
-    ownership.check_output_root(base, owner="seqpack install-skill", field="project", allow_home=True)
+    given = Path.home() if user else Path(project or ".")
+    ownership.check_output_root(given, owner="seqpack install-skill", field="project", allow_home=True)
+    base = Path(os.path.realpath(given))
     base.mkdir(parents=True, exist_ok=True)  # --project DIR may name a project that does not exist yet
     dest = base / CLIENT_DIRS[client] / SKILL_NAME
     if os.path.realpath(dest) == os.path.realpath(src):

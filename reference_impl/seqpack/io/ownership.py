@@ -56,9 +56,13 @@ def _system_reason(resolved: Path) -> str | None:
 
 def check_output_root(target: PathLike, *, owner: str = "seqpack", field: str = "out",
                       allow_home: bool = False) -> Path:
-    """``target`` as a Path for a directory a command creates its outputs in; refused when it names a file,
-    the file-system root, a system directory or (unless ``allow_home``) the home directory."""
+    """``target`` as a Path for a directory a command creates its outputs in; refused when it names a file or a
+    dangling symlink (creating it would write through the link), the file-system root, a system directory or
+    (unless ``allow_home``) the home directory."""
     path = Path(target)
+    if path.is_symlink() and not path.exists():
+        raise UsageError("the output path is a symbolic link to nothing; seqpack does not write through symlinks",
+                         file=str(path), field=field, fix="remove the link, or give the directory it should name")
     if path.exists() and not path.is_dir():
         raise UsageError("the output path names a file; give a directory", file=str(path), field=field)
     resolved = confine(path, what="the output directory", field=field, write=True)
