@@ -260,6 +260,26 @@ def test_first_fit_in_order_matches_a_linear_scan_on_both_of_its_searches(monkey
         assert _bins_of(bins, ranks, nbins) == slow_pack(lengths, 64, "first_fit", max_seqs=max_seqs)
 
 
+@pytest.mark.parametrize("steps", [0, 8])
+def test_first_fit_bins_is_first_fit_in_order_without_ranks(monkeypatch, steps):
+    # the lean loop (no per-bin limit, bins only) against the general one, oversize singletons included;
+    # steps 0: the lean loop gives up at once and the general search answers
+    monkeypatch.setattr(fit, "_PREFIX_STEPS_PER_ITEM", steps)
+    rng = np.random.default_rng(steps)
+    for _ in range(40):
+        lengths = rng.integers(0, 80, int(rng.integers(0, 400)))
+        bins, nbins = fit.first_fit_bins(lengths, 64, oversize_singletons=True)
+        # a per-bin limit above the item count changes nothing but keeps the general loop
+        expect, ranks, count = first_fit_in_order(lengths, 64, lengths.size + 1, oversize_singletons=True)
+        assert nbins == count and bins.tolist() == expect.tolist()
+        assert fit.ranks_in_bins(bins, nbins).tolist() == ranks.tolist()
+        fitting = lengths[lengths <= 64]
+        got, got_ranks, got_count = first_fit_in_order(fitting, 64)
+        assert _bins_of(got, got_ranks, got_count) == slow_pack(fitting, 64, "first_fit")
+    with pytest.raises(PackingError):
+        fit.first_fit_bins(np.array([3, 65]), 64)
+
+
 def test_first_fit_in_order_moves_to_the_tree_when_repairs_run_long(monkeypatch):
     # bins whose free space falls bin after bin, then items that each take the first of them: every
     # repair of the running maximum walks every bin, so the search must move to the tree

@@ -384,6 +384,11 @@ def first_fit_in_order(
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), 0
+    if max_seqs is None:
+        fast = _first_fit_unlimited(items, capacity, oversize_singletons)
+        if fast is not None:
+            bins = np.asarray(fast[0], dtype=np.int64)
+            return bins, ranks_in_bins(bins, fast[1]), fast[1]
     limit = n + 1 if max_seqs is None else max_seqs
     seq_bins = [0] * n
     seq_ranks = [0] * n
@@ -436,6 +441,79 @@ def first_fit_in_order(
             _first_fit_tree(items, t + 1, capacity, limit, oversize_singletons, free, counts, seq_bins, seq_ranks)
             break
     return np.asarray(seq_bins, dtype=np.int64), np.asarray(seq_ranks, dtype=np.int64), len(free)
+
+
+def ranks_in_bins(bins: np.ndarray, nbins: int) -> np.ndarray:
+    """Each item's rank among the items of its bin, counted in item order."""
+    order = np.argsort(bins, kind="stable")
+    counts = np.bincount(bins, minlength=nbins)
+    starts = np.cumsum(counts) - counts
+    ranks = np.empty_like(bins)
+    ranks[order] = np.arange(bins.shape[0], dtype=np.int64) - starts[bins[order]]
+    return ranks
+
+
+def first_fit_bins(lengths: np.ndarray, capacity: int, *, oversize_singletons: bool = False) -> tuple[np.ndarray, int]:
+    """:func:`first_fit_in_order` without a per-bin item limit, as (bin per item, #bins): what a caller that
+    groups items by bin itself needs (no ranks)."""
+    fast = _first_fit_unlimited(lengths.tolist(), capacity, oversize_singletons) if lengths.shape[0] else ([], 0)
+    if fast is None:
+        bins, _, nbins = first_fit_in_order(lengths, capacity, oversize_singletons=oversize_singletons)
+        return bins, nbins
+    return np.asarray(fast[0], dtype=np.int64), fast[1]
+
+
+def _first_fit_unlimited(items: list[int], capacity: int, oversize_singletons: bool) -> tuple[list[int], int] | None:
+    """The prefix-maximum first fit with no per-bin item limit and nothing but the bins kept (the loop of
+    :func:`first_fit_in_order` with its bookkeeping of counts and ranks left out); None when the repairs pass
+    their budget (the caller then runs the general search, which moves to the tree)."""
+    seq_bins: list[int] = []
+    add = seq_bins.append
+    free: list[int] = []
+    peak: list[int] = []
+    nbins = 0
+    top = -1
+    budget = _PREFIX_STEPS_PER_ITEM * len(items)
+    find = bisect.bisect_left
+    for length in items:
+        if length <= capacity:
+            b = find(peak, length)
+            add(b)
+            if b < nbins:
+                old = free[b]
+                f = old - length
+                free[b] = f
+                cur = peak[b - 1] if b else -1
+                if f > cur:
+                    cur = f
+                j = b
+                while True:
+                    peak[j] = cur
+                    j += 1
+                    if j == nbins:
+                        top = cur
+                        break
+                    fj = free[j]
+                    if fj >= old:
+                        break
+                    if fj > cur:
+                        cur = fj
+                budget -= j - b
+                if budget < 0:
+                    return None
+                continue
+            f = capacity - length
+        elif oversize_singletons:
+            add(nbins)
+            f = -1
+        else:
+            raise PackingError(f"item of length {length} exceeds the capacity {capacity}")
+        free.append(f)
+        if f > top:
+            top = f
+        peak.append(top)
+        nbins += 1
+    return seq_bins, nbins
 
 
 def _first_fit_tree(items: list[int], start: int, capacity: int, limit: int, oversize_singletons: bool,

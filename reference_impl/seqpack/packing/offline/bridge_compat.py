@@ -34,7 +34,7 @@ import numpy as np
 from seqpack.core.arguments import is_int, non_negative_int, positive_int
 from seqpack.core.errors import PackingError, UsageError
 from seqpack.packing.algorithms import as_length_array, pack_lengths
-from seqpack.packing.fit import first_fit_in_order
+from seqpack.packing.fit import first_fit_bins
 
 logger = logging.getLogger(__name__)
 
@@ -159,12 +159,10 @@ def _assign_csr(arr: np.ndarray, pack_size: int, algorithm: str,
         seq = np.argsort(-arr, kind="stable").astype(np.int64)
     else:
         seq = np.arange(n, dtype=np.int64)
-    bins, ranks, nbins = first_fit_in_order(arr[seq], pack_size, oversize_singletons=True)
+    bins, nbins = first_fit_bins(arr[seq], pack_size, oversize_singletons=True)
     counts = np.bincount(bins, minlength=nbins)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    flat = np.empty(n, dtype=np.int64)
-    flat[offsets[bins] + ranks] = seq
-    return flat, offsets
+    return seq[np.argsort(bins, kind="stable")], offsets
 
 
 def _check_algorithm(algorithm: str) -> None:
@@ -315,6 +313,13 @@ def bridge_packing_strategy(
 # --------------------------------------------------------------------------------------------
 
 
+def _sort_key(values: np.ndarray) -> np.ndarray:
+    """``values`` (non-negative) as the narrowest unsigned type that holds them: numpy's stable sort of 8- and
+    16-bit integers is a radix sort, several times faster than its merge sort of int64, with the same order."""
+    top = int(values.max()) if values.size else 0
+    return values.astype(np.uint16) if top < 1 << 16 else values
+
+
 def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: np.random.RandomState,
               pack_size: int | None) -> np.ndarray:
     """:func:`bridge_fill_assignment` as arrays: the sample in every slot (``slots``: the slot lengths,
@@ -335,7 +340,7 @@ def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: n
     # asks for plays that role here (a longer sample could never be placed anyway). Each bin then
     # takes, slot by slot, the last remaining sample of the slot's length: the k-th slot of length L
     # (in bin order) gets the (k+1)-th sample from the end of L's permuted bucket.
-    order = np.argsort(lengths, kind="stable")
+    order = np.argsort(_sort_key(lengths), kind="stable")
     ranked = lengths[order]
     starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if ranked.size else ranked
     stops = np.r_[starts[1:], ranked.shape[0]].astype(np.int64)
@@ -344,17 +349,19 @@ def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: n
     for start, stop, length in zip(starts.tolist(), stops.tolist(), uniq.tolist()):
         if length > max_slot:
             break
-        stacked[start:stop] = order[start:stop][rs.permutation(stop - start)]
-    by_length = np.argsort(slots, kind="stable")
-    sorted_slots = slots[by_length]
-    group = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]]) if slots.size else sorted_slots
-    rank = np.empty(slots.size, dtype=np.int64)
-    rank[by_length] = np.arange(slots.size) - np.repeat(group, np.diff(np.r_[group, slots.size]))
+        if stop - start > 1:  # a permutation of one item draws nothing from the stream
+            stacked[start:stop] = order[start:stop][rs.permutation(stop - start)]
+    # Every slot's bucket (its length's index in ``uniq``; a length no sample has: the empty bucket after the
+    # last), and its rank among the slots of that bucket in slot order.
     pos = np.searchsorted(uniq, slots)
-    known = pos < uniq.size
-    known[known] = uniq[pos[known]] == slots[known]
-    pos = np.where(known, pos, 0)
-    size = np.where(known, stops[pos] - starts[pos], 0) if uniq.size else np.zeros(slots.size, np.int64)
+    pos[np.r_[uniq, -1][pos] != slots] = uniq.size
+    bucket_start = np.r_[starts, 0].astype(np.int64)
+    bucket_size = np.r_[stops - starts, 0].astype(np.int64)
+    size = bucket_size[pos]
+    counts = np.bincount(pos, minlength=uniq.size + 1)
+    by_bucket = np.argsort(_sort_key(pos), kind="stable")
+    rank = np.empty(slots.size, dtype=np.int64)
+    rank[by_bucket] = np.arange(slots.size, dtype=np.int64) - (np.cumsum(counts) - counts)[pos[by_bucket]]
     empty = np.flatnonzero(rank >= size)
     if empty.size:
         first = int(empty[0])
@@ -364,8 +371,8 @@ def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: n
             row=bin_of(first),
             field="bins",
         )
-    samples = stacked[starts[pos] + size - 1 - rank] if slots.size else np.zeros(0, dtype=np.int64)
-    used = np.bincount(pos, minlength=uniq.size) if slots.size else np.zeros(uniq.size, np.int64)
+    samples = stacked[bucket_start[pos] + size - 1 - rank] if slots.size else np.zeros(0, dtype=np.int64)
+    used = counts[: uniq.size]
     left = [stacked[a : b - u] for a, b, u in zip(starts.tolist(), stops.tolist(), used.tolist()) if b - u > a]
     unplaced = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
     if unplaced.size:
