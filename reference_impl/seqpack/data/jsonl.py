@@ -106,13 +106,17 @@ class FileFingerprint:
 def file_fingerprint(path: str | os.PathLike[str]) -> FileFingerprint:
     """Fingerprint ``path`` from its stat and a blake2b hash of its first and last 4 KiB."""
     with reading.open_regular(path, what="JSONL file") as fh:
-        st = os.fstat(fh.fileno())
-        h = hashlib.blake2b(digest_size=16)
-        h.update(str(st.st_size).encode())
-        h.update(fh.read(EDGE_BYTES))
-        if st.st_size > EDGE_BYTES:
-            fh.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
-            h.update(fh.read(EDGE_BYTES))
+        return _fingerprint_of(fh.fileno())
+
+
+def _fingerprint_of(fd: int) -> FileFingerprint:
+    """:func:`file_fingerprint` of an open file (positioned reads: the file offset is left alone)."""
+    st = os.fstat(fd)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(st.st_size).encode())
+    h.update(os.pread(fd, EDGE_BYTES, 0))
+    if st.st_size > EDGE_BYTES:
+        h.update(os.pread(fd, EDGE_BYTES, max(EDGE_BYTES, st.st_size - EDGE_BYTES)))
     return FileFingerprint(size=int(st.st_size), mtime_ns=int(st.st_mtime_ns), edge_hash=h.hexdigest())
 
 
@@ -135,6 +139,37 @@ class LineIndex:
             "last_line": int(self.lines[-1]) if len(self) else 0,
             "fingerprint": self.fingerprint.to_dict(),
         }
+
+
+class _Picked:
+    """Values of an index array at some rows only, read by row number like the whole array (an int or an
+    array of rows; a row outside the picked ones is an IndexError)."""
+
+    def __init__(self, rows: np.ndarray, values: np.ndarray) -> None:
+        self._rows, self._values = rows, values
+
+    def __getitem__(self, key: Any) -> Any:
+        where = np.searchsorted(self._rows, key)
+        found = np.minimum(where, self._rows.shape[0] - 1)
+        if np.any(self._rows[found] != key):
+            raise IndexError(f"row {key} is not in this window of the line index")
+        return self._values[found]
+
+
+@dataclass(frozen=True)
+class IndexWindow:
+    """The line index of a file at some of its rows (what one tokenization job reads), with the whole file's
+    row count and fingerprint: a worker reads those rows without loading, or verifying again, the index of
+    every row (which grows with the file)."""
+
+    starts: _Picked
+    ends: _Picked
+    lines: _Picked
+    fingerprint: FileFingerprint
+    rows: int
+
+    def __len__(self) -> int:
+        return self.rows
 
 
 def _has_content(chunk: np.ndarray) -> bool:
@@ -468,6 +503,21 @@ class JsonlFile:
         """The line index (offsets, physical line numbers, fingerprint)."""
         return self._index
 
+    def window(self, rows: np.ndarray) -> JsonlFile:
+        """A reader of ``rows`` only (any order, repeats allowed) that carries just their part of the line index:
+        what is sent to a worker. It reads and checks like this one (the file's fingerprint, edge hash included,
+        when it opens the file; size and modification time after every read) and names rows and lines the same."""
+        picked = np.unique(np.asarray(rows, dtype=np.int64))
+        if picked.size and (picked[0] < 0 or picked[-1] >= len(self._index)):
+            raise IndexError(f"rows out of range for {self.path} with {len(self._index)} rows")
+        index = self._index
+        part = IndexWindow(_Picked(picked, index.starts[picked]), _Picked(picked, index.ends[picked]),
+                           _Picked(picked, index.lines[picked]), index.fingerprint, len(index))
+        reader = object.__new__(JsonlFile)
+        reader.path, reader.cache_path, reader.index_source = self.path, None, "window"
+        reader._index, reader._fh = part, None  # noqa: SLF001 - a reader of this class
+        return reader
+
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
         return len(self._index)
@@ -486,9 +536,7 @@ class JsonlFile:
         if self._fh is None:
             fh = reading.open_regular(self.path, what="JSONL file")
             try:
-                st = os.fstat(fh.fileno())
-                fp = self._index.fingerprint
-                if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
+                if _fingerprint_of(fh.fileno()) != self._index.fingerprint:
                     # indexed, then changed before this reader opened it: for a job reading the file, the same
                     # change as one seen between two reads
                     raise InputError(CHANGED_WHILE_READING, file=str(self.path),

@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,12 +47,19 @@ class TokenizeContext:
 class TokenizeJob:
     """Rows ``rows`` of the input ``path`` (JSONL, Parquet or a datasets folder), the ``index``-th job of the split;
     ``expected`` is a JSONL file's fingerprint when the jobs were cut (a worker that opens another file under that
-    name refuses it)."""
+    name refuses it). ``source`` is the JSONL reader the jobs were cut from: used as it is in the process that
+    cut them, and sent to a worker as a window of its line index over the job's rows (so no worker loads the
+    index of the whole file, which grows with it)."""
 
     index: int
     path: str
     rows: np.ndarray
     expected: Any = None
+    source: Any = field(default=None, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        window = self.source.window(self.rows) if self.source is not None else None
+        return (TokenizeJob, (self.index, self.path, self.rows, self.expected, window))
 
 
 @dataclass(frozen=True)
@@ -71,9 +78,10 @@ class TokenizedJob:
 def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob]:
     """Consecutive draws from one source form a job; jobs stay in stream order."""
     from seqpack.data.jsonl import file_fingerprint
-    from seqpack.data.rows import input_kind
+    from seqpack.data.rows import input_kind, open_rows
 
     jobs = []
+    readers: dict[str, Any] = {}
     src, rows = stream.source_ids, stream.row_ids
     start, n = 0, len(stream)
     prints: dict[str, Any] = {}
@@ -84,8 +92,10 @@ def tokenize_jobs(stream: Any, rows_per_job: int = JOB_ROWS) -> list[TokenizeJob
             end = start + int(other[0])
         path = stream.sources[int(src[start])].path
         if path not in prints:  # a JSONL file can change in place; Parquet and datasets folders are read whole
-            prints[path] = file_fingerprint(path) if input_kind(path) == "jsonl" else None
-        jobs.append(TokenizeJob(len(jobs), path, rows[start:end], prints[path]))
+            jsonl = input_kind(path) == "jsonl"
+            prints[path] = file_fingerprint(path) if jsonl else None
+            readers[path] = open_rows(path) if jsonl else None
+        jobs.append(TokenizeJob(len(jobs), path, rows[start:end], prints[path], readers[path]))
         start = end
     return jobs
 
@@ -158,7 +168,8 @@ def run_tokenize_job(job: TokenizeJob) -> TokenizedJob:
     ctx = _STATE.context
     if ctx is None:  # pragma: no cover - map_jobs always initialises
         raise RuntimeError("tokenization worker used without a context")
-    return tokenize_job(job, ctx, _rows(job.path), _spill_writer(ctx) if ctx.spill_dir is not None else None)
+    source = job.source if job.source is not None else _rows(job.path)
+    return tokenize_job(job, ctx, source, _spill_writer(ctx) if ctx.spill_dir is not None else None)
 
 
 def tokenize_job(job: TokenizeJob, ctx: TokenizeContext, source: Any, writer: Any = None) -> TokenizedJob:

@@ -64,10 +64,11 @@ def _by_cap(inputs: Any, caps: list[int], schema: Any, tok: Any, truncation: str
     stream = streams.get("training") or next(iter(streams.values()))
     schema = detect_schema(stream) if schema is None else schema
     context = TokenizeContext(schema, tok, UNBOUNDED, truncation)
-    done = PoolExecutor(LocalCollective(), num_workers).tokenize(tokenize_jobs(stream), context)
+    jobs = tokenize_jobs(stream)
+    done = PoolExecutor(LocalCollective(), num_workers).tokenize(jobs, context)
     account, index = gather_split(stream, done, np.dtype(context.id_dtype))
     runtime = index.length.astype(np.int64) - 1
-    paths = [job.path for job in tokenize_jobs(stream)]
+    paths = [job.path for job in jobs]
     rows = np.concatenate([job.rows for job in done]) if done else np.zeros(0, np.int64)
     owner = np.concatenate([np.full(job.lengths.size, job.index) for job in done]) if done else rows
     uncut = SampleLengths(runtime, account.truncated, account.to_dict())

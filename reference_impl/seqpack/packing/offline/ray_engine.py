@@ -121,7 +121,8 @@ def tokenize_shard(boxed_context: list[Any], jobs: list[Any], shard: int) -> tup
     try:
         done = []
         for job in jobs:
-            source = sources.get(job.path) or sources.setdefault(job.path, open_rows(job.path))
+            source = job.source if job.source is not None else (
+                sources.get(job.path) or sources.setdefault(job.path, open_rows(job.path)))
             done.append(replace(tokenize_job(job, ctx, source, writer), spill=name))
         writer.close()
         os.replace(Path(ctx.spill_dir) / f"{tmp}{SUFFIX}", Path(ctx.spill_dir) / f"{name}{SUFFIX}")
