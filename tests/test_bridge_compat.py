@@ -47,7 +47,7 @@ def emulate_bridge(runtime_lengths, pack_size, seed, algorithm):
             else:
                 bins.append([length])
         stacks = {}
-        for length in range(pack_size + 1):
+        for length in sorted({runtime_lengths[i] for i in kept}):  # the non-empty buckets, ascending
             bucket = [i for i in kept if runtime_lengths[i] == length]
             if bucket:
                 perm = np.random.permutation(len(bucket))
@@ -160,10 +160,11 @@ def test_item3_histogram_skips_long_samples():
 
 @pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing", "first_fit"])
 @pytest.mark.parametrize("seed", [0, 1234, 5678])
-def test_matches_global_rng_emulation(algorithm, seed):
+@pytest.mark.parametrize("scale", [1, 400])  # 400: pack size 102,400, slots past the fill's table of lengths
+def test_matches_global_rng_emulation(algorithm, seed, scale):
     rng = np.random.default_rng(seed)
-    lengths = np.minimum(rng.lognormal(np.log(60), 0.9, size=300).astype(np.int64), 400).tolist()
-    pack_size = 256
+    lengths = (np.minimum(rng.lognormal(np.log(60), 0.9, size=300).astype(np.int64), 400) * scale).tolist()
+    pack_size = 256 * scale
     exp_bins, exp_rows = emulate_bridge(lengths, pack_size, seed, algorithm)
     pack = bridge_pack_samples(
         lengths, pack_size, seed=seed, algorithm=algorithm, max_seq_length=pack_size

@@ -465,49 +465,60 @@ def first_fit_bins(lengths: np.ndarray, capacity: int, *, oversize_singletons: b
 
 def _first_fit_unlimited(items: list[int], capacity: int, oversize_singletons: bool) -> tuple[list[int], int] | None:
     """The prefix-maximum first fit with no per-bin item limit and nothing but the bins kept (the loop of
-    :func:`first_fit_in_order` with its bookkeeping of counts and ranks left out); None when the repairs pass
-    their budget (the caller then runs the general search, which moves to the tree)."""
+    :func:`first_fit_in_order` with its bookkeeping of counts and ranks left out); None when the repairs that walk
+    past the next bin pass their budget (the caller then runs the general search, which moves to the tree).
+
+    An item longer than every bin's free space (``top``) opens a bin without a search. After a placement in bin
+    ``b``, the running maximum changes from ``b`` up to the next bin with at least the old free space of ``b``;
+    most of the time that is ``b + 1``, or ``b`` is the last bin, and only ``peak[b]`` is written.
+    """
     seq_bins: list[int] = []
     add = seq_bins.append
     free: list[int] = []
-    peak: list[int] = []
+    peak: list[int] = []  # peak[i] = max(free[: i + 1]), non-decreasing; top = peak[-1]
     nbins = 0
     top = -1
     budget = _PREFIX_STEPS_PER_ITEM * len(items)
     find = bisect.bisect_left
     for length in items:
-        if length <= capacity:
+        if length <= top:
             b = find(peak, length)
             add(b)
-            if b < nbins:
-                old = free[b]
-                f = old - length
-                free[b] = f
-                cur = peak[b - 1] if b else -1
-                if f > cur:
-                    cur = f
-                j = b
-                while True:
-                    peak[j] = cur
-                    j += 1
-                    if j == nbins:
-                        top = cur
-                        break
-                    fj = free[j]
-                    if fj >= old:
-                        break
-                    if fj > cur:
-                        cur = fj
-                budget -= j - b
-                if budget < 0:
-                    return None
+            old = free[b]
+            f = old - length
+            free[b] = f
+            cur = peak[b - 1] if b else -1
+            if f > cur:
+                cur = f
+            peak[b] = cur
+            j = b + 1
+            if j == nbins:
+                top = cur
                 continue
+            if free[j] >= old:
+                continue
+            while True:  # free space falls after b: repair the running maximum until a bin with >= old
+                fj = free[j]
+                if fj >= old:
+                    break
+                if fj > cur:
+                    cur = fj
+                peak[j] = cur
+                j += 1
+                if j == nbins:
+                    top = cur
+                    break
+            budget -= j - b
+            if budget < 0:
+                return None
+            continue
+        if length <= capacity:
             f = capacity - length
         elif oversize_singletons:
-            add(nbins)
             f = -1
         else:
             raise PackingError(f"item of length {length} exceeds the capacity {capacity}")
+        add(nbins)
         free.append(f)
         if f > top:
             top = f

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import numpy.random  # noqa: F401 - Bridge's legacy stream: loaded with this module, not inside the first call
 
 from seqpack.core.arguments import is_int, non_negative_int, positive_int
 from seqpack.core.errors import PackingError, UsageError
@@ -353,8 +354,14 @@ def _fill_csr(lengths: np.ndarray, slots: np.ndarray, offsets: np.ndarray, rs: n
             stacked[start:stop] = order[start:stop][rs.permutation(stop - start)]
     # Every slot's bucket (its length's index in ``uniq``; a length no sample has: the empty bucket after the
     # last), and its rank among the slots of that bucket in slot order.
-    pos = np.searchsorted(uniq, slots)
-    pos[np.r_[uniq, -1][pos] != slots] = uniq.size
+    if max_slot < 1 << 16:  # a table by length (small): one gather
+        table = np.full(max_slot + 1, uniq.size, dtype=np.int64)
+        fits = uniq <= max_slot
+        table[uniq[fits]] = np.flatnonzero(fits)
+        pos = table[slots]
+    else:
+        pos = np.searchsorted(uniq, slots)
+        pos[np.r_[uniq, -1][pos] != slots] = uniq.size
     bucket_start = np.r_[starts, 0].astype(np.int64)
     bucket_size = np.r_[stops - starts, 0].astype(np.int64)
     size = bucket_size[pos]
