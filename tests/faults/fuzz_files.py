@@ -56,7 +56,12 @@ def digest_tree(paths):
                 st = os.lstat(p)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and p.parent.name == ".seqpack-cache" and p.name.endswith(".idx.npz"):
+                # seqpack's own line-index cache beside a JSONL file it read: written when it is first read and
+                # rewritten once without its content hash when that read came within RACY_SECONDS of the file's
+                # last change (data/jsonl.py); its presence is judged, not its bytes
+                out[str(p)] = "seqpack line-index cache"
+            elif stat.S_ISREG(st.st_mode):
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
             elif stat.S_ISLNK(st.st_mode):
                 out[str(p)] = "link:" + os.readlink(p)
