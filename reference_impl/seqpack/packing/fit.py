@@ -389,6 +389,14 @@ def first_fit_in_order(
         if fast is not None:
             bins = np.asarray(fast[0], dtype=np.int64)
             return bins, ranks_in_bins(bins, fast[1]), fast[1]
+    return _first_fit_general(items, capacity, max_seqs, oversize_singletons)
+
+
+def _first_fit_general(items: list[int], capacity: int, max_seqs: int | None,
+                       oversize_singletons: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`first_fit_in_order` on the prefix maximum with counts and ranks kept, moving to the tree when the
+    repairs run long (``items`` not empty)."""
+    n = len(items)
     limit = n + 1 if max_seqs is None else max_seqs
     seq_bins = [0] * n
     seq_ranks = [0] * n
@@ -456,9 +464,12 @@ def ranks_in_bins(bins: np.ndarray, nbins: int) -> np.ndarray:
 def first_fit_bins(lengths: np.ndarray, capacity: int, *, oversize_singletons: bool = False) -> tuple[np.ndarray, int]:
     """:func:`first_fit_in_order` without a per-bin item limit, as (bin per item, #bins): what a caller that
     groups items by bin itself needs (no ranks)."""
-    fast = _first_fit_unlimited(lengths.tolist(), capacity, oversize_singletons) if lengths.shape[0] else ([], 0)
-    if fast is None:
-        bins, _, nbins = first_fit_in_order(lengths, capacity, oversize_singletons=oversize_singletons)
+    items = lengths.tolist()
+    if not items:
+        return np.zeros(0, dtype=np.int64), 0
+    fast = _first_fit_unlimited(items, capacity, oversize_singletons)
+    if fast is None:  # long repairs: the general search (once), which moves to the tree
+        bins, _, nbins = _first_fit_general(items, capacity, None, oversize_singletons)
         return bins, nbins
     return np.asarray(fast[0], dtype=np.int64), fast[1]
 
